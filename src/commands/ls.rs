@@ -1,0 +1,63 @@
+//! `ls [--json]`: every box, who holds it, and whether it runs here.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::Ctx;
+use crate::store::lease;
+use crate::store::meta::Meta;
+use crate::sys::restic::short;
+
+#[derive(Serialize)]
+struct Row {
+    #[serde(flatten)]
+    meta: Meta,
+    running_here: bool,
+    lease_stale: bool,
+}
+
+pub fn run(json: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let now = ctx.now();
+    let rows: Vec<Row> = ctx
+        .store
+        .list()?
+        .into_iter()
+        .map(|meta| Row {
+            running_here: ctx.runtime.is_active(&ctx.spec(&meta)),
+            lease_stale: meta.lease.as_ref().is_some_and(|l| lease::is_stale(l, now)),
+            meta,
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        eprintln!("no boxes yet; start with 'ag-box track <name> [path]'");
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<10} {:<22} {:<10} {:<9} PATH",
+        "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE"
+    );
+    for r in rows {
+        let m = &r.meta;
+        let holder = m.lease.as_ref().map_or("-".to_string(), |l| {
+            format!("{}{}", l.node, if r.lease_stale { "(stale)" } else { "" })
+        });
+        let renewed = m.lease.as_ref().map_or("-", |l| l.renewed_at.as_str());
+        let snap = m.last_snapshot.as_ref().map_or("-", |s| short(&s.id));
+        let here = if r.running_here { "running" } else { "-" };
+        println!(
+            "{:<20} {:<10} {:<22} {:<10} {:<9} {}",
+            m.name,
+            holder,
+            renewed,
+            snap,
+            here,
+            m.path.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! `park <name>`: snapshot, stop the box, release the lease.
+
+use anyhow::Result;
+
+use super::{Ctx, not_up_here, require_tools};
+use crate::error::{Code, UserError};
+use crate::store::lease;
+use crate::store::{Step, update};
+use crate::sys::copy_state::CopyState;
+use crate::sys::restic::short;
+
+pub fn run(name: &str) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let stored = ctx.tracked(name)?;
+    let meta = stored.meta;
+    let here = ctx.config.node.clone();
+    let spec = ctx.spec(&meta);
+    let running = ctx.runtime.is_active(&spec);
+    let ours = meta.lease.as_ref().is_some_and(|l| l.node == here);
+    if !running && !ours {
+        return Err(not_up_here(name).into());
+    }
+    require_tools(&["restic"])?;
+    let restic = ctx.restic()?;
+    restic.ensure_repo()?;
+    // If this fails the lease stays ours and the box keeps running, untouched.
+    let taken = super::snapshot::take(&ctx, &restic, &meta)?;
+    if let Some(lost) = taken.forked {
+        let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
+        return Err(UserError::new(
+            Code::LeaseHeld,
+            format!("box '{name}' was taken over by {holder}; kept this node's files as fork snapshot {} and left the box running", short(&taken.snapshot.id)),
+            format!("stop it here by hand if it is no longer wanted; the box's latest state is on {holder}"),
+        )
+        .into());
+    }
+    if running {
+        ctx.runtime.stop(&spec)?;
+    }
+    let snapshot = taken.snapshot;
+    let epoch = snapshot.epoch;
+    update(ctx.store.as_ref(), name, |m| {
+        Ok(
+            match lease::release(m, &here, epoch, Some(snapshot.clone())) {
+                Ok(next) => Step::Write(next, ()),
+                Err(_) => Step::Keep(()),
+            },
+        )
+    })?;
+    CopyState {
+        snapshot: Some(snapshot.id.clone()),
+        paths: taken.paths,
+        epoch: None,
+    }
+    .save(&ctx.config.state_dir, name)?;
+    println!("{name} {}", snapshot.id);
+    eprintln!(
+        "parked box '{name}' (snapshot {}); this node is free of it",
+        short(&snapshot.id)
+    );
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! `status [--json]`: this node's view in one place.
+
+use std::process::Command;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::Ctx;
+use crate::sys::cmd;
+use crate::sys::runtime::Runtime;
+
+#[derive(Serialize)]
+struct Status {
+    node: String,
+    version: &'static str,
+    store: String,
+    repository: String,
+    snapshots: Option<usize>,
+    snapshots_error: Option<String>,
+    memory_max: Option<String>,
+    timer: String,
+    runtime: &'static str,
+    nodes: Vec<String>,
+    active_boxes: Vec<String>,
+}
+
+fn timer_state(runtime: Runtime) -> String {
+    if runtime != Runtime::Systemd {
+        return "n/a (no systemd)".into();
+    }
+    match cmd::which("systemctl") {
+        Some(sc) => Command::new(sc)
+            .args(["is-active", "box-snapshot.timer"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|e| format!("unknown ({e})")),
+        None => "unknown (no systemctl)".into(),
+    }
+}
+
+pub fn run(json: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let restic = ctx.restic()?;
+    let (snapshots, snapshots_error) = if ctx.config.state_dir.join("restic/config").exists() {
+        match restic.snapshots(None) {
+            Ok(s) => (Some(s.len()), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
+    } else {
+        (Some(0), None)
+    };
+    let s = Status {
+        node: ctx.config.node.clone(),
+        version: env!("CARGO_PKG_VERSION"),
+        store: ctx.store.describe(),
+        repository: restic.describe().to_string(),
+        snapshots,
+        snapshots_error,
+        memory_max: ctx.config.memory_max.clone(),
+        timer: timer_state(ctx.runtime),
+        runtime: ctx.runtime.label(),
+        nodes: ctx.config.nodes.iter().map(|n| n.name.clone()).collect(),
+        active_boxes: ctx.active_boxes()?.into_iter().map(|m| m.name).collect(),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!("node:          {} (ag-box {})", s.node, s.version);
+    println!("store:         {}", s.store);
+    println!("repository:    {}", s.repository);
+    match (&s.snapshots, &s.snapshots_error) {
+        (Some(n), _) => println!("snapshots:     {n}"),
+        (None, Some(e)) => println!("snapshots:     error: {e}"),
+        (None, None) => println!("snapshots:     unknown"),
+    }
+    println!(
+        "memory max:    {}",
+        s.memory_max
+            .as_deref()
+            .unwrap_or("none (BOX_MEMORY_MAX unset)")
+    );
+    println!("snapshot timer: {}", s.timer);
+    println!("runtime:       {}", s.runtime);
+    if !s.nodes.is_empty() {
+        println!("nodes:         {}", s.nodes.join(" "));
+    }
+    println!("active boxes:");
+    if s.active_boxes.is_empty() {
+        println!("  (none)");
+    }
+    for b in &s.active_boxes {
+        println!("  {b}");
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! `track <name> [path]`: register a directory as a box and take its first snapshot.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use super::{Ctx, require_tools};
+use crate::error::UserError;
+use crate::plan::names;
+use crate::store::Cas;
+use crate::store::lease::{self, timestamp};
+use crate::store::meta::{META_VERSION, Meta};
+use crate::sys::copy_state::CopyState;
+use crate::sys::restic::short;
+
+pub fn run(name: &str, path: Option<PathBuf>) -> Result<()> {
+    names::validate(name)?;
+    let ctx = Ctx::load()?;
+    let given = path.unwrap_or_else(|| ctx.config.home.join(name));
+    let project = given.canonicalize().map_err(|_| {
+        UserError::usage(
+            format!("path {} does not exist", given.display()),
+            format!(
+                "create it first, or pass the project's directory: 'ag-box track {name} <path>'"
+            ),
+        )
+    })?;
+    if !project.is_dir() {
+        return Err(UserError::usage(
+            format!("path {} is not a directory", project.display()),
+            "pass the project's directory",
+        )
+        .into());
+    }
+    require_tools(&["restic"])?;
+    let existing = ctx.store.list()?;
+    if existing.iter().any(|m| m.name == name) {
+        return Err(already_tracked(name).into());
+    }
+    if let Some(other) = existing.iter().find(|m| m.path == project) {
+        return Err(UserError::usage(
+            format!(
+                "path {} is already tracked as box '{}'",
+                project.display(),
+                other.name
+            ),
+            format!("use 'ag-box up {}'", other.name),
+        )
+        .into());
+    }
+    let node = &ctx.config.node;
+    let pinned = project.join(".auth-secret").exists().then(|| node.clone());
+    let now = ctx.now();
+    let fresh = Meta {
+        version: META_VERSION,
+        name: name.to_string(),
+        path: project.clone(),
+        created_at: timestamp(now),
+        pinned_node: pinned.clone(),
+        memory_max: None,
+        nix: false,
+        lease: None,
+        last_snapshot: None,
+    };
+    // The files live here, so this node holds the box until it is parked.
+    let meta = lease::acquire(&fresh, node, now, ctx.config.lease_ttl);
+    let restic = ctx.restic()?;
+    restic.ensure_repo()?;
+    if ctx.store.put(&meta, None)? == Cas::Conflict {
+        return Err(already_tracked(name).into());
+    }
+    let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
+    CopyState {
+        snapshot: None,
+        paths: vec![],
+        epoch: Some(epoch),
+    }
+    .save(&ctx.config.state_dir, name)?;
+    match super::snapshot::take(&ctx, &restic, &meta) {
+        Ok(t) => {
+            let pin = pinned
+                .map(|n| format!(", pinned to {n} (.auth-secret present)"))
+                .unwrap_or_default();
+            eprintln!(
+                "tracked box '{name}' at {}{pin}; first snapshot {}",
+                project.display(),
+                short(&t.snapshot.id)
+            );
+            Ok(())
+        }
+        Err(e) => {
+            undo_track(&ctx, name);
+            Err(e.context(format!(
+                "box '{name}': first snapshot failed, nothing was tracked"
+            )))
+        }
+    }
+}
+
+fn undo_track(ctx: &Ctx, name: &str) {
+    let removed = ctx
+        .store
+        .get(name)
+        .and_then(|s| s.map(|s| ctx.store.delete(name, &s.version)).transpose())
+        .and_then(|_| {
+            CopyState::remove(&ctx.config.state_dir, name).context("removing local state")
+        });
+    if let Err(e) = removed {
+        tracing::error!("box '{name}': could not undo the half-made record: {e:#}");
+    }
+}
+
+fn already_tracked(name: &str) -> UserError {
+    UserError::usage(
+        format!("box '{name}' is already tracked"),
+        format!("use 'ag-box up {name}', or pick another name"),
+    )
+}

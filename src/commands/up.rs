@@ -1,0 +1,193 @@
+//! `up <name> [--node N] [--force]`: take the lease, restore if needed, start the box.
+
+use std::fs;
+
+use anyhow::{Context, Result};
+
+use super::{Ctx, require_tools};
+use crate::error::{Code, UserError};
+use crate::store::lease::{self, UpPlan};
+use crate::store::meta::{Lease, Meta};
+use crate::store::{Step, update};
+use crate::sys::copy_state::CopyState;
+use crate::sys::restic::short;
+use crate::sys::restore;
+
+fn held_elsewhere(name: &str, l: &Lease) -> UserError {
+    UserError::new(
+        Code::LeaseHeld,
+        format!(
+            "box '{name}' is up on node {} (lease epoch {}, last renewed {})",
+            l.node, l.epoch, l.renewed_at
+        ),
+        format!(
+            "run 'ag-box park {name}' on {}, or 'ag-box up {name} --force' if {} is gone",
+            l.node, l.node
+        ),
+    )
+}
+
+/// How this run came to hold the lease, so a failure can hand it back.
+enum Held {
+    Fresh { epoch: u64, previous: Option<Lease> },
+    Already { epoch: u64 },
+}
+
+pub fn run(name: &str, node: Option<&str>, force: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let stored = ctx.tracked(name)?;
+    let here = ctx.config.node.clone();
+    if let Some(n) = node
+        && n != here
+    {
+        return Err(UserError::usage(
+            format!("node '{n}' is not this node ({here})"),
+            format!("run 'ag-box up {name}' on {n}; remote up needs the S3 store"),
+        )
+        .into());
+    }
+    if let Some(pin) = &stored.meta.pinned_node
+        && pin != &here
+    {
+        return Err(UserError::usage(
+            format!("box '{name}' is pinned to node {pin} (it holds a node-specific .auth-secret)"),
+            format!("run 'ag-box up {name}' on {pin}"),
+        )
+        .into());
+    }
+    require_tools(&["restic"])?;
+    require_tools(ctx.runtime.required_tools())?;
+    let spec = ctx.spec(&stored.meta);
+    if ctx.runtime.is_active(&spec) {
+        match &stored.meta.lease {
+            Some(l) if l.node == here => eprintln!("box '{name}' is already up on {here}"),
+            Some(l) => tracing::warn!(
+                "box '{name}' is running here, but its lease is held by {}",
+                l.node
+            ),
+            None => tracing::warn!("box '{name}' is running here, but nobody holds its lease"),
+        }
+        return Ok(());
+    }
+    let now = ctx.now();
+    let ttl = ctx.config.lease_ttl;
+    let (held, meta) = update(ctx.store.as_ref(), name, |m| {
+        match lease::plan_up(m, &here, force) {
+            UpPlan::HeldElsewhere(l) => Err(held_elsewhere(name, &l).into()),
+            UpPlan::AlreadyOurs { epoch } => Ok(Step::Keep((Held::Already { epoch }, m.clone()))),
+            plan => {
+                if let UpPlan::TakeOver(l) = &plan {
+                    tracing::warn!(
+                        "taking box '{name}' from node {} by force: work there since its last snapshot forks and is not carried here",
+                        l.node
+                    );
+                }
+                let next = lease::acquire(m, &here, now, ttl);
+                let epoch = next.lease.as_ref().map_or(0, |l| l.epoch);
+                Ok(Step::Write(
+                    next.clone(),
+                    (
+                        Held::Fresh {
+                            epoch,
+                            previous: m.lease.clone(),
+                        },
+                        next,
+                    ),
+                ))
+            }
+        }
+    })?;
+    let result = prepare_and_start(&ctx, &meta, &held);
+    if let Err(e) = result {
+        if let Held::Fresh { epoch, previous } = held {
+            hand_back(&ctx, name, epoch, previous);
+        }
+        return Err(e);
+    }
+    eprintln!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
+    Ok(())
+}
+
+fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
+    let state_dir = &ctx.config.state_dir;
+    let mut copy = CopyState::load(state_dir, &meta.name)?;
+    let epoch = match held {
+        Held::Fresh { epoch, .. } | Held::Already { epoch } => *epoch,
+    };
+    copy.epoch = Some(epoch);
+    copy.save(state_dir, &meta.name)?;
+    let restore_from = match (&meta.last_snapshot, held) {
+        (Some(s), Held::Fresh { .. }) if !copy.is_current(&s.id) => Some(s),
+        (Some(s), Held::Already { .. }) if !meta.path.exists() => {
+            eprintln!(
+                "box '{}': the local copy is gone; restoring snapshot {}",
+                meta.name,
+                short(&s.id)
+            );
+            Some(s)
+        }
+        _ => None,
+    };
+    if let Some(s) = restore_from {
+        let restic = ctx.restic()?;
+        let info = restic.snapshot(&s.id, &crate::plan::restic::box_tag(&meta.name))?;
+        eprintln!(
+            "restoring box '{}' from snapshot {} ({} by {})",
+            meta.name,
+            short(&s.id),
+            s.at,
+            s.node
+        );
+        let paths = restore::restore_in_place(&restic, &info, &meta.path)?;
+        copy.snapshot = Some(s.id.clone());
+        copy.paths = paths;
+        copy.save(state_dir, &meta.name)?;
+    } else if !meta.path.is_dir() {
+        return Err(UserError::failed(
+            format!(
+                "box '{}': project directory {} is missing and there is no snapshot to restore",
+                meta.name,
+                meta.path.display()
+            ),
+            "recreate the directory, or 'ag-box track' it again",
+        )
+        .into());
+    }
+    let spec = ctx.spec(meta);
+    for dir in spec.rw_dirs_to_create() {
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mounts = spec.mounts(|p| p.exists());
+    let bwrap_args = spec.bwrap_args(&mounts, 3);
+    let memory_max = meta
+        .memory_max
+        .as_deref()
+        .or(ctx.config.memory_max.as_deref());
+    ctx.runtime.start(&spec, &bwrap_args, memory_max)
+}
+
+/// A failed `up` must not leave the lease taken.
+fn hand_back(ctx: &Ctx, name: &str, epoch: u64, previous: Option<Lease>) {
+    let here = ctx.config.node.clone();
+    let res = update(ctx.store.as_ref(), name, |m| {
+        Ok(match &m.lease {
+            Some(l) if l.node == here && l.epoch == epoch => Step::Write(
+                Meta {
+                    lease: previous.clone(),
+                    ..m.clone()
+                },
+                (),
+            ),
+            _ => Step::Keep(()),
+        })
+    });
+    let forget = CopyState::load(&ctx.config.state_dir, name).and_then(|mut c| {
+        c.epoch = None;
+        c.save(&ctx.config.state_dir, name)
+    });
+    if let Err(e) = res.and(forget) {
+        tracing::error!(
+            "box '{name}': could not hand back the lease after the failed start: {e:#}"
+        );
+    }
+}

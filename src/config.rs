@@ -1,0 +1,396 @@
+//! `$BOX_CONFIG_DIR/env` and `nodes`: parsing and validation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::error::UserError;
+use crate::plan::unit::valid_memory_max;
+
+pub const KNOWN_KEYS: &[&str] = &[
+    "BOX_NODE",
+    "BOX_GLOBALS_ROLE",
+    "BOX_S3_ENDPOINT",
+    "BOX_BUCKET",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "BOX_S3_REGION",
+    "RESTIC_PASSWORD",
+    "BOX_MEMORY_MAX",
+    "BOX_LEASE_TTL",
+    "BOX_RUNTIME",
+    "BOX_STATE_DIR",
+    "BOX_KEEP_LAST",
+    "BOX_KEEP_DAILY",
+    "BOX_KEEP_WEEKLY",
+];
+
+/// A value that must never reach argv or a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    Auto,
+    Systemd,
+    Direct,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEntry {
+    pub name: String,
+    /// None for the `local` line.
+    pub ssh_alias: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub node: String,
+    pub state_dir: PathBuf,
+    pub home: PathBuf,
+    pub restic_password: Option<Secret>,
+    pub memory_max: Option<String>,
+    pub lease_ttl: Duration,
+    pub runtime: RuntimeChoice,
+    pub nodes: Vec<NodeEntry>,
+}
+
+/// `KEY=VALUE` lines; `#` comments, blank lines, an optional `export ` and quotes allowed.
+pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {}: expected KEY=VALUE", i + 1));
+        };
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("line {}: invalid key '{key}'", i + 1));
+        }
+        let value = value.trim();
+        let unquoted = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+            .unwrap_or(value);
+        out.insert(key.to_string(), unquoted.to_string());
+    }
+    Ok(out)
+}
+
+/// `<node> <ssh-alias|local>` lines.
+pub fn parse_nodes(text: &str) -> Result<Vec<NodeEntry>, String> {
+    let mut out: Vec<NodeEntry> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [name, target] = fields[..] else {
+            return Err(format!(
+                "line {}: expected '<node> <ssh-alias|local>'",
+                i + 1
+            ));
+        };
+        if out.iter().any(|n| n.name == name) {
+            return Err(format!("line {}: node '{name}' listed twice", i + 1));
+        }
+        out.push(NodeEntry {
+            name: name.to_string(),
+            ssh_alias: (target != "local").then(|| target.to_string()),
+        });
+    }
+    Ok(out)
+}
+
+/// Values from the file, overridden by the process environment.
+pub struct Sources {
+    pub file: BTreeMap<String, String>,
+    pub process: BTreeMap<String, String>,
+    pub nodes: Vec<NodeEntry>,
+    pub home: PathBuf,
+    pub hostname: String,
+}
+
+impl Sources {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.process
+            .get(key)
+            .or_else(|| self.file.get(key))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+fn bad_key(key: &str, value: &str, hint: &str) -> UserError {
+    UserError::usage(format!("config key {key}='{value}' is invalid"), hint)
+}
+
+impl Config {
+    pub fn from_sources(src: &Sources) -> Result<Config, UserError> {
+        let runtime = match src.get("BOX_RUNTIME").unwrap_or("auto") {
+            "auto" => RuntimeChoice::Auto,
+            "systemd" => RuntimeChoice::Systemd,
+            "direct" => RuntimeChoice::Direct,
+            other => return Err(bad_key("BOX_RUNTIME", other, "use auto, systemd or direct")),
+        };
+        let lease_ttl = match src.get("BOX_LEASE_TTL") {
+            None => Duration::from_secs(3 * 3600),
+            Some(v) => humantime::parse_duration(v)
+                .map_err(|_| bad_key("BOX_LEASE_TTL", v, "use a duration such as 3h or 90m"))?,
+        };
+        let memory_max = src.get("BOX_MEMORY_MAX").map(str::to_string);
+        if let Some(m) = &memory_max
+            && !valid_memory_max(m)
+        {
+            return Err(bad_key(
+                "BOX_MEMORY_MAX",
+                m,
+                "use bytes with an optional K/M/G/T suffix (e.g. 1500M), a percentage, or infinity",
+            ));
+        }
+        let node = src.get("BOX_NODE").unwrap_or(&src.hostname).to_string();
+        if node.is_empty() || node.contains(char::is_whitespace) {
+            return Err(bad_key(
+                "BOX_NODE",
+                &node,
+                "set BOX_NODE to a name without spaces",
+            ));
+        }
+        if src.get("BOX_S3_ENDPOINT").is_some() {
+            return Err(UserError::usage(
+                "config key BOX_S3_ENDPOINT is set, but this build only has the embedded local store",
+                "remove BOX_S3_ENDPOINT to use the local store under BOX_STATE_DIR",
+            ));
+        }
+        Ok(Config {
+            node,
+            state_dir: PathBuf::from(src.get("BOX_STATE_DIR").unwrap_or("/var/lib/ag-box")),
+            home: src.home.clone(),
+            restic_password: src.get("RESTIC_PASSWORD").map(|p| Secret(p.to_string())),
+            memory_max,
+            lease_ttl,
+            runtime,
+            nodes: src.nodes.clone(),
+        })
+    }
+
+    /// Read the config dir and the process environment.
+    pub fn load() -> Result<Config> {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/root"));
+        let config_dir = std::env::var_os("BOX_CONFIG_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".config/box"));
+        let file = read_env_file(&config_dir.join("env"))?;
+        for key in file.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+            tracing::warn!("unknown key {key} in {}", config_dir.join("env").display());
+        }
+        let nodes_path = config_dir.join("nodes");
+        let nodes = match fs::read_to_string(&nodes_path) {
+            Ok(text) => parse_nodes(&text).map_err(|e| {
+                UserError::usage(
+                    format!("nodes file {}: {e}", nodes_path.display()),
+                    "see nodes.example",
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+            Err(e) => return Err(e).with_context(|| format!("reading {}", nodes_path.display())),
+        };
+        let process = KNOWN_KEYS
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        let hostname = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into());
+        let sources = Sources {
+            file,
+            process,
+            nodes,
+            home,
+            hostname,
+        };
+        Ok(Config::from_sources(&sources)?)
+    }
+}
+
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(UserError::usage(
+            format!(
+                "env file {} is readable by group/others (mode {:o}) and holds secrets",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ),
+            format!("run 'chmod 600 {}'", path.display()),
+        )
+        .into());
+    }
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_env(&text).map_err(|e| {
+        UserError::usage(
+            format!("env file {}: {e}", path.display()),
+            "see env.example",
+        )
+        .into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn sources(file: &[(&str, &str)], process: &[(&str, &str)]) -> Sources {
+        let map = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        Sources {
+            file: map(file),
+            process: map(process),
+            nodes: vec![],
+            home: "/root".into(),
+            hostname: "host1".into(),
+        }
+    }
+
+    #[test]
+    fn env_file_syntax() {
+        let text = "# comment\n\nBOX_NODE=node-a\nexport RESTIC_PASSWORD=\"s3cr=t\"\nBOX_MEMORY_MAX='1500M'\n  BOX_LEASE_TTL = 2h \n";
+        let got = parse_env(text).unwrap();
+        let want: BTreeMap<String, String> = [
+            ("BOX_NODE", "node-a"),
+            ("RESTIC_PASSWORD", "s3cr=t"),
+            ("BOX_MEMORY_MAX", "1500M"),
+            ("BOX_LEASE_TTL", "2h"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            parse_env("JUSTAWORD\n"),
+            Err("line 1: expected KEY=VALUE".into())
+        );
+        assert_eq!(
+            parse_env("A B=1\n"),
+            Err("line 1: invalid key 'A B'".into())
+        );
+    }
+
+    #[test]
+    fn nodes_file_syntax() {
+        let got =
+            parse_nodes("# cluster\nnode-a local\nnode-b  my-b   # the other one\n\n").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                NodeEntry {
+                    name: "node-a".into(),
+                    ssh_alias: None
+                },
+                NodeEntry {
+                    name: "node-b".into(),
+                    ssh_alias: Some("my-b".into())
+                },
+            ]
+        );
+        assert!(parse_nodes("a\n").is_err());
+        assert!(parse_nodes("a local\na x\n").unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::from_sources(&sources(
+            &[("BOX_MEMORY_MAX", "2G"), ("BOX_RUNTIME", "systemd")],
+            &[("BOX_RUNTIME", "direct")],
+        ))
+        .unwrap();
+        assert_eq!(
+            c,
+            Config {
+                node: "host1".into(),
+                state_dir: "/var/lib/ag-box".into(),
+                home: "/root".into(),
+                restic_password: None,
+                memory_max: Some("2G".into()),
+                lease_ttl: Duration::from_secs(10800),
+                runtime: RuntimeChoice::Direct,
+                nodes: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        for (k, v) in [
+            ("BOX_RUNTIME", "docker"),
+            ("BOX_LEASE_TTL", "soon"),
+            ("BOX_MEMORY_MAX", "lots"),
+        ] {
+            let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("config key {k}=")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = Config::from_sources(&sources(&[("RESTIC_PASSWORD", "hunter2")], &[])).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn world_readable_env_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("env");
+        fs::write(&path, "BOX_NODE=a\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_env_file(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("readable by group/others") && e.contains("chmod 600"),
+            "{e}"
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            read_env_file(&path)
+                .unwrap()
+                .get("BOX_NODE")
+                .map(String::as_str),
+            Some("a")
+        );
+    }
+}

@@ -1,0 +1,71 @@
+mod cli;
+mod commands;
+mod config;
+mod error;
+mod plan;
+mod store;
+mod sys;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Cmd};
+use error::{ChildExit, Code, UserError};
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Cmd::Ls { json } => commands::ls::run(json),
+        Cmd::Track { name, path } => commands::track::run(&name, path),
+        Cmd::Up { name, node, force } => commands::up::run(&name, node.as_deref(), force),
+        Cmd::Attach { name } => commands::attach::run(&name),
+        Cmd::Exec { name, command } => commands::exec::run(&name, &command),
+        Cmd::Park { name } => commands::park::run(&name),
+        Cmd::Snapshot(args) => commands::snapshot::run(args),
+        Cmd::Status { json } => commands::status::run(json),
+        Cmd::Anchor {
+            supervise,
+            info,
+            argv,
+        } => {
+            let code = sys::runtime::anchor(&info, supervise, &argv)?;
+            match code {
+                0 => Ok(()),
+                c => Err(ChildExit(c).into()),
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(sys::host::stderr_is_terminal())
+        .without_time()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AG_BOX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(ChildExit(code)) = e.downcast_ref::<ChildExit>() {
+                return ExitCode::from(u8::try_from(*code).unwrap_or(1));
+            }
+            let code = match e.downcast_ref::<UserError>() {
+                Some(u) => {
+                    eprintln!("ag-box: {u}");
+                    u.code
+                }
+                None => {
+                    eprintln!("ag-box: {e:#}");
+                    Code::Failure
+                }
+            };
+            ExitCode::from(code as u8)
+        }
+    }
+}

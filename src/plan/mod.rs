@@ -1,0 +1,8 @@
+//! Pure planning code: no I/O, clock or environment. Everything here is unit-tested by value.
+
+pub mod names;
+pub mod restic;
+pub mod sandbox;
+pub mod slices;
+pub mod tmux;
+pub mod unit;

@@ -1,0 +1,226 @@
+//! restic argvs and the parsing of its `--json` output.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Excluded by the binary itself, whatever any exclude file says.
+pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret"];
+
+pub const FORK_TAG: &str = "fork";
+
+pub fn box_tag(name: &str) -> String {
+    format!("box:{name}")
+}
+
+/// One `--host` per box so restic finds the parent from any node.
+pub fn host_for(name: &str) -> String {
+    format!("ag-box-{name}")
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupSpec {
+    pub name: String,
+    pub node: String,
+    pub epoch: u64,
+    pub fork: bool,
+    pub parent: Option<String>,
+    pub exclude_files: Vec<PathBuf>,
+    pub paths: Vec<PathBuf>,
+}
+
+pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "backup".into(),
+        "--json".into(),
+        "--host".into(),
+        host_for(&spec.name),
+        "--tag".into(),
+        box_tag(&spec.name),
+        "--tag".into(),
+        format!("node:{}", spec.node),
+        "--tag".into(),
+        format!("epoch:{}", spec.epoch),
+    ];
+    if spec.fork {
+        a.extend(["--tag".into(), FORK_TAG.into()]);
+    }
+    if let Some(p) = &spec.parent {
+        a.extend(["--parent".into(), p.clone()]);
+    }
+    for pattern in ALWAYS_EXCLUDED {
+        a.extend(["--exclude".into(), (*pattern).into()]);
+    }
+    for f in &spec.exclude_files {
+        a.extend(["--exclude-file".into(), f.to_string_lossy().into_owned()]);
+    }
+    a.push("--".into());
+    a.extend(spec.paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    a
+}
+
+pub fn restore_args(snapshot_id: &str, target: &Path) -> Vec<String> {
+    vec![
+        "restore".into(),
+        snapshot_id.into(),
+        "--target".into(),
+        target.to_string_lossy().into_owned(),
+    ]
+}
+
+/// All snapshots, or those of one tag.
+pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
+    let mut a = vec!["snapshots".to_string(), "--json".to_string()];
+    if let Some(t) = tag {
+        a.extend(["--tag".into(), t.into()]);
+    }
+    a
+}
+
+/// A line of `restic backup --json`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "message_type", rename_all = "snake_case")]
+pub enum BackupMessage {
+    Status {
+        #[serde(default)]
+        percent_done: f64,
+        #[serde(default)]
+        files_done: u64,
+        #[serde(default)]
+        bytes_done: u64,
+        #[serde(default)]
+        total_bytes: u64,
+    },
+    Summary {
+        snapshot_id: String,
+        #[serde(default)]
+        files_new: u64,
+        #[serde(default)]
+        files_changed: u64,
+        #[serde(default)]
+        data_added: u64,
+    },
+    #[serde(other)]
+    Other,
+}
+
+pub fn parse_backup_line(line: &str) -> Option<BackupMessage> {
+    serde_json::from_str(line).ok()
+}
+
+/// One entry of `restic snapshots --json`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: String,
+    pub time: String,
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    #[rustfmt::skip]
+    fn backup_argv_with_parent_and_fork() {
+        let spec = BackupSpec {
+            name: "demo".into(),
+            node: "nodeA".into(),
+            epoch: 4,
+            fork: true,
+            parent: Some("abc123".into()),
+            exclude_files: vec!["/opt/box/exclude.txt".into()],
+            paths: vec!["/root/demo".into(), "/root/.claude/projects/-root-demo".into()],
+        };
+        assert_eq!(
+            backup_args(&spec),
+            [
+                "backup", "--json", "--host", "ag-box-demo",
+                "--tag", "box:demo", "--tag", "node:nodeA", "--tag", "epoch:4", "--tag", "fork",
+                "--parent", "abc123", "--exclude", ".auth-secret",
+                "--exclude-file", "/opt/box/exclude.txt",
+                "--", "/root/demo", "/root/.claude/projects/-root-demo",
+            ]
+        );
+    }
+
+    #[test]
+    fn first_backup_has_no_parent_and_still_excludes_auth_secret() {
+        let spec = BackupSpec {
+            name: "x".into(),
+            node: "n".into(),
+            epoch: 1,
+            fork: false,
+            parent: None,
+            exclude_files: vec![],
+            paths: vec!["/p".into()],
+        };
+        assert_eq!(
+            backup_args(&spec),
+            [
+                "backup",
+                "--json",
+                "--host",
+                "ag-box-x",
+                "--tag",
+                "box:x",
+                "--tag",
+                "node:n",
+                "--tag",
+                "epoch:1",
+                "--exclude",
+                ".auth-secret",
+                "--",
+                "/p"
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_backup_json_lines() {
+        assert_eq!(
+            parse_backup_line(
+                r#"{"message_type":"status","percent_done":0.5,"total_files":4,"files_done":2,"bytes_done":10,"total_bytes":20}"#
+            ),
+            Some(BackupMessage::Status {
+                percent_done: 0.5,
+                files_done: 2,
+                bytes_done: 10,
+                total_bytes: 20
+            })
+        );
+        assert_eq!(
+            parse_backup_line(
+                r#"{"message_type":"summary","files_new":3,"files_changed":0,"data_added":99,"snapshot_id":"deadbeef"}"#
+            ),
+            Some(BackupMessage::Summary {
+                snapshot_id: "deadbeef".into(),
+                files_new: 3,
+                files_changed: 0,
+                data_added: 99
+            })
+        );
+        assert_eq!(
+            parse_backup_line(r#"{"message_type":"verbose_status"}"#),
+            Some(BackupMessage::Other)
+        );
+        assert_eq!(parse_backup_line("not json"), None);
+    }
+
+    #[test]
+    fn other_argvs() {
+        assert_eq!(
+            restore_args("ab", Path::new("/s")),
+            ["restore", "ab", "--target", "/s"]
+        );
+        assert_eq!(
+            snapshots_args(Some("box:x")),
+            ["snapshots", "--json", "--tag", "box:x"]
+        );
+        assert_eq!(snapshots_args(None), ["snapshots", "--json"]);
+    }
+}

@@ -1,0 +1,112 @@
+//! Which agent session files move with a box (DESIGN.md "Agent session slices").
+
+use std::path::{Path, PathBuf};
+
+const MAX_SLUG: usize = 200;
+
+/// Claude Code's project directory name: every non-alphanumeric UTF-16 unit becomes `-`;
+/// past 200 units, the first 200 plus `-` and a base36 hash of the original path.
+pub fn claude_slug(project: &Path) -> String {
+    let raw = project.to_string_lossy();
+    let units: Vec<u16> = raw.encode_utf16().collect();
+    let slug: String = units
+        .iter()
+        .map(|&u| match char::from_u32(u32::from(u)) {
+            Some(c) if c.is_ascii_alphanumeric() => c,
+            _ => '-',
+        })
+        .collect();
+    if units.len() <= MAX_SLUG {
+        return slug;
+    }
+    let mut h: i32 = 0;
+    for &u in &units {
+        h = h.wrapping_shl(5).wrapping_sub(h).wrapping_add(i32::from(u));
+    }
+    format!("{}-{}", &slug[..MAX_SLUG], base36(h.unsigned_abs()))
+}
+
+fn base36(mut n: u32) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `~/.claude/projects/<slug>`: the transcripts `claude --resume` needs.
+pub fn claude_project_dir(home: &Path, project: &Path) -> PathBuf {
+    home.join(".claude/projects").join(claude_slug(project))
+}
+
+/// Per-session Claude dirs kept beside the transcripts, for the given session ids.
+pub fn claude_session_dirs(home: &Path, session_ids: &[String]) -> Vec<PathBuf> {
+    let claude = home.join(".claude");
+    session_ids
+        .iter()
+        .flat_map(|id| ["file-history", "session-env"].map(|d| claude.join(d).join(id)))
+        .collect()
+}
+
+/// Session ids are the names of the `<id>.jsonl` transcripts in the project dir.
+pub fn session_ids(transcript_names: &[String]) -> Vec<String> {
+    let mut ids: Vec<String> = transcript_names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".jsonl"))
+        .filter(|id| !id.is_empty() && !id.contains('/') && !id.starts_with('.'))
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn slug_replaces_every_non_alphanumeric() {
+        assert_eq!(
+            claude_slug(Path::new("/root/my_proj.v2")),
+            "-root-my-proj-v2"
+        );
+        assert_eq!(claude_slug(Path::new("/home/a/文档 x")), "-home-a----x");
+    }
+
+    #[test]
+    fn slug_of_long_path_is_truncated_with_hash() {
+        let long = format!("/srv/{}", "d".repeat(230));
+        let slug = claude_slug(Path::new(&long));
+        let expected_prefix = format!("-srv-{}", "d".repeat(195));
+        assert_eq!(&slug[..200], expected_prefix);
+        // Hash of Claude Code's rule (int32 `h*31+c` over UTF-16 units, |h| in base36),
+        // computed independently with node: Math.abs(h).toString(36).
+        assert_eq!(slug, format!("{expected_prefix}-{}", "ljdou1"));
+    }
+
+    #[test]
+    fn slug_of_exactly_200_units_is_not_hashed() {
+        let p = format!("/{}", "x".repeat(199));
+        assert_eq!(claude_slug(Path::new(&p)), format!("-{}", "x".repeat(199)));
+    }
+
+    #[test]
+    fn session_dirs_per_id() {
+        let ids = session_ids(&["b.jsonl".into(), "a.jsonl".into(), "notes.txt".into()]);
+        assert_eq!(ids, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(
+            claude_session_dirs(Path::new("/root"), &ids[..1]),
+            vec![
+                PathBuf::from("/root/.claude/file-history/a"),
+                PathBuf::from("/root/.claude/session-env/a"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! The box's tmux server config and the client argvs that talk to it.
+
+use std::path::Path;
+
+pub const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
+
+/// Sources the operator's inner config when present and creates session `main` in the project.
+pub fn server_conf(project: &Path) -> String {
+    format!(
+        "# written by ag-box at each start\n\
+         source-file -q {INNER_CONF}\n\
+         new-session -d -s main -c {}\n",
+        quote(&project.to_string_lossy())
+    )
+}
+
+/// tmux double-quoted string: backslash, quote and `$` are special inside.
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if matches!(c, '\\' | '"' | '$') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+pub fn attach_args(socket: &Path) -> Vec<String> {
+    vec![
+        "-S".into(),
+        socket.to_string_lossy().into_owned(),
+        "new-session".into(),
+        "-A".into(),
+        "-s".into(),
+        "main".into(),
+    ]
+}
+
+pub fn has_session_args(socket: &Path) -> Vec<String> {
+    vec![
+        "-S".into(),
+        socket.to_string_lossy().into_owned(),
+        "has-session".into(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn conf_creates_main_in_the_project() {
+        assert_eq!(
+            server_conf(Path::new("/srv/my \"q\" $x")),
+            "# written by ag-box at each start\n\
+             source-file -q /etc/box/tmux-inner.conf\n\
+             new-session -d -s main -c \"/srv/my \\\"q\\\" \\$x\"\n"
+        );
+    }
+
+    #[test]
+    fn client_argvs() {
+        let sock = Path::new("/run/box/d/tmux.sock");
+        assert_eq!(
+            attach_args(sock),
+            [
+                "-S",
+                "/run/box/d/tmux.sock",
+                "new-session",
+                "-A",
+                "-s",
+                "main"
+            ]
+        );
+        assert_eq!(
+            has_session_args(sock),
+            ["-S", "/run/box/d/tmux.sock", "has-session"]
+        );
+    }
+}

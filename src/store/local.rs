@@ -1,0 +1,205 @@
+//! Embedded single-node store: `meta/<name>.json` files with a revision number,
+//! written under an exclusive `flock` so concurrent ag-box processes cannot interleave.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use super::meta::Meta;
+use super::{Cas, MetaStore, Stored, Version};
+
+pub struct LocalStore {
+    dir: PathBuf,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    rev: u64,
+    #[serde(flatten)]
+    meta: Meta,
+}
+
+impl LocalStore {
+    pub fn new(state_dir: &Path) -> Self {
+        LocalStore {
+            dir: state_dir.join("meta"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    fn lock(&self) -> Result<Flock<File>> {
+        fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        let lock_path = self.dir.join(".lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("opening {}", lock_path.display()))?;
+        Flock::lock(f, FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .with_context(|| format!("locking {}", lock_path.display()))
+    }
+
+    fn read(&self, name: &str) -> Result<Option<Record>> {
+        let path = self.path(name);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("box record {} is not valid JSON", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    fn write(&self, record: &Record) -> Result<()> {
+        let path = self.path(&record.meta.name);
+        let tmp = path.with_extension("json.tmp");
+        let mut f = File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+        serde_json::to_writer_pretty(&mut f, record)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+    }
+}
+
+impl MetaStore for LocalStore {
+    fn describe(&self) -> String {
+        format!("local {}", self.dir.display())
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Stored>> {
+        Ok(self.read(name)?.map(|r| Stored {
+            meta: r.meta,
+            version: Version(r.rev.to_string()),
+        }))
+    }
+
+    fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
+        let _lock = self.lock()?;
+        let current = self.read(&meta.name)?;
+        let rev = match (current, expected) {
+            (None, None) => 1,
+            (Some(r), Some(v)) if r.rev.to_string() == v.0 => r.rev + 1,
+            _ => return Ok(Cas::Conflict),
+        };
+        self.write(&Record {
+            rev,
+            meta: meta.clone(),
+        })?;
+        Ok(Cas::Written)
+    }
+
+    fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
+        let _lock = self.lock()?;
+        match self.read(name)? {
+            Some(r) if r.rev.to_string() == expected.0 => {
+                fs::remove_file(self.path(name))
+                    .with_context(|| format!("removing {}", self.path(name).display()))?;
+                Ok(Cas::Written)
+            }
+            _ => Ok(Cas::Conflict),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<Meta>> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", self.dir.display())),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let file_name = entry?.file_name();
+            let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if let Some(r) = self.read(name)? {
+                out.push(r.meta);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Step, update};
+
+    fn meta(name: &str) -> Meta {
+        Meta {
+            version: 1,
+            name: name.into(),
+            path: "/p".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            pinned_node: None,
+            memory_max: None,
+            nix: false,
+            lease: None,
+            last_snapshot: None,
+        }
+    }
+
+    #[test]
+    fn compare_and_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        assert_eq!(store.put(&meta("a"), None).unwrap(), Cas::Written);
+        assert_eq!(store.put(&meta("a"), None).unwrap(), Cas::Conflict);
+        let v1 = store.get("a").unwrap().unwrap().version;
+        let changed = Meta {
+            nix: true,
+            ..meta("a")
+        };
+        assert_eq!(store.put(&changed, Some(&v1)).unwrap(), Cas::Written);
+        assert_eq!(store.put(&meta("a"), Some(&v1)).unwrap(), Cas::Conflict);
+        assert_eq!(store.get("a").unwrap().unwrap().meta, changed);
+        assert_eq!(store.delete("a", &v1).unwrap(), Cas::Conflict);
+        let v2 = store.get("a").unwrap().unwrap().version;
+        assert_eq!(store.delete("a", &v2).unwrap(), Cas::Written);
+        assert!(store.get("a").unwrap().is_none());
+    }
+
+    #[test]
+    fn concurrent_updates_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        store.put(&meta("c"), None).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let store = LocalStore::new(dir.path());
+                    for _ in 0..10 {
+                        update(&store, "c", |m| {
+                            let mut next = m.clone();
+                            next.version += 1;
+                            Ok(Step::Write(next, ()))
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(store.get("c").unwrap().unwrap().meta.version, 81);
+    }
+
+    #[test]
+    fn list_is_sorted_and_skips_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        store.put(&meta("b"), None).unwrap();
+        store.put(&meta("a"), None).unwrap();
+        let names: Vec<String> = store.list().unwrap().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+}

@@ -1,0 +1,59 @@
+//! What this node knows about its local copy of a box: which snapshot it equals,
+//! and which lease epoch it holds. Lives in `$BOX_STATE_DIR/local/<name>.json`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyState {
+    /// The local files equal this snapshot (as of the last snapshot or restore here).
+    pub snapshot: Option<String>,
+    /// The paths that snapshot holds.
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    /// The lease epoch this node acquired.
+    pub epoch: Option<u64>,
+}
+
+fn file(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("local").join(format!("{name}.json"))
+}
+
+impl CopyState {
+    pub fn load(state_dir: &Path, name: &str) -> Result<CopyState> {
+        let path = file(state_dir, name);
+        match fs::read(&path) {
+            Ok(b) => {
+                serde_json::from_slice(&b).with_context(|| format!("parsing {}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CopyState::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    pub fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
+        let path = file(state_dir, name);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+    }
+
+    pub fn remove(state_dir: &Path, name: &str) -> Result<()> {
+        match fs::remove_file(file(state_dir, name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The local copy is current for `snapshot` and still all there.
+    pub fn is_current(&self, snapshot: &str) -> bool {
+        self.snapshot.as_deref() == Some(snapshot) && self.paths.iter().all(|p| p.exists())
+    }
+}

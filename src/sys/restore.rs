@@ -1,0 +1,100 @@
+//! Restore a snapshot next to the live files, then swap each path into place by rename.
+//! The previous local copy is moved aside and deleted only after every swap succeeded.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::plan::restic::SnapshotInfo;
+use crate::sys::cmd;
+use crate::sys::restic::Restic;
+
+fn sibling(path: &Path, tag: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.ag-box-{tag}"))
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Move `from` to `to`; across filesystems, copy next to `to` first so the last step is a rename.
+fn move_into(from: &Path, to: &Path) -> Result<()> {
+    match fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+            let tmp = sibling(to, "incoming");
+            remove_any(&tmp)?;
+            cmd::output(Command::new("cp").arg("-a").arg(from).arg(&tmp))?;
+            fs::rename(&tmp, to).with_context(|| format!("moving {} into place", to.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("moving {} to {}", from.display(), to.display())),
+    }
+}
+
+/// Restore `snapshot` over its paths; returns the paths now in place.
+pub fn restore_in_place(
+    restic: &Restic,
+    snapshot: &SnapshotInfo,
+    project: &Path,
+) -> Result<Vec<PathBuf>> {
+    let staging = sibling(project, "restore");
+    if let Some(parent) = staging.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
+    restic.restore(&snapshot.id, &staging)?;
+    let mut swapped: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    let result = (|| -> Result<()> {
+        for path in &snapshot.paths {
+            let staged = staging.join(path.strip_prefix("/").unwrap_or(path));
+            if fs::symlink_metadata(&staged).is_err() {
+                continue;
+            }
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let aside = if fs::symlink_metadata(path).is_ok() {
+                let aside = sibling(path, "previous");
+                remove_any(&aside)?;
+                fs::rename(path, &aside)
+                    .with_context(|| format!("moving {} aside", path.display()))?;
+                Some(aside)
+            } else {
+                None
+            };
+            swapped.push((path.clone(), aside));
+            move_into(&staged, path)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        // Put every previous copy back where it was.
+        for (path, aside) in swapped.iter().rev() {
+            if let Some(aside) = aside {
+                let _ = remove_any(path);
+                let _ = fs::rename(aside, path);
+            }
+        }
+        let _ = remove_any(&staging);
+        return Err(e.context(format!("restoring snapshot {}", snapshot.id)));
+    }
+    for (_, aside) in &swapped {
+        if let Some(aside) = aside {
+            remove_any(aside).with_context(|| format!("removing {}", aside.display()))?;
+        }
+    }
+    remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
+    Ok(swapped.into_iter().map(|(p, _)| p).collect())
+}
