@@ -1,0 +1,202 @@
+//! Test targets: a booted systemd node of the rig, or the bare host with the direct runtime.
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rig_sh() -> PathBuf {
+    repo_root().join("tests/rig.sh")
+}
+
+/// Where a test runs `ag-box` and shell scripts.
+pub trait Target {
+    /// Run a bash script with the target's environment; `env` adds variables.
+    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output;
+    fn sh(&self, script: &str) -> Output {
+        self.sh_env(&[], script)
+    }
+    /// The target's home directory (projects live under it).
+    fn home(&self) -> &str;
+    fn systemd(&self) -> bool;
+}
+
+/// A prerequisite is missing: fail under CI, skip (loudly) elsewhere.
+pub fn missing(what: &str) -> Option<std::convert::Infallible> {
+    if std::env::var_os("CI").is_some() {
+        panic!("prerequisite missing under CI: {what}");
+    }
+    eprintln!(
+        "SKIPPING: {what} (set CI=1 to make this a failure; run tests/run.sh for the full rig)"
+    );
+    None
+}
+
+pub struct Node {
+    pub name: &'static str,
+}
+
+impl Node {
+    /// The rig's node, with this build of ag-box installed in its /opt/box/bin.
+    pub fn get(name: &'static str) -> Option<Node> {
+        let up = Command::new(rig_sh())
+            .args(["leader", name])
+            .output()
+            .ok()?;
+        if !up.status.success() {
+            missing(&format!("rig node {name} is not up (tests/rig.sh up)"))?;
+        }
+        let dir = Command::new(rig_sh()).args(["dir", name]).output().ok()?;
+        let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+        let bin_dir = dir.join("opt-box/bin");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        // Copy then rename: another test process may be running the old binary.
+        let tmp = bin_dir.join(format!(".ag-box.{}", std::process::id()));
+        std::fs::copy(env!("CARGO_BIN_EXE_ag-box"), &tmp).unwrap();
+        std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
+        Some(Node { name })
+    }
+}
+
+impl Target for Node {
+    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
+        let mut c = Command::new(rig_sh());
+        c.args(["exec", self.name]);
+        c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+        c.args(["bash", "-c", script]);
+        c.output().unwrap()
+    }
+    fn home(&self) -> &str {
+        "/root"
+    }
+    fn systemd(&self) -> bool {
+        true
+    }
+}
+
+/// The bare host (no systemd as PID 1): everything under a private base dir.
+pub struct Host {
+    pub base: PathBuf,
+    home: String,
+}
+
+impl Host {
+    pub fn new(tag: &str) -> Option<Host> {
+        for tool in ["bwrap", "tmux", "restic", "nsenter"] {
+            if !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                missing(&format!("{tool} on the host (tests/rig.sh install)"))?;
+            }
+        }
+        // Not under /tmp: a box binds the project at the same path and owns its own /tmp.
+        let base = PathBuf::from(format!("/srv/ag-box-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("home")).unwrap();
+        let home = base.join("home").to_string_lossy().into_owned();
+        Some(Host { base, home })
+    }
+}
+
+impl Target for Host {
+    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
+        let bin = Path::new(env!("CARGO_BIN_EXE_ag-box"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            bin.display()
+        );
+        let mut c = Command::new("bash");
+        c.args(["-c", script])
+            .current_dir(&self.base)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.home)
+            .env("LANG", "C.UTF-8")
+            .env("BOX_STATE_DIR", self.base.join("state"))
+            .env("BOX_CONFIG_DIR", self.base.join("config"))
+            .env("BOX_RUNTIME", "direct")
+            .env("BOX_NODE", "host")
+            .env("RESTIC_REPOSITORY", self.base.join("state/restic"))
+            .env(
+                "RESTIC_PASSWORD_FILE",
+                self.base.join("state/restic-password"),
+            );
+        c.envs(env.iter().copied());
+        c.output().unwrap()
+    }
+    fn home(&self) -> &str {
+        &self.home
+    }
+    fn systemd(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Stop any box this test left running, then remove its files.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null; rm -rf \"$d\"; }}; done; true",
+                self.base.display()
+            ))
+            .status();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+/// Output checks with the whole transcript in the failure message.
+pub trait Checked {
+    fn code(&self) -> i32;
+    fn stdout(&self) -> String;
+    fn stderr(&self) -> String;
+    fn ok(&self) -> &Self;
+}
+
+impl Checked for Output {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+    #[track_caller]
+    fn ok(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "expected success, got {}\nstdout:\n{}\nstderr:\n{}",
+            self.code(),
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+}
+
+#[track_caller]
+pub fn assert_code(out: &Output, code: i32, stderr_has: &str) {
+    assert_eq!(
+        out.code(),
+        code,
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout(),
+        out.stderr()
+    );
+    assert!(
+        out.stderr().contains(stderr_has),
+        "stderr lacks {stderr_has:?}:\n{}",
+        out.stderr()
+    );
+}

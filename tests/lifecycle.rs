@@ -1,0 +1,189 @@
+//! The whole box lifecycle with the real binary: on a booted systemd node of the rig, and on
+//! the bare host with the direct runtime.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{Checked, Host, Node, Target, assert_code};
+
+fn slug(path: &str) -> String {
+    path.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+}
+
+fn lifecycle(t: &dyn Target, name: &str) {
+    let home = t.home();
+    let proj = format!("{home}/{name}");
+    let sess = format!("{home}/.claude/projects/{}", slug(&proj));
+    let fh = format!("{home}/.claude/file-history/s1-{name}");
+    let mem = [("BOX_MEMORY_MAX", "512M")];
+    let restic = "RESTIC_REPOSITORY=${BOX_STATE_DIR:-/var/lib/ag-box}/restic \
+                  RESTIC_PASSWORD_FILE=${BOX_STATE_DIR:-/var/lib/ag-box}/restic-password restic";
+    t.sh(&format!(
+        "ag-box park {name} >/dev/null 2>&1; state=${{BOX_STATE_DIR:-/var/lib/ag-box}}
+         rm -f $state/meta/{name}.json $state/local/{name}.json
+         set -e; rm -rf {proj} {sess} {fh} {home}/other-{name}
+         mkdir -p {proj}/src {home}/other-{name} {home}/.ssh {sess} {fh}
+         echo v1 > {proj}/src/main.txt; echo node-secret > {proj}/.auth-secret
+         echo keep > {home}/other-{name}/private; echo key > {home}/.ssh/id_test
+         echo '{{\"type\":\"user\"}}' > {sess}/s1-{name}.jsonl; echo fh > {fh}/edit"
+    ))
+    .ok();
+
+    // track: first snapshot, pinned because of .auth-secret
+    t.sh(&format!("ag-box track {name}")).ok();
+    let ls = t.sh("ag-box ls --json").ok().stdout();
+    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
+    let row = boxes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap();
+    assert_eq!(row["path"], proj);
+    assert!(row["pinned_node"].is_string(), "{row}");
+
+    // up: unit active, tmux answers with session main in the project
+    t.sh_env(&mem, &format!("ag-box up {name}")).ok();
+    if t.systemd() {
+        let show = t
+            .sh(&format!("systemctl is-active boxrun-{name}; systemctl show boxrun-{name} -p MemoryMax -p OOMPolicy"))
+            .ok()
+            .stdout();
+        assert_eq!(show, "active\nOOMPolicy=continue\nMemoryMax=536870912\n");
+    }
+    let pane = t
+        .sh(&format!(
+            "tmux -S /run/box/{name}/tmux.sock display-message -p -t main '#{{pane_current_path}}'"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(pane.trim(), proj);
+    assert_code(&t.sh(&format!("ag-box up {name}")), 0, "already up");
+
+    // exec: writes through, runs in the project, passes exit codes
+    let out = t.sh(&format!(
+        "cd / && ag-box exec {name} -- sh -c 'echo made-inside > made.txt; pwd'"
+    ));
+    assert_eq!(out.ok().stdout(), format!("{proj}\n"));
+    let out = t.sh(&format!("cd {proj}/src && ag-box exec {name} -- pwd"));
+    assert_eq!(out.ok().stdout(), format!("{proj}/src\n"));
+    assert_eq!(
+        t.sh(&format!("cat {proj}/made.txt")).ok().stdout(),
+        "made-inside\n"
+    );
+    assert_eq!(
+        t.sh(&format!("ag-box exec {name} -- sh -c 'exit 42'"))
+            .code(),
+        42
+    );
+    assert_eq!(
+        t.sh(&format!("ag-box exec {name} -- sh -c 'kill -TERM $$'"))
+            .code(),
+        143
+    );
+
+    // isolation: other projects and ~/.ssh are invisible, home holds only the box's binds
+    assert_eq!(
+        t.sh(&format!(
+            "ag-box exec {name} -- test -e {home}/other-{name}"
+        ))
+        .code(),
+        1
+    );
+    assert_eq!(
+        t.sh(&format!("ag-box exec {name} -- test -e {home}/.ssh"))
+            .code(),
+        1
+    );
+    let listing = t
+        .sh(&format!("ag-box exec {name} -- ls -A {home}"))
+        .ok()
+        .stdout();
+    let seen: BTreeSet<&str> = listing.lines().collect();
+    assert_eq!(seen, BTreeSet::from([".claude", ".codex", ".grok", name]));
+    assert_eq!(
+        t.sh(&format!("ag-box exec {name} -- sh -c 'touch /usr/x'"))
+            .code(),
+        1
+    );
+
+    // the agent writes a new session inside the box
+    t.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo {{}} > {sess}/s2-{name}.jsonl'"
+    ))
+    .ok();
+    t.sh(&format!("ag-box snapshot {name}")).ok();
+
+    // park: the unit is gone and the lease released
+    t.sh(&format!("ag-box park {name}")).ok();
+    if t.systemd() {
+        assert_ne!(
+            t.sh(&format!("systemctl is-active boxrun-{name}"))
+                .stdout()
+                .trim(),
+            "active"
+        );
+    }
+    assert_ne!(
+        t.sh(&format!("tmux -S /run/box/{name}/tmux.sock has-session"))
+            .code(),
+        0
+    );
+    let ls = t.sh("ag-box ls --json").ok().stdout();
+    assert!(ls.contains("\"lease\": null"), "{ls}");
+
+    // wipe the project and the session slice; up restores both
+    t.sh(&format!("rm -rf {proj} {sess} {fh}")).ok();
+    t.sh_env(&mem, &format!("ag-box up {name}")).ok();
+    let restored = t
+        .sh(&format!(
+            "cat {proj}/made.txt {proj}/src/main.txt {sess}/s1-{name}.jsonl {sess}/s2-{name}.jsonl {fh}/edit; \
+             test -e {proj}/.auth-secret && echo AUTH-SECRET-PRESENT; true"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(restored, "made-inside\nv1\n{\"type\":\"user\"}\n{}\nfh\n");
+    if t.systemd() {
+        assert_eq!(
+            t.sh(&format!("systemctl is-active boxrun-{name}")).stdout(),
+            "active\n"
+        );
+    }
+    t.sh(&format!("ag-box park {name}")).ok();
+
+    // nothing active: the hourly timer's call succeeds
+    assert_code(
+        &t.sh("ag-box snapshot --active"),
+        0,
+        "no active boxes on this node, skipping",
+    );
+
+    // .auth-secret is in no snapshot of the box
+    let found = t
+        .sh(&format!(
+            "set -e; ids=$({restic} snapshots --tag box:{name} --json | grep -o '\"short_id\":\"[^\"]*\"' | cut -d'\"' -f4)
+             test -n \"$ids\"; for id in $ids; do {restic} ls $id; done"
+        ))
+        .ok()
+        .stdout();
+    assert!(found.contains(&format!("{proj}/src/main.txt")), "{found}");
+    assert!(!found.contains(".auth-secret"), "{found}");
+}
+
+#[test]
+fn lifecycle_on_a_systemd_node() {
+    let Some(node) = Node::get("nodeA") else {
+        return;
+    };
+    lifecycle(&node, "life");
+}
+
+#[test]
+fn lifecycle_with_the_direct_runtime_on_the_bare_host() {
+    let Some(host) = Host::new("direct") else {
+        return;
+    };
+    let name = format!("direct-{}", std::process::id());
+    lifecycle(&host, &name);
+}
