@@ -54,7 +54,11 @@ impl Node {
         let bin_dir = dir.join("opt-box/bin");
         std::fs::create_dir_all(&bin_dir).unwrap();
         // Copy then rename: another test process may be running the old binary.
-        let tmp = bin_dir.join(format!(".ag-box.{}", std::process::id()));
+        let tmp = bin_dir.join(format!(
+            ".ag-box.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         std::fs::copy(env!("CARGO_BIN_EXE_ag-box"), &tmp).unwrap();
         std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
         Some(Node { name })

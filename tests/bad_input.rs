@@ -1,0 +1,116 @@
+//! Bad input: a clear one-line error, a non-zero exit, and nothing created or changed.
+//! Runs on a rig node with a state dir of its own.
+
+mod common;
+
+use common::{Checked, Node, Target, assert_code};
+
+/// A rig node with a state dir of this test's own, so parallel tests do not see each other.
+struct Bad {
+    node: Node,
+    state: String,
+}
+
+fn node(test: &str) -> Option<Bad> {
+    let node = Node::get("nodeA")?;
+    let state = format!("/var/lib/ag-box-{test}");
+    node.sh_env(
+        &[("BOX_STATE_DIR", &state)],
+        &format!("ag-box park tooltest >/dev/null 2>&1; rm -rf {state}; true"),
+    )
+    .ok();
+    Some(Bad { node, state })
+}
+
+fn run(n: &Bad, script: &str) -> std::process::Output {
+    n.node.sh_env(&[("BOX_STATE_DIR", &n.state)], script)
+}
+
+/// The store's records and the node's box units, to compare before and after.
+fn world(n: &Bad) -> String {
+    let state = &n.state;
+    run(n, &format!("cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null; systemctl list-units --plain --no-legend 'boxrun-tooltest*' | cut -d' ' -f1; true"))
+        .ok()
+        .stdout()
+}
+
+#[test]
+fn bad_names_and_paths_are_refused() {
+    let Some(n) = node("names") else { return };
+    let before = world(&n);
+    let long = "a".repeat(64);
+    for bad in ["a/b", "..", "../etc", "my proj", "MyProj", long.as_str()] {
+        for verb in ["track", "up", "park", "attach"] {
+            let out = run(&n, &format!("ag-box {verb} '{bad}'"));
+            assert_code(&out, 2, "invalid box name");
+            assert_eq!(out.stderr().lines().count(), 1, "{}", out.stderr());
+        }
+    }
+    assert_code(&run(&n, "ag-box track ghost /root/does-not-exist"), 2, "does not exist");
+    assert_code(&run(&n, "ag-box track nohome"), 2, "path /root/nohome does not exist");
+    assert_code(&run(&n, "ag-box up nosuch"), 1, "box 'nosuch' is not tracked");
+    assert_code(&run(&n, "ag-box park nosuch"), 1, "box 'nosuch' is not tracked");
+    assert_code(&run(&n, "ag-box exec nosuch -- true"), 1, "box 'nosuch' is not tracked");
+    assert_code(&run(&n, "ag-box snapshot nosuch"), 1, "box 'nosuch' is not tracked");
+    assert_eq!(world(&n), before);
+}
+
+#[test]
+fn world_readable_env_is_refused() {
+    let Some(n) = node("env") else { return };
+    let out = run(
+        &n,
+        "rm -rf /root/cfg-bad && mkdir -p /root/cfg-bad && echo RESTIC_PASSWORD=x > /root/cfg-bad/env && chmod 644 /root/cfg-bad/env && \
+         BOX_CONFIG_DIR=/root/cfg-bad ag-box ls",
+    );
+    assert_code(&out, 2, "chmod 600 /root/cfg-bad/env");
+    assert!(!out.stderr().contains("RESTIC_PASSWORD=x"));
+}
+
+/// A PATH holding every tool of the node but one.
+fn path_without(n: &Bad, tool: &str) -> String {
+    let dir = format!("/root/nobin-{tool}");
+    run(n, &format!("rm -rf {dir}")).ok();
+    run(
+        n,
+        &format!(
+            "mkdir -p {dir} && for f in /usr/local/bin/* /usr/bin/* /usr/sbin/*; do \
+             b=${{f##*/}}; [ \"$b\" = {tool} ] || ln -sfn \"$f\" {dir}/$b; done"
+        ),
+    )
+    .ok();
+    format!("/opt/box/bin:{dir}")
+}
+
+#[test]
+fn missing_tools_exit_4_and_change_nothing() {
+    let Some(n) = node("tools") else { return };
+    run(&n, "rm -rf /root/tooltest && mkdir -p /root/tooltest && echo x > /root/tooltest/f").ok();
+    let before = world(&n);
+    let out = run(&n, &format!("PATH={} ag-box track tooltest", path_without(&n, "restic")));
+    assert_code(&out, 4, "required tool 'restic' not found");
+    assert_eq!(world(&n), before);
+
+    run(&n, "ag-box track tooltest").ok();
+    let tracked = world(&n);
+    for tool in ["bwrap", "tmux"] {
+        let out = run(&n, &format!("PATH={} ag-box up tooltest", path_without(&n, tool)));
+        assert_code(&out, 4, &format!("required tool '{tool}' not found"));
+        assert_eq!(world(&n), tracked, "after up without {tool}");
+    }
+
+    // up twice: the second is a no-op; park twice: the second refuses and changes nothing
+    run(&n, "ag-box up tooltest").ok();
+    let up = world(&n);
+    assert_code(&run(&n, "ag-box up tooltest"), 0, "already up");
+    assert_eq!(world(&n), up);
+    assert_code(&run(&n, "ag-box up tooltest --node elsewhere"), 2, "is not this node");
+    run(&n, "ag-box park tooltest").ok();
+    let parked = world(&n);
+    assert_code(&run(&n, "ag-box park tooltest"), 1, "box 'tooltest' is not up on this node");
+    assert_code(&run(&n, "ag-box exec tooltest -- true"), 1, "is not up on this node");
+    assert_code(&run(&n, "ag-box attach tooltest"), 1, "is not up on this node");
+    assert_eq!(world(&n), parked);
+    assert_code(&run(&n, "ag-box track tooltest"), 2, "already tracked");
+    assert_eq!(world(&n), parked);
+}
