@@ -46,12 +46,36 @@ fn bad_names_and_paths_are_refused() {
             assert_eq!(out.stderr().lines().count(), 1, "{}", out.stderr());
         }
     }
-    assert_code(&run(&n, "ag-box track ghost /root/does-not-exist"), 2, "does not exist");
-    assert_code(&run(&n, "ag-box track nohome"), 2, "path /root/nohome does not exist");
-    assert_code(&run(&n, "ag-box up nosuch"), 1, "box 'nosuch' is not tracked");
-    assert_code(&run(&n, "ag-box park nosuch"), 1, "box 'nosuch' is not tracked");
-    assert_code(&run(&n, "ag-box exec nosuch -- true"), 1, "box 'nosuch' is not tracked");
-    assert_code(&run(&n, "ag-box snapshot nosuch"), 1, "box 'nosuch' is not tracked");
+    assert_code(
+        &run(&n, "ag-box track ghost /root/does-not-exist"),
+        2,
+        "does not exist",
+    );
+    assert_code(
+        &run(&n, "ag-box track nohome"),
+        2,
+        "path /root/nohome does not exist",
+    );
+    assert_code(
+        &run(&n, "ag-box up nosuch"),
+        1,
+        "box 'nosuch' is not tracked",
+    );
+    assert_code(
+        &run(&n, "ag-box park nosuch"),
+        1,
+        "box 'nosuch' is not tracked",
+    );
+    assert_code(
+        &run(&n, "ag-box exec nosuch -- true"),
+        1,
+        "box 'nosuch' is not tracked",
+    );
+    assert_code(
+        &run(&n, "ag-box snapshot nosuch"),
+        1,
+        "box 'nosuch' is not tracked",
+    );
     assert_eq!(world(&n), before);
 }
 
@@ -85,16 +109,26 @@ fn path_without(n: &Bad, tool: &str) -> String {
 #[test]
 fn missing_tools_exit_4_and_change_nothing() {
     let Some(n) = node("tools") else { return };
-    run(&n, "rm -rf /root/tooltest && mkdir -p /root/tooltest && echo x > /root/tooltest/f").ok();
+    run(
+        &n,
+        "rm -rf /root/tooltest && mkdir -p /root/tooltest && echo x > /root/tooltest/f",
+    )
+    .ok();
     let before = world(&n);
-    let out = run(&n, &format!("PATH={} ag-box track tooltest", path_without(&n, "restic")));
+    let out = run(
+        &n,
+        &format!("PATH={} ag-box track tooltest", path_without(&n, "restic")),
+    );
     assert_code(&out, 4, "required tool 'restic' not found");
     assert_eq!(world(&n), before);
 
     run(&n, "ag-box track tooltest").ok();
     let tracked = world(&n);
     for tool in ["bwrap", "tmux"] {
-        let out = run(&n, &format!("PATH={} ag-box up tooltest", path_without(&n, tool)));
+        let out = run(
+            &n,
+            &format!("PATH={} ag-box up tooltest", path_without(&n, tool)),
+        );
         assert_code(&out, 4, &format!("required tool '{tool}' not found"));
         assert_eq!(world(&n), tracked, "after up without {tool}");
     }
@@ -104,12 +138,28 @@ fn missing_tools_exit_4_and_change_nothing() {
     let up = world(&n);
     assert_code(&run(&n, "ag-box up tooltest"), 0, "already up");
     assert_eq!(world(&n), up);
-    assert_code(&run(&n, "ag-box up tooltest --node elsewhere"), 2, "is not this node");
+    assert_code(
+        &run(&n, "ag-box up tooltest --node elsewhere"),
+        2,
+        "is not this node",
+    );
     run(&n, "ag-box park tooltest").ok();
     let parked = world(&n);
-    assert_code(&run(&n, "ag-box park tooltest"), 1, "box 'tooltest' is not up on this node");
-    assert_code(&run(&n, "ag-box exec tooltest -- true"), 1, "is not up on this node");
-    assert_code(&run(&n, "ag-box attach tooltest"), 1, "is not up on this node");
+    assert_code(
+        &run(&n, "ag-box park tooltest"),
+        1,
+        "box 'tooltest' is not up on this node",
+    );
+    assert_code(
+        &run(&n, "ag-box exec tooltest -- true"),
+        1,
+        "is not up on this node",
+    );
+    assert_code(
+        &run(&n, "ag-box attach tooltest"),
+        1,
+        "is not up on this node",
+    );
     assert_eq!(world(&n), parked);
     assert_code(&run(&n, "ag-box track tooltest"), 2, "already tracked");
     assert_eq!(world(&n), parked);
