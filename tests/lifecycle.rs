@@ -60,6 +60,25 @@ fn lifecycle(t: &dyn Target, name: &str) {
         .stdout();
     assert_eq!(pane.trim(), proj);
     assert_code(&t.sh(&format!("ag-box up {name}")), 0, "already up");
+    let status: serde_json::Value =
+        serde_json::from_str(&t.sh("ag-box status --json").ok().stdout()).unwrap();
+    assert_eq!(
+        status["runtime"],
+        if t.systemd() { "systemd" } else { "direct" }
+    );
+    assert!(
+        status["active_boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == name),
+        "{status}"
+    );
+    assert!(status["snapshots"].as_u64().unwrap() >= 1, "{status}");
+    assert_eq!(
+        t.sh("ag-box --version").ok().stdout(),
+        format!("ag-box {}\n", env!("CARGO_PKG_VERSION"))
+    );
 
     // exec: writes through, runs in the project, passes exit codes
     let out = t.sh(&format!(
