@@ -60,6 +60,11 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check the store and create the restic repository (idempotent)
+    #[command(after_help = "Example: ag-box init")]
+    Init,
+    #[command(name = "__probe", hide = true)]
+    Probe,
     #[command(name = "__anchor", hide = true)]
     Anchor {
         #[arg(long)]

@@ -25,6 +25,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_LEASE_TTL",
     "BOX_RUNTIME",
     "BOX_STATE_DIR",
+    "BOX_S3_UNSAFE_LEASES",
     "BOX_KEEP_LAST",
     "BOX_KEEP_DAILY",
     "BOX_KEEP_WEEKLY",
@@ -60,9 +61,22 @@ pub struct NodeEntry {
     pub ssh_alias: Option<String>,
 }
 
+/// Records and snapshots in an S3 bucket (multi-node).
+#[derive(Debug, Clone, PartialEq)]
+pub struct S3Config {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key_id: Secret,
+    pub secret_access_key: Secret,
+    /// The operator accepts leases on an endpoint that ignores conditional writes.
+    pub unsafe_leases: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub node: String,
+    pub s3: Option<S3Config>,
     pub state_dir: PathBuf,
     pub home: PathBuf,
     pub restic_password: Option<Secret>,
@@ -178,14 +192,38 @@ impl Config {
                 "set BOX_NODE to a name without spaces",
             ));
         }
-        if src.get("BOX_S3_ENDPOINT").is_some() {
-            return Err(UserError::usage(
-                "config key BOX_S3_ENDPOINT is set, but this build only has the embedded local store",
-                "remove BOX_S3_ENDPOINT to use the local store under BOX_STATE_DIR",
-            ));
-        }
+        let s3 = match src.get("BOX_S3_ENDPOINT") {
+            None => None,
+            Some(endpoint) => {
+                let need = |key: &str| {
+                    src.get(key).map(str::to_string).ok_or_else(|| {
+                        UserError::usage(
+                            format!("config key {key} is missing (BOX_S3_ENDPOINT is set)"),
+                            format!("add {key}=... to the env file; see env.example"),
+                        )
+                    })
+                };
+                if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+                    return Err(bad_key(
+                        "BOX_S3_ENDPOINT",
+                        endpoint,
+                        "use https://<account-id>.r2.cloudflarestorage.com",
+                    ));
+                }
+                need("RESTIC_PASSWORD")?;
+                Some(S3Config {
+                    endpoint: endpoint.trim_end_matches('/').to_string(),
+                    bucket: need("BOX_BUCKET")?,
+                    region: src.get("BOX_S3_REGION").unwrap_or("auto").to_string(),
+                    access_key_id: Secret(need("AWS_ACCESS_KEY_ID")?),
+                    secret_access_key: Secret(need("AWS_SECRET_ACCESS_KEY")?),
+                    unsafe_leases: src.get("BOX_S3_UNSAFE_LEASES") == Some("1"),
+                })
+            }
+        };
         Ok(Config {
             node,
+            s3,
             state_dir: PathBuf::from(src.get("BOX_STATE_DIR").unwrap_or("/var/lib/ag-box")),
             home: src.home.clone(),
             restic_password: src.get("RESTIC_PASSWORD").map(|p| Secret(p.to_string())),
@@ -341,6 +379,7 @@ mod tests {
             c,
             Config {
                 node: "host1".into(),
+                s3: None,
                 state_dir: "/var/lib/ag-box".into(),
                 home: "/root".into(),
                 restic_password: None,
@@ -363,6 +402,46 @@ mod tests {
             assert!(
                 e.to_string().starts_with(&format!("config key {k}=")),
                 "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn s3_needs_its_keys() {
+        let full = [
+            ("BOX_S3_ENDPOINT", "https://acc.r2.cloudflarestorage.com/"),
+            ("BOX_BUCKET", "agent-boxes"),
+            ("AWS_ACCESS_KEY_ID", "ak"),
+            ("AWS_SECRET_ACCESS_KEY", "sk"),
+            ("RESTIC_PASSWORD", "pw"),
+        ];
+        let c = Config::from_sources(&sources(&full, &[])).unwrap();
+        assert_eq!(
+            c.s3,
+            Some(S3Config {
+                endpoint: "https://acc.r2.cloudflarestorage.com".into(),
+                bucket: "agent-boxes".into(),
+                region: "auto".into(),
+                access_key_id: Secret("ak".into()),
+                secret_access_key: Secret("sk".into()),
+                unsafe_leases: false,
+            })
+        );
+        for missing in [
+            "BOX_BUCKET",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "RESTIC_PASSWORD",
+        ] {
+            let partial: Vec<(&str, &str)> = full
+                .iter()
+                .copied()
+                .filter(|(k, _)| *k != missing)
+                .collect();
+            let e = Config::from_sources(&sources(&partial, &[])).unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("config key {missing} is missing (BOX_S3_ENDPOINT is set)")
             );
         }
     }

@@ -23,6 +23,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Park { name } => commands::park::run(&name),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
         Cmd::Status { json } => commands::status::run(json),
+        Cmd::Init => commands::init::run(),
+        Cmd::Probe => commands::probe::run(),
         Cmd::Anchor {
             supervise,
             info,

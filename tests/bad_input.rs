@@ -12,7 +12,7 @@ struct Bad {
 }
 
 fn node(test: &str) -> Option<Bad> {
-    let node = Node::get("nodeA")?;
+    let node = Node::local_store("nodeA")?;
     let state = format!("/var/lib/ag-box-{test}");
     node.sh_env(
         &[("BOX_STATE_DIR", &state)],

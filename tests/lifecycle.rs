@@ -192,7 +192,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
 
 #[test]
 fn lifecycle_on_a_systemd_node() {
-    let Some(node) = Node::get("nodeA") else {
+    let Some(node) = Node::local_store("nodeA") else {
         return;
     };
     lifecycle(&node, "life");

@@ -20,6 +20,10 @@
 #   rig.sh leader NODE             print the host PID of the node's PID 1 (systemd)
 #   rig.sh dir NODE                print the node's host-side directory
 #   rig.sh status                  one line per node
+#   rig.sh link-down|link-up NODE  cut / restore NODE's network link (failure tests)
+# With nodeA up, `up` also starts the S3 server (moto, in nodeA's netns at $S3_ENDPOINT, bucket
+# $S3_BUCKET) and writes each node's /root/.config/box/{env,nodes} for that cluster; every node
+# gets /usr/local/bin/ag-box -> /opt/box/bin/ag-box, as install.sh does.
 # NODE is nodeA or nodeB.  BASE=${BOX_TEST_BASE:-/srv/boxtest} (keep it out of /tmp: each node has
 # a private /tmp).  Progress and timings go to stderr; errors are "rig.sh: error: ..." on stderr.
 set -euo pipefail
@@ -28,9 +32,12 @@ BASE=${BOX_TEST_BASE:-/srv/boxtest}
 ALL_NODES=(nodeA nodeB)
 declare -A IP=([nodeA]=10.200.0.1 [nodeB]=10.200.0.2)   # only ever configured inside our own netns
 declare -A VETH=([nodeA]=bxveth-a [nodeB]=bxveth-b)
-PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc)
+PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc curl python3-venv)
 CLEAN_PATH=/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 BOOT_TIMEOUT=${BOX_RIG_BOOT_TIMEOUT:-60}
+MOTO=/opt/moto
+S3_ENDPOINT=http://10.200.0.1:5001
+S3_BUCKET=agent-boxes
 
 PROG=rig.sh
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -76,6 +83,41 @@ install_pkgs() {
     [ $rc = 0 ] || die "apt-get failed (exit $rc)"
   fi
   command -v systemd-nspawn >/dev/null && [ -x /lib/systemd/systemd ] || die "systemd-nspawn/systemd missing"
+  if [ ! -x "$MOTO/bin/moto_server" ]; then
+    rm -rf "$MOTO"
+    python3 -m venv "$MOTO" && "$MOTO/bin/pip" install -q 'moto[server]' >/dev/null ||
+      die "installing moto[server] into $MOTO failed"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# S3 server (moto keeps everything in memory) in nodeA's netns, and the cluster's config files.
+s3_stop() {
+  local pid; pid=$(cat "$BASE/moto.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill "$pid"; wait_for 10 sh -c "! kill -0 $pid" || kill -9 "$pid"; fi
+  rm -f "$BASE/moto.pid"
+}
+s3_start() {
+  [ -x "$MOTO/bin/moto_server" ] || die "moto not installed: run '$0 install' first"
+  setsid -f sh -c "echo \$\$ > $BASE/moto.pid; exec ip netns exec box-nodeA $MOTO/bin/moto_server -H ${IP[nodeA]} -p 5001" \
+    > "$BASE/moto.log" 2>&1 < /dev/null
+  wait_for 30 ip netns exec box-nodeA curl -s -o /dev/null "$S3_ENDPOINT/" || { tail -20 "$BASE/moto.log" >&2; die "moto did not start"; }
+  ip netns exec box-nodeA curl -sf -X PUT "$S3_ENDPOINT/$S3_BUCKET" >/dev/null || die "creating bucket $S3_BUCKET failed"
+}
+write_cluster_config() { # write_cluster_config NODE...
+  local n m d
+  for n in "$@"; do
+    d=$(ndir "$n")
+    mkdir -p "$d/root/.config/box"
+    printf 'BOX_NODE=%s\nBOX_S3_ENDPOINT=%s\nBOX_BUCKET=%s\nAWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\nRESTIC_PASSWORD=rig-password\n' \
+      "$n" "$S3_ENDPOINT" "$S3_BUCKET" > "$d/root/.config/box/env"
+    chmod 600 "$d/root/.config/box/env"
+    : > "$d/root/.config/box/nodes"
+    for m in "$@"; do
+      if [ "$m" = "$n" ]; then echo "$m local"; else echo "$m $m"; fi >> "$d/root/.config/box/nodes"
+    done
+    in_node "$n" ln -sf /opt/box/bin/ag-box /usr/local/bin/ag-box
+  done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +172,7 @@ stop_node() {
 }
 nodes_down() {
   local n names=("${ALL_NODES[@]}")
+  s3_stop
   for n in "${names[@]}"; do halt_node "$n"; done    # halt all in parallel, then wait + clean
   for n in "${names[@]}"; do stop_node "$n"; done
   rmdir "$BASE/nodes" 2>/dev/null || true
@@ -245,6 +288,10 @@ nodes_up() {
     fi
   done
   log "boot ${nodes[*]} to sshd $(secs_since "$t0")s"
+  t0=$(now_us)
+  write_cluster_config "${nodes[@]}"
+  for n in "${nodes[@]}"; do [ "$n" != nodeA ] || s3_start; done
+  log "S3 + cluster config $(secs_since "$t0")s"
 }
 
 status() {
@@ -276,6 +323,9 @@ case "$cmd" in
            l=$(leader "$1"); [ -n "$l" ] || die "node $1 is not up"; echo "$l" ;;
   dir)     [ $# = 1 ] || die "usage: dir NODE"; valid_node "$1"; ndir "$1" ;;
   status)  status ;;
+  link-down|link-up)
+           [ $# = 1 ] || die "usage: $cmd NODE"; valid_node "$1"
+           ip -n "box-$1" link set "${VETH[$1]}" "${cmd#link-}" ;;
   -h|--help|help) usage ;;
   *)       usage; die "unknown subcommand '${cmd}'" ;;
 esac

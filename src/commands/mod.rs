@@ -2,8 +2,10 @@
 
 pub mod attach;
 pub mod exec;
+pub mod init;
 pub mod ls;
 pub mod park;
+pub mod probe;
 pub mod snapshot;
 pub mod status;
 pub mod track;
@@ -20,6 +22,7 @@ use crate::plan::names;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
+use crate::store::s3::S3Store;
 use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
@@ -38,7 +41,10 @@ impl Ctx {
     pub fn load() -> Result<Ctx> {
         let config = Config::load()?;
         let runtime = Runtime::select(config.runtime)?;
-        let store = Box::new(LocalStore::new(&config.state_dir));
+        let store: Box<dyn MetaStore> = match &config.s3 {
+            Some(s3) => Box::new(S3Store::new(s3)?),
+            None => Box::new(LocalStore::new(&config.state_dir)),
+        };
         Ok(Ctx {
             config,
             store,
@@ -47,7 +53,51 @@ impl Ctx {
     }
 
     pub fn restic(&self) -> Result<Restic> {
-        Restic::local(&self.config)
+        Restic::new(&self.config)
+    }
+
+    /// Does the store honour conditional writes? Probed once per store, cached in the state dir.
+    pub fn conditional_writes(&self) -> Result<bool> {
+        let cache = self.config.state_dir.join("store-probe.json");
+        let store = self.store.describe();
+        if let Ok(text) = std::fs::read_to_string(&cache)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && v["store"] == store.as_str()
+            && let Some(ok) = v["conditional_writes"].as_bool()
+        {
+            return Ok(ok);
+        }
+        let probe_key = format!("probe/{}-{}", self.config.node, std::process::id());
+        let ok = self.store.conditional_writes(&probe_key)?;
+        let saved = std::fs::create_dir_all(&self.config.state_dir).and_then(|_| {
+            std::fs::write(
+                &cache,
+                serde_json::json!({"store": store, "conditional_writes": ok}).to_string(),
+            )
+        });
+        if let Err(e) = saved {
+            tracing::warn!(
+                "could not cache the store probe in {}: {e}",
+                cache.display()
+            );
+        }
+        Ok(ok)
+    }
+
+    /// Leases are only as good as the store's compare-and-swap.
+    pub fn require_safe_leases(&self) -> Result<()> {
+        let opted_in = self.config.s3.as_ref().is_some_and(|s| s.unsafe_leases);
+        if opted_in || self.conditional_writes()? {
+            return Ok(());
+        }
+        Err(UserError::failed(
+            format!(
+                "store {} ignores conditional writes (If-None-Match/If-Match), so a box could run on two nodes at once",
+                self.store.describe()
+            ),
+            "use an endpoint that supports them (Cloudflare R2, AWS S3), or set BOX_S3_UNSAFE_LEASES=1 to accept the risk",
+        )
+        .into())
     }
 
     pub fn now(&self) -> SystemTime {

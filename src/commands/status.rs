@@ -14,6 +14,8 @@ struct Status {
     node: String,
     version: &'static str,
     store: String,
+    /// None when the store could not be probed.
+    conditional_writes: Option<bool>,
     repository: String,
     snapshots: Option<usize>,
     snapshots_error: Option<String>,
@@ -41,18 +43,29 @@ fn timer_state(runtime: Runtime) -> String {
 pub fn run(json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
-    let (snapshots, snapshots_error) = if ctx.config.state_dir.join("restic/config").exists() {
-        match restic.snapshots(None) {
+    let (snapshots, snapshots_error) = match restic.exists() {
+        Ok(false) => (
+            None,
+            Some("no repository yet (run 'ag-box init')".to_string()),
+        ),
+        Ok(true) => match restic.snapshots(None) {
             Ok(s) => (Some(s.len()), None),
             Err(e) => (None, Some(format!("{e:#}"))),
+        },
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
+    let conditional_writes = match ctx.conditional_writes() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!("store probe failed: {e:#}");
+            None
         }
-    } else {
-        (Some(0), None)
     };
     let s = Status {
         node: ctx.config.node.clone(),
         version: env!("CARGO_PKG_VERSION"),
         store: ctx.store.describe(),
+        conditional_writes,
         repository: restic.describe().to_string(),
         snapshots,
         snapshots_error,
@@ -67,7 +80,12 @@ pub fn run(json: bool) -> Result<()> {
         return Ok(());
     }
     println!("node:          {} (ag-box {})", s.node, s.version);
-    println!("store:         {}", s.store);
+    let cas = match s.conditional_writes {
+        Some(true) => "conditional writes ok",
+        Some(false) => "IGNORES conditional writes: leases refused unless BOX_S3_UNSAFE_LEASES=1",
+        None => "unreachable",
+    };
+    println!("store:         {} ({cas})", s.store);
     println!("repository:    {}", s.repository);
     match (&s.snapshots, &s.snapshots_error) {
         (Some(n), _) => println!("snapshots:     {n}"),

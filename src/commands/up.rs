@@ -4,12 +4,14 @@ use std::fs;
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, require_tools};
-use crate::error::{Code, UserError};
+use super::{Ctx, probe, require_tools};
+use crate::error::{ChildExit, Code, UserError};
+use crate::plan::schedule;
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta};
-use crate::store::{Step, update};
+use crate::store::{Step, Stored, update};
 use crate::sys::copy_state::CopyState;
+use crate::sys::nodes::Nodes;
 use crate::sys::restic::short;
 use crate::sys::restore;
 
@@ -37,24 +39,83 @@ pub fn run(name: &str, node: Option<&str>, force: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
     let here = ctx.config.node.clone();
-    if let Some(n) = node
-        && n != here
-    {
-        return Err(UserError::usage(
-            format!("node '{n}' is not this node ({here})"),
-            format!("run 'ag-box up {name}' on {n}; remote up needs the S3 store"),
-        )
-        .into());
-    }
-    if let Some(pin) = &stored.meta.pinned_node
-        && pin != &here
+    if let (Some(pin), Some(n)) = (&stored.meta.pinned_node, node)
+        && pin != n
     {
         return Err(UserError::usage(
             format!("box '{name}' is pinned to node {pin} (it holds a node-specific .auth-secret)"),
-            format!("run 'ag-box up {name}' on {pin}"),
+            format!("run 'ag-box up {name}' without --node, or on {pin}"),
         )
         .into());
     }
+    let target = match (node, &stored.meta.pinned_node) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(pin)) => pin.clone(),
+        (None, None) => match lease::plan_up(&stored.meta, &here, force) {
+            UpPlan::HeldElsewhere(l) => return Err(held_elsewhere(name, &l).into()),
+            UpPlan::AlreadyOurs { .. } => here.clone(),
+            UpPlan::Acquire | UpPlan::TakeOver(_) => schedule(&ctx)?,
+        },
+    };
+    if target != here {
+        return remote_up(&ctx, name, &target, force);
+    }
+    up_here(&ctx, stored, force)
+}
+
+/// The node with the most memory among those that answer (this one alone without a nodes file).
+fn schedule(ctx: &Ctx) -> Result<String> {
+    let here = &ctx.config.node;
+    if !ctx.config.nodes.iter().any(|n| n.ssh_alias.is_some()) {
+        return Ok(here.clone());
+    }
+    let mut nodes = Nodes::new()?;
+    let candidates = nodes.probe_all(&ctx.config.nodes, probe::reply(ctx)?);
+    let choice = schedule::choose(&candidates, env!("CARGO_PKG_VERSION"), here).map_err(|why| {
+        UserError::failed(
+            format!("no node can take the box: {why}"),
+            "check 'ag-box status' and ssh to the nodes",
+        )
+    })?;
+    for line in &choice.skipped {
+        tracing::warn!("{line}");
+    }
+    tracing::info!("scheduling on node {} (most memory available)", choice.node);
+    Ok(choice.node)
+}
+
+fn remote_up(ctx: &Ctx, name: &str, target: &str, force: bool) -> Result<()> {
+    if ctx.config.s3.is_none() {
+        return Err(UserError::usage(
+            format!(
+                "node '{target}' is not this node ({}), and the local store is not shared",
+                ctx.config.node
+            ),
+            format!("run 'ag-box up {name}' on {target}, or configure the S3 store on every node"),
+        )
+        .into());
+    }
+    let entry = ctx
+        .config
+        .nodes
+        .iter()
+        .find(|n| n.name == target && n.ssh_alias.is_some())
+        .ok_or_else(|| {
+            UserError::usage(
+                format!("node '{target}' is not in the nodes file with an ssh alias"),
+                "add '<node> <ssh-alias>' to ~/.config/box/nodes; see nodes.example",
+            )
+        })?;
+    eprintln!("starting box '{name}' on node {target}");
+    match Nodes::new()?.remote_up(entry, name, force)? {
+        0 => Ok(()),
+        code => Err(ChildExit(code).into()),
+    }
+}
+
+fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
+    let name = stored.meta.name.as_str();
+    let here = ctx.config.node.clone();
     require_tools(&["restic"])?;
     require_tools(ctx.runtime.required_tools())?;
     let spec = ctx.spec(&stored.meta);
@@ -71,6 +132,7 @@ pub fn run(name: &str, node: Option<&str>, force: bool) -> Result<()> {
     }
     let now = ctx.now();
     let ttl = ctx.config.lease_ttl;
+    ctx.require_safe_leases()?;
     let (held, meta) = update(ctx.store.as_ref(), name, |m| {
         match lease::plan_up(m, &here, force) {
             UpPlan::HeldElsewhere(l) => Err(held_elsewhere(name, &l).into()),

@@ -3,6 +3,7 @@
 pub mod names;
 pub mod restic;
 pub mod sandbox;
+pub mod schedule;
 pub mod slices;
 pub mod tmux;
 pub mod unit;

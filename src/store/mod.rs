@@ -3,6 +3,7 @@
 pub mod lease;
 pub mod local;
 pub mod meta;
+pub mod s3;
 
 use anyhow::{Result, bail};
 
@@ -35,6 +36,15 @@ pub trait MetaStore {
     fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas>;
     fn delete(&self, name: &str, expected: &Version) -> Result<Cas>;
     fn list(&self) -> Result<Vec<Meta>>;
+    /// Does the backend refuse a second create of `probe_key`? (Leases depend on it.)
+    fn conditional_writes(&self, probe_key: &str) -> Result<bool> {
+        let _ = probe_key;
+        Ok(true)
+    }
+    /// The backend is there and our credentials work.
+    fn check_reachable(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a decision function wants done with the record it was shown.

@@ -3,6 +3,7 @@
 pub mod cmd;
 pub mod copy_state;
 pub mod host;
+pub mod nodes;
 pub mod restic;
 pub mod restore;
 pub mod runtime;

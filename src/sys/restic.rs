@@ -23,16 +23,40 @@ pub struct Restic {
     bin: PathBuf,
     repository: String,
     password: Password,
+    /// Keys and region for an `s3:` repository.
+    s3: Option<(Secret, Secret, String)>,
     /// Local repositories are created on first use; remote ones by `ag-box init`.
     local_dir: Option<PathBuf>,
 }
 
 const LOCKED: &str = "repository is already locked";
 
+fn missing_repository(stderr: &str) -> bool {
+    stderr.contains("Is there a repository at the following location?")
+        || stderr.contains("unable to open config file")
+}
+
 impl Restic {
-    /// The embedded store's repository under `$BOX_STATE_DIR/restic`.
-    pub fn local(config: &Config) -> Result<Restic> {
+    /// `s3:<endpoint>/<bucket>/restic` with the S3 store, else `$BOX_STATE_DIR/restic`.
+    pub fn new(config: &Config) -> Result<Restic> {
         let bin = cmd::require("restic")?;
+        if let Some(s3) = &config.s3 {
+            let password = config
+                .restic_password
+                .clone()
+                .context("RESTIC_PASSWORD is required with S3")?;
+            return Ok(Restic {
+                bin,
+                repository: format!("s3:{}/{}/restic", s3.endpoint, s3.bucket),
+                password: Password::Value(password),
+                s3: Some((
+                    s3.access_key_id.clone(),
+                    s3.secret_access_key.clone(),
+                    s3.region.clone(),
+                )),
+                local_dir: None,
+            });
+        }
         let dir = config.state_dir.join("restic");
         let password = match &config.restic_password {
             Some(p) => Password::Value(p.clone()),
@@ -42,6 +66,7 @@ impl Restic {
             bin,
             repository: dir.to_string_lossy().into_owned(),
             password,
+            s3: None,
             local_dir: Some(dir),
         })
     }
@@ -66,23 +91,55 @@ impl Restic {
             Password::Value(s) => c.env("RESTIC_PASSWORD", s.expose()),
             Password::File(p) => c.env("RESTIC_PASSWORD_FILE", p),
         };
+        if let Some((key_id, secret, region)) = &self.s3 {
+            c.env("AWS_ACCESS_KEY_ID", key_id.expose())
+                .env("AWS_SECRET_ACCESS_KEY", secret.expose())
+                .env("AWS_DEFAULT_REGION", region);
+        }
         c
     }
 
-    /// Create the local repository (and its generated password file) on first use.
-    pub fn ensure_repo(&self) -> Result<()> {
-        let Some(dir) = &self.local_dir else {
-            return Ok(());
-        };
-        if dir.join("config").exists() {
-            return Ok(());
+    /// Does the repository exist? (An unreachable one is an error, not a "no".)
+    pub fn exists(&self) -> Result<bool> {
+        if let Some(dir) = &self.local_dir {
+            return Ok(dir.join("config").exists());
+        }
+        let out = self
+            .command(&["cat".into(), "config".into()])
+            .stdin(Stdio::null())
+            .output()
+            .context("running restic cat config")?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match out.status.success() {
+            true => Ok(true),
+            false if missing_repository(&stderr) => Ok(false),
+            false => bail!(
+                "restic cannot open {}: {}",
+                self.repository,
+                cmd::last_line(&stderr)
+            ),
+        }
+    }
+
+    /// Create the repository when it does not exist yet; true when it was created.
+    pub fn init(&self) -> Result<bool> {
+        if self.exists()? {
+            return Ok(false);
         }
         if let Password::File(p) = &self.password {
             write_new_password(p)?;
         }
-        tracing::info!("creating the restic repository {}", dir.display());
+        tracing::info!("creating the restic repository {}", self.repository);
         cmd::output(&mut self.command(&["init".into()]))
-            .with_context(|| format!("initialising restic repository {}", dir.display()))?;
+            .with_context(|| format!("initialising restic repository {}", self.repository))?;
+        Ok(true)
+    }
+
+    /// The local repository is created on first use; a remote one only by `ag-box init`.
+    pub fn ensure_repo(&self) -> Result<()> {
+        if self.local_dir.is_some() {
+            self.init()?;
+        }
         Ok(())
     }
 
@@ -118,9 +175,7 @@ impl Restic {
                 cmd::output(&mut self.command(&["unlock".into()]))?;
                 continue;
             }
-            if err_text.contains("Is there a repository at the following location?")
-                || err_text.contains("unable to open config file")
-            {
+            if missing_repository(&err_text) {
                 return Err(UserError::failed(
                     format!("restic repository {} does not exist", self.repository),
                     "run 'ag-box init' to create it",

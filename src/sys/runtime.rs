@@ -69,6 +69,46 @@ impl Runtime {
         }
     }
 
+    /// Names of the boxes whose process tree runs on this node (without asking the store).
+    pub fn running_boxes(self, run_root: &Path) -> Vec<String> {
+        let mut names: Vec<String> = match self {
+            Runtime::Systemd => cmd::which("systemctl")
+                .and_then(|sc| {
+                    cmd::output(Command::new(sc).args([
+                        "list-units",
+                        "--state=active",
+                        "--plain",
+                        "--no-legend",
+                        "boxrun-*.service",
+                    ]))
+                    .ok()
+                })
+                .map(|text| {
+                    text.lines()
+                        .filter_map(|l| {
+                            l.split_whitespace()
+                                .next()?
+                                .strip_prefix("boxrun-")?
+                                .strip_suffix(".service")
+                                .map(str::to_string)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Runtime::Direct => fs::read_dir(run_root)
+                .map(|entries| {
+                    entries
+                        .filter_map(|e| e.ok())
+                        .filter(|e| tmux::answers(&e.path().join("tmux.sock")))
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        names.sort();
+        names
+    }
+
     /// Start the box and wait until its tmux server answers.
     pub fn start(
         self,

@@ -37,10 +37,20 @@ pub fn missing(what: &str) -> Option<std::convert::Infallible> {
 
 pub struct Node {
     pub name: &'static str,
+    /// Variables every command on this node gets.
+    env: Vec<(String, String)>,
 }
 
 impl Node {
-    /// The rig's node, with this build of ag-box installed in its /opt/box/bin.
+    /// A rig node configured with the embedded local store instead of the cluster's S3 store.
+    pub fn local_store(name: &'static str) -> Option<Node> {
+        let mut node = Node::get(name)?;
+        node.env
+            .push(("BOX_CONFIG_DIR".into(), "/root/.config/box-local".into()));
+        Some(node)
+    }
+
+    /// The rig's node (S3 cluster config), with this build of ag-box in its /opt/box/bin.
     pub fn get(name: &'static str) -> Option<Node> {
         let up = Command::new(rig_sh())
             .args(["leader", name])
@@ -61,7 +71,7 @@ impl Node {
         ));
         std::fs::copy(env!("CARGO_BIN_EXE_ag-box"), &tmp).unwrap();
         std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
-        Some(Node { name })
+        Some(Node { name, env: vec![] })
     }
 }
 
@@ -69,6 +79,7 @@ impl Target for Node {
     fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
         let mut c = Command::new(rig_sh());
         c.args(["exec", self.name]);
+        c.args(self.env.iter().map(|(k, v)| format!("{k}={v}")));
         c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
         c.args(["bash", "-c", script]);
         c.output().unwrap()

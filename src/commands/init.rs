@@ -1,0 +1,30 @@
+//! `init`: check the store and create the restic repository (idempotent).
+
+use anyhow::Result;
+
+use super::{Ctx, require_tools};
+
+pub fn run() -> Result<()> {
+    let ctx = Ctx::load()?;
+    require_tools(&["restic"])?;
+    ctx.store.check_reachable()?;
+    let conditional = ctx.conditional_writes()?;
+    let restic = ctx.restic()?;
+    let created = restic.init()?;
+    println!(
+        "store:      {} (conditional writes: {})",
+        ctx.store.describe(),
+        if conditional { "ok" } else { "IGNORED" }
+    );
+    println!(
+        "repository: {} ({})",
+        restic.describe(),
+        if created { "created" } else { "already there" }
+    );
+    if !conditional {
+        tracing::warn!(
+            "this endpoint ignores conditional writes: leases are refused unless BOX_S3_UNSAFE_LEASES=1"
+        );
+    }
+    Ok(())
+}

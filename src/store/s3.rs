@@ -1,0 +1,268 @@
+//! S3 backend (Cloudflare R2 in production): `boxes/<name>/meta.json` written only by
+//! compare-and-swap (`If-None-Match: *` to create, `If-Match: <etag>` to update).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::primitives::ByteStream;
+use tokio::runtime::Runtime;
+
+use super::meta::Meta;
+use super::{Cas, MetaStore, Stored, Version};
+use crate::config::S3Config;
+use crate::error::UserError;
+
+pub struct S3Store {
+    rt: Runtime,
+    client: Client,
+    bucket: String,
+    endpoint: String,
+}
+
+fn key(name: &str) -> String {
+    format!("boxes/{name}/meta.json")
+}
+
+/// HTTP status of a failed call, when the server answered at all.
+fn status<E, R>(e: &SdkError<E, R>) -> Option<u16>
+where
+    R: HasStatus,
+{
+    e.raw_response().map(HasStatus::status)
+}
+
+trait HasStatus {
+    fn status(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
+    fn status(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl S3Store {
+    pub fn new(cfg: &S3Config) -> Result<S3Store> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&cfg.endpoint)
+            .region(Region::new(cfg.region.clone()))
+            .credentials_provider(Credentials::new(
+                cfg.access_key_id.expose(),
+                cfg.secret_access_key.expose(),
+                None,
+                None,
+                "ag-box-env",
+            ))
+            .force_path_style(true)
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .retry_config(RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .operation_attempt_timeout(Duration::from_secs(20))
+                    .operation_timeout(Duration::from_secs(60))
+                    .build(),
+            )
+            .build();
+        Ok(S3Store {
+            rt,
+            client: Client::from_conf(conf),
+            bucket: cfg.bucket.clone(),
+            endpoint: cfg.endpoint.clone(),
+        })
+    }
+
+    fn unreachable(&self, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
+        UserError::failed(
+            format!("S3 {what} at {}/{} failed: {e}", self.endpoint, self.bucket),
+            "check BOX_S3_ENDPOINT, BOX_BUCKET, the keys and the network; nothing was changed",
+        )
+        .into()
+    }
+}
+
+impl MetaStore for S3Store {
+    fn describe(&self) -> String {
+        format!("s3 {}/{}", self.endpoint, self.bucket)
+    }
+
+    /// Some S3-compatible servers ignore conditional headers and overwrite.
+    fn conditional_writes(&self, probe_key: &str) -> Result<bool> {
+        let put = || {
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(probe_key)
+                .if_none_match("*")
+                .body(ByteStream::from_static(b"probe"))
+                .send()
+        };
+        self.rt.block_on(async {
+            put().await.map_err(|e| {
+                self.unreachable("probe write", aws_sdk_s3::error::DisplayErrorContext(e))
+            })?;
+            let second = put().await;
+            let _ = self
+                .client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(probe_key)
+                .send()
+                .await;
+            match second {
+                Ok(_) => Ok(false),
+                Err(e) if status(&e) == Some(412) => Ok(true),
+                Err(e) => {
+                    Err(self.unreachable("probe write", aws_sdk_s3::error::DisplayErrorContext(e)))
+                }
+            }
+        })
+    }
+
+    fn check_reachable(&self) -> Result<()> {
+        self.rt
+            .block_on(self.client.head_bucket().bucket(&self.bucket).send())
+            .map(|_| ())
+            .map_err(|e| match status(&e) {
+                Some(404) => UserError::failed(
+                    format!(
+                        "bucket '{}' does not exist at {}",
+                        self.bucket, self.endpoint
+                    ),
+                    "create it (R2: dashboard -> R2 -> Create bucket) or fix BOX_BUCKET",
+                )
+                .into(),
+                Some(403) => UserError::failed(
+                    format!(
+                        "access to bucket '{}' at {} was denied",
+                        self.bucket, self.endpoint
+                    ),
+                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the token's bucket scope",
+                )
+                .into(),
+                _ => self.unreachable("bucket check", aws_sdk_s3::error::DisplayErrorContext(e)),
+            })
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Stored>> {
+        self.rt.block_on(async {
+            let resp = match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key(name))
+                .send()
+                .await
+            {
+                Ok(r) => r,
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
+                }
+            };
+            let etag = resp
+                .e_tag()
+                .map(str::to_string)
+                .context("S3 answered without an ETag")?;
+            let bytes = resp
+                .body
+                .collect()
+                .await
+                .context("reading a box record")?
+                .into_bytes();
+            let meta: Meta = serde_json::from_slice(&bytes)
+                .with_context(|| format!("box record {} is not valid JSON", key(name)))?;
+            Ok(Some(Stored {
+                meta,
+                version: Version(etag),
+            }))
+        })
+    }
+
+    fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
+        let body = serde_json::to_vec_pretty(meta)?;
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key(&meta.name))
+            .content_type("application/json")
+            .body(ByteStream::from(body));
+        req = match expected {
+            None => req.if_none_match("*"),
+            Some(v) => req.if_match(&v.0),
+        };
+        match self.rt.block_on(req.send()) {
+            Ok(_) => Ok(Cas::Written),
+            // 412: another writer won; 404 on If-Match: the record went away meanwhile.
+            Err(e) if matches!(status(&e), Some(412) | Some(409)) => Ok(Cas::Conflict),
+            Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
+            Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
+    }
+
+    fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
+        let req = self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key(name))
+            .if_match(&expected.0);
+        match self.rt.block_on(req.send()) {
+            Ok(_) => Ok(Cas::Written),
+            Err(e) if matches!(status(&e), Some(412) | Some(404)) => Ok(Cas::Conflict),
+            Err(e) => Err(self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<Meta>> {
+        let mut names = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let resp = self
+                .rt
+                .block_on(
+                    self.client
+                        .list_objects_v2()
+                        .bucket(&self.bucket)
+                        .prefix("boxes/")
+                        .set_continuation_token(token.clone())
+                        .send(),
+                )
+                .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            names.extend(resp.contents().iter().filter_map(|o| {
+                o.key()?
+                    .strip_prefix("boxes/")?
+                    .strip_suffix("/meta.json")
+                    .map(str::to_string)
+            }));
+            token = resp.next_continuation_token().map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(s) = self.get(&name)? {
+                out.push(s.meta);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
