@@ -52,9 +52,11 @@ fn lifecycle(t: &dyn Target, name: &str) {
             .stdout();
         assert_eq!(show, "active\nOOMPolicy=continue\nMemoryMax=536870912\n");
     }
+    // The pane's shell may still be starting when `up` returns: ask until it answers.
     let pane = t
         .sh(&format!(
-            "tmux -S /run/box/{name}/tmux.sock display-message -p -t main '#{{pane_current_path}}'"
+            "for i in $(seq 50); do p=$(tmux -S /run/box/{name}/tmux.sock display-message -p -t main '#{{pane_current_path}}'); \
+             [ -n \"$p\" ] && break; sleep 0.1; done; echo \"$p\""
         ))
         .ok()
         .stdout();

@@ -100,7 +100,7 @@ s3_stop() {
 s3_start() {
   [ -x "$MOTO/bin/moto_server" ] || die "moto not installed: run '$0 install' first"
   setsid -f sh -c "echo \$\$ > $BASE/moto.pid; exec ip netns exec box-nodeA $MOTO/bin/moto_server -H ${IP[nodeA]} -p 5001" \
-    > "$BASE/moto.log" 2>&1 < /dev/null
+    > "$BASE/moto.log" 2>&1 < /dev/null 9<&-     # 9: the rig lock, not the server's to hold
   wait_for 30 ip netns exec box-nodeA curl -s -o /dev/null "$S3_ENDPOINT/" || { tail -20 "$BASE/moto.log" >&2; die "moto did not start"; }
   ip netns exec box-nodeA curl -sf -X PUT "$S3_ENDPOINT/$S3_BUCKET" >/dev/null || die "creating bucket $S3_BUCKET failed"
 }

@@ -26,11 +26,19 @@ pub fn run(name: &str) -> Result<()> {
     // If this fails the lease stays ours and the box keeps running, untouched.
     let taken = super::snapshot::take(&ctx, &restic, &meta)?;
     if let Some(lost) = taken.forked {
+        // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.
+        if running {
+            ctx.runtime.stop(&spec)?;
+        }
+        CopyState::default().save(&ctx.config.state_dir, name)?;
         let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
         return Err(UserError::new(
             Code::LeaseHeld,
-            format!("box '{name}' was taken over by {holder}; kept this node's files as fork snapshot {} and left the box running", short(&taken.snapshot.id)),
-            format!("stop it here by hand if it is no longer wanted; the box's latest state is on {holder}"),
+            format!(
+                "box '{name}' was taken over by {holder}: stopped it here and kept this node's files as fork snapshot {}",
+                short(&taken.snapshot.id)
+            ),
+            format!("the box's latest state is on {holder}; 'restic restore {}' recovers the fork", short(&taken.snapshot.id)),
         )
         .into());
     }

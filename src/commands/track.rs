@@ -64,8 +64,9 @@ pub fn run(name: &str, path: Option<PathBuf>) -> Result<()> {
     };
     // The files live here, so this node holds the box until it is parked.
     let meta = lease::acquire(&fresh, node, now, ctx.config.lease_ttl);
+    ctx.require_safe_leases()?;
     let restic = ctx.restic()?;
-    restic.ensure_repo()?;
+    restic.require_repo()?;
     if ctx.store.put(&meta, None)? == Cas::Conflict {
         return Err(already_tracked(name).into());
     }

@@ -159,10 +159,10 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
             }
         }
     })?;
-    let result = prepare_and_start(&ctx, &meta, &held);
+    let result = prepare_and_start(ctx, &meta, &held);
     if let Err(e) = result {
         if let Held::Fresh { epoch, previous } = held {
-            hand_back(&ctx, name, epoch, previous);
+            hand_back(ctx, name, epoch, previous);
         }
         return Err(e);
     }

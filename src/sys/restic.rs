@@ -143,6 +143,22 @@ impl Restic {
         Ok(())
     }
 
+    /// Like `ensure_repo`, but also checks that a remote repository is there.
+    pub fn require_repo(&self) -> Result<()> {
+        self.ensure_repo()?;
+        if self.exists()? {
+            return Ok(());
+        }
+        Err(self.missing().into())
+    }
+
+    fn missing(&self) -> UserError {
+        UserError::failed(
+            format!("restic repository {} does not exist", self.repository),
+            "run 'ag-box init'",
+        )
+    }
+
     /// Run restic; on a stale lock, `restic unlock` (stale locks only) and try once more.
     fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<i32> {
         for attempt in 0..2 {
@@ -176,11 +192,7 @@ impl Restic {
                 continue;
             }
             if missing_repository(&err_text) {
-                return Err(UserError::failed(
-                    format!("restic repository {} does not exist", self.repository),
-                    "run 'ag-box init' to create it",
-                )
-                .into());
+                return Err(self.missing().into());
             }
             // restic 3: some source files could not be read; the snapshot exists anyway.
             if code == 3 && args[0] == "backup" {

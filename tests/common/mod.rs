@@ -215,3 +215,78 @@ pub fn assert_code(out: &Output, code: i32, stderr_has: &str) {
         out.stderr()
     );
 }
+
+/// Tests that share the two-node cluster (S3 store, links) run one at a time, across processes.
+pub fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
+    let base = std::env::var("BOX_TEST_BASE").unwrap_or_else(|_| "/srv/boxtest".into());
+    std::fs::create_dir_all(&base).unwrap();
+    let f = std::fs::File::create(Path::new(&base).join(".cluster.lock")).unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
+
+/// Both rig nodes, with a box name cleared everywhere: units, files, record, local state.
+pub struct Cluster {
+    pub a: Node,
+    pub b: Node,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+pub const S3_RECORDS: &str = "http://10.200.0.1:5001/agent-boxes/boxes";
+
+impl Cluster {
+    pub fn get() -> Option<Cluster> {
+        let lock = cluster_lock();
+        let a = Node::get("nodeA")?;
+        let b = Node::get("nodeB")?;
+        let c = Cluster { a, b, _lock: lock };
+        c.a.sh("ag-box init").ok();
+        Some(c)
+    }
+
+    pub fn node(&self, name: &str) -> &Node {
+        if name == "nodeA" { &self.a } else { &self.b }
+    }
+
+    /// A project `/root/<name>` with files and a Claude session, tracked on A and parked.
+    pub fn parked_box(&self, name: &str) {
+        for n in [&self.a, &self.b] {
+            n.sh(&format!(
+                "systemctl stop boxrun-{name} 2>/dev/null; rm -rf /root/{name} /root/.claude/projects/-root-{name} \
+                 /var/lib/ag-box/local/{name}.json; true"
+            ))
+            .ok();
+        }
+        self.a
+            .sh(&format!(
+                "set -e; curl -s -X DELETE {S3_RECORDS}/{name}/meta.json >/dev/null
+                 mkdir -p /root/{name}/src /root/.claude/projects/-root-{name}
+                 echo v1 > /root/{name}/src/main.txt
+                 echo '{{\"session\":1}}' > /root/.claude/projects/-root-{name}/s1.jsonl
+                 ag-box track {name} && ag-box park {name}"
+            ))
+            .ok();
+    }
+
+    /// (holder node, lease epoch) of a box, read from node A.
+    pub fn holder(&self, name: &str) -> Option<String> {
+        let ls = self.a.sh("ag-box ls --json").ok().stdout();
+        let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
+        let row = boxes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)?
+            .clone();
+        row["lease"]["node"].as_str().map(str::to_string)
+    }
+
+    pub fn active(&self, node: &str, name: &str) -> bool {
+        self.node(node)
+            .sh(&format!("systemctl is-active boxrun-{name}"))
+            .stdout()
+            .trim()
+            == "active"
+    }
+}

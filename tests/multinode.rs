@@ -1,0 +1,287 @@
+//! Two booted systemd nodes sharing the S3 store: migration, leases, races, scheduling, outages.
+
+mod common;
+
+use common::{Checked, Cluster, Target, assert_code};
+
+#[test]
+fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "mig";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    c.a.sh(&format!("ag-box exec {name} -- sh -c 'echo from-a > made.txt; echo {{}} > /root/.claude/projects/-root-{name}/s2.jsonl'")).ok();
+    c.a.sh(&format!("ag-box park {name}")).ok();
+
+    // up on B: files and the Claude session arrived, unit active
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    let got = c
+        .b
+        .sh(&format!("cat /root/{name}/made.txt /root/{name}/src/main.txt /root/.claude/projects/-root-{name}/s1.jsonl /root/.claude/projects/-root-{name}/s2.jsonl"))
+        .ok()
+        .stdout();
+    assert_eq!(got, "from-a\nv1\n{\"session\":1}\n{}\n");
+    assert!(c.active("nodeB", name));
+    assert_eq!(c.holder(name).as_deref(), Some("nodeB"));
+
+    // while B holds it, A cannot start it: exit 3 naming nodeB, nothing started on A
+    assert_code(
+        &c.a.sh(&format!("ag-box up {name} --node nodeA")),
+        3,
+        "is up on node nodeB",
+    );
+    assert_code(
+        &c.a.sh(&format!("ag-box up {name}")),
+        3,
+        "is up on node nodeB",
+    );
+    assert!(!c.active("nodeA", name));
+
+    // remote up: from A, start it on B
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    let out = c.a.sh(&format!("ag-box up {name} --node nodeB"));
+    assert_code(&out, 0, "is up on nodeB");
+    assert!(c.active("nodeB", name));
+    assert!(!c.active("nodeA", name));
+
+    // --force from A while B holds it: A gets the newest parked content, B's later work forks
+    c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo only-on-b > b-only.txt'"
+    ))
+    .ok();
+    let out = c.a.sh(&format!("ag-box up {name} --node nodeA --force"));
+    assert_code(&out, 0, "by force");
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/made.txt")).ok().stdout(),
+        "from-a\n"
+    );
+    assert_ne!(
+        c.a.sh(&format!("test -e /root/{name}/b-only.txt")).code(),
+        0
+    );
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+
+    let out = c.b.sh("ag-box snapshot --active");
+    assert_code(&out, 0, "keeps this node's files as a fork");
+    assert!(
+        out.stdout().contains(&format!("{name} ")) && out.stdout().contains(" fork"),
+        "{}",
+        out.stdout()
+    );
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/b-only.txt"))
+            .ok()
+            .stdout(),
+        "only-on-b\n"
+    );
+    assert_eq!(
+        c.holder(name).as_deref(),
+        Some("nodeA"),
+        "B took the lease back"
+    );
+    let forks = c
+        .b
+        .sh(&format!(
+            "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic RESTIC_PASSWORD=rig-password \
+             AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+             restic snapshots --tag box:{name} --tag fork --json | grep -c '\"fork\"'; \
+             restic ls latest --tag box:{name},fork | grep b-only.txt"
+        ))
+        .ok()
+        .stdout();
+    assert!(
+        forks.contains(&format!("/root/{name}/b-only.txt")),
+        "{forks}"
+    );
+
+    // park on the old holder stops its copy, says who holds the box, leaves the lease alone
+    assert_code(
+        &c.b.sh(&format!("ag-box park {name}")),
+        3,
+        "taken over by nodeA",
+    );
+    assert!(!c.active("nodeB", name));
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    assert_eq!(c.holder(name), None);
+}
+
+#[test]
+fn simultaneous_up_on_both_nodes_has_exactly_one_winner() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "race";
+    c.parked_box(name);
+    for round in 1..=20 {
+        let (out_a, out_b) = std::thread::scope(|s| {
+            let a = s.spawn(|| c.a.sh(&format!("ag-box up {name} --node nodeA")));
+            let b = s.spawn(|| c.b.sh(&format!("ag-box up {name} --node nodeB")));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (winner, loser, lost) = match (out_a.code(), out_b.code()) {
+            (0, 3) => ("nodeA", "nodeB", &out_b),
+            (3, 0) => ("nodeB", "nodeA", &out_a),
+            _ => panic!(
+                "round {round}: want one 0 and one 3, got A={} B={}\nA: {}\nB: {}",
+                out_a.code(),
+                out_b.code(),
+                out_a.stderr(),
+                out_b.stderr()
+            ),
+        };
+        assert!(
+            lost.stderr().contains(&format!("is up on node {winner}")),
+            "round {round}: {}",
+            lost.stderr()
+        );
+        assert!(
+            c.active(winner, name),
+            "round {round}: winner {winner} has no running box"
+        );
+        assert!(
+            !c.active(loser, name),
+            "round {round}: both nodes run the box"
+        );
+        assert_eq!(c.holder(name).as_deref(), Some(winner), "round {round}");
+        c.node(winner).sh(&format!("ag-box park {name}")).ok();
+    }
+}
+
+#[test]
+fn up_without_node_schedules_on_exactly_one_node_and_skips_unreachable_ones() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "sched";
+    c.parked_box(name);
+    let out = c.b.sh(&format!("ag-box up {name}"));
+    out.ok();
+    let on: Vec<&str> = ["nodeA", "nodeB"]
+        .into_iter()
+        .filter(|n| c.active(n, name))
+        .collect();
+    assert_eq!(on.len(), 1, "running on {on:?}\n{}", out.stderr());
+    assert_eq!(c.holder(name).as_deref(), Some(on[0]));
+    c.node(on[0]).sh(&format!("ag-box park {name}")).ok();
+
+    // B's link is cut: A skips it with a warning and starts the box itself
+    let rig = common::repo_root().join("tests/rig.sh");
+    let cut = std::process::Command::new(&rig)
+        .args(["link-down", "nodeB"])
+        .status()
+        .unwrap();
+    assert!(cut.success());
+    let out = c.a.sh(&format!("ag-box up {name}"));
+    std::process::Command::new(&rig)
+        .args(["link-up", "nodeB"])
+        .status()
+        .unwrap();
+    assert_code(&out, 0, "node nodeB is unreachable, skipped");
+    assert!(c.active("nodeA", name));
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn s3_outage_during_park_keeps_the_lease_and_the_box() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "outage";
+    c.parked_box(name);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo late > late.txt'"
+    ))
+    .ok();
+    let rig = common::repo_root().join("tests/rig.sh");
+    assert!(
+        std::process::Command::new(&rig)
+            .args(["link-down", "nodeB"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = c.b.sh(&format!("ag-box park {name}"));
+    let still_active = c.active("nodeB", name);
+    assert!(
+        std::process::Command::new(&rig)
+            .args(["link-up", "nodeB"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_ne!(
+        out.code(),
+        0,
+        "park succeeded without S3:\n{}",
+        out.stderr()
+    );
+    assert!(out.stderr().contains("S3"), "{}", out.stderr());
+    assert!(still_active, "the box was stopped by a failed park");
+    assert_eq!(c.holder(name).as_deref(), Some("nodeB"));
+
+    // after recovery the retry parks it, and A gets the late file
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    assert_eq!(c.holder(name), None);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+        "late\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
+    let Some(c) = Cluster::get() else { return };
+    let bucket = format!("fresh-{}", std::process::id());
+    c.a.sh(&format!("curl -sf -X PUT http://10.200.0.1:5001/{bucket}"))
+        .ok();
+    let env = [("BOX_BUCKET", bucket.as_str())];
+    c.a.sh("rm -rf /root/norepo && mkdir -p /root/norepo && echo x > /root/norepo/f")
+        .ok();
+
+    let status = c.a.sh_env(&env, "ag-box status").ok().stdout();
+    assert!(
+        status.contains("no repository yet (run 'ag-box init')"),
+        "{status}"
+    );
+    let out = c.a.sh_env(&env, "ag-box track norepo");
+    assert_code(&out, 1, "does not exist; hint: run 'ag-box init'");
+    assert_eq!(
+        c.a.sh_env(&env, "ag-box ls --json").ok().stdout().trim(),
+        "[]",
+        "a failed track left a record"
+    );
+
+    assert!(
+        c.a.sh_env(&env, "ag-box init")
+            .ok()
+            .stdout()
+            .contains("(created)")
+    );
+    assert!(
+        c.a.sh_env(&env, "ag-box init")
+            .ok()
+            .stdout()
+            .contains("(already there)")
+    );
+    // a lease not renewed within BOX_LEASE_TTL shows as stale (track takes the first lease)
+    let stale = [("BOX_BUCKET", bucket.as_str()), ("BOX_LEASE_TTL", "1s")];
+    c.a.sh_env(
+        &stale,
+        "ag-box track norepo && ag-box up norepo --node nodeA",
+    )
+    .ok();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.b.sh_env(&env, "ag-box ls --json").ok().stdout()).unwrap();
+    assert_eq!(ls[0]["lease"]["node"], "nodeA");
+    assert_eq!(ls[0]["lease_stale"], true);
+    assert!(
+        c.b.sh_env(&env, "ag-box ls")
+            .ok()
+            .stdout()
+            .contains("nodeA(stale)")
+    );
+    c.a.sh_env(&env, "ag-box park norepo").ok();
+
+    let out =
+        c.a.sh_env(&[("BOX_BUCKET", "no-such-bucket")], "ag-box init");
+    assert_code(&out, 1, "bucket 'no-such-bucket' does not exist");
+}
