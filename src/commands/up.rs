@@ -192,7 +192,6 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
     };
     if let Some(s) = restore_from {
         let restic = ctx.restic()?;
-        let info = restic.snapshot(&s.id, &crate::plan::restic::box_tag(&meta.name))?;
         eprintln!(
             "restoring box '{}' from snapshot {} ({} by {})",
             meta.name,
@@ -200,7 +199,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
             s.at,
             s.node
         );
-        let paths = restore::restore_in_place(&restic, &info, &meta.path)?;
+        let paths = restore::restore_in_place(&restic, &s.id, &ctx.config.home, &meta.path)?;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.save(state_dir, &meta.name)?;

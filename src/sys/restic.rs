@@ -257,14 +257,6 @@ impl Restic {
         })?;
         serde_json::from_str(text.trim()).context("parsing restic snapshots --json")
     }
-
-    /// Paths of one snapshot, as recorded by restic.
-    pub fn snapshot(&self, id: &str, tag: &str) -> Result<SnapshotInfo> {
-        self.snapshots(Some(tag))?
-            .into_iter()
-            .find(|s| s.id == id || s.id.starts_with(id))
-            .with_context(|| format!("snapshot {} not found in {}", short(id), self.repository))
-    }
 }
 
 pub fn short(id: &str) -> &str {

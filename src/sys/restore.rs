@@ -7,9 +7,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::plan::restic::SnapshotInfo;
-use crate::sys::cmd;
 use crate::sys::restic::Restic;
+use crate::sys::{cmd, slices};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -42,10 +41,11 @@ fn move_into(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
-/// Restore `snapshot` over its paths; returns the paths now in place.
+/// Restore snapshot `id` of the box at `project` over its paths; returns the paths now in place.
 pub fn restore_in_place(
     restic: &Restic,
-    snapshot: &SnapshotInfo,
+    id: &str,
+    home: &Path,
     project: &Path,
 ) -> Result<Vec<PathBuf>> {
     let staging = sibling(project, "restore");
@@ -53,10 +53,11 @@ pub fn restore_in_place(
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
     remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
-    restic.restore(&snapshot.id, &staging)?;
+    restic.restore(id, &staging)?;
+    let paths = slices::snapshot_paths_under(&staging, home, project);
     let mut swapped: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     let result = (|| -> Result<()> {
-        for path in &snapshot.paths {
+        for path in &paths {
             let staged = staging.join(path.strip_prefix("/").unwrap_or(path));
             if fs::symlink_metadata(&staged).is_err() {
                 continue;
@@ -88,7 +89,7 @@ pub fn restore_in_place(
             }
         }
         let _ = remove_any(&staging);
-        return Err(e.context(format!("restoring snapshot {}", snapshot.id)));
+        return Err(e.context(format!("restoring snapshot {id}")));
     }
     for (_, aside) in &swapped {
         if let Some(aside) = aside {
