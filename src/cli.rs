@@ -26,7 +26,13 @@ pub enum Cmd {
     },
     /// Register an existing directory as a box (default ~/<name>) and take its first snapshot
     #[command(after_help = "Example: ag-box track myproj /root/myproj")]
-    Track { name: String, path: Option<PathBuf> },
+    Track {
+        name: String,
+        path: Option<PathBuf>,
+        /// Start the box's shell inside `nix develop /etc/base-flake`
+        #[arg(long)]
+        nix: bool,
+    },
     /// Start a box on this node, restoring its newest snapshot when needed
     #[command(after_help = "Example: ag-box up myproj")]
     Up {
@@ -60,6 +66,36 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Sync the global agent credentials and config (one push node, the others pull)
+    #[command(
+        after_help = "Example: ag-box globals auto   (push or pull as BOX_GLOBALS_ROLE says)"
+    )]
+    Globals {
+        #[command(subcommand)]
+        action: GlobalsAction,
+    },
+    /// Forget old snapshots by the retention keys, then prune the repository
+    #[command(after_help = "Example: ag-box prune --dry-run")]
+    Prune {
+        /// Print the plan; remove nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete a box's snapshots and record (never its local files), after typing its name
+    #[command(after_help = "Example: ag-box drop oldproj   (or --yes in scripts)")]
+    Drop {
+        name: String,
+        /// Do not ask for the name (for scripts)
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>
+    #[command(after_help = "Example: ag-box set myproj memory_max=4G nix=true")]
+    Set {
+        name: String,
+        #[arg(required = true)]
+        settings: Vec<String>,
+    },
     /// Check the store and create the restic repository (idempotent)
     #[command(after_help = "Example: ag-box init")]
     Init,
@@ -74,6 +110,19 @@ pub enum Cmd {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
+}
+
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum GlobalsAction {
+    /// Upload this node's global agent files as the newest globals snapshot
+    #[command(after_help = "Example: ag-box globals push")]
+    Push,
+    /// Replace this node's global agent files with the newest globals snapshot
+    #[command(after_help = "Example: ag-box globals pull")]
+    Pull,
+    /// push or pull, as BOX_GLOBALS_ROLE says (nothing when it is unset)
+    #[command(after_help = "Example: ag-box globals auto")]
+    Auto,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::error::UserError;
+use crate::plan::globals::Role;
+use crate::plan::retention::Policy;
 use crate::plan::unit::valid_memory_max;
 
 pub const KNOWN_KEYS: &[&str] = &[
@@ -76,12 +78,14 @@ pub struct S3Config {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub node: String,
+    pub globals_role: Option<Role>,
     pub s3: Option<S3Config>,
     pub state_dir: PathBuf,
     pub home: PathBuf,
     pub restic_password: Option<Secret>,
     pub memory_max: Option<String>,
     pub lease_ttl: Duration,
+    pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
 }
@@ -221,14 +225,37 @@ impl Config {
                 })
             }
         };
+        let keep = |key: &str, default: usize| match src.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<usize>()
+                .map_err(|_| bad_key(key, v, "use a whole number (0 keeps none by that rule)")),
+        };
+        let retention = Policy {
+            last: keep("BOX_KEEP_LAST", Policy::DEFAULT.last)?,
+            daily: keep("BOX_KEEP_DAILY", Policy::DEFAULT.daily)?,
+            weekly: keep("BOX_KEEP_WEEKLY", Policy::DEFAULT.weekly)?,
+        };
+        let globals_role = match src.get("BOX_GLOBALS_ROLE") {
+            None => None,
+            Some(v) => Some(Role::parse(v).ok_or_else(|| {
+                bad_key(
+                    "BOX_GLOBALS_ROLE",
+                    v,
+                    "use push on one node and pull on the others",
+                )
+            })?),
+        };
         Ok(Config {
             node,
+            globals_role,
             s3,
             state_dir: PathBuf::from(src.get("BOX_STATE_DIR").unwrap_or("/var/lib/ag-box")),
             home: src.home.clone(),
             restic_password: src.get("RESTIC_PASSWORD").map(|p| Secret(p.to_string())),
             memory_max,
             lease_ttl,
+            retention,
             runtime,
             nodes: src.nodes.clone(),
         })
@@ -379,12 +406,14 @@ mod tests {
             c,
             Config {
                 node: "host1".into(),
+                globals_role: None,
                 s3: None,
                 state_dir: "/var/lib/ag-box".into(),
                 home: "/root".into(),
                 restic_password: None,
                 memory_max: Some("2G".into()),
                 lease_ttl: Duration::from_secs(10800),
+                retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],
             }

@@ -16,7 +16,7 @@ use error::{ChildExit, Code, UserError};
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Cmd::Ls { json } => commands::ls::run(json),
-        Cmd::Track { name, path } => commands::track::run(&name, path),
+        Cmd::Track { name, path, nix } => commands::track::run(&name, path, nix),
         Cmd::Up { name, node, force } => commands::up::run(&name, node.as_deref(), force),
         Cmd::Attach { name } => commands::attach::run(&name),
         Cmd::Exec { name, command } => commands::exec::run(&name, &command),
@@ -24,6 +24,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Snapshot(args) => commands::snapshot::run(args),
         Cmd::Status { json } => commands::status::run(json),
         Cmd::Init => commands::init::run(),
+        Cmd::Globals { action } => commands::globals::run(action),
+        Cmd::Prune { dry_run } => commands::prune::run(dry_run),
+        Cmd::Drop { name, yes } => commands::drop::run(&name, yes),
+        Cmd::Set { name, settings } => commands::set::run(&name, &settings),
         Cmd::Probe => commands::probe::run(),
         Cmd::Anchor {
             supervise,

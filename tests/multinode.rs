@@ -285,3 +285,199 @@ fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
         c.a.sh_env(&[("BOX_BUCKET", "no-such-bucket")], "ag-box init");
     assert_code(&out, 1, "bucket 'no-such-bucket' does not exist");
 }
+
+#[test]
+fn agent_sessions_of_the_project_move_and_others_stay() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "agents";
+    let codex_day = "/root/.codex/sessions/2026/11/29";
+    let mine = format!("{codex_day}/rollout-2026-11-29T10-00-00-{name}.jsonl");
+    let theirs = format!("{codex_day}/rollout-2026-11-29T11-00-00-other.jsonl");
+    let grok_mine = format!("/root/.grok/sessions/%2Froot%2F{name}");
+    let grok_theirs = "/root/.grok/sessions/%2Froot%2Fsomething-else";
+    let gemini = format!("/root/.gemini/tmp/{}", sha256_hex(&format!("/root/{name}")));
+    for n in [&c.a, &c.b] {
+        n.sh(&format!("rm -rf {mine} {theirs} {grok_mine} {grok_theirs} {gemini} /root/.gemini/tmp/{name}-slug /root/.codex/auth.json")).ok();
+    }
+    c.a.sh(&format!(
+        "set -e; mkdir -p {codex_day} {grok_mine} {grok_theirs} {gemini}/chats /root/.gemini/tmp/{name}-slug/chats
+         printf '%s\\n%s\\n' '{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"c1\",\"cwd\":\"/root/{name}\"}}}}' '{{\"type\":\"event\"}}' > {mine}
+         printf '%s\\n' '{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"c2\",\"cwd\":\"/root/other\"}}}}' > {theirs}
+         echo grok-mine > {grok_mine}/chat.json; echo grok-theirs > {grok_theirs}/chat.json
+         echo gemini-old > {gemini}/chats/s.json
+         echo /root/{name} > /root/.gemini/tmp/{name}-slug/.project_root; echo gemini-new > /root/.gemini/tmp/{name}-slug/chats/s.jsonl
+         echo '{{\"token\":\"secret\"}}' > /root/.codex/auth.json"
+    ))
+    .ok();
+    c.parked_box(name);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    let moved = c
+        .b
+        .sh(&format!(
+            "tail -1 {mine}; cat {grok_mine}/chat.json {gemini}/chats/s.json /root/.gemini/tmp/{name}-slug/chats/s.jsonl; \
+             for p in {theirs} {grok_theirs} /root/.codex/auth.json; do test -e $p && echo LEAKED $p; done; true"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(
+        moved,
+        "{\"type\":\"event\"}\ngrok-mine\ngemini-old\ngemini-new\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn globals_push_on_a_and_pull_on_b_keep_modes_and_follow_roles() {
+    let Some(c) = Cluster::get() else { return };
+    let cred = "/root/.claude/.credentials.json";
+    c.b.sh(&format!("rm -f {cred} /root/.gitconfig")).ok();
+    c.a.sh(&format!(
+        "set -e; mkdir -p /root/.claude; umask 077; echo '{{\"v\":1}}' > {cred}; chmod 600 {cred}
+         printf '[user]\\n\\tname = A\\n' > /root/.gitconfig; chmod 644 /root/.gitconfig"
+    ))
+    .ok();
+    c.a.sh("ag-box globals push").ok();
+    c.b.sh("ag-box globals pull").ok();
+    let got =
+        c.b.sh(&format!(
+            "stat -c '%a %n' {cred} /root/.gitconfig; cat {cred}"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(
+        got,
+        format!("600 {cred}\n644 /root/.gitconfig\n{{\"v\":1}}\n")
+    );
+
+    // auto follows BOX_GLOBALS_ROLE on each node
+    c.a.sh(&format!("echo '{{\"v\":2}}' > {cred}")).ok();
+    let out =
+        c.a.sh_env(&[("BOX_GLOBALS_ROLE", "push")], "ag-box globals auto");
+    assert!(
+        out.ok().stdout().starts_with("globals "),
+        "{}",
+        out.stderr()
+    );
+    let out =
+        c.b.sh_env(&[("BOX_GLOBALS_ROLE", "pull")], "ag-box globals auto");
+    assert!(out.ok().stderr().contains("pulled"), "{}", out.stderr());
+    assert_eq!(
+        c.b.sh(&format!("cat {cred}; stat -c %a {cred}"))
+            .ok()
+            .stdout(),
+        "{\"v\":2}\n600\n"
+    );
+    assert_code(
+        &c.b.sh("ag-box globals auto"),
+        0,
+        "BOX_GLOBALS_ROLE is not set",
+    );
+
+    // push on a pull node says what it does and does not do
+    let out =
+        c.b.sh_env(&[("BOX_GLOBALS_ROLE", "pull")], "ag-box globals push");
+    assert_code(&out, 0, "does not write them to the push node's disk");
+}
+
+fn snapshot_count(n: &common::Node, tag: &str) -> usize {
+    let out = n
+        .sh(&format!(
+            "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic RESTIC_PASSWORD=rig-password \
+             AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test; restic snapshots --tag {tag} --json"
+        ))
+        .ok()
+        .stdout();
+    serde_json::from_str::<serde_json::Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn prune_follows_retention_and_boxes_still_move() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "pr";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    for i in 0..4 {
+        c.a.sh(&format!(
+            "ag-box exec {name} -- sh -c 'echo {i} > n.txt' && ag-box snapshot {name}"
+        ))
+        .ok();
+    }
+    c.a.sh(&format!("ag-box exec {name} -- sh -c 'echo final > n.txt'"))
+        .ok();
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    let before = snapshot_count(&c.a, &format!("box:{name}"));
+    assert!(before >= 6, "{before}");
+    let keep = [
+        ("BOX_KEEP_LAST", "2"),
+        ("BOX_KEEP_DAILY", "0"),
+        ("BOX_KEEP_WEEKLY", "0"),
+    ];
+
+    let dry = c.a.sh_env(&keep, "ag-box prune --dry-run");
+    assert_code(&dry, 0, "dry run: nothing was removed");
+    let forget_lines = dry
+        .stdout()
+        .lines()
+        .filter(|l| l.starts_with(&format!("forget {name} ")))
+        .count();
+    assert_eq!(forget_lines, before - 2, "{}", dry.stdout());
+    assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), before);
+
+    c.a.sh_env(&keep, "ag-box prune").ok();
+    assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), 2);
+
+    // the parked snapshot survived: the box still moves
+    c.b.sh(&format!(
+        "rm -rf /root/{name}; ag-box up {name} --node nodeB"
+    ))
+    .ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/n.txt")).ok().stdout(),
+        "final\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn drop_needs_confirmation_and_a_parked_box_and_keeps_local_files() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "dr";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_code(
+        &c.a.sh(&format!("ag-box drop {name} --yes")),
+        3,
+        "is up on node nodeA",
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    assert_code(
+        &c.a.sh(&format!("ag-box drop {name} < /dev/null")),
+        2,
+        "without confirmation",
+    );
+    assert!(c.holder(name).is_none() && snapshot_count(&c.a, &format!("box:{name}")) > 0);
+
+    c.b.sh(&format!("ag-box drop {name} --yes")).ok();
+    let ls = c.a.sh("ag-box ls --json").ok().stdout();
+    assert!(!ls.contains(&format!("\"name\": \"{name}\"")), "{ls}");
+    assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), 0);
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v1\n"
+    );
+    assert_code(&c.a.sh(&format!("ag-box up {name}")), 1, "is not tracked");
+}

@@ -1,11 +1,15 @@
 //! One thin file per verb: load, plan, print, execute.
 
 pub mod attach;
+pub mod drop;
 pub mod exec;
+pub mod globals;
 pub mod init;
 pub mod ls;
 pub mod park;
 pub mod probe;
+pub mod prune;
+pub mod set;
 pub mod snapshot;
 pub mod status;
 pub mod track;

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here};
 use crate::cli::SnapshotArgs;
-use crate::plan::restic::BackupSpec;
+use crate::plan::restic::{BackupSpec, backup_args};
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
@@ -53,7 +53,7 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
         exclude_files,
         paths: paths.clone(),
     };
-    let id = restic.backup(&spec)?;
+    let id = restic.backup(&meta.name, &backup_args(&spec))?;
     let now = ctx.now();
     let snapshot = SnapshotRef {
         id,

@@ -13,7 +13,7 @@ use crate::store::meta::{META_VERSION, Meta};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
 
-pub fn run(name: &str, path: Option<PathBuf>) -> Result<()> {
+pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
     names::validate(name)?;
     let ctx = Ctx::load()?;
     let given = path.unwrap_or_else(|| ctx.config.home.join(name));
@@ -58,7 +58,7 @@ pub fn run(name: &str, path: Option<PathBuf>) -> Result<()> {
         created_at: timestamp(now),
         pinned_node: pinned.clone(),
         memory_max: None,
-        nix: false,
+        nix,
         lease: None,
         last_snapshot: None,
     };

@@ -6,14 +6,14 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, probe, require_tools};
 use crate::error::{ChildExit, Code, UserError};
-use crate::plan::schedule;
+use crate::plan::{schedule, tmux};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta};
 use crate::store::{Step, Stored, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::nodes::Nodes;
 use crate::sys::restic::short;
-use crate::sys::restore;
+use crate::sys::{cmd, restore, slices};
 
 fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -113,11 +113,44 @@ fn remote_up(ctx: &Ctx, name: &str, target: &str, force: bool) -> Result<()> {
     }
 }
 
+/// A `nix: true` box needs nix and the base flake on this node.
+fn require_nix(name: &str) -> Result<()> {
+    let fix = format!(
+        "install Nix (https://install.determinate.systems/nix) and run install.sh, or 'ag-box set {name} nix=false'"
+    );
+    if cmd::which("nix").is_none() {
+        return Err(UserError::new(
+            Code::ToolMissing,
+            format!("box '{name}' has nix: true, but nix is not installed on this node"),
+            fix,
+        )
+        .into());
+    }
+    if !std::path::Path::new(tmux::BASE_FLAKE)
+        .join("flake.nix")
+        .exists()
+    {
+        return Err(UserError::new(
+            Code::ToolMissing,
+            format!(
+                "box '{name}' has nix: true, but {} has no flake.nix",
+                tmux::BASE_FLAKE
+            ),
+            fix,
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
     let name = stored.meta.name.as_str();
     let here = ctx.config.node.clone();
     require_tools(&["restic"])?;
     require_tools(ctx.runtime.required_tools())?;
+    if stored.meta.nix {
+        require_nix(name)?;
+    }
     let spec = ctx.spec(&stored.meta);
     if ctx.runtime.is_active(&spec) {
         match &stored.meta.lease {
@@ -199,7 +232,9 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
             s.at,
             s.node
         );
-        let paths = restore::restore_in_place(&restic, &s.id, &ctx.config.home, &meta.path)?;
+        let paths = restore::restore_in_place(&restic, &s.id, &meta.path, &|root| {
+            slices::snapshot_paths_under(root, &ctx.config.home, &meta.path)
+        })?;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.save(state_dir, &meta.name)?;
@@ -224,7 +259,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
         .memory_max
         .as_deref()
         .or(ctx.config.memory_max.as_deref());
-    ctx.runtime.start(&spec, &bwrap_args, memory_max)
+    ctx.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
 /// A failed `up` must not leave the lease taken.

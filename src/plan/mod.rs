@@ -1,7 +1,9 @@
 //! Pure planning code: no I/O, clock or environment. Everything here is unit-tested by value.
 
+pub mod globals;
 pub mod names;
 pub mod restic;
+pub mod retention;
 pub mod sandbox;
 pub mod schedule;
 pub mod slices;

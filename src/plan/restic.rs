@@ -8,6 +8,8 @@ use serde::Deserialize;
 pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret"];
 
 pub const FORK_TAG: &str = "fork";
+pub const GLOBALS_TAG: &str = "globals";
+const GLOBALS_HOST: &str = "ag-box-globals";
 
 pub fn box_tag(name: &str) -> String {
     format!("box:{name}")
@@ -56,6 +58,32 @@ pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
     }
     a.push("--".into());
     a.extend(spec.paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    a
+}
+
+/// The global agent files of the push node; `paths` are those that exist.
+pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "backup",
+        "--json",
+        "--host",
+        GLOBALS_HOST,
+        "--tag",
+        GLOBALS_TAG,
+        "--tag",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.push(format!("node:{node}"));
+    a.push("--".into());
+    a.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
+    a
+}
+
+/// Forget the given snapshots (the space is freed by a later `prune`).
+pub fn forget_args(ids: &[String]) -> Vec<String> {
+    let mut a = vec!["forget".to_string()];
+    a.extend(ids.iter().cloned());
     a
 }
 
@@ -209,6 +237,29 @@ mod tests {
             Some(BackupMessage::Other)
         );
         assert_eq!(parse_backup_line("not json"), None);
+    }
+
+    #[test]
+    fn globals_and_forget_argvs() {
+        assert_eq!(
+            globals_backup_args("node-a", &["/root/.gitconfig".into()]),
+            [
+                "backup",
+                "--json",
+                "--host",
+                "ag-box-globals",
+                "--tag",
+                "globals",
+                "--tag",
+                "node:node-a",
+                "--",
+                "/root/.gitconfig"
+            ]
+        );
+        assert_eq!(
+            forget_args(&["a1".into(), "b2".into()]),
+            ["forget", "a1", "b2"]
+        );
     }
 
     #[test]

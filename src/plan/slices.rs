@@ -54,6 +54,50 @@ pub fn claude_session_dirs(home: &Path, session_ids: &[String]) -> Vec<PathBuf> 
         .collect()
 }
 
+/// Codex: the `cwd` of a rollout file's first line (`session_meta`), if it is one.
+pub fn codex_rollout_cwd(first_line: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(first_line).ok()?;
+    if v.get("type")?.as_str()? != "session_meta" {
+        return None;
+    }
+    Some(v.get("payload")?.get("cwd")?.as_str()?.to_string())
+}
+
+/// Codex keeps rollouts under `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`.
+pub fn codex_sessions_root(home: &Path) -> PathBuf {
+    home.join(".codex/sessions")
+}
+
+pub fn is_codex_rollout(file_name: &str) -> bool {
+    file_name.starts_with("rollout-") && file_name.ends_with(".jsonl")
+}
+
+/// Grok: `~/.grok/sessions/<percent-encoded cwd>/` (JavaScript's encodeURIComponent).
+pub fn grok_session_dir(home: &Path, project: &Path) -> PathBuf {
+    let mut enc = String::new();
+    for b in project.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            enc.push(char::from(b));
+        } else {
+            enc.push_str(&format!("%{b:02X}"));
+        }
+    }
+    home.join(".grok/sessions").join(enc)
+}
+
+/// Gemini CLI, older layout: `~/.gemini/tmp/<sha256 of the project path>/`.
+pub fn gemini_hash_dir(home: &Path, project: &Path) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(project.to_string_lossy().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    gemini_tmp(home).join(hex)
+}
+
+/// Gemini CLI, newer layout: `~/.gemini/tmp/<slug>/` holding a `.project_root` file with the path.
+pub fn gemini_tmp(home: &Path) -> PathBuf {
+    home.join(".gemini/tmp")
+}
+
 /// Session ids are the names of the `<id>.jsonl` transcripts in the project dir.
 pub fn session_ids(transcript_names: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = transcript_names
@@ -95,6 +139,34 @@ mod tests {
     fn slug_of_exactly_200_units_is_not_hashed() {
         let p = format!("/{}", "x".repeat(199));
         assert_eq!(claude_slug(Path::new(&p)), format!("-{}", "x".repeat(199)));
+    }
+
+    #[test]
+    fn codex_first_line() {
+        let line = r#"{"timestamp":"2026-11-29T10:00:00Z","type":"session_meta","payload":{"id":"x","cwd":"/root/demo","cli_version":"0.60.0"}}"#;
+        assert_eq!(codex_rollout_cwd(line), Some("/root/demo".into()));
+        assert_eq!(
+            codex_rollout_cwd(r#"{"type":"response_item","payload":{"cwd":"/root/demo"}}"#),
+            None
+        );
+        assert_eq!(codex_rollout_cwd("garbage"), None);
+        assert!(is_codex_rollout("rollout-2026-11-29T10-00-00-abc.jsonl"));
+        assert!(!is_codex_rollout("history.jsonl"));
+    }
+
+    #[test]
+    fn grok_and_gemini_dirs() {
+        assert_eq!(
+            grok_session_dir(Path::new("/root"), Path::new("/root/my proj_v2")),
+            PathBuf::from("/root/.grok/sessions/%2Froot%2Fmy%20proj_v2")
+        );
+        // sha256("/root/demo"), computed with sha256sum
+        assert_eq!(
+            gemini_hash_dir(Path::new("/root"), Path::new("/root/demo")),
+            PathBuf::from(
+                "/root/.gemini/tmp/b116d8261891cdc2b47c9267d6b7ec944a8e80b1a13c128702a71cf76ac52a1a"
+            )
+        );
     }
 
     #[test]

@@ -3,13 +3,20 @@
 use std::path::Path;
 
 pub const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
+pub const BASE_FLAKE: &str = "/etc/base-flake";
 
-/// Sources the operator's inner config when present and creates session `main` in the project.
-pub fn server_conf(project: &Path) -> String {
+/// Sources the operator's inner config when present and creates session `main` in the project;
+/// a `nix` box's shells start inside the base flake's dev shell.
+pub fn server_conf(project: &Path, nix: bool) -> String {
+    let shell = if nix {
+        format!("set -g default-command \"nix develop {BASE_FLAKE} --command bash\"\n")
+    } else {
+        String::new()
+    };
     format!(
         "# written by ag-box at each start\n\
          source-file -q {INNER_CONF}\n\
-         new-session -d -s main -c {}\n",
+         {shell}new-session -d -s main -c {}\n",
         quote(&project.to_string_lossy())
     )
 }
@@ -54,10 +61,21 @@ mod tests {
     #[test]
     fn conf_creates_main_in_the_project() {
         assert_eq!(
-            server_conf(Path::new("/srv/my \"q\" $x")),
+            server_conf(Path::new("/srv/my \"q\" $x"), false),
             "# written by ag-box at each start\n\
              source-file -q /etc/box/tmux-inner.conf\n\
              new-session -d -s main -c \"/srv/my \\\"q\\\" \\$x\"\n"
+        );
+    }
+
+    #[test]
+    fn nix_boxes_start_shells_in_the_base_flake() {
+        assert_eq!(
+            server_conf(Path::new("/root/p"), true),
+            "# written by ag-box at each start\n\
+             source-file -q /etc/box/tmux-inner.conf\n\
+             set -g default-command \"nix develop /etc/base-flake --command bash\"\n\
+             new-session -d -s main -c \"/root/p\"\n"
         );
     }
 

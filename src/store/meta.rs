@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::UserError;
+use crate::plan::unit::valid_memory_max;
+
 pub const META_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,4 +38,100 @@ pub struct SnapshotRef {
     pub at: String,
     pub node: String,
     pub epoch: u64,
+}
+
+impl Meta {
+    /// `ag-box set`: one `key=value` applied to the record.
+    pub fn with_setting(&self, assignment: &str) -> Result<Meta, UserError> {
+        let bad = |hint: &str| {
+            UserError::usage(
+                format!("box '{}': invalid setting '{assignment}'", self.name),
+                hint,
+            )
+        };
+        let (key, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| bad("use key=value with key memory_max, nix or pin"))?;
+        let none = value == "none" || value.is_empty();
+        let mut next = self.clone();
+        match key {
+            "memory_max" if none => next.memory_max = None,
+            "memory_max" if valid_memory_max(value) => next.memory_max = Some(value.to_string()),
+            "memory_max" => {
+                return Err(bad(
+                    "memory_max takes e.g. 1500M, 4G, 50%, infinity or none",
+                ));
+            }
+            "nix" => {
+                next.nix = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("nix takes true or false")),
+                }
+            }
+            "pin" if none => next.pinned_node = None,
+            "pin" if !value.contains(char::is_whitespace) => {
+                next.pinned_node = Some(value.to_string())
+            }
+            _ => {
+                return Err(bad(
+                    "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>",
+                ));
+            }
+        }
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn meta() -> Meta {
+        Meta {
+            version: META_VERSION,
+            name: "d".into(),
+            path: "/root/d".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            pinned_node: None,
+            memory_max: None,
+            nix: false,
+            lease: None,
+            last_snapshot: None,
+        }
+    }
+
+    #[test]
+    fn settings() {
+        let m = meta()
+            .with_setting("memory_max=2G")
+            .and_then(|m| m.with_setting("nix=true"))
+            .and_then(|m| m.with_setting("pin=node-a"))
+            .unwrap();
+        assert_eq!(
+            m,
+            Meta {
+                memory_max: Some("2G".into()),
+                nix: true,
+                pinned_node: Some("node-a".into()),
+                ..meta()
+            }
+        );
+        let cleared = m
+            .with_setting("memory_max=none")
+            .and_then(|m| m.with_setting("pin=none"))
+            .unwrap();
+        assert_eq!(
+            cleared,
+            Meta {
+                nix: true,
+                ..meta()
+            }
+        );
+        for bad in ["memory_max=lots", "nix=yes", "color=red", "nix", "pin=a b"] {
+            let e = meta().with_setting(bad).unwrap_err();
+            assert!(e.message.contains("invalid setting"), "{bad}: {e}");
+        }
+    }
 }

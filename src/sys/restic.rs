@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
-use crate::plan::restic::{self as plan, BackupMessage, BackupSpec, SnapshotInfo};
+use crate::plan::restic::{self as plan, BackupMessage, SnapshotInfo};
 use crate::sys::{cmd, host};
 
 enum Password {
@@ -87,6 +87,8 @@ impl Restic {
             c.env_remove(var);
         }
         c.env("RESTIC_REPOSITORY", &self.repository);
+        // Snapshot times in UTC ("...Z"), so they parse the same on every node.
+        c.env("TZ", "UTC");
         match &self.password {
             Password::Value(s) => c.env("RESTIC_PASSWORD", s.expose()),
             Password::File(p) => c.env("RESTIC_PASSWORD_FILE", p),
@@ -212,10 +214,11 @@ impl Restic {
     }
 
     /// Back up; returns the new snapshot id.
-    pub fn backup(&self, spec: &BackupSpec) -> Result<String> {
-        let bar = progress_bar(&format!("snapshot {}", spec.name));
+    /// Run a planned `restic backup --json`; returns the new snapshot id. `label` names what is saved.
+    pub fn backup(&self, label: &str, args: &[String]) -> Result<String> {
+        let bar = progress_bar(&format!("snapshot {label}"));
         let mut id = None;
-        self.run(&plan::backup_args(spec), &mut |line| match plan::parse_backup_line(line) {
+        self.run(args, &mut |line| match plan::parse_backup_line(line) {
             Some(BackupMessage::Status { percent_done, .. }) => {
                 if let Some(b) = &bar {
                     b.set_position((percent_done * 100.0) as u64);
@@ -223,9 +226,8 @@ impl Restic {
             }
             Some(BackupMessage::Summary { snapshot_id, files_new, files_changed, data_added }) => {
                 tracing::info!(
-                    "snapshot {} of {}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
+                    "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
                     short(&snapshot_id),
-                    spec.name
                 );
                 id = Some(snapshot_id);
             }
@@ -234,7 +236,16 @@ impl Restic {
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        id.with_context(|| format!("restic backup of {} printed no snapshot id", spec.name))
+        id.with_context(|| format!("restic backup of {label} printed no snapshot id"))
+    }
+
+    pub fn forget(&self, args: &[String]) -> Result<()> {
+        self.run(args, &mut |_| {}).map(|_| ())
+    }
+
+    /// Free the space of forgotten snapshots (takes the repository's exclusive lock).
+    pub fn prune(&self) -> Result<()> {
+        self.run(&["prune".into()], &mut |_| {}).map(|_| ())
     }
 
     pub fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {

@@ -7,8 +7,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::sys::cmd;
 use crate::sys::restic::Restic;
-use crate::sys::{cmd, slices};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -41,20 +41,21 @@ fn move_into(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
-/// Restore snapshot `id` of the box at `project` over its paths; returns the paths now in place.
+/// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
+/// `paths_in(staging)` finds there; returns the paths now in place.
 pub fn restore_in_place(
     restic: &Restic,
     id: &str,
-    home: &Path,
-    project: &Path,
+    anchor: &Path,
+    paths_in: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> Result<Vec<PathBuf>> {
-    let staging = sibling(project, "restore");
+    let staging = sibling(anchor, "restore");
     if let Some(parent) = staging.parent() {
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
     remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
     restic.restore(id, &staging)?;
-    let paths = slices::snapshot_paths_under(&staging, home, project);
+    let paths = paths_in(&staging);
     let mut swapped: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     let result = (|| -> Result<()> {
         for path in &paths {
@@ -65,6 +66,14 @@ pub fn restore_in_place(
             if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent)
                     .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let both_files =
+                !staged.is_dir() && fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir());
+            if both_files {
+                // A file is replaced atomically: readers see the old or the new one, never none.
+                move_into(&staged, path)?;
+                swapped.push((path.clone(), None));
+                continue;
             }
             let aside = if fs::symlink_metadata(path).is_ok() {
                 let aside = sibling(path, "previous");

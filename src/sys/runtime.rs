@@ -115,6 +115,7 @@ impl Runtime {
         spec: &BoxSpec,
         bwrap_args: &[String],
         memory_max: Option<&str>,
+        nix: bool,
     ) -> Result<()> {
         let bwrap = cmd::require("bwrap")?;
         let exe = std::env::current_exe().context("locating the ag-box binary")?;
@@ -122,7 +123,7 @@ impl Runtime {
             .with_context(|| format!("creating {}", spec.run_dir.display()))?;
         let _ = fs::remove_file(spec.socket());
         let _ = fs::remove_file(spec.info_file());
-        fs::write(spec.tmux_conf(), tmux_plan::server_conf(&spec.project))
+        fs::write(spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix))
             .with_context(|| format!("writing {}", spec.tmux_conf().display()))?;
         let supervise = self == Runtime::Direct;
         let anchor = unit::anchor_argv(&exe, supervise, &spec.info_file(), &bwrap, bwrap_args);

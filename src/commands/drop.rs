@@ -1,0 +1,95 @@
+//! `drop <name> [--yes]`: delete a box's snapshots and record after confirmation; never local files.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{Context, Result};
+
+use super::{Ctx, require_tools};
+use crate::error::{Code, UserError};
+use crate::plan::restic::{box_tag, forget_args};
+use crate::store::Cas;
+use crate::sys::copy_state::CopyState;
+
+fn confirm(name: &str) -> Result<()> {
+    if !std::io::stdin().is_terminal() {
+        return Err(UserError::usage(
+            format!("refusing to drop box '{name}' without confirmation"),
+            format!(
+                "run it in a terminal to type the name, or 'ag-box drop {name} --yes' in scripts"
+            ),
+        )
+        .into());
+    }
+    eprint!(
+        "This deletes every snapshot and the record of box '{name}' (local files stay).\nType the box name to confirm: "
+    );
+    std::io::stderr().flush()?;
+    let mut typed = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut typed)
+        .context("reading the confirmation")?;
+    if typed.trim() != name {
+        return Err(UserError::failed(
+            "confirmation did not match; nothing was deleted",
+            "type the box name exactly",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+pub fn run(name: &str, yes: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let stored = ctx.tracked(name)?;
+    require_tools(&["restic"])?;
+    let up_here = ctx.runtime.is_active(&ctx.spec(&stored.meta));
+    if let Some(l) = &stored.meta.lease {
+        return Err(UserError::new(
+            Code::LeaseHeld,
+            format!(
+                "box '{name}' is up on node {} (or holds its lease there)",
+                l.node
+            ),
+            format!("run 'ag-box park {name}' on {} first", l.node),
+        )
+        .into());
+    }
+    if up_here {
+        return Err(UserError::failed(
+            format!("box '{name}' is running on this node"),
+            format!("run 'ag-box park {name}' first"),
+        )
+        .into());
+    }
+    if !yes {
+        confirm(name)?;
+    }
+    let restic = ctx.restic()?;
+    let ids: Vec<String> = restic
+        .snapshots(Some(&box_tag(name)))?
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    // The record goes first, on the very version that had no lease: nobody can have taken it meanwhile.
+    if ctx.store.delete(name, &stored.version)? == Cas::Conflict {
+        return Err(UserError::failed(
+            format!("box '{name}' changed while dropping it; nothing was deleted"),
+            "check 'ag-box ls' and try again",
+        )
+        .into());
+    }
+    CopyState::remove(&ctx.config.state_dir, name)?;
+    if !ids.is_empty() {
+        restic
+            .forget(&forget_args(&ids))
+            .and_then(|_| restic.prune())
+            .with_context(|| format!("box '{name}': record deleted, but its snapshots remain; run 'restic forget --tag {}' by hand", box_tag(name)))?;
+    }
+    eprintln!(
+        "dropped box '{name}': its record and {} snapshots are deleted; the files at {} are kept",
+        ids.len(),
+        stored.meta.path.display()
+    );
+    Ok(())
+}

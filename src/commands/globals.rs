@@ -1,0 +1,89 @@
+//! `globals push|pull|auto`: the global agent credentials and config, one way, as restic snapshots.
+
+use anyhow::Result;
+
+use super::{Ctx, require_tools};
+use crate::cli::GlobalsAction;
+use crate::error::UserError;
+use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
+use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
+use crate::sys::restic::short;
+use crate::sys::restore;
+
+pub fn run(action: GlobalsAction) -> Result<()> {
+    let ctx = Ctx::load()?;
+    require_tools(&["restic"])?;
+    let role = ctx.config.globals_role;
+    match action {
+        GlobalsAction::Push => push(&ctx, role),
+        GlobalsAction::Pull => pull(&ctx),
+        GlobalsAction::Auto => match role {
+            Some(Role::Push) => push(&ctx, role),
+            Some(Role::Pull) => pull(&ctx),
+            None => {
+                eprintln!("BOX_GLOBALS_ROLE is not set on this node: globals not synced");
+                Ok(())
+            }
+        },
+    }
+}
+
+fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
+    if role == Some(Role::Pull) {
+        tracing::warn!("{PUSH_FROM_PULL_NODE}");
+    }
+    let paths: Vec<_> = globals::global_paths(&ctx.config.home)
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect();
+    if paths.is_empty() {
+        eprintln!("no global agent files on this node: nothing to push");
+        return Ok(());
+    }
+    let restic = ctx.restic()?;
+    restic.ensure_repo()?;
+    let id = restic.backup("globals", &globals_backup_args(&ctx.config.node, &paths))?;
+    println!("globals {id}");
+    eprintln!(
+        "pushed {} global files and dirs (snapshot {})",
+        paths.len(),
+        short(&id)
+    );
+    Ok(())
+}
+
+fn pull(ctx: &Ctx) -> Result<()> {
+    let restic = ctx.restic()?;
+    let newest = restic
+        .snapshots(Some(GLOBALS_TAG))?
+        .into_iter()
+        .max_by(|a, b| a.time.cmp(&b.time))
+        .ok_or_else(|| {
+            UserError::failed(
+                "there is no globals snapshot yet",
+                "run 'ag-box globals push' on the push node first",
+            )
+        })?;
+    let home = ctx.config.home.clone();
+    let candidates = globals::global_paths(&home);
+    let placed = restore::restore_in_place(
+        &restic,
+        &newest.id,
+        &home.join(".ag-box-globals"),
+        &|root| {
+            candidates
+                .iter()
+                .filter(|p| root.join(p.strip_prefix("/").unwrap_or(p)).exists())
+                .cloned()
+                .collect()
+        },
+    )?;
+    println!("globals {}", newest.id);
+    eprintln!(
+        "pulled {} global files and dirs from snapshot {} ({})",
+        placed.len(),
+        short(&newest.id),
+        newest.time
+    );
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `prune [--dry-run]`: retention per box and for globals, then one `restic prune`.
+
+use std::time::SystemTime;
+
+use anyhow::Result;
+
+use super::{Ctx, require_tools};
+use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_args};
+use crate::plan::retention::{self, Snap};
+use crate::sys::restic::short;
+
+fn snaps(infos: &[SnapshotInfo]) -> Vec<Snap> {
+    infos
+        .iter()
+        .filter_map(|i| match humantime::parse_rfc3339_weak(&i.time) {
+            Ok(time) => Some(Snap {
+                id: i.id.clone(),
+                time,
+                fork: i.tags.iter().any(|t| t == FORK_TAG),
+            }),
+            Err(_) => {
+                tracing::warn!(
+                    "snapshot {} has an unreadable time '{}'; kept",
+                    short(&i.id),
+                    i.time
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+pub fn run(dry_run: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    require_tools(&["restic"])?;
+    let restic = ctx.restic()?;
+    let all = restic.snapshots(None)?;
+    let policy = ctx.config.retention;
+    let now = SystemTime::now();
+    let mut groups: Vec<(String, String, Option<String>)> = ctx
+        .store
+        .list()?
+        .into_iter()
+        .map(|m| {
+            (
+                m.name.clone(),
+                box_tag(&m.name),
+                m.last_snapshot.map(|s| s.id),
+            )
+        })
+        .collect();
+    groups.push(("(globals)".into(), GLOBALS_TAG.into(), None));
+    let mut forget = Vec::new();
+    for (label, tag, pinned) in groups {
+        let infos: Vec<SnapshotInfo> = all
+            .iter()
+            .filter(|s| s.tags.contains(&tag))
+            .cloned()
+            .collect();
+        let plan = retention::plan(&snaps(&infos), policy, pinned.as_deref(), now);
+        for (id, reason) in &plan.keep {
+            println!("keep   {label} {} {reason:?}", short(id));
+        }
+        for id in &plan.forget {
+            println!("forget {label} {}", short(id));
+        }
+        forget.extend(plan.forget);
+    }
+    eprintln!(
+        "retention: last {}, daily {}, weekly {}; {} of {} snapshots to forget",
+        policy.last,
+        policy.daily,
+        policy.weekly,
+        forget.len(),
+        all.len()
+    );
+    if dry_run {
+        eprintln!("dry run: nothing was removed");
+        return Ok(());
+    }
+    if !forget.is_empty() {
+        restic.forget(&forget_args(&forget))?;
+    }
+    restic.prune()?;
+    eprintln!("pruned the repository");
+    Ok(())
+}
