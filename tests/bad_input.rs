@@ -16,7 +16,7 @@ fn node(test: &str) -> Option<Bad> {
     let state = format!("/var/lib/ag-box-{test}");
     node.sh_env(
         &[("BOX_STATE_DIR", &state)],
-        &format!("ag-box park tooltest >/dev/null 2>&1; rm -rf {state}; true"),
+        &format!("for b in tooltest nixbox; do ag-box park $b >/dev/null 2>&1; done; rm -rf {state}; true"),
     )
     .ok();
     Some(Bad { node, state })
@@ -29,7 +29,7 @@ fn run(n: &Bad, script: &str) -> std::process::Output {
 /// The store's records and the node's box units, to compare before and after.
 fn world(n: &Bad) -> String {
     let state = &n.state;
-    run(n, &format!("cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null; systemctl list-units --plain --no-legend 'boxrun-tooltest*' | cut -d' ' -f1; true"))
+    run(n, &format!("cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null; systemctl list-units --plain --no-legend 'boxrun-tooltest*' 'boxrun-nixbox*' | cut -d' ' -f1; true"))
         .ok()
         .stdout()
 }
@@ -163,4 +163,35 @@ fn missing_tools_exit_4_and_change_nothing() {
     assert_eq!(world(&n), parked);
     assert_code(&run(&n, "ag-box track tooltest"), 2, "already tracked");
     assert_eq!(world(&n), parked);
+}
+
+#[test]
+fn a_nix_box_on_a_node_without_nix_is_refused_and_settings_are_checked() {
+    let Some(n) = node("nix") else { return };
+    run(&n, "rm -rf /root/nixbox && mkdir -p /root/nixbox").ok();
+    run(&n, "ag-box track nixbox --nix").ok();
+    let before = world(&n);
+    assert_code(
+        &run(&n, "ag-box up nixbox"),
+        4,
+        "box 'nixbox' has nix: true, but nix is not installed on this node",
+    );
+    assert_code(
+        &run(&n, "ag-box set nixbox memory_max=lots"),
+        2,
+        "invalid setting 'memory_max=lots'",
+    );
+    assert_code(
+        &run(&n, "ag-box set nixbox nix=maybe"),
+        2,
+        "invalid setting 'nix=maybe'",
+    );
+    assert_eq!(world(&n), before);
+    run(&n, "ag-box set nixbox nix=false memory_max=256M").ok();
+    run(&n, "ag-box up nixbox").ok();
+    let show = run(&n, "systemctl show boxrun-nixbox -p MemoryMax")
+        .ok()
+        .stdout();
+    assert_eq!(show, "MemoryMax=268435456\n");
+    run(&n, "ag-box park nixbox").ok();
 }
