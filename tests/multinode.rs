@@ -4,6 +4,10 @@ mod common;
 
 use common::{Checked, Cluster, Target, assert_code};
 
+/// The rig's restic repository, for checks behind ag-box's back.
+const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
+    RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
+
 #[test]
 fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
     let Some(c) = Cluster::get() else { return };
@@ -79,11 +83,9 @@ fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
         Some("nodeA"),
         "B took the lease back"
     );
-    let forks = c
-        .b
-        .sh(&format!(
-            "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic RESTIC_PASSWORD=rig-password \
-             AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+    let forks =
+        c.b.sh(&format!(
+            "{RESTIC_ENV}
              restic snapshots --tag box:{name} --tag fork --json | grep -c '\"fork\"'; \
              restic ls latest --tag box:{name},fork | grep b-only.txt"
         ))
@@ -390,8 +392,7 @@ fn globals_push_on_a_and_pull_on_b_keep_modes_and_follow_roles() {
 fn snapshot_count(n: &common::Node, tag: &str) -> usize {
     let out = n
         .sh(&format!(
-            "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic RESTIC_PASSWORD=rig-password \
-             AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test; restic snapshots --tag {tag} --json"
+            "{RESTIC_ENV}; restic snapshots --tag {tag} --json"
         ))
         .ok()
         .stdout();

@@ -121,15 +121,8 @@ mod tests {
 
     fn meta() -> Meta {
         Meta {
-            version: 1,
-            name: "demo".into(),
-            path: "/root/demo".into(),
             created_at: timestamp(t(0)),
-            pinned_node: None,
-            memory_max: None,
-            nix: false,
-            lease: None,
-            last_snapshot: None,
+            ..Meta::sample("demo")
         }
     }
 

@@ -137,17 +137,7 @@ mod tests {
     use crate::store::{Step, update};
 
     fn meta(name: &str) -> Meta {
-        Meta {
-            version: 1,
-            name: name.into(),
-            path: "/p".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-            pinned_node: None,
-            memory_max: None,
-            nix: false,
-            lease: None,
-            last_snapshot: None,
-        }
+        Meta::sample(name)
     }
 
     #[test]

@@ -41,6 +41,22 @@ pub struct SnapshotRef {
 }
 
 impl Meta {
+    /// A fresh, unleased record for tests.
+    #[cfg(test)]
+    pub fn sample(name: &str) -> Meta {
+        Meta {
+            version: META_VERSION,
+            name: name.into(),
+            path: format!("/root/{name}").into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            pinned_node: None,
+            memory_max: None,
+            nix: false,
+            lease: None,
+            last_snapshot: None,
+        }
+    }
+
     /// `ag-box set`: one `key=value` applied to the record.
     pub fn with_setting(&self, assignment: &str) -> Result<Meta, UserError> {
         let bad = |hint: &str| {
@@ -89,17 +105,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     fn meta() -> Meta {
-        Meta {
-            version: META_VERSION,
-            name: "d".into(),
-            path: "/root/d".into(),
-            created_at: "2026-01-01T00:00:00Z".into(),
-            pinned_node: None,
-            memory_max: None,
-            nix: false,
-            lease: None,
-            last_snapshot: None,
-        }
+        Meta::sample("d")
     }
 
     #[test]
