@@ -180,22 +180,22 @@ impl Runtime {
                 }
             }
             Runtime::Direct => {
-                if let Some(pid) = read_pid(&spec.run_dir.join("anchor.pid")) {
-                    // The supervisor's death takes bwrap and its pid namespace with it.
-                    let _ = kill(pid, Signal::SIGTERM);
+                // The supervisor's death takes bwrap and its pid namespace with it. Its own pid
+                // may linger as a zombie, so the tmux server answering is what counts.
+                let pid = read_pid(&spec.run_dir.join("anchor.pid"));
+                for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+                    if let Some(pid) = pid {
+                        let _ = kill(pid, signal);
+                    }
                     let deadline = Instant::now() + STOP_TIMEOUT;
-                    while kill(pid, None).is_ok() && Instant::now() < deadline {
+                    while tmux::answers(&spec.socket()) && Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(50));
                     }
-                    let _ = kill(pid, Signal::SIGKILL);
-                }
-                let deadline = Instant::now() + STOP_TIMEOUT;
-                while tmux::answers(&spec.socket()) {
-                    if Instant::now() > deadline {
-                        bail!("box '{}': tmux server still answers after stop", spec.name);
+                    if !tmux::answers(&spec.socket()) {
+                        return Ok(());
                     }
-                    std::thread::sleep(Duration::from_millis(50));
                 }
+                bail!("box '{}': tmux server still answers after stop", spec.name);
             }
         }
         Ok(())
