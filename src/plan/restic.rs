@@ -87,9 +87,11 @@ pub fn forget_args(ids: &[String]) -> Vec<String> {
     a
 }
 
+/// `--json`: restic 0.16+ reports progress like backup does; 0.14 accepts it and stays quiet.
 pub fn restore_args(snapshot_id: &str, target: &Path) -> Vec<String> {
     vec![
         "restore".into(),
+        "--json".into(),
         snapshot_id.into(),
         "--target".into(),
         target.to_string_lossy().into_owned(),
@@ -105,10 +107,10 @@ pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
     a
 }
 
-/// A line of `restic backup --json`.
+/// A line of `restic backup --json` (and `restore --json` on restic 0.16+).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "message_type", rename_all = "snake_case")]
-pub enum BackupMessage {
+pub enum ProgressMessage {
     Status {
         #[serde(default)]
         percent_done: f64,
@@ -132,7 +134,7 @@ pub enum BackupMessage {
     Other,
 }
 
-pub fn parse_backup_line(line: &str) -> Option<BackupMessage> {
+pub fn parse_progress_line(line: &str) -> Option<ProgressMessage> {
     serde_json::from_str(line).ok()
 }
 
@@ -211,10 +213,10 @@ mod tests {
     #[test]
     fn parses_backup_json_lines() {
         assert_eq!(
-            parse_backup_line(
+            parse_progress_line(
                 r#"{"message_type":"status","percent_done":0.5,"total_files":4,"files_done":2,"bytes_done":10,"total_bytes":20}"#
             ),
-            Some(BackupMessage::Status {
+            Some(ProgressMessage::Status {
                 percent_done: 0.5,
                 files_done: 2,
                 bytes_done: 10,
@@ -222,10 +224,10 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_backup_line(
+            parse_progress_line(
                 r#"{"message_type":"summary","files_new":3,"files_changed":0,"data_added":99,"snapshot_id":"deadbeef"}"#
             ),
-            Some(BackupMessage::Summary {
+            Some(ProgressMessage::Summary {
                 snapshot_id: "deadbeef".into(),
                 files_new: 3,
                 files_changed: 0,
@@ -233,10 +235,10 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_backup_line(r#"{"message_type":"verbose_status"}"#),
-            Some(BackupMessage::Other)
+            parse_progress_line(r#"{"message_type":"verbose_status"}"#),
+            Some(ProgressMessage::Other)
         );
-        assert_eq!(parse_backup_line("not json"), None);
+        assert_eq!(parse_progress_line("not json"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
-use crate::plan::restic::{self as plan, BackupMessage, SnapshotInfo};
+use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo};
 use crate::sys::{cmd, host};
 
 enum Password {
@@ -218,13 +218,13 @@ impl Restic {
     pub fn backup(&self, label: &str, args: &[String]) -> Result<String> {
         let bar = progress_bar(&format!("snapshot {label}"));
         let mut id = None;
-        self.run(args, &mut |line| match plan::parse_backup_line(line) {
-            Some(BackupMessage::Status { percent_done, .. }) => {
+        self.run(args, &mut |line| match plan::parse_progress_line(line) {
+            Some(ProgressMessage::Status { percent_done, .. }) => {
                 if let Some(b) = &bar {
                     b.set_position((percent_done * 100.0) as u64);
                 }
             }
-            Some(BackupMessage::Summary { snapshot_id, files_new, files_changed, data_added }) => {
+            Some(ProgressMessage::Summary { snapshot_id, files_new, files_changed, data_added }) => {
                 tracing::info!(
                     "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
                     short(&snapshot_id),
@@ -253,7 +253,13 @@ impl Restic {
         if let Some(b) = &bar {
             b.enable_steady_tick(Duration::from_millis(200));
         }
-        let result = self.run(&plan::restore_args(snapshot_id, target), &mut |_| {});
+        let result = self.run(&plan::restore_args(snapshot_id, target), &mut |line| {
+            if let (Some(b), Some(ProgressMessage::Status { percent_done, .. })) =
+                (&bar, plan::parse_progress_line(line))
+            {
+                b.set_position((percent_done * 100.0) as u64);
+            }
+        });
         if let Some(b) = bar {
             b.finish_and_clear();
         }
