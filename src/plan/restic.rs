@@ -268,7 +268,7 @@ mod tests {
     fn other_argvs() {
         assert_eq!(
             restore_args("ab", Path::new("/s")),
-            ["restore", "ab", "--target", "/s"]
+            ["restore", "--json", "ab", "--target", "/s"]
         );
         assert_eq!(
             snapshots_args(Some("box:x")),
