@@ -233,8 +233,6 @@ pub struct Cluster {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-pub const S3_RECORDS: &str = "http://10.200.0.1:5001/agent-boxes/boxes";
-
 impl Cluster {
     pub fn get() -> Option<Cluster> {
         let lock = cluster_lock();
@@ -251,6 +249,14 @@ impl Cluster {
 
     /// A project `/root/<name>` with files and a Claude session, tracked on A and parked.
     pub fn parked_box(&self, name: &str) {
+        // Forget an earlier run's box: park it wherever it is, then drop its record and snapshots.
+        for n in [&self.a, &self.b] {
+            n.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
+                .ok();
+        }
+        self.a
+            .sh(&format!("ag-box drop {name} --yes >/dev/null 2>&1; true"))
+            .ok();
         for n in [&self.a, &self.b] {
             n.sh(&format!(
                 "systemctl stop boxrun-{name} 2>/dev/null; rm -rf /root/{name} /root/.claude/projects/-root-{name} \
@@ -260,7 +266,7 @@ impl Cluster {
         }
         self.a
             .sh(&format!(
-                "set -e; curl -s -X DELETE {S3_RECORDS}/{name}/meta.json >/dev/null
+                "set -e
                  mkdir -p /root/{name}/src /root/.claude/projects/-root-{name}
                  echo v1 > /root/{name}/src/main.txt
                  echo '{{\"session\":1}}' > /root/.claude/projects/-root-{name}/s1.jsonl

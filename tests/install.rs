@@ -1,0 +1,256 @@
+//! install.sh on booted systemd nodes of the rig: files, units and timers, the snapshot unit with
+//! and without an active box, `--to` over ssh, and a damaged bundle refused before installing.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Checked, Cluster, Node, Target, assert_code, repo_root};
+
+/// What install.sh ships next to itself (besides bin/ag-box).
+const SHIPPED: &[&str] = &[
+    "install.sh",
+    "tmux-inner.conf",
+    "exclude.txt",
+    "env.example",
+    "nodes.example",
+    "systemd",
+    "base-flake",
+];
+
+fn node_dir(node: &str) -> PathBuf {
+    let out = Command::new(repo_root().join("tests/rig.sh"))
+        .args(["dir", node])
+        .output()
+        .unwrap();
+    PathBuf::from(out.stdout().trim())
+}
+
+/// The repo's shipped files plus this build as bin/ag-box, in the node's `/root/<sub>`
+/// (nodes have a private /root). Returns the path inside the node.
+fn stage(node: &str, sub: &str) -> String {
+    let dir = node_dir(node).join("root").join(sub);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    for f in SHIPPED {
+        let st = Command::new("cp")
+            .arg("-R")
+            .arg(repo_root().join(f))
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp -R {f}");
+    }
+    std::fs::copy(env!("CARGO_BIN_EXE_ag-box"), dir.join("bin/ag-box")).unwrap();
+    format!("/root/{sub}")
+}
+
+fn local_version() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ag-box"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    out.ok().stdout().trim().to_string()
+}
+
+/// The timers must not fire (hourly snapshots, daily prunes) during other tests on the rig.
+struct TimersOff<'a>(&'a Node);
+
+impl Drop for TimersOff<'_> {
+    fn drop(&mut self) {
+        self.0
+            .sh("systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1; true");
+    }
+}
+
+/// Parks a box even when the test fails half-way.
+struct Parks<'a>(&'a Node, &'a str);
+
+impl Drop for Parks<'_> {
+    fn drop(&mut self) {
+        self.0.sh(&format!(
+            "systemctl is-active -q boxrun-{0} && ag-box park {0}; true",
+            self.1
+        ));
+    }
+}
+
+/// The box's lease `renewed_at`, from `ag-box ls --json` on node A.
+fn renewed_at(c: &Cluster, name: &str) -> String {
+    let ls = c.a.sh("ag-box ls --json").ok().stdout();
+    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
+    let row = boxes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("box {name} not in ls --json:\n{ls}"));
+    row["lease"]["renewed_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("box {name} has no lease:\n{ls}"))
+        .to_string()
+}
+
+/// Starts box-snapshot.service (waits for the oneshot to finish) and returns that run's journal
+/// once it holds `expect` (stdout and stderr reach the journal asynchronously), or after 5 s.
+fn run_snapshot_unit(n: &Node, expect: &str) -> String {
+    n.sh("systemctl start box-snapshot.service").ok();
+    n.sh_env(
+        &[("EXPECT", expect)],
+        "id=$(systemctl show -p InvocationID --value box-snapshot.service)
+         for i in $(seq 50); do
+           journalctl _SYSTEMD_INVOCATION_ID=$id --no-pager -o cat | grep -qF -- \"$EXPECT\" && break
+           sleep 0.1
+         done
+         journalctl _SYSTEMD_INVOCATION_ID=$id --no-pager -o cat",
+    )
+    .ok()
+    .stdout()
+}
+
+#[test]
+fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
+    let Some(c) = Cluster::get() else { return };
+    let a = &c.a;
+    let src = stage("nodeA", "ag-box-src-local");
+    let _off = TimersOff(a);
+
+    let out = a.sh(&format!("bash {src}/install.sh"));
+    assert_code(&out, 0, "installed ag-box");
+    let timers = a.sh("systemctl list-timers --all --no-pager").ok().stdout();
+    for t in ["box-snapshot.timer", "box-prune.timer"] {
+        assert!(timers.contains(t), "{t} not listed:\n{timers}");
+    }
+    a.sh(
+        "systemctl is-enabled -q box-snapshot.timer box-prune.timer && \
+          systemctl is-active -q box-snapshot.timer box-prune.timer",
+    )
+    .ok();
+    a.sh("test -f /etc/box/tmux-inner.conf && test -f /etc/base-flake/flake.nix && \
+          test -L /usr/local/bin/ag-box && test -x /usr/local/bin/ag-box && \
+          test -f /opt/box/exclude.txt && test -f /opt/box/env.example && \
+          test -f /opt/box/nodes.example && grep -qx 'dev.tty.legacy_tiocsti = 0' /etc/sysctl.d/90-ag-box.conf")
+        .ok();
+    assert_eq!(
+        a.sh("/usr/local/bin/ag-box --version").ok().stdout().trim(),
+        local_version()
+    );
+    // idempotent
+    a.sh(&format!("bash {src}/install.sh")).ok();
+
+    // No box of the cluster up here (leftovers of a failed test are parked first): the unit
+    // succeeds and says why it did nothing.
+    let ls = a.sh("ag-box ls --json").ok().stdout();
+    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
+    for row in boxes.as_array().unwrap() {
+        if row["running_here"] == true {
+            a.sh(&format!("ag-box park {}", row["name"].as_str().unwrap()))
+                .ok();
+        }
+    }
+    let skip = "no active boxes on this node, skipping";
+    let journal = run_snapshot_unit(a, skip);
+    assert!(
+        journal.contains(skip),
+        "journal of box-snapshot.service:\n{journal}"
+    );
+
+    // One active box: the unit snapshots it and renews its lease.
+    let name = "inst";
+    c.parked_box(name);
+    let _park = Parks(a, name);
+    a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let before = renewed_at(&c, name);
+    std::thread::sleep(Duration::from_millis(2100));
+    let journal = run_snapshot_unit(a, &format!("{name} "));
+    assert!(
+        journal.lines().any(|l| l.starts_with(&format!("{name} "))),
+        "no snapshot line for {name} in the journal:\n{journal}"
+    );
+    let after = renewed_at(&c, name);
+    assert!(after > before, "renewed_at {before} -> {after}");
+    a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
+    let Some(c) = Cluster::get() else { return };
+    let b = &c.b;
+    let _off = TimersOff(b);
+    // Whatever happens, node B keeps the ag-box on PATH the rig gave it (remote up needs it).
+    struct Relink<'a>(&'a Node);
+    impl Drop for Relink<'_> {
+        fn drop(&mut self) {
+            self.0
+                .sh("ln -sfn /opt/box/bin/ag-box /usr/local/bin/ag-box");
+        }
+    }
+    let _relink = Relink(b);
+    // Node B as if nothing had been installed by install.sh (the rig's binary stays).
+    b.sh(
+        "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1
+          rm -f /etc/systemd/system/box-snapshot.* /etc/systemd/system/box-prune.* \
+                /usr/local/bin/ag-box /etc/sysctl.d/90-ag-box.conf
+          rm -rf /etc/base-flake /tmp/ag-box-install.*
+          systemctl daemon-reload",
+    )
+    .ok();
+    let inode = |n: &Node| n.sh("stat -c %i /opt/box/bin/ag-box").ok().stdout();
+    let before = inode(b);
+
+    // A bundle whose binary was damaged after SHA256SUMS was made: refused, nothing installed.
+    let bad = stage("nodeB", "ag-box-bad");
+    let host_bad = node_dir("nodeB").join("root/ag-box-bad");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("sha256sum bin/ag-box > SHA256SUMS && printf x >> bin/ag-box")
+        .current_dir(&host_bad)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = b.sh(&format!("bash {bad}/install.sh"));
+    assert_code(&out, 1, "checksum mismatch");
+    assert_eq!(inode(b), before, "/opt/box/bin/ag-box was replaced");
+    b.sh("test ! -e /usr/local/bin/ag-box && test ! -e /etc/base-flake && \
+          test ! -e /etc/systemd/system/box-snapshot.timer && test ! -e /etc/sysctl.d/90-ag-box.conf")
+        .ok();
+    let _ = std::fs::remove_dir_all(&host_bad);
+
+    // install.sh --to nodeB, run on node A over the rig's ssh.
+    let src = stage("nodeA", "ag-box-src-to");
+    let out = c.a.sh(&format!("bash {src}/install.sh --to nodeB"));
+    out.ok();
+    let err = out.stderr();
+    let version = local_version();
+    assert!(
+        err.contains(&format!("nodeB: {version} installed")),
+        "stderr:\n{err}"
+    );
+    assert!(err.contains("bundle checksum ok"), "stderr:\n{err}");
+    let bundle = err
+        .lines()
+        .find_map(|l| l.split_once("installing the bundle in ").map(|(_, d)| d))
+        .unwrap_or_else(|| panic!("no bundle dir in stderr:\n{err}"))
+        .trim()
+        .to_string();
+    assert!(bundle.contains("/ag-box-install."), "{bundle}");
+    b.sh(&format!(
+        "test ! -e {bundle} && ! ls -d /tmp/ag-box-install.* 2>/dev/null"
+    ))
+    .ok();
+    assert_ne!(inode(b), before, "/opt/box/bin/ag-box was not reinstalled");
+    assert_eq!(
+        b.sh("/usr/local/bin/ag-box --version").ok().stdout().trim(),
+        version
+    );
+    assert_eq!(b.sh("ag-box --version").ok().stdout().trim(), version);
+    b.sh(
+        "test -f /etc/base-flake/flake.nix && test -f /etc/box/tmux-inner.conf && \
+          systemctl is-enabled -q box-snapshot.timer box-prune.timer",
+    )
+    .ok();
+    // the bundle that --to made locally is gone too
+    c.a.sh("! ls -d /tmp/ag-box-bundle.* 2>/dev/null").ok();
+}
