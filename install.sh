@@ -13,8 +13,8 @@
 #                           `ag-box --version` there equals this binary's.
 #
 # The binary: bin/ag-box next to this script (an unpacked bundle), else `cargo build --release
-# --locked` in the source tree (target/release/ag-box as it is when there is no cargo). With SHA256SUMS next to this script (a bundle) nothing is
-# installed unless bin/ag-box matches it. Idempotent. Progress on stderr; an error is one line
+# --locked` in the source tree (target/release/ag-box as it is when there is no cargo). With
+# SHA256SUMS next to this script (a bundle) nothing is installed unless bin/ag-box matches it. Idempotent. Progress on stderr; an error is one line
 # "install.sh: error: ..." and exit 1 (2 for a usage error).
 set -euo pipefail
 
