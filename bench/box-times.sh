@@ -10,9 +10,11 @@ cargo build --release -q
 trap 'tests/rig.sh down' EXIT
 tests/rig.sh up nodeA
 install -m 755 target/release/ag-box "$(tests/rig.sh dir nodeA)/opt-box/bin/ag-box"
-node() { tests/rig.sh exec nodeA bash -c "$1"; }
+# The embedded local store (the rig's default config points at its S3 server).
+node() { tests/rig.sh exec nodeA BOX_CONFIG_DIR=/root/.config/box-local bash -c "$1"; }
 timed() { # timed LABEL SCRIPT -> "LABEL seconds"
-  local s e; s=$(date +%s.%N); node "$2" >/dev/null 2>&1; e=$(date +%s.%N)
+  local s e; s=$(date +%s.%N); node "$2" >/dev/null 2>&1 || { echo "step failed: $2" >&2; exit 1; }
+  e=$(date +%s.%N)
   printf '%s %.3f\n' "$1" "$(echo "$e - $s" | bc)"
 }
 node "mkdir -p /root/bench/src && cd /root/bench/src && for i in \$(seq $FILES); do head -c 4096 /dev/urandom | base64 > f\$i.txt; done
