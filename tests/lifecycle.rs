@@ -136,6 +136,15 @@ fn lifecycle(t: &dyn Target, name: &str) {
     .ok();
     t.sh(&format!("ag-box snapshot {name}")).ok();
 
+    // What the box writes while being stopped (systemd sends SIGTERM first) is parked too.
+    if t.systemd() {
+        t.sh(&format!(
+            "tmux -S /run/box/{name}/tmux.sock send-keys -t main \
+             \"trap 'echo saved > {proj}/on-stop.txt; exit' TERM; while sleep 0.1; do :; done\" Enter; sleep 0.5"
+        ))
+        .ok();
+    }
+
     // park: the unit is gone and the lease released
     t.sh(&format!("ag-box park {name}")).ok();
     if t.systemd() {
@@ -165,6 +174,12 @@ fn lifecycle(t: &dyn Target, name: &str) {
         .ok()
         .stdout();
     assert_eq!(restored, "made-inside\nv1\n{\"type\":\"user\"}\n{}\nfh\n");
+    if t.systemd() {
+        assert_eq!(
+            t.sh(&format!("cat {proj}/on-stop.txt")).ok().stdout(),
+            "saved\n"
+        );
+    }
     if t.systemd() {
         assert_eq!(
             t.sh(&format!("systemctl is-active boxrun-{name}")).stdout(),

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here, require_tools};
 use crate::error::{Code, UserError};
-use crate::store::lease;
+use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
@@ -24,37 +24,37 @@ pub fn run(name: &str) -> Result<()> {
     let restic = ctx.restic()?;
     restic.ensure_repo()?;
     // If this fails the lease stays ours and the box keeps running, untouched.
-    let taken = super::snapshot::take(&ctx, &restic, &meta)?;
+    let mut taken = super::snapshot::take(&ctx, &restic, &meta)?;
+    if taken.forked.is_none() && running {
+        ctx.runtime.stop(&spec)?;
+        // A second, incremental snapshot keeps what the box wrote while it was being stopped.
+        let now = ctx.tracked(name)?.meta;
+        taken = super::snapshot::take(&ctx, &restic, &now).map_err(|e| {
+            e.context(format!(
+                "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
+            ))
+        })?;
+    }
     if let Some(lost) = taken.forked {
         // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.
-        if running {
-            ctx.runtime.stop(&spec)?;
-        }
-        CopyState::default().save(&ctx.config.state_dir, name)?;
-        let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
-        return Err(UserError::new(
-            Code::LeaseHeld,
-            format!(
-                "box '{name}' was taken over by {holder}: stopped it here and kept this node's files as fork snapshot {}",
-                short(&taken.snapshot.id)
-            ),
-            format!("the box's latest state is on {holder}; 'restic restore {}' recovers the fork", short(&taken.snapshot.id)),
-        )
-        .into());
-    }
-    if running {
         ctx.runtime.stop(&spec)?;
+        CopyState::default().save(&ctx.config.state_dir, name)?;
+        return Err(taken_over(name, lost, &taken.snapshot.id).into());
     }
     let snapshot = taken.snapshot;
     let epoch = snapshot.epoch;
-    update(ctx.store.as_ref(), name, |m| {
+    let lost = update(ctx.store.as_ref(), name, |m| {
         Ok(
             match lease::release(m, &here, epoch, Some(snapshot.clone())) {
-                Ok(next) => Step::Write(next, ()),
-                Err(_) => Step::Keep(()),
+                Ok(next) => Step::Write(next, None),
+                Err(lost) => Step::Keep(Some(lost)),
             },
         )
     })?;
+    if let Some(lost) = lost {
+        CopyState::default().save(&ctx.config.state_dir, name)?;
+        return Err(taken_over(name, lost, &snapshot.id).into());
+    }
     CopyState {
         snapshot: Some(snapshot.id.clone()),
         paths: taken.paths,
@@ -67,4 +67,19 @@ pub fn run(name: &str) -> Result<()> {
         short(&snapshot.id)
     );
     Ok(())
+}
+
+fn taken_over(name: &str, lost: LeaseLost, snapshot: &str) -> UserError {
+    let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
+    UserError::new(
+        Code::LeaseHeld,
+        format!(
+            "box '{name}' was taken over by {holder}: stopped it here and kept this node's files as snapshot {}",
+            short(snapshot)
+        ),
+        format!(
+            "the box's latest state is on {holder}; 'restic restore {}' recovers this node's files",
+            short(snapshot)
+        ),
+    )
 }
