@@ -17,6 +17,7 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
         return Err(not_up_here(name).into());
     }
     let pid = runtime::sandbox_pid(&spec)?;
+    runtime::join_cgroups_of(pid);
     let cwd = std::env::current_dir().ok();
     let dir = spec.exec_dir(cwd.as_deref());
     let mut c = Command::new(cmd::require("nsenter")?);

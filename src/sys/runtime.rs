@@ -223,6 +223,38 @@ pub fn sandbox_pid(spec: &BoxSpec) -> Result<i32> {
         .with_context(|| format!("no child-pid in {}", spec.info_file().display()))
 }
 
+/// Move this process into the cgroups of the box's sandbox, so that what `exec` starts there
+/// counts against the box's memory limit like everything else in it. Best effort: a hierarchy
+/// that cannot be written (read-only, not delegated) is skipped.
+pub fn join_cgroups_of(pid: i32) {
+    let Ok(table) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return;
+    };
+    let me = std::process::id().to_string();
+    for line in table.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let rel = path.trim_start_matches('/');
+        let dir = match controllers {
+            // cgroup v2; on hybrid hosts it is mounted at .../unified
+            "" if Path::new("/sys/fs/cgroup/unified").is_dir() => {
+                Path::new("/sys/fs/cgroup/unified").join(rel)
+            }
+            "" => Path::new("/sys/fs/cgroup").join(rel),
+            c => {
+                let mount = c.strip_prefix("name=").unwrap_or(c);
+                Path::new("/sys/fs/cgroup").join(mount).join(rel)
+            }
+        };
+        if let Err(e) = fs::write(dir.join("cgroup.procs"), &me) {
+            tracing::debug!("not joining {}: {e}", dir.display());
+        }
+    }
+}
+
 fn spawn_supervisor(spec: &BoxSpec, anchor: &[String], memory_max: Option<&str>) -> Result<()> {
     let log_path = spec.run_dir.join("anchor.log");
     let log =
