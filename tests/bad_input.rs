@@ -26,12 +26,20 @@ fn run(n: &Bad, script: &str) -> std::process::Output {
     n.node.sh_env(&[("BOX_STATE_DIR", &n.state)], script)
 }
 
-/// The store's records and the node's box units, to compare before and after.
+/// The store's records and their boxes' units, to compare before and after.
 fn world(n: &Bad) -> String {
     let state = &n.state;
-    run(n, &format!("cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null; systemctl list-units --plain --no-legend 'boxrun-tooltest*' 'boxrun-nixbox*' | cut -d' ' -f1; true"))
-        .ok()
-        .stdout()
+    // Units only of this test's own boxes: other tests run boxes on the same node meanwhile.
+    run(
+        n,
+        &format!(
+            "cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null
+             for f in {state}/meta/*.json; do [ -e \"$f\" ] || continue; b=$(basename \"$f\" .json)
+               echo \"boxrun-$b $(systemctl is-active boxrun-$b)\"; done; true"
+        ),
+    )
+    .ok()
+    .stdout()
 }
 
 #[test]
