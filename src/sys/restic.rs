@@ -89,6 +89,10 @@ impl Restic {
         c.env("RESTIC_REPOSITORY", &self.repository);
         // Snapshot times in UTC ("...Z"), so they parse the same on every node.
         c.env("TZ", "UTC");
+        if host::stderr_is_terminal() {
+            // restic's --json status lines come once a minute unless asked for more.
+            c.env("RESTIC_PROGRESS_FPS", "4");
+        }
         match &self.password {
             Password::Value(s) => c.env("RESTIC_PASSWORD", s.expose()),
             Password::File(p) => c.env("RESTIC_PASSWORD_FILE", p),
@@ -217,26 +221,35 @@ impl Restic {
     /// Run a planned `restic backup --json`; returns the new snapshot id. `label` names what is saved.
     pub fn backup(&self, label: &str, args: &[String]) -> Result<String> {
         let bar = progress_bar(&format!("snapshot {label}"));
-        let mut id = None;
-        self.run(args, &mut |line| match plan::parse_progress_line(line) {
+        let mut summary = None;
+        let result = self.run(args, &mut |line| match plan::parse_progress_line(line) {
             Some(ProgressMessage::Status { percent_done, .. }) => {
                 if let Some(b) = &bar {
                     b.set_position((percent_done * 100.0) as u64);
                 }
             }
-            Some(ProgressMessage::Summary { snapshot_id, files_new, files_changed, data_added }) => {
+            Some(s @ ProgressMessage::Summary { .. }) => summary = Some(s),
+            _ => {}
+        });
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        result?;
+        match summary {
+            Some(ProgressMessage::Summary {
+                snapshot_id,
+                files_new,
+                files_changed,
+                data_added,
+            }) => {
                 tracing::info!(
                     "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
                     short(&snapshot_id),
                 );
-                id = Some(snapshot_id);
+                Ok(snapshot_id)
             }
-            _ => {}
-        })?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
+            _ => anyhow::bail!("restic backup of {label} printed no snapshot id"),
         }
-        id.with_context(|| format!("restic backup of {label} printed no snapshot id"))
     }
 
     pub fn forget(&self, args: &[String]) -> Result<()> {
@@ -289,6 +302,7 @@ fn progress_bar(label: &str) -> Option<ProgressBar> {
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_prefix(label.to_string());
+    bar.tick();
     Some(bar)
 }
 
