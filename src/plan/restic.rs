@@ -144,8 +144,6 @@ pub struct SnapshotInfo {
     pub id: String,
     pub time: String,
     #[serde(default)]
-    pub paths: Vec<PathBuf>,
-    #[serde(default)]
     pub tags: Vec<String>,
 }
 
