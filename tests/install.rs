@@ -79,17 +79,10 @@ impl Drop for Parks<'_> {
 
 /// The box's lease `renewed_at`, from `ag-box ls --json` on node A.
 fn renewed_at(c: &Cluster, name: &str) -> String {
-    let ls = c.a.sh("ag-box ls --json").ok().stdout();
-    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
-    let row = boxes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == name)
-        .unwrap_or_else(|| panic!("box {name} not in ls --json:\n{ls}"));
+    let row = common::box_row(&c.a, name).unwrap_or_else(|| panic!("box {name} not in ls --json"));
     row["lease"]["renewed_at"]
         .as_str()
-        .unwrap_or_else(|| panic!("box {name} has no lease:\n{ls}"))
+        .unwrap_or_else(|| panic!("box {name} has no lease: {row}"))
         .to_string()
 }
 

@@ -32,14 +32,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
 
     // track: first snapshot, pinned because of .auth-secret
     t.sh(&format!("ag-box track {name}")).ok();
-    let ls = t.sh("ag-box ls --json").ok().stdout();
-    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
-    let row = boxes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == name)
-        .unwrap();
+    let row = common::box_row(t, name).unwrap();
     assert_eq!(row["path"], proj);
     assert!(row["pinned_node"].is_string(), "{row}");
 

@@ -169,6 +169,18 @@ impl Drop for Host {
     }
 }
 
+/// A box's row of `ag-box ls --json` on a target.
+pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
+    let ls = t.sh("ag-box ls --json").ok().stdout();
+    let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
+    boxes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .cloned()
+}
+
 /// Output checks with the whole transcript in the failure message.
 pub trait Checked {
     fn code(&self) -> i32;
@@ -275,16 +287,9 @@ impl Cluster {
             .ok();
     }
 
-    /// (holder node, lease epoch) of a box, read from node A.
+    /// The node holding a box's lease, read from node A.
     pub fn holder(&self, name: &str) -> Option<String> {
-        let ls = self.a.sh("ag-box ls --json").ok().stdout();
-        let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
-        let row = boxes
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["name"] == name)?
-            .clone();
+        let row = box_row(&self.a, name)?;
         row["lease"]["node"].as_str().map(str::to_string)
     }
 
