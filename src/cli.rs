@@ -89,8 +89,8 @@ pub enum Cmd {
         #[arg(long)]
         yes: bool,
     },
-    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>
-    #[command(after_help = "Example: ag-box set myproj memory_max=4G nix=true")]
+    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>
+    #[command(after_help = "Example: ag-box set myproj memory_max=4G nix=true uid=1001")]
     Set {
         name: String,
         #[arg(required = true)]
@@ -110,6 +110,28 @@ pub enum Cmd {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
+    #[command(name = "__become", hide = true)]
+    Become(BecomeArgs),
+}
+
+/// Inside a box: drop to the box's ids, then run `argv`.
+#[derive(Debug, Args)]
+pub struct BecomeArgs {
+    #[arg(long)]
+    pub uid: u32,
+    #[arg(long)]
+    pub gid: u32,
+    /// A supplementary group (repeatable)
+    #[arg(long = "group")]
+    pub groups: Vec<u32>,
+    #[arg(long)]
+    pub own_home: Option<PathBuf>,
+    #[arg(long)]
+    pub share_socket: Option<PathBuf>,
+    #[arg(long)]
+    pub chdir: Option<PathBuf>,
+    #[arg(last = true, required = true)]
+    pub argv: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Subcommand)]

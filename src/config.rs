@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::error::UserError;
+use crate::plan::account::{self, Ids};
 use crate::plan::globals::Role;
 use crate::plan::retention::Policy;
 use crate::plan::unit::valid_memory_max;
@@ -31,6 +32,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_KEEP_LAST",
     "BOX_KEEP_DAILY",
     "BOX_KEEP_WEEKLY",
+    "BOX_UID",
+    "BOX_GID",
 ];
 
 /// A value that must never reach argv or a log line.
@@ -88,6 +91,8 @@ pub struct Config {
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
+    /// The box user of boxes whose record names none.
+    pub box_ids: Ids,
 }
 
 /// `KEY=VALUE` lines; `#` comments, blank lines, an optional `export ` and quotes allowed.
@@ -246,6 +251,14 @@ impl Config {
                 )
             })?),
         };
+        let id = |key: &str| match src.get(key) {
+            None => Ok(account::DEFAULT_ID),
+            Some(v) => account::parse_id(key, v),
+        };
+        let box_ids = Ids {
+            uid: id("BOX_UID")?,
+            gid: id("BOX_GID")?,
+        };
         Ok(Config {
             node,
             globals_role,
@@ -258,6 +271,7 @@ impl Config {
             retention,
             runtime,
             nodes: src.nodes.clone(),
+            box_ids,
         })
     }
 
@@ -416,6 +430,10 @@ mod tests {
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],
+                box_ids: Ids {
+                    uid: 1000,
+                    gid: 1000
+                },
             }
         );
     }
@@ -426,6 +444,8 @@ mod tests {
             ("BOX_RUNTIME", "docker"),
             ("BOX_LEASE_TTL", "soon"),
             ("BOX_MEMORY_MAX", "lots"),
+            ("BOX_UID", "0"),
+            ("BOX_GID", "x"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

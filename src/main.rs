@@ -33,13 +33,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             supervise,
             info,
             argv,
-        } => {
-            let code = sys::runtime::anchor(&info, supervise, &argv)?;
-            match code {
-                0 => Ok(()),
-                c => Err(ChildExit(c).into()),
-            }
-        }
+        } => exit_with(sys::runtime::anchor(&info, supervise, &argv)?),
+        Cmd::Become(b) => exit_with(sys::privs::run(&sys::privs::Become {
+            ids: plan::account::Ids {
+                uid: b.uid,
+                gid: b.gid,
+            },
+            groups: b.groups,
+            own_home: b.own_home,
+            share_socket: b.share_socket,
+            chdir: b.chdir,
+            argv: b.argv,
+        })?),
+    }
+}
+
+fn exit_with(code: i32) -> anyhow::Result<()> {
+    match code {
+        0 => Ok(()),
+        c => Err(ChildExit(c).into()),
     }
 }
 

@@ -16,12 +16,15 @@ fn lifecycle(t: &dyn Target, name: &str) {
     let proj = format!("{home}/{name}");
     let sess = format!("{home}/.claude/projects/{}", slug(&proj));
     let fh = format!("{home}/.claude/file-history/s1-{name}");
+    let own = format!("${{BOX_STATE_DIR:-/var/lib/ag-box}}/homes/{name}");
+    let own_sess = format!("{own}/.claude/projects/{}", slug(&proj));
+    let own_fh = format!("{own}/.claude/file-history/s1-{name}");
     let mem = [("BOX_MEMORY_MAX", "512M")];
     let restic = "RESTIC_REPOSITORY=${BOX_STATE_DIR:-/var/lib/ag-box}/restic \
                   RESTIC_PASSWORD_FILE=${BOX_STATE_DIR:-/var/lib/ag-box}/restic-password restic";
     t.sh(&format!(
         "ag-box park {name} >/dev/null 2>&1; state=${{BOX_STATE_DIR:-/var/lib/ag-box}}
-         rm -f $state/meta/{name}.json $state/local/{name}.json
+         rm -rf $state/meta/{name}.json $state/local/{name}.json $state/homes/{name}
          set -e; rm -rf {proj} {sess} {fh} {home}/other-{name}
          mkdir -p {proj}/src {home}/other-{name} {home}/.ssh {sess} {fh}
          echo v1 > {proj}/src/main.txt; echo node-secret > {proj}/.auth-secret
@@ -48,7 +51,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     // The pane's shell may still be starting when `up` returns: ask until it answers.
     let pane = t
         .sh(&format!(
-            "for i in $(seq 50); do p=$(tmux -S /run/box/{name}/tmux.sock display-message -p -t main '#{{pane_current_path}}'); \
+            "for i in $(seq 50); do p=$(ag-box exec {name} -- tmux -S /run/box/{name}/sock/tmux.sock display-message -p -t main '#{{pane_current_path}}'); \
              [ -n \"$p\" ] && break; sleep 0.1; done; echo \"$p\""
         ))
         .ok()
@@ -83,8 +86,13 @@ fn lifecycle(t: &dyn Target, name: &str) {
     let out = t.sh(&format!("cd {proj}/src && ag-box exec {name} -- pwd"));
     assert_eq!(out.ok().stdout(), format!("{proj}/src\n"));
     assert_eq!(
-        t.sh(&format!("cat {proj}/made.txt")).ok().stdout(),
-        "made-inside\n"
+        t.sh(&format!(
+            "cat {proj}/made.txt; stat -c %u:%g {proj}/made.txt"
+        ))
+        .ok()
+        .stdout(),
+        "made-inside\n1000:1000\n",
+        "files the box makes are the box user's"
     );
     assert_eq!(
         t.sh(&format!("ag-box exec {name} -- sh -c 'exit 42'"))
@@ -131,6 +139,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
         ".claude",
         ".codex",
         ".grok",
+        ".gemini",
         name,
         ".local",
         ".gitconfig",
@@ -164,20 +173,20 @@ fn lifecycle(t: &dyn Target, name: &str) {
             "active"
         );
     }
-    assert_ne!(
-        t.sh(&format!("tmux -S /run/box/{name}/tmux.sock has-session"))
-            .code(),
-        0
+    assert_code(
+        &t.sh(&format!("ag-box exec {name} -- true")),
+        1,
+        "is not up on this node",
     );
     let ls = t.sh("ag-box ls --json").ok().stdout();
     assert!(ls.contains("\"lease\": null"), "{ls}");
 
-    // wipe the project and the session slice; up restores both
-    t.sh(&format!("rm -rf {proj} {sess} {fh}")).ok();
+    // wipe the project and the box's agent home; up restores both
+    t.sh(&format!("rm -rf {proj} {own}")).ok();
     t.sh_env(&mem, &format!("ag-box up {name}")).ok();
     let restored = t
         .sh(&format!(
-            "cat {proj}/made.txt {proj}/src/main.txt {sess}/s1-{name}.jsonl {sess}/s2-{name}.jsonl {fh}/edit; \
+            "cat {proj}/made.txt {proj}/src/main.txt {own_sess}/s1-{name}.jsonl {own_sess}/s2-{name}.jsonl {own_fh}/edit; \
              test -e {proj}/.auth-secret && echo AUTH-SECRET-PRESENT; true"
         ))
         .ok()

@@ -4,6 +4,9 @@ mod common;
 
 use common::{Checked, Cluster, Target, assert_code};
 
+/// Where each node keeps the boxes' agent homes.
+const HOMES: &str = "/var/lib/ag-box/homes";
+
 /// The rig's restic repository, for checks behind ag-box's back.
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
     RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
@@ -21,7 +24,7 @@ fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
     c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
     let got = c
         .b
-        .sh(&format!("cat /root/{name}/made.txt /root/{name}/src/main.txt /root/.claude/projects/-root-{name}/s1.jsonl /root/.claude/projects/-root-{name}/s2.jsonl"))
+        .sh(&format!("cat /root/{name}/made.txt /root/{name}/src/main.txt {HOMES}/{name}/.claude/projects/-root-{name}/s1.jsonl {HOMES}/{name}/.claude/projects/-root-{name}/s2.jsonl"))
         .ok()
         .stdout();
     assert_eq!(got, "from-a\nv1\n{\"session\":1}\n{}\n");
@@ -313,11 +316,22 @@ fn agent_sessions_of_the_project_move_and_others_stay() {
     .ok();
     c.parked_box(name);
     c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    // On B they are in the box's own agent home, at the places the agents look for them.
+    let h = format!("{HOMES}/{name}");
+    let rel = |p: &str| p.trim_start_matches("/root/").to_string();
+    let (r_mine, r_theirs, r_grok_mine, r_grok_theirs, r_gemini) = (
+        rel(&mine),
+        rel(&theirs),
+        rel(&grok_mine),
+        rel(grok_theirs),
+        rel(&gemini),
+    );
     let moved = c
         .b
         .sh(&format!(
-            "tail -1 {mine}; cat {grok_mine}/chat.json {gemini}/chats/s.json /root/.gemini/tmp/{name}-slug/chats/s.jsonl; \
-             for p in {theirs} {grok_theirs} /root/.codex/auth.json; do test -e $p && echo LEAKED $p; done; true"
+            "cd {h}; tail -1 {r_mine}; cat {r_grok_mine}/chat.json {r_gemini}/chats/s.json .gemini/tmp/{name}-slug/chats/s.jsonl; \
+             for p in {theirs} {grok_theirs} /root/.codex/auth.json {r_theirs} {r_grok_theirs}; do test -e $p && echo LEAKED $p; done
+             test -s .codex/auth.json && echo LEAKED auth.json; true"
         ))
         .ok()
         .stdout();

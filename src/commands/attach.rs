@@ -1,18 +1,17 @@
-//! `attach <name>`: the box's tmux session, created if needed.
-
-use std::process::Command;
+//! `attach <name>`: the box's tmux session, created if needed. The tmux client runs inside the
+//! box as the client user, so nothing the box's server asks of it reaches the host.
 
 use anyhow::{Context, Result};
 
 use super::{Ctx, not_up_here, require_tools};
 use crate::error::ChildExit;
-use crate::plan::tmux;
 use crate::sys::cmd;
+use crate::sys::enter::Sandbox;
 
 pub fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
-    require_tools(&["tmux"])?;
+    require_tools(&["nsenter"])?;
     let spec = ctx.spec(&meta);
     if !ctx.runtime.is_active(&spec) {
         return Err(not_up_here(name).into());
@@ -22,11 +21,9 @@ pub fn run(name: &str) -> Result<()> {
             "attaching from inside tmux: the box's green status bar marks the inner session"
         );
     }
-    let status = Command::new(cmd::require("tmux")?)
-        .args(tmux::attach_args(&spec.socket()))
-        .env_remove("TMUX")
-        .status()
-        .context("running tmux attach")?;
+    let mut c = Sandbox::open(&spec, ctx.runtime)?.command(&spec.attach_argv())?;
+    c.env_clear().envs(spec.env()).envs(super::caller_term());
+    let status = c.status().context("running tmux attach")?;
     match cmd::exit_code(status) {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),

@@ -1,11 +1,11 @@
-//! `exec <name> -- <cmd...>`: one command inside the running box, exit code passed through.
-
-use std::process::Command;
+//! `exec <name> -- <cmd...>`: one command inside the running box, as its user, exit code
+//! passed through.
 
 use anyhow::{Context, Result};
 
 use super::{Ctx, not_up_here, require_tools};
 use crate::error::ChildExit;
+use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, runtime};
 
 pub fn run(name: &str, command: &[String]) -> Result<()> {
@@ -16,21 +16,11 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     if !ctx.runtime.is_active(&spec) {
         return Err(not_up_here(name).into());
     }
-    let pid = runtime::sandbox_pid(&spec)?;
-    runtime::join_cgroups_of(pid);
+    let sandbox = Sandbox::open(&spec, ctx.runtime)?;
+    runtime::join_cgroups_of(sandbox.pid);
     let cwd = std::env::current_dir().ok();
-    let dir = spec.exec_dir(cwd.as_deref());
-    let mut c = Command::new(cmd::require("nsenter")?);
-    // nsenter's own --wd resolves the directory before entering the mount namespace.
-    c.args(["-t", &pid.to_string(), "-a", "--", "/usr/bin/env", "-C"])
-        .arg(&dir)
-        .arg("--")
-        .args(command)
-        .env_clear()
-        .envs(spec.env());
-    if let Some(term) = std::env::var_os("TERM") {
-        c.env("TERM", term);
-    }
+    let mut c = sandbox.command(&spec.exec_argv(&spec.exec_dir(cwd.as_deref()), command))?;
+    c.env_clear().envs(spec.env()).envs(super::caller_term());
     let status = c.status().context("running nsenter")?;
     match cmd::exit_code(status) {
         0 => Ok(()),

@@ -71,11 +71,11 @@ fn pull(ctx: &Ctx) -> Result<()> {
         &newest.id,
         &home.join(".ag-box-globals"),
         &|root| {
-            candidates
+            Ok(candidates
                 .iter()
                 .filter(|p| root.join(p.strip_prefix("/").unwrap_or(p)).exists())
                 .cloned()
-                .collect()
+                .collect())
         },
     )?;
     println!("globals {}", newest.id);

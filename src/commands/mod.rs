@@ -22,6 +22,7 @@ use anyhow::Result;
 
 use crate::config::Config;
 use crate::error::UserError;
+use crate::plan::agent_home::{self, AgentHome};
 use crate::plan::names;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
@@ -118,10 +119,15 @@ impl Ctx {
         BoxSpec {
             name: meta.name.clone(),
             project: meta.path.clone(),
-            home: self.config.home.clone(),
+            agent_home: AgentHome {
+                home: self.config.home.clone(),
+                root: agent_home::root_for(&self.config.state_dir, &meta.name),
+            },
             run_dir: Path::new(RUN_ROOT).join(&meta.name),
             merged_usr: host::merged_usr(),
             tmux_bin: cmd::which("tmux").unwrap_or_else(|| PathBuf::from("/usr/bin/tmux")),
+            exe: host::own_exe(),
+            ids: meta.ids(self.config.box_ids),
         }
     }
 
@@ -141,6 +147,20 @@ pub fn not_up_here(name: &str) -> UserError {
         format!("box '{name}' is not up on this node"),
         format!("run 'ag-box up {name}' first, or 'ag-box ls' to see where it is"),
     )
+}
+
+/// The caller's terminal type, for `attach` and `exec`; nothing else of its environment enters
+/// a box.
+pub fn caller_term() -> Option<(&'static str, String)> {
+    std::env::var("TERM")
+        .ok()
+        .filter(|t| {
+            !t.is_empty()
+                && t.len() < 64
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c))
+        })
+        .map(|t| ("TERM", t))
 }
 
 pub fn require_tools(tools: &[&str]) -> Result<()> {

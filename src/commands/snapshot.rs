@@ -12,7 +12,6 @@ use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::{Restic, short};
-use crate::sys::slices;
 
 pub struct Taken {
     pub snapshot: SnapshotRef,
@@ -36,7 +35,11 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
         return Err(not_up_here(&meta.name).into());
     };
     let holding = ours == Some(epoch);
-    let paths = slices::snapshot_paths(&ctx.config.home, &meta.path);
+    let ah = ctx.spec(meta).agent_home;
+    let paths: Vec<PathBuf> = [meta.path.clone(), ah.root.clone()]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect();
     let exclude_files = [PathBuf::from(EXCLUDE_FILE)]
         .into_iter()
         .filter(|p| p.exists())
@@ -50,6 +53,7 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
             .snapshot
             .clone()
             .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone())),
+        excludes: ah.snapshot_excludes(),
         exclude_files,
         paths: paths.clone(),
     };

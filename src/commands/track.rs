@@ -59,6 +59,8 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         pinned_node: pinned.clone(),
         memory_max: None,
         nix,
+        uid: Some(ctx.config.box_ids.uid),
+        gid: Some(ctx.config.box_ids.gid),
         lease: None,
         last_snapshot: None,
     };
@@ -77,7 +79,9 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         epoch: Some(epoch),
     }
     .save(&ctx.config.state_dir, name)?;
-    match super::snapshot::take(&ctx, &restic, &meta) {
+    let taken = crate::sys::agent_home::ensure(&ctx.spec(&meta))
+        .and_then(|()| super::snapshot::take(&ctx, &restic, &meta));
+    match taken {
         Ok(t) => {
             let pin = pinned
                 .map(|n| format!(", pinned to {n} (.auth-secret present)"))

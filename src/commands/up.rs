@@ -1,8 +1,6 @@
 //! `up <name> [--node N] [--force]`: take the lease, restore if needed, start the box.
 
-use std::fs;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{Ctx, probe, require_tools};
 use crate::error::{ChildExit, Code, UserError};
@@ -13,7 +11,7 @@ use crate::store::{Step, Stored, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::nodes::Nodes;
 use crate::sys::restic::short;
-use crate::sys::{cmd, restore, slices};
+use crate::sys::{agent_home, cmd, restore};
 
 fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -211,6 +209,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
     };
     copy.epoch = Some(epoch);
     copy.save(state_dir, &meta.name)?;
+    let spec = ctx.spec(meta);
     let restore_from = match (&meta.last_snapshot, held) {
         (Some(s), Held::Fresh { .. }) if !copy.is_current(&s.id) => Some(s),
         (Some(s), Held::Already { .. }) if !meta.path.exists() => {
@@ -232,8 +231,8 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
             s.at,
             s.node
         );
-        let paths = restore::restore_in_place(&restic, &s.id, &meta.path, &|root| {
-            slices::snapshot_paths_under(root, &ctx.config.home, &meta.path)
+        let paths = restore::restore_in_place(&restic, &s.id, &meta.path, &|staging| {
+            agent_home::restored_paths(staging, &spec)
         })?;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
@@ -249,10 +248,8 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
         )
         .into());
     }
-    let spec = ctx.spec(meta);
-    for dir in spec.rw_dirs_to_create() {
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    agent_home::ensure(&spec)?;
+    agent_home::reown_project(&spec)?;
     let mounts = spec.mounts(|p| p.exists());
     let bwrap_args = spec.bwrap_args(&mounts, 3);
     let memory_max = meta

@@ -27,6 +27,8 @@ pub struct BackupSpec {
     pub epoch: u64,
     pub fork: bool,
     pub parent: Option<String>,
+    /// Paths never snapshotted (the shared agent files' mount points in the agent home).
+    pub excludes: Vec<PathBuf>,
     pub exclude_files: Vec<PathBuf>,
     pub paths: Vec<PathBuf>,
 }
@@ -52,6 +54,9 @@ pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
     }
     for pattern in ALWAYS_EXCLUDED {
         a.extend(["--exclude".into(), (*pattern).into()]);
+    }
+    for path in &spec.excludes {
+        a.extend(["--exclude".into(), path.to_string_lossy().into_owned()]);
     }
     for f in &spec.exclude_files {
         a.extend(["--exclude-file".into(), f.to_string_lossy().into_owned()]);
@@ -161,8 +166,9 @@ mod tests {
             epoch: 4,
             fork: true,
             parent: Some("abc123".into()),
+            excludes: vec!["/var/lib/ag-box/homes/demo/.codex/auth.json".into()],
             exclude_files: vec!["/opt/box/exclude.txt".into()],
-            paths: vec!["/root/demo".into(), "/root/.claude/projects/-root-demo".into()],
+            paths: vec!["/root/demo".into(), "/var/lib/ag-box/homes/demo".into()],
         };
         assert_eq!(
             backup_args(&spec),
@@ -170,8 +176,9 @@ mod tests {
                 "backup", "--json", "--host", "ag-box-demo",
                 "--tag", "box:demo", "--tag", "node:nodeA", "--tag", "epoch:4", "--tag", "fork",
                 "--parent", "abc123", "--exclude", ".auth-secret",
+                "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
-                "--", "/root/demo", "/root/.claude/projects/-root-demo",
+                "--", "/root/demo", "/var/lib/ag-box/homes/demo",
             ]
         );
     }
@@ -184,6 +191,7 @@ mod tests {
             epoch: 1,
             fork: false,
             parent: None,
+            excludes: vec![],
             exclude_files: vec![],
             paths: vec!["/p".into()],
         };

@@ -1,36 +1,147 @@
-//! The box's filesystem view and the bwrap argv that builds it (DESIGN.md "The box").
+//! The box's filesystem view, the bwrap argv that builds it, and the argvs that run inside it
+//! (DESIGN.md "The box").
+//!
+//! bwrap is started by root without a user namespace; its child is `ag-box __become`, which
+//! drops to the box user (no capabilities, no_new_privs) before anything of the box runs.
+//! Mount order, and why:
+//! 1. `/proc`, `/dev`, a private `/tmp`, then the host's `/usr` (+ the merged-/usr symlinks),
+//!    `/etc` and `/nix`, read-only: the system is never writable from inside.
+//! 2. The box's own `/etc/passwd` and `/etc/group` over the host's, read-only: `id` names the
+//!    box user, and the host's accounts stay unlisted.
+//! 3. A tmpfs HOME (handed to the box user by `__become`), then the HOME binds of
+//!    [`AgentHome::binds`], parents before children: the box's own agent dirs, the node's
+//!    credentials (read-write) and global config (read-only).
+//! 4. The project, read-write.
+//! 5. The box's socket dir (the only part of the run dir the box can write), the tmux config
+//!    and the ag-box binary, read-only. bwrap's info and the pids ag-box reads back stay in the
+//!    root-only run dir on the host, out of the box's reach.
+//!
+//! A bind's missing parents on a tmpfs are made with `--dir` (mode 0755) first: bwrap would
+//! make them 0700 root's, which the box user could not pass.
 
 use std::path::{Path, PathBuf};
 
-use super::slices;
+use super::account::{self, Ids};
+use super::agent_home::{Access, AgentHome};
+use super::tmux;
+
+/// Where the ag-box binary is inside every box.
+pub const BOX_EXE: &str = "/run/ag-box";
 
 /// What a box is made of, as seen from the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoxSpec {
     pub name: String,
     pub project: PathBuf,
-    pub home: PathBuf,
-    /// `/run/box/<name>`: tmux socket, tmux config, bwrap info file.
+    pub agent_home: AgentHome,
+    /// `/run/box/<name>`: root's alone, but for its `sock/` dir.
     pub run_dir: PathBuf,
     /// Debian 12 and most current distros: /bin, /lib... are symlinks into /usr.
     pub merged_usr: bool,
     pub tmux_bin: PathBuf,
+    /// This ag-box binary on the host, bound read-only at [`BOX_EXE`].
+    pub exe: PathBuf,
+    pub ids: Ids,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mount {
-    RoBind(PathBuf),
-    RoBindTry(PathBuf),
-    Bind(PathBuf),
-    Symlink { target: String, link: PathBuf },
-    Tmpfs(PathBuf),
     Proc,
     Dev,
+    /// The private `/tmp`: a tmpfs anyone in the box may write (mode 1777).
+    Tmp,
+    Tmpfs(PathBuf),
+    Dir(PathBuf),
+    Symlink {
+        target: String,
+        link: PathBuf,
+    },
+    RoBind {
+        src: PathBuf,
+        dest: PathBuf,
+    },
+    RoBindTry(PathBuf),
+    Bind {
+        src: PathBuf,
+        dest: PathBuf,
+    },
+}
+
+impl Mount {
+    fn dest(&self) -> PathBuf {
+        match self {
+            Mount::Proc => "/proc".into(),
+            Mount::Dev => "/dev".into(),
+            Mount::Tmp => "/tmp".into(),
+            Mount::Tmpfs(p) | Mount::Dir(p) | Mount::RoBindTry(p) => p.clone(),
+            Mount::Symlink { link, .. } => link.clone(),
+            Mount::RoBind { dest, .. } | Mount::Bind { dest, .. } => dest.clone(),
+        }
+    }
+
+    /// bwrap makes what lies below this itself (a tmpfs, or a dir on one).
+    fn is_made_by_bwrap(&self) -> bool {
+        matches!(self, Mount::Tmp | Mount::Tmpfs(_) | Mount::Dir(_))
+    }
+
+    fn same(p: &Path) -> Mount {
+        Mount::RoBind {
+            src: p.to_path_buf(),
+            dest: p.to_path_buf(),
+        }
+    }
+}
+
+/// How `ag-box __become` runs a command inside a box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Become {
+    pub ids: Ids,
+    /// Supplementary groups (the client's: the box group, for the socket).
+    pub groups: Vec<u32>,
+    /// A tmpfs handed to `ids` before the drop (the box's HOME).
+    pub own_home: Option<PathBuf>,
+    /// Supervise the command and make this socket reachable by the box group once it appears.
+    pub share_socket: Option<PathBuf>,
+    pub chdir: Option<PathBuf>,
+}
+
+impl Become {
+    pub fn argv(&self, command: &[String]) -> Vec<String> {
+        let mut a = vec![
+            BOX_EXE.to_string(),
+            "__become".into(),
+            "--uid".into(),
+            self.ids.uid.to_string(),
+            "--gid".into(),
+            self.ids.gid.to_string(),
+        ];
+        for g in &self.groups {
+            a.extend(["--group".into(), g.to_string()]);
+        }
+        for (flag, path) in [
+            ("--own-home", &self.own_home),
+            ("--share-socket", &self.share_socket),
+            ("--chdir", &self.chdir),
+        ] {
+            if let Some(p) = path {
+                a.extend([flag.to_string(), s(p)]);
+            }
+        }
+        a.push("--".into());
+        a.extend(command.iter().cloned());
+        a
+    }
 }
 
 impl BoxSpec {
+    pub fn home(&self) -> &Path {
+        &self.agent_home.home
+    }
+    pub fn socket_dir(&self) -> PathBuf {
+        self.run_dir.join("sock")
+    }
     pub fn socket(&self) -> PathBuf {
-        self.run_dir.join("tmux.sock")
+        self.socket_dir().join("tmux.sock")
     }
     pub fn tmux_conf(&self) -> PathBuf {
         self.run_dir.join("tmux.conf")
@@ -38,27 +149,20 @@ impl BoxSpec {
     pub fn info_file(&self) -> PathBuf {
         self.run_dir.join("info.json")
     }
-    fn claude(&self, rel: &str) -> PathBuf {
-        self.home.join(".claude").join(rel)
+    pub fn passwd_file(&self) -> PathBuf {
+        self.run_dir.join("passwd")
+    }
+    pub fn group_file(&self) -> PathBuf {
+        self.run_dir.join("group")
     }
 
-    /// Read-write directories the box needs even when they do not exist yet.
-    pub fn rw_dirs_to_create(&self) -> Vec<PathBuf> {
-        vec![
-            slices::claude_project_dir(&self.home, &self.project),
-            self.home.join(".codex"),
-            self.home.join(".grok"),
-            self.run_dir.clone(),
-        ]
-    }
-
-    /// The mount plan; optional sources for which `exists` is false are left out.
+    /// The mount plan; shared HOME files for which `exists` is false are left out.
     pub fn mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
         let mut m = vec![
             Mount::Proc,
             Mount::Dev,
-            Mount::Tmpfs("/tmp".into()),
-            Mount::RoBind("/usr".into()),
+            Mount::Tmp,
+            Mount::same(Path::new("/usr")),
         ];
         for dir in ["bin", "sbin", "lib", "lib64"] {
             let host = PathBuf::from("/").join(dir);
@@ -73,49 +177,51 @@ impl BoxSpec {
                 m.push(Mount::RoBindTry(host));
             }
         }
-        m.push(Mount::RoBind("/etc".into()));
+        m.push(Mount::same(Path::new("/etc")));
         m.push(Mount::RoBindTry("/nix".into()));
-        m.push(Mount::Tmpfs(self.home.clone()));
-        let read_only = [
-            self.claude("CLAUDE.md"),
-            self.claude("settings.json"),
-            self.claude("output-styles"),
-            self.claude("skills"),
-            self.claude("plugins"),
-            self.home.join(".gitconfig"),
-            self.home.join(".config/gh"),
-            self.home.join(".local"),
-        ];
+        m.push(Mount::RoBind {
+            src: self.passwd_file(),
+            dest: "/etc/passwd".into(),
+        });
+        m.push(Mount::RoBind {
+            src: self.group_file(),
+            dest: "/etc/group".into(),
+        });
+        m.push(Mount::Tmpfs(self.home().to_path_buf()));
         m.extend(
-            read_only
+            self.agent_home
+                .binds(exists)
                 .into_iter()
-                .filter(|p| exists(p))
-                .map(Mount::RoBind),
+                .map(|b| match b.access {
+                    Access::ReadWrite => Mount::Bind {
+                        src: b.src,
+                        dest: b.dest,
+                    },
+                    Access::ReadOnly => Mount::RoBind {
+                        src: b.src,
+                        dest: b.dest,
+                    },
+                }),
         );
-        let optional_rw = [
-            self.claude(".credentials.json"),
-            self.home.join(".claude.json"),
-        ];
-        m.extend(
-            optional_rw
-                .into_iter()
-                .filter(|p| exists(p))
-                .map(Mount::Bind),
-        );
-        m.extend(
-            self.rw_dirs_to_create()
-                .into_iter()
-                .filter(|p| p != &self.run_dir)
-                .map(Mount::Bind),
-        );
-        m.push(Mount::Bind(self.project.clone()));
-        m.push(Mount::Bind(self.run_dir.clone()));
-        m
+        m.push(Mount::Bind {
+            src: self.project.clone(),
+            dest: self.project.clone(),
+        });
+        m.push(Mount::Bind {
+            src: self.socket_dir(),
+            dest: self.socket_dir(),
+        });
+        m.push(Mount::same(&self.tmux_conf()));
+        m.push(Mount::RoBind {
+            src: self.exe.clone(),
+            dest: BOX_EXE.into(),
+        });
+        with_parent_dirs(m)
     }
 
     /// Environment of every process in the box: the tmux server, attach and exec alike.
     pub fn env(&self) -> Vec<(String, String)> {
-        let home = self.home.display();
+        let home = self.home().display();
         let path = format!(
             "{home}/.local/bin:{home}/.nix-profile/bin:/nix/var/nix/profiles/default/bin:\
              /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -126,6 +232,8 @@ impl BoxSpec {
             ("SHELL", "/bin/bash".to_string()),
             ("TERM", "xterm-256color".to_string()),
             ("LANG", "C.UTF-8".to_string()),
+            ("USER", account::BOX_USER.to_string()),
+            ("LOGNAME", account::BOX_USER.to_string()),
             ("BOX_NAME", self.name.clone()),
         ]
         .into_iter()
@@ -133,10 +241,14 @@ impl BoxSpec {
         .collect()
     }
 
-    /// bwrap's arguments (without the program name); its child is the foreground tmux server.
+    /// bwrap's arguments (without the program name); its child becomes the box user and
+    /// supervises the foreground tmux server.
     pub fn bwrap_args(&self, mounts: &[Mount], info_fd: i32) -> Vec<String> {
         let mut a: Vec<String> = [
             "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
@@ -148,10 +260,12 @@ impl BoxSpec {
             match mount {
                 Mount::Proc => a.extend(["--proc".into(), "/proc".into()]),
                 Mount::Dev => a.extend(["--dev".into(), "/dev".into()]),
+                Mount::Tmp => a.extend(["--perms", "1777", "--tmpfs", "/tmp"].map(String::from)),
                 Mount::Tmpfs(p) => a.extend(["--tmpfs".into(), s(p)]),
-                Mount::RoBind(p) => a.extend(["--ro-bind".into(), s(p), s(p)]),
+                Mount::Dir(p) => a.extend(["--dir".into(), s(p)]),
+                Mount::RoBind { src, dest } => a.extend(["--ro-bind".into(), s(src), s(dest)]),
                 Mount::RoBindTry(p) => a.extend(["--ro-bind-try".into(), s(p), s(p)]),
-                Mount::Bind(p) => a.extend(["--bind".into(), s(p), s(p)]),
+                Mount::Bind { src, dest } => a.extend(["--bind".into(), s(src), s(dest)]),
                 Mount::Symlink { target, link } => {
                     a.extend(["--symlink".into(), target.clone(), s(link)])
                 }
@@ -161,15 +275,56 @@ impl BoxSpec {
             a.extend(["--setenv".into(), k, v]);
         }
         a.extend(["--chdir".into(), s(&self.project), "--".into()]);
-        a.extend([
+        let anchor = Become {
+            ids: self.ids,
+            groups: vec![],
+            own_home: Some(self.home().to_path_buf()),
+            share_socket: Some(self.socket()),
+            chdir: None,
+        };
+        a.extend(anchor.argv(&[
             s(&self.tmux_bin),
             "-D".into(),
             "-S".into(),
             s(&self.socket()),
             "-f".into(),
             s(&self.tmux_conf()),
-        ]);
+        ]));
         a
+    }
+
+    /// `exec`: the command as the box user, in `dir`.
+    pub fn exec_argv(&self, dir: &Path, command: &[String]) -> Vec<String> {
+        Become {
+            ids: self.ids,
+            groups: vec![],
+            own_home: None,
+            share_socket: None,
+            chdir: Some(dir.to_path_buf()),
+        }
+        .argv(command)
+    }
+
+    /// A tmux client inside the box, as the client user: `attach`, and the readiness probe.
+    pub fn client_argv(&self, tmux_args: &[String]) -> Vec<String> {
+        let mut command = vec![s(&self.tmux_bin)];
+        command.extend(tmux_args.iter().cloned());
+        Become {
+            ids: Ids::CLIENT,
+            groups: vec![self.ids.gid],
+            own_home: None,
+            share_socket: None,
+            chdir: Some(self.project.clone()),
+        }
+        .argv(&command)
+    }
+
+    pub fn attach_argv(&self) -> Vec<String> {
+        self.client_argv(&tmux::attach_args(&self.socket()))
+    }
+
+    pub fn probe_argv(&self) -> Vec<String> {
+        self.client_argv(&tmux::has_session_args(&self.socket()))
     }
 
     /// Where `exec` starts: the caller's directory when it lies inside the project.
@@ -179,6 +334,33 @@ impl BoxSpec {
             _ => self.project.clone(),
         }
     }
+}
+
+/// `--dir` for each parent of a mount that would otherwise be made by bwrap as 0700 root.
+fn with_parent_dirs(mounts: Vec<Mount>) -> Vec<Mount> {
+    // (destination, made by bwrap) of everything placed so far; `/` is bwrap's tmpfs.
+    let mut placed: Vec<(PathBuf, bool)> = vec![("/".into(), true)];
+    let mut out = Vec::with_capacity(mounts.len());
+    for m in mounts {
+        let dest = m.dest();
+        let mut parents: Vec<&Path> = dest.ancestors().skip(1).collect();
+        parents.reverse();
+        for parent in parents.into_iter().skip(1) {
+            let covering = placed
+                .iter()
+                .filter(|(p, _)| parent.starts_with(p))
+                .max_by_key(|(p, _)| p.components().count());
+            if let Some((p, true)) = covering
+                && p != parent
+            {
+                out.push(Mount::Dir(parent.to_path_buf()));
+                placed.push((parent.to_path_buf(), true));
+            }
+        }
+        placed.push((dest, m.is_made_by_bwrap()));
+        out.push(m);
+    }
+    out
 }
 
 fn s(p: &Path) -> String {
@@ -194,10 +376,18 @@ mod tests {
         BoxSpec {
             name: "demo".into(),
             project: "/root/demo".into(),
-            home: "/root".into(),
+            agent_home: AgentHome {
+                home: "/root".into(),
+                root: "/var/lib/ag-box/homes/demo".into(),
+            },
             run_dir: "/run/box/demo".into(),
             merged_usr: true,
             tmux_bin: "/usr/bin/tmux".into(),
+            exe: "/opt/box/bin/ag-box".into(),
+            ids: Ids {
+                uid: 1000,
+                gid: 1000,
+            },
         }
     }
 
@@ -212,65 +402,74 @@ mod tests {
         let spec = spec();
         let present = ["/bin", "/sbin", "/lib"];
         let mounts = spec.mounts(|p| present.iter().any(|x| Path::new(x) == p));
+        let own = "/var/lib/ag-box/homes/demo";
         assert_eq!(
             spec.bwrap_args(&mounts, 3),
             v(&[
-                "--unshare-pid", "--die-with-parent", "--new-session", "--clearenv",
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--die-with-parent", "--new-session", "--clearenv",
                 "--info-fd", "3",
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
                 "--ro-bind", "/usr", "/usr",
                 "--symlink", "usr/bin", "/bin",
                 "--symlink", "usr/sbin", "/sbin",
                 "--symlink", "usr/lib", "/lib",
                 "--ro-bind", "/etc", "/etc",
                 "--ro-bind-try", "/nix", "/nix",
+                "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
+                "--ro-bind", "/run/box/demo/group", "/etc/group",
                 "--tmpfs", "/root",
-                "--bind", "/root/.claude/projects/-root-demo", "/root/.claude/projects/-root-demo",
-                "--bind", "/root/.codex", "/root/.codex",
-                "--bind", "/root/.grok", "/root/.grok",
+                "--bind", &format!("{own}/.claude"), "/root/.claude",
+                "--bind", &format!("{own}/.codex"), "/root/.codex",
+                "--bind", &format!("{own}/.grok"), "/root/.grok",
+                "--bind", &format!("{own}/.gemini"), "/root/.gemini",
+                "--bind", &format!("{own}/.claude.json"), "/root/.claude.json",
+                "--dir", "/root/.local",
+                "--dir", "/root/.local/share",
+                "--bind", &format!("{own}/.local/share/opencode"), "/root/.local/share/opencode",
                 "--bind", "/root/demo", "/root/demo",
-                "--bind", "/run/box/demo", "/run/box/demo",
+                "--dir", "/run",
+                "--dir", "/run/box",
+                "--dir", "/run/box/demo",
+                "--bind", "/run/box/demo/sock", "/run/box/demo/sock",
+                "--ro-bind", "/run/box/demo/tmux.conf", "/run/box/demo/tmux.conf",
+                "--ro-bind", "/opt/box/bin/ag-box", "/run/ag-box",
                 "--setenv", "HOME", "/root",
                 "--setenv", "PATH", "/root/.local/bin:/root/.nix-profile/bin:/nix/var/nix/profiles/default/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                 "--setenv", "SHELL", "/bin/bash",
                 "--setenv", "TERM", "xterm-256color",
                 "--setenv", "LANG", "C.UTF-8",
+                "--setenv", "USER", "agent",
+                "--setenv", "LOGNAME", "agent",
                 "--setenv", "BOX_NAME", "demo",
                 "--chdir", "/root/demo", "--",
-                "/usr/bin/tmux", "-D", "-S", "/run/box/demo/tmux.sock", "-f", "/run/box/demo/tmux.conf",
+                "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000",
+                "--own-home", "/root", "--share-socket", "/run/box/demo/sock/tmux.sock", "--",
+                "/usr/bin/tmux", "-D", "-S", "/run/box/demo/sock/tmux.sock", "-f", "/run/box/demo/tmux.conf",
             ])
         );
     }
 
     #[test]
-    fn agent_files_present_are_bound_with_their_modes() {
-        let spec = spec();
-        let mounts = spec.mounts(|_| true);
-        let tail: Vec<Mount> = mounts
-            .into_iter()
-            .skip_while(|m| m != &Mount::Tmpfs("/root".into()))
-            .collect();
-        let ro = |p: &str| Mount::RoBind(p.into());
-        let rw = |p: &str| Mount::Bind(p.into());
+    fn a_project_outside_home_gets_passable_parents() {
+        let spec = BoxSpec {
+            project: "/srv/work/p".into(),
+            ..spec()
+        };
+        let mounts = spec.mounts(|_| false);
+        let at = mounts
+            .iter()
+            .position(|m| m.dest() == Path::new("/srv/work/p"))
+            .unwrap();
         assert_eq!(
-            tail,
+            mounts[at - 2..=at].to_vec(),
             vec![
-                Mount::Tmpfs("/root".into()),
-                ro("/root/.claude/CLAUDE.md"),
-                ro("/root/.claude/settings.json"),
-                ro("/root/.claude/output-styles"),
-                ro("/root/.claude/skills"),
-                ro("/root/.claude/plugins"),
-                ro("/root/.gitconfig"),
-                ro("/root/.config/gh"),
-                ro("/root/.local"),
-                rw("/root/.claude/.credentials.json"),
-                rw("/root/.claude.json"),
-                rw("/root/.claude/projects/-root-demo"),
-                rw("/root/.codex"),
-                rw("/root/.grok"),
-                rw("/root/demo"),
-                rw("/run/box/demo"),
+                Mount::Dir("/srv".into()),
+                Mount::Dir("/srv/work".into()),
+                Mount::Bind {
+                    src: "/srv/work/p".into(),
+                    dest: "/srv/work/p".into()
+                },
             ]
         );
     }
@@ -291,12 +490,71 @@ mod tests {
     }
 
     #[test]
-    fn ssh_and_other_projects_never_appear() {
+    fn nothing_of_the_host_home_but_the_shared_files_appears() {
         let spec = spec();
-        let args = spec.bwrap_args(&spec.mounts(|_| true), 3).join(" ");
-        assert!(!args.contains(".ssh"));
-        assert!(!args.contains("/srv"));
-        assert!(!args.contains("--bind /root /root"));
+        let args = spec.bwrap_args(&spec.mounts(|_| true), 3);
+        let sources: Vec<&String> = args
+            .windows(3)
+            .filter(|w| w[0] == "--bind" || w[0] == "--ro-bind")
+            .map(|w| &w[1])
+            .filter(|src| src.starts_with("/root/"))
+            .collect();
+        for src in &sources {
+            let rel = src.strip_prefix("/root/").unwrap();
+            assert!(
+                src.as_str() == "/root/demo"
+                    || super::super::agent_home::CREDENTIALS.contains(&rel)
+                    || super::super::agent_home::GLOBAL_CONFIG.contains(&rel),
+                "{src} is bound from the node's home"
+            );
+        }
+        assert!(!args.join(" ").contains(".ssh"));
+        assert!(!args.iter().any(|a| a == "/run/box/demo/info.json"));
+    }
+
+    #[test]
+    fn exec_and_attach_run_as_the_box_user_and_the_client() {
+        let spec = spec();
+        assert_eq!(
+            spec.exec_argv(Path::new("/root/demo/src"), &v(&["git", "status"])),
+            v(&[
+                "/run/ag-box",
+                "__become",
+                "--uid",
+                "1000",
+                "--gid",
+                "1000",
+                "--chdir",
+                "/root/demo/src",
+                "--",
+                "git",
+                "status"
+            ])
+        );
+        assert_eq!(
+            spec.attach_argv(),
+            v(&[
+                "/run/ag-box",
+                "__become",
+                "--uid",
+                "65533",
+                "--gid",
+                "65533",
+                "--group",
+                "1000",
+                "--chdir",
+                "/root/demo",
+                "--",
+                "/usr/bin/tmux",
+                "-N",
+                "-S",
+                "/run/box/demo/sock/tmux.sock",
+                "new-session",
+                "-A",
+                "-s",
+                "main"
+            ])
+        );
     }
 
     #[test]

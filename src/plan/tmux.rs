@@ -2,11 +2,14 @@
 
 use std::path::Path;
 
+use super::account::CLIENT_USER;
+
 pub const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
 pub const BASE_FLAKE: &str = "/etc/base-flake";
 
-/// Sources the operator's inner config when present and creates session `main` in the project;
-/// a `nix` box's shells start inside the base flake's dev shell.
+/// Lets the client user in (it attaches from inside the box), sources the operator's inner
+/// config when present and creates session `main` in the project; a `nix` box's shells start
+/// inside the base flake's dev shell.
 pub fn server_conf(project: &Path, nix: bool) -> String {
     let shell = if nix {
         format!("set -g default-command \"nix develop {BASE_FLAKE} --command bash\"\n")
@@ -15,6 +18,7 @@ pub fn server_conf(project: &Path, nix: bool) -> String {
     };
     format!(
         "# written by ag-box at each start\n\
+         server-access -a {CLIENT_USER}\n\
          source-file -q {INNER_CONF}\n\
          {shell}new-session -d -s main -c {}\n",
         quote(&project.to_string_lossy())
@@ -34,8 +38,10 @@ fn quote(s: &str) -> String {
     out
 }
 
+/// `-N`: a client never starts a server of its own (a box without one is down).
 pub fn attach_args(socket: &Path) -> Vec<String> {
     vec![
+        "-N".into(),
         "-S".into(),
         socket.to_string_lossy().into_owned(),
         "new-session".into(),
@@ -47,6 +53,7 @@ pub fn attach_args(socket: &Path) -> Vec<String> {
 
 pub fn has_session_args(socket: &Path) -> Vec<String> {
     vec![
+        "-N".into(),
         "-S".into(),
         socket.to_string_lossy().into_owned(),
         "has-session".into(),
@@ -63,6 +70,7 @@ mod tests {
         assert_eq!(
             server_conf(Path::new("/srv/my \"q\" $x"), false),
             "# written by ag-box at each start\n\
+             server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\
              new-session -d -s main -c \"/srv/my \\\"q\\\" \\$x\"\n"
         );
@@ -73,6 +81,7 @@ mod tests {
         assert_eq!(
             server_conf(Path::new("/root/p"), true),
             "# written by ag-box at each start\n\
+             server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\
              set -g default-command \"nix develop /etc/base-flake --command bash\"\n\
              new-session -d -s main -c \"/root/p\"\n"
@@ -85,6 +94,7 @@ mod tests {
         assert_eq!(
             attach_args(sock),
             [
+                "-N",
                 "-S",
                 "/run/box/d/tmux.sock",
                 "new-session",
@@ -95,7 +105,7 @@ mod tests {
         );
         assert_eq!(
             has_session_args(sock),
-            ["-S", "/run/box/d/tmux.sock", "has-session"]
+            ["-N", "-S", "/run/box/d/tmux.sock", "has-session"]
         );
     }
 }

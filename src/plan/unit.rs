@@ -2,6 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::agent_home::Access;
+use super::sandbox::BoxSpec;
+
 /// The hidden subcommand that opens bwrap's info fd and runs (or supervises) bwrap.
 pub const ANCHOR_SUBCOMMAND: &str = "__anchor";
 
@@ -34,30 +37,73 @@ pub fn anchor_argv(
     a
 }
 
+/// systemd's own sandboxing of the unit, under bwrap's: what still lets bwrap build the box
+/// (mounts, namespaces, the drop to the box user) and nothing more. `ProtectSystem=strict`
+/// leaves writable only the paths the box writes (given as `ReadWritePaths`).
+pub const HARDENING: &[&str] = &[
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "PrivateTmp=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectHostname=yes",
+    "LockPersonality=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "SystemCallArchitectures=native",
+    "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_CHROOT CAP_SETUID CAP_SETGID CAP_SETPCAP \
+     CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_NET_ADMIN",
+];
+
+/// What a box writes on the host: its project, agent home, run dir and the shared credentials.
+pub fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut paths = vec![
+        spec.project.clone(),
+        spec.agent_home.root.clone(),
+        spec.run_dir.clone(),
+    ];
+    paths.extend(
+        spec.agent_home
+            .binds(exists)
+            .into_iter()
+            .filter(|b| b.access == Access::ReadWrite && !b.src.starts_with(&spec.agent_home.root))
+            .map(|b| b.src),
+    );
+    paths
+}
+
 /// The transient service around the anchor.
 pub fn systemd_run_argv(
-    box_name: &str,
+    spec: &BoxSpec,
     memory_max: Option<&str>,
-    home: &Path,
+    writable: &[PathBuf],
     anchor: &[String],
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "systemd-run".into(),
         "--unit".into(),
-        unit_name(box_name),
+        unit_name(&spec.name),
         "--description".into(),
-        format!("ag-box {box_name}"),
+        format!("ag-box {}", spec.name),
         "--collect".into(),
         "--quiet".into(),
     ];
     if let Some(m) = memory_max {
         a.extend(["-p".into(), format!("MemoryMax={m}")]);
     }
+    a.extend(["-p".into(), "OOMPolicy=continue".into()]);
+    for p in HARDENING {
+        a.extend(["-p".into(), p.to_string()]);
+    }
+    for p in writable {
+        // `-`: a path that is missing is no reason to fail the start.
+        a.extend(["-p".into(), format!("ReadWritePaths=-{}", p.display())]);
+    }
     a.extend([
-        "-p".into(),
-        "OOMPolicy=continue".into(),
         "-E".into(),
-        format!("HOME={}", home.display()),
+        format!("HOME={}", spec.home().display()),
         "--".into(),
     ]);
     a.extend(anchor.iter().cloned());
@@ -93,20 +139,56 @@ pub fn direct_cgroup(parent: &Path, box_name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::account::Ids;
+    use crate::plan::agent_home::AgentHome;
     use pretty_assertions::assert_eq;
+
+    fn spec() -> BoxSpec {
+        BoxSpec {
+            name: "demo".into(),
+            project: "/root/demo".into(),
+            agent_home: AgentHome {
+                home: "/root".into(),
+                root: "/var/lib/ag-box/homes/demo".into(),
+            },
+            run_dir: "/run/box/demo".into(),
+            merged_usr: true,
+            tmux_bin: "/usr/bin/tmux".into(),
+            exe: "/opt/box/bin/ag-box".into(),
+            ids: Ids {
+                uid: 1000,
+                gid: 1000,
+            },
+        }
+    }
 
     #[test]
     #[rustfmt::skip]
-    fn systemd_run_wraps_the_anchor() {
+    fn systemd_run_wraps_the_anchor_in_a_hardened_unit() {
+        let spec = spec();
         let anchor = anchor_argv(
             Path::new("/opt/box/bin/ag-box"), false, Path::new("/run/box/demo/info.json"),
             Path::new("/usr/bin/bwrap"), &["--unshare-pid".to_string()],
         );
+        let present = ["/root/.claude/.credentials.json", "/root/.gitconfig"];
+        let writable = writable_paths(&spec, |p| present.iter().any(|x| Path::new(x) == p));
         assert_eq!(
-            systemd_run_argv("demo", Some("1500M"), Path::new("/root"), &anchor),
+            systemd_run_argv(&spec, Some("1500M"), &writable, &anchor),
             [
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
                 "--collect", "--quiet", "-p", "MemoryMax=1500M", "-p", "OOMPolicy=continue",
+                "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
+                "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
+                "-p", "ProtectKernelLogs=yes", "-p", "ProtectControlGroups=yes",
+                "-p", "ProtectHostname=yes", "-p", "LockPersonality=yes",
+                "-p", "RestrictRealtime=yes", "-p", "RestrictSUIDSGID=yes",
+                "-p", "SystemCallArchitectures=native",
+                "-p", "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_CHROOT CAP_SETUID CAP_SETGID CAP_SETPCAP \
+                       CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_NET_ADMIN",
+                "-p", "ReadWritePaths=-/root/demo",
+                "-p", "ReadWritePaths=-/var/lib/ag-box/homes/demo",
+                "-p", "ReadWritePaths=-/run/box/demo",
+                "-p", "ReadWritePaths=-/root/.claude/.credentials.json",
                 "-E", "HOME=/root", "--",
                 "/opt/box/bin/ag-box", "__anchor", "--info", "/run/box/demo/info.json", "--",
                 "/usr/bin/bwrap", "--unshare-pid",
@@ -116,7 +198,7 @@ mod tests {
 
     #[test]
     fn no_memory_max_means_no_property() {
-        let argv = systemd_run_argv("x", None, Path::new("/root"), &["a".to_string()]);
+        let argv = systemd_run_argv(&spec(), None, &[], &["a".to_string()]);
         assert!(!argv.iter().any(|a| a.starts_with("MemoryMax")));
     }
 

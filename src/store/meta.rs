@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
+use crate::plan::account::{self, Ids};
 use crate::plan::unit::valid_memory_max;
 
 pub const META_VERSION: u32 = 1;
@@ -19,6 +20,11 @@ pub struct Meta {
     pub memory_max: Option<String>,
     #[serde(default)]
     pub nix: bool,
+    /// The box user's ids, the same on every node (records made before them: the node's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
 }
@@ -52,8 +58,18 @@ impl Meta {
             pinned_node: None,
             memory_max: None,
             nix: false,
+            uid: None,
+            gid: None,
             lease: None,
             last_snapshot: None,
+        }
+    }
+
+    /// The box user's ids: the record's, else the node's default.
+    pub fn ids(&self, default: Ids) -> Ids {
+        Ids {
+            uid: self.uid.unwrap_or(default.uid),
+            gid: self.gid.unwrap_or(default.gid),
         }
     }
 
@@ -67,7 +83,7 @@ impl Meta {
         };
         let (key, value) = assignment
             .split_once('=')
-            .ok_or_else(|| bad("use key=value with key memory_max, nix or pin"))?;
+            .ok_or_else(|| bad("use key=value with key memory_max, nix, pin, uid or gid"))?;
         let none = value == "none" || value.is_empty();
         let mut next = self.clone();
         match key {
@@ -89,9 +105,16 @@ impl Meta {
             "pin" if !value.contains(char::is_whitespace) => {
                 next.pinned_node = Some(value.to_string())
             }
+            "uid" | "gid" => {
+                let id = account::check_id(key, value).map_err(|h| bad(&h))?;
+                match key {
+                    "uid" => next.uid = Some(id),
+                    _ => next.gid = Some(id),
+                }
+            }
             _ => {
                 return Err(bad(
-                    "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>",
+                    "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>",
                 ));
             }
         }
@@ -114,6 +137,8 @@ mod tests {
             .with_setting("memory_max=2G")
             .and_then(|m| m.with_setting("nix=true"))
             .and_then(|m| m.with_setting("pin=node-a"))
+            .and_then(|m| m.with_setting("uid=1001"))
+            .and_then(|m| m.with_setting("gid=1002"))
             .unwrap();
         assert_eq!(
             m,
@@ -121,7 +146,16 @@ mod tests {
                 memory_max: Some("2G".into()),
                 nix: true,
                 pinned_node: Some("node-a".into()),
+                uid: Some(1001),
+                gid: Some(1002),
                 ..meta()
+            }
+        );
+        assert_eq!(
+            m.ids(Ids { uid: 1, gid: 2 }),
+            Ids {
+                uid: 1001,
+                gid: 1002
             }
         );
         let cleared = m
@@ -132,10 +166,21 @@ mod tests {
             cleared,
             Meta {
                 nix: true,
+                uid: Some(1001),
+                gid: Some(1002),
                 ..meta()
             }
         );
-        for bad in ["memory_max=lots", "nix=yes", "color=red", "nix", "pin=a b"] {
+        for bad in [
+            "memory_max=lots",
+            "nix=yes",
+            "color=red",
+            "nix",
+            "pin=a b",
+            "uid=0",
+            "gid=65533",
+            "uid=me",
+        ] {
             let e = meta().with_setting(bad).unwrap_err();
             assert!(e.message.contains("invalid setting"), "{bad}: {e}");
         }

@@ -1,11 +1,13 @@
 //! Everything that touches the world: processes, restic, systemd, tmux, files.
 
+pub mod agent_home;
 pub mod cmd;
 pub mod copy_state;
+pub mod enter;
 pub mod host;
 pub mod nodes;
+pub mod privs;
 pub mod restic;
 pub mod restore;
 pub mod runtime;
 pub mod slices;
-pub mod tmux;

@@ -18,7 +18,7 @@ fn sibling(path: &Path, tag: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.ag-box-{tag}"))
 }
 
-fn remove_any(path: &Path) -> std::io::Result<()> {
+pub fn remove_any(path: &Path) -> std::io::Result<()> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir_all(path),
         Ok(_) => fs::remove_file(path),
@@ -47,7 +47,7 @@ pub fn restore_in_place(
     restic: &Restic,
     id: &str,
     anchor: &Path,
-    paths_in: &dyn Fn(&Path) -> Vec<PathBuf>,
+    paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
     let staging = sibling(anchor, "restore");
     if let Some(parent) = staging.parent() {
@@ -55,7 +55,13 @@ pub fn restore_in_place(
     }
     remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
     restic.restore(id, &staging)?;
-    let paths = paths_in(&staging);
+    let paths = match paths_in(&staging) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = remove_any(&staging);
+            return Err(e.context(format!("restoring snapshot {id}")));
+        }
+    };
     let mut swapped: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     let result = (|| -> Result<()> {
         for path in &paths {

@@ -2,6 +2,7 @@
 //! a detached supervisor process. Both run the same anchor and bwrap argv.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,9 +14,11 @@ use nix::unistd::Pid;
 
 use crate::config::RuntimeChoice;
 use crate::error::UserError;
+use crate::plan::account;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::{tmux as tmux_plan, unit};
-use crate::sys::{cmd, host, tmux};
+use crate::sys::enter::Sandbox;
+use crate::sys::{cmd, host};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -65,7 +68,7 @@ impl Runtime {
                     &unit::unit_name(&spec.name),
                 ]))
             }),
-            Runtime::Direct => tmux::answers(&spec.socket()),
+            Runtime::Direct => supervisor_pid(&spec.run_dir).is_some(),
         }
     }
 
@@ -99,7 +102,7 @@ impl Runtime {
                 .map(|entries| {
                     entries
                         .filter_map(|e| e.ok())
-                        .filter(|e| tmux::answers(&e.path().join("tmux.sock")))
+                        .filter(|e| supervisor_pid(&e.path()).is_some())
                         .filter_map(|e| e.file_name().into_string().ok())
                         .collect()
                 })
@@ -109,7 +112,7 @@ impl Runtime {
         names
     }
 
-    /// Start the box and wait until its tmux server answers.
+    /// Start the box and wait until its tmux server answers a client inside it.
     pub fn start(
         self,
         spec: &BoxSpec,
@@ -118,18 +121,13 @@ impl Runtime {
         nix: bool,
     ) -> Result<()> {
         let bwrap = cmd::require("bwrap")?;
-        let exe = std::env::current_exe().context("locating the ag-box binary")?;
-        fs::create_dir_all(&spec.run_dir)
-            .with_context(|| format!("creating {}", spec.run_dir.display()))?;
-        let _ = fs::remove_file(spec.socket());
-        let _ = fs::remove_file(spec.info_file());
-        fs::write(spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix))
-            .with_context(|| format!("writing {}", spec.tmux_conf().display()))?;
+        prepare_run_dir(spec, nix)?;
         let supervise = self == Runtime::Direct;
-        let anchor = unit::anchor_argv(&exe, supervise, &spec.info_file(), &bwrap, bwrap_args);
+        let anchor = unit::anchor_argv(&spec.exe, supervise, &spec.info_file(), &bwrap, bwrap_args);
         match self {
             Runtime::Systemd => {
-                let argv = unit::systemd_run_argv(&spec.name, memory_max, &spec.home, &anchor);
+                let writable = unit::writable_paths(spec, |p| p.exists());
+                let argv = unit::systemd_run_argv(spec, memory_max, &writable, &anchor);
                 cmd::output(Command::new(&argv[0]).args(&argv[1..]))
                     .with_context(|| format!("starting unit {}", unit::unit_name(&spec.name)))?;
             }
@@ -138,10 +136,22 @@ impl Runtime {
         self.wait_ready(spec)
     }
 
+    /// The box's tmux server answers a client inside the box (never one on the host: a box
+    /// controls its server, and a server can make its clients write files and run commands).
+    fn answers(self, spec: &BoxSpec) -> bool {
+        let probe = Sandbox::open(spec, self)
+            .and_then(|s| s.command(&spec.probe_argv()))
+            .and_then(|mut c| cmd::output(c.env_clear().envs(spec.env())));
+        if let Err(e) = &probe {
+            tracing::debug!("box '{}' does not answer yet: {e:#}", spec.name);
+        }
+        probe.is_ok()
+    }
+
     fn wait_ready(self, spec: &BoxSpec) -> Result<()> {
         let started = Instant::now();
         while started.elapsed() < READY_TIMEOUT {
-            if tmux::answers(&spec.socket()) {
+            if self.answers(spec) {
                 return Ok(());
             }
             // A unit that died early will not come back: stop waiting.
@@ -180,26 +190,75 @@ impl Runtime {
                 }
             }
             Runtime::Direct => {
-                // The supervisor's death takes bwrap and its pid namespace with it. Its own pid
-                // may linger as a zombie, so the tmux server answering is what counts.
-                let pid = read_pid(&spec.run_dir.join("anchor.pid"));
+                // The supervisor's death takes bwrap and its pid namespace with it.
                 for signal in [Signal::SIGTERM, Signal::SIGKILL] {
-                    if let Some(pid) = pid {
-                        let _ = kill(pid, signal);
-                    }
+                    let Some(pid) = supervisor_pid(&spec.run_dir) else {
+                        return Ok(());
+                    };
+                    let _ = kill(pid, signal);
                     let deadline = Instant::now() + STOP_TIMEOUT;
-                    while tmux::answers(&spec.socket()) && Instant::now() < deadline {
+                    while supervisor_pid(&spec.run_dir).is_some() && Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(50));
                     }
-                    if !tmux::answers(&spec.socket()) {
-                        return Ok(());
-                    }
                 }
-                bail!("box '{}': tmux server still answers after stop", spec.name);
+                if supervisor_pid(&spec.run_dir).is_some() {
+                    bail!(
+                        "box '{}': its supervisor is still running after stop",
+                        spec.name
+                    );
+                }
             }
         }
         Ok(())
     }
+}
+
+/// A fresh run dir, root's alone, but for the socket dir the box user writes its socket in.
+fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
+    let dir = &spec.run_dir;
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    // Whatever an earlier start (or an older ag-box, whose run dir the box could write) left.
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("clearing {}", dir.display()));
+        }
+        _ => {}
+    }
+    let sock = spec.socket_dir();
+    fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    fs::create_dir(&sock).with_context(|| format!("creating {}", sock.display()))?;
+    std::os::unix::fs::chown(&sock, Some(spec.ids.uid), Some(spec.ids.gid))?;
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o750))?;
+    for (path, text) in [
+        (spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix)),
+        (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
+        (spec.group_file(), account::group(spec.ids)),
+    ] {
+        fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
+}
+
+/// The direct runtime's supervisor of the box in `run_dir`, while it runs.
+pub fn supervisor_pid(run_dir: &Path) -> Option<Pid> {
+    let pid = read_pid(&run_dir.join("anchor.pid"))?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let info = run_dir.join("info.json");
+    let ours = args.iter().any(|a| *a == b"__anchor".as_slice())
+        && args.iter().any(|a| *a == b"--supervise".as_slice())
+        && args
+            .iter()
+            .any(|a| *a == info.as_os_str().as_encoded_bytes());
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    (ours && !zombie).then_some(pid)
 }
 
 fn read_pid(path: &Path) -> Option<Pid> {
@@ -209,18 +268,6 @@ fn read_pid(path: &Path) -> Option<Pid> {
         .parse::<i32>()
         .ok()
         .map(Pid::from_raw)
-}
-
-/// The pid (as seen from the host) of the box's namespace init, from bwrap's info file.
-pub fn sandbox_pid(spec: &BoxSpec) -> Result<i32> {
-    let text = fs::read_to_string(spec.info_file())
-        .with_context(|| format!("reading {}", spec.info_file().display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("parsing {}", spec.info_file().display()))?;
-    v.get("child-pid")
-        .and_then(serde_json::Value::as_i64)
-        .and_then(|p| i32::try_from(p).ok())
-        .with_context(|| format!("no child-pid in {}", spec.info_file().display()))
 }
 
 /// Move this process into the cgroups of the box's sandbox, so that what `exec` starts there
@@ -265,7 +312,7 @@ fn spawn_supervisor(spec: &BoxSpec, anchor: &[String], memory_max: Option<&str>)
         .stdout(log.try_clone()?)
         .stderr(log)
         .env_clear()
-        .env("HOME", &spec.home)
+        .env("HOME", spec.home())
         .env(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

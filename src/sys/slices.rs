@@ -1,15 +1,11 @@
-//! The agent session slices of a box as they stand on disk (DESIGN.md "Agent session slices").
+//! A project's agent sessions in a shared home (the node's, or an old snapshot's): what is
+//! imported into a box's own agent home at `track` and at the first `up` of an older box.
 
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::plan::slices;
-
-/// Project dir first, then the agent session paths that exist on this node.
-pub fn snapshot_paths(home: &Path, project: &Path) -> Vec<PathBuf> {
-    snapshot_paths_under(Path::new("/"), home, project)
-}
 
 fn names_in(dir: &Path) -> Vec<String> {
     fs::read_dir(dir)
@@ -31,12 +27,13 @@ fn first_line(path: &Path) -> Option<String> {
     Some(line)
 }
 
-/// The same paths, looked up in a tree restored under `root` (a restore's staging dir).
-pub fn snapshot_paths_under(root: &Path, home: &Path, project: &Path) -> Vec<PathBuf> {
+/// The project's session paths in `home`, looked up in the tree under `root` (`/`, or a
+/// restore's staging dir); only those that exist there.
+pub fn session_paths_under(root: &Path, home: &Path, project: &Path) -> Vec<PathBuf> {
     let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let claude_dir = slices::claude_project_dir(home, project);
     let ids = slices::session_ids(&names_in(&under(&claude_dir)));
-    let mut paths = vec![project.to_path_buf(), claude_dir];
+    let mut paths = vec![claude_dir];
     paths.extend(slices::claude_session_dirs(home, &ids));
     paths.extend(codex_rollouts(&under, home, project));
     paths.push(slices::grok_session_dir(home, project));

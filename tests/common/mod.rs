@@ -63,14 +63,20 @@ impl Node {
         let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
         let bin_dir = dir.join("opt-box/bin");
         std::fs::create_dir_all(&bin_dir).unwrap();
-        // Copy then rename: another test process may be running the old binary.
-        let tmp = bin_dir.join(format!(
-            ".ag-box.{}.{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::copy(env!("CARGO_BIN_EXE_ag-box"), &tmp).unwrap();
-        std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
+        let built = std::fs::read(env!("CARGO_BIN_EXE_ag-box")).unwrap();
+        // Boxes bind the binary that started them: replace it only when it differs, and by
+        // rename, since another test process may be running it.
+        if std::fs::read(bin_dir.join("ag-box")).ok().as_ref() != Some(&built) {
+            let tmp = bin_dir.join(format!(
+                ".ag-box.{}.{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::write(&tmp, &built).unwrap();
+            std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
+        }
         Some(Node { name, env: vec![] })
     }
 }
@@ -272,7 +278,7 @@ impl Cluster {
         for n in [&self.a, &self.b] {
             n.sh(&format!(
                 "systemctl stop boxrun-{name} 2>/dev/null; rm -rf /root/{name} /root/.claude/projects/-root-{name} \
-                 /var/lib/ag-box/local/{name}.json; true"
+                 /var/lib/ag-box/local/{name}.json /var/lib/ag-box/homes/{name}; true"
             ))
             .ok();
         }

@@ -1,0 +1,272 @@
+//! What of HOME a box sees, and from where (DESIGN.md "Agent homes").
+//!
+//! Each box has its own agent home on the node (`$BOX_STATE_DIR/homes/<name>`, owned by the
+//! box user): the agents' state dirs are bound from it, so a box sees and changes only its own
+//! transcripts and history, and they move with the box's snapshot. The agents' credentials are
+//! shared per node (read-write for token refresh) and their global config is read-only; both are
+//! bound file by file over the box's own dirs, and neither is ever part of a snapshot.
+
+use std::path::{Path, PathBuf};
+
+/// Dirs of HOME that live in the box's agent home (read-write, snapshotted).
+pub const OWN_DIRS: &[&str] = &[
+    ".claude",
+    ".codex",
+    ".grok",
+    ".gemini",
+    ".local/share/opencode",
+];
+/// Files of HOME that live in the box's agent home; `.claude.json` is seeded from the node's.
+pub const OWN_FILES: &[&str] = &[".claude.json"];
+/// The agents' credentials, shared per node: read-write, owned by the box user.
+pub const CREDENTIALS: &[&str] = &[
+    ".claude/.credentials.json",
+    ".codex/auth.json",
+    ".grok/user-settings.json",
+    ".gemini/oauth_creds.json",
+    ".gemini/google_accounts.json",
+    ".local/share/opencode/auth.json",
+];
+/// Global config, shared per node, read-only inside a box.
+pub const GLOBAL_CONFIG: &[&str] = &[
+    ".claude/CLAUDE.md",
+    ".claude/settings.json",
+    ".claude/output-styles",
+    ".claude/skills",
+    ".claude/plugins",
+    ".claude/agents",
+    ".claude/commands",
+    ".codex/config.toml",
+    ".codex/AGENTS.md",
+    ".gemini/settings.json",
+    ".gemini/GEMINI.md",
+    ".gitconfig",
+    ".config/gh",
+    ".local",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// One path of the box's HOME and where it comes from on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeBind {
+    pub src: PathBuf,
+    pub dest: PathBuf,
+    pub access: Access,
+}
+
+/// The host side of a box's HOME: the node's home (shared files) and the box's agent home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHome {
+    /// HOME inside the box, and the node's home whose shared files are bound.
+    pub home: PathBuf,
+    /// `$BOX_STATE_DIR/homes/<name>`.
+    pub root: PathBuf,
+}
+
+pub fn root_for(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("homes").join(name)
+}
+
+/// `rel` lies in one of the box's own dirs (so its mount point is made in the agent home).
+fn in_own_dir(rel: &str) -> bool {
+    OWN_DIRS
+        .iter()
+        .any(|d| Path::new(rel).starts_with(d) && rel != *d)
+}
+
+impl AgentHome {
+    /// The binds of HOME, parents before children; shared files the node lacks are left out.
+    /// The opencode store needs its mount point in the node's `~/.local` when that is bound.
+    pub fn binds(&self, node_has: impl Fn(&Path) -> bool) -> Vec<HomeBind> {
+        let node = |rel: &str| self.home.join(rel);
+        let own = |rel: &str| HomeBind {
+            src: self.root.join(rel),
+            dest: self.home.join(rel),
+            access: Access::ReadWrite,
+        };
+        let shared = |rel: &str, access| HomeBind {
+            src: node(rel),
+            dest: node(rel),
+            access,
+        };
+        let local_hides_opencode =
+            node_has(&node(".local")) && !node_has(&node(".local/share/opencode"));
+        let mut binds: Vec<HomeBind> = OWN_DIRS
+            .iter()
+            .filter(|d| !(**d == ".local/share/opencode" && local_hides_opencode))
+            .chain(OWN_FILES)
+            .map(|rel| own(rel))
+            .collect();
+        binds.extend(
+            CREDENTIALS
+                .iter()
+                .filter(|rel| node_has(&node(rel)))
+                .map(|rel| shared(rel, Access::ReadWrite)),
+        );
+        binds.extend(
+            GLOBAL_CONFIG
+                .iter()
+                .filter(|rel| node_has(&node(rel)))
+                .map(|rel| shared(rel, Access::ReadOnly)),
+        );
+        binds.retain(|b| {
+            // Shared files inside a skipped own dir have nowhere to go.
+            let rel = b.dest.strip_prefix(&self.home).unwrap_or(&b.dest);
+            !(local_hides_opencode && rel.starts_with(".local/share/opencode"))
+        });
+        binds.sort_by_key(|b| b.dest.components().count());
+        binds
+    }
+
+    /// Mount points of shared files inside the agent home: made (as the box user's) before
+    /// the box starts, since bwrap would make them root's.
+    pub fn mount_points(&self, binds: &[HomeBind]) -> Vec<PathBuf> {
+        binds
+            .iter()
+            .filter(|b| b.src != self.root.join(self.rel(&b.dest)))
+            .filter(|b| in_own_dir(&self.rel(&b.dest).to_string_lossy()))
+            .map(|b| self.root.join(self.rel(&b.dest)))
+            .collect()
+    }
+
+    fn rel(&self, dest: &Path) -> PathBuf {
+        dest.strip_prefix(&self.home).unwrap_or(dest).to_path_buf()
+    }
+
+    /// Never in a snapshot: the shared files' mount points in the agent home.
+    pub fn snapshot_excludes(&self) -> Vec<PathBuf> {
+        CREDENTIALS
+            .iter()
+            .chain(GLOBAL_CONFIG)
+            .filter(|rel| in_own_dir(rel))
+            .map(|rel| self.root.join(rel))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn home() -> AgentHome {
+        AgentHome {
+            home: "/root".into(),
+            root: "/var/lib/ag-box/homes/demo".into(),
+        }
+    }
+
+    fn b(src: &str, dest: &str, access: Access) -> HomeBind {
+        HomeBind {
+            src: src.into(),
+            dest: dest.into(),
+            access,
+        }
+    }
+
+    #[test]
+    fn a_bare_node_gives_the_box_only_its_own_dirs() {
+        let h = home();
+        let own = |rel: &str| {
+            b(
+                &format!("/var/lib/ag-box/homes/demo/{rel}"),
+                &format!("/root/{rel}"),
+                Access::ReadWrite,
+            )
+        };
+        assert_eq!(
+            h.binds(|_| false),
+            vec![
+                own(".claude"),
+                own(".codex"),
+                own(".grok"),
+                own(".gemini"),
+                own(".claude.json"),
+                own(".local/share/opencode"),
+            ]
+        );
+        assert_eq!(h.mount_points(&h.binds(|_| false)), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn shared_files_go_over_the_own_dirs() {
+        let h = home();
+        let present = [
+            "/root/.claude/.credentials.json",
+            "/root/.claude/settings.json",
+            "/root/.codex/auth.json",
+            "/root/.gitconfig",
+            "/root/.local",
+            "/root/.local/share/opencode",
+        ];
+        let binds = h.binds(|p| present.iter().any(|x| Path::new(x) == p));
+        let rw = Access::ReadWrite;
+        let ro = Access::ReadOnly;
+        let own = "/var/lib/ag-box/homes/demo";
+        assert_eq!(
+            binds,
+            vec![
+                b(&format!("{own}/.claude"), "/root/.claude", rw),
+                b(&format!("{own}/.codex"), "/root/.codex", rw),
+                b(&format!("{own}/.grok"), "/root/.grok", rw),
+                b(&format!("{own}/.gemini"), "/root/.gemini", rw),
+                b(&format!("{own}/.claude.json"), "/root/.claude.json", rw),
+                b("/root/.gitconfig", "/root/.gitconfig", ro),
+                b("/root/.local", "/root/.local", ro),
+                b(
+                    "/root/.claude/.credentials.json",
+                    "/root/.claude/.credentials.json",
+                    rw
+                ),
+                b("/root/.codex/auth.json", "/root/.codex/auth.json", rw),
+                b(
+                    "/root/.claude/settings.json",
+                    "/root/.claude/settings.json",
+                    ro
+                ),
+                b(
+                    &format!("{own}/.local/share/opencode"),
+                    "/root/.local/share/opencode",
+                    rw
+                ),
+            ]
+        );
+        assert_eq!(
+            h.mount_points(&binds),
+            vec![
+                PathBuf::from(format!("{own}/.claude/.credentials.json")),
+                PathBuf::from(format!("{own}/.codex/auth.json")),
+                PathBuf::from(format!("{own}/.claude/settings.json")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_node_local_without_opencode_leaves_the_opencode_store_out() {
+        let h = home();
+        let present = ["/root/.local", "/root/.local/share/opencode/auth.json"];
+        let binds = h.binds(|p| present.iter().any(|x| Path::new(x) == p));
+        assert!(
+            binds
+                .iter()
+                .all(|b| !b.dest.starts_with("/root/.local/share/opencode")),
+            "{binds:?}"
+        );
+    }
+
+    #[test]
+    fn credentials_and_config_never_enter_a_snapshot() {
+        let excludes = home().snapshot_excludes();
+        let own = "/var/lib/ag-box/homes/demo";
+        assert!(excludes.contains(&PathBuf::from(format!("{own}/.claude/.credentials.json"))));
+        assert!(excludes.contains(&PathBuf::from(format!("{own}/.codex/auth.json"))));
+        assert!(excludes.contains(&PathBuf::from(format!("{own}/.claude/settings.json"))));
+        assert!(!excludes.iter().any(|p| p.ends_with(".gitconfig")));
+        assert_eq!(excludes.len(), 17);
+    }
+}

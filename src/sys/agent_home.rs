@@ -1,0 +1,170 @@
+//! A box's agent home and project on this node: made, filled from the project's existing
+//! sessions, and owned by the box user.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::plan::account::Ids;
+use crate::plan::sandbox::BoxSpec;
+use crate::sys::{cmd, privs, restore, slices};
+
+/// Make the box's agent home when this node has none (importing the project's sessions from
+/// the node's home, and the node's `~/.claude.json`), then everything the box binds in it.
+pub fn ensure(spec: &BoxSpec) -> Result<()> {
+    let ah = &spec.agent_home;
+    if !ah.root.exists() {
+        let homes = ah.root.parent().unwrap_or(&ah.root);
+        fs::create_dir_all(homes).with_context(|| format!("creating {}", homes.display()))?;
+        fs::set_permissions(homes, fs::Permissions::from_mode(0o700))?;
+        let staging = ah.root.with_extension("new");
+        restore::remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
+        fs::create_dir(&staging).with_context(|| format!("creating {}", staging.display()))?;
+        let n = import_sessions(Path::new("/"), spec.home(), &spec.project, &staging)?;
+        let claude_json = spec.home().join(".claude.json");
+        if claude_json.is_file() {
+            copy(&claude_json, &staging.join(".claude.json"))?;
+        }
+        if n > 0 {
+            eprintln!(
+                "box '{}': imported {n} agent session store(s) of {} from {}",
+                spec.name,
+                spec.project.display(),
+                spec.home().display()
+            );
+        }
+        privs::give_tree(&staging, spec.ids)?;
+        fs::rename(&staging, &ah.root)
+            .with_context(|| format!("moving {} into place", ah.root.display()))?;
+    }
+    fs::set_permissions(&ah.root, fs::Permissions::from_mode(0o700))?;
+    give_if_foreign(&ah.root, spec.ids)?;
+    for rel in crate::plan::agent_home::OWN_DIRS {
+        make_owned(&ah.root, &ah.root.join(rel), true, spec.ids)?;
+    }
+    for rel in crate::plan::agent_home::OWN_FILES {
+        let f = ah.root.join(rel);
+        if !f.exists() {
+            fs::write(&f, "{}\n").with_context(|| format!("creating {}", f.display()))?;
+            std::os::unix::fs::lchown(&f, Some(spec.ids.uid), Some(spec.ids.gid))?;
+        }
+    }
+    let binds = ah.binds(|p| p.exists());
+    for point in ah.mount_points(&binds) {
+        let rel = point.strip_prefix(&ah.root).unwrap_or(&point);
+        make_owned(&ah.root, &point, spec.home().join(rel).is_dir(), spec.ids)?;
+    }
+    // Shared credentials are rewritten by the agents (token refresh): the box user's.
+    for b in binds.iter().filter(|b| {
+        b.access == crate::plan::agent_home::Access::ReadWrite && !b.src.starts_with(&ah.root)
+    }) {
+        let meta = fs::symlink_metadata(&b.src)?;
+        if meta.is_file() && (meta.uid(), meta.gid()) != (spec.ids.uid, spec.ids.gid) {
+            std::os::unix::fs::lchown(&b.src, Some(spec.ids.uid), Some(spec.ids.gid))
+                .with_context(|| format!("handing {} to the box user", b.src.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A project not owned by the box user (made by root, or a changed uid) becomes its own.
+pub fn reown_project(spec: &BoxSpec) -> Result<()> {
+    let owner = fs::metadata(&spec.project)
+        .with_context(|| format!("reading {}", spec.project.display()))?
+        .uid();
+    if owner != spec.ids.uid {
+        eprintln!(
+            "box '{}': {} belongs to uid {owner}; handing it to the box user (uid {}, gid {})",
+            spec.name,
+            spec.project.display(),
+            spec.ids.uid,
+            spec.ids.gid
+        );
+        privs::give_tree(&spec.project, spec.ids)?;
+    }
+    Ok(())
+}
+
+/// The project's sessions under `from_root` (the node's `/`, or an old snapshot's tree) copied
+/// into the agent home `into`; returns how many stores were copied.
+pub fn import_sessions(
+    from_root: &Path,
+    home: &Path,
+    project: &Path,
+    into: &Path,
+) -> Result<usize> {
+    let mut n = 0;
+    for path in slices::session_paths_under(from_root, home, project) {
+        let Ok(rel) = path.strip_prefix(home) else {
+            continue;
+        };
+        let src = from_root.join(path.strip_prefix("/").unwrap_or(&path));
+        let dest = into.join(rel);
+        if dest.exists() {
+            continue;
+        }
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        copy(&src, &dest)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// What a restore puts in place from its staging tree: the project and the agent home. An
+/// older snapshot holds the sessions at their places in the node's home instead; they are
+/// imported into an agent home in the staging tree first.
+pub fn restored_paths(staging: &Path, spec: &BoxSpec) -> Result<Vec<PathBuf>> {
+    let under = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
+    let root = &spec.agent_home.root;
+    if !under(root).exists() {
+        fs::create_dir_all(under(root))?;
+        import_sessions(staging, spec.home(), &spec.project, &under(root))?;
+        privs::give_tree(&under(root), spec.ids)?;
+    }
+    Ok([spec.project.clone(), root.clone()]
+        .into_iter()
+        .filter(|p| fs::symlink_metadata(under(p)).is_ok())
+        .collect())
+}
+
+fn give_if_foreign(path: &Path, ids: Ids) -> Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if (meta.uid(), meta.gid()) != (ids.uid, ids.gid) {
+        privs::give_tree(path, ids)?;
+    }
+    Ok(())
+}
+
+/// `path` (a dir or an empty file) exists, and it and the parents made for it below `root` are
+/// the box user's.
+fn make_owned(root: &Path, path: &Path, dir: bool, ids: Ids) -> Result<()> {
+    if fs::symlink_metadata(path).is_err() {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        if dir {
+            fs::create_dir(path)
+        } else {
+            fs::write(path, "")
+        }
+        .with_context(|| format!("creating {}", path.display()))?;
+    }
+    for p in path.ancestors().take_while(|p| p.starts_with(root)) {
+        if fs::symlink_metadata(p)?.uid() == ids.uid {
+            break;
+        }
+        std::os::unix::fs::lchown(p, Some(ids.uid), Some(ids.gid))?;
+    }
+    Ok(())
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    cmd::output(Command::new("cp").arg("-a").arg("--").arg(from).arg(to))
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `ag-box __become`, run inside a box as root: hand the box's HOME tmpfs to its user, drop to
+//! the given ids with every capability set empty and no_new_privs, then run the command.
+//! Nothing of the box runs before this drop.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use caps::CapSet;
+use nix::unistd::{Gid, Uid};
+
+use crate::plan::account::Ids;
+use crate::sys::cmd;
+
+pub struct Become {
+    pub ids: Ids,
+    pub groups: Vec<u32>,
+    pub own_home: Option<PathBuf>,
+    pub share_socket: Option<PathBuf>,
+    pub chdir: Option<PathBuf>,
+    pub argv: Vec<String>,
+}
+
+/// How long the anchor waits for tmux to make its socket.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub fn run(b: &Become) -> Result<i32> {
+    close_inherited_fds();
+    if let Some(home) = &b.own_home {
+        give_tree(home, b.ids)
+            .with_context(|| format!("handing {} to the box user", home.display()))?;
+    }
+    drop_privileges(b.ids, &b.groups)?;
+    if let Some(dir) = &b.chdir {
+        std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
+    }
+    let mut c = Command::new(&b.argv[0]);
+    c.args(&b.argv[1..]);
+    let Some(socket) = &b.share_socket else {
+        return Err(c.exec()).with_context(|| format!("executing {}", b.argv[0]));
+    };
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("starting {}", b.argv[0]))?;
+    share_socket(socket);
+    Ok(cmd::exit_code(child.wait()?))
+}
+
+/// Descriptors handed down by bwrap or nsenter (bwrap's info file, the box's namespaces) are
+/// not the box's to keep.
+fn close_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: nix::libc::c_uint = 4;
+    // SAFETY: close_range only flags descriptors; no memory is touched.
+    let r = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_close_range,
+            3 as nix::libc::c_uint,
+            nix::libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r != 0 {
+        for fd in 3..1024 {
+            // SAFETY: as above, per descriptor (kernels before 5.11).
+            unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC) };
+        }
+    }
+}
+
+/// tmux makes its socket 0600; the client user reaches it through the box group.
+fn share_socket(socket: &Path) {
+    let started = Instant::now();
+    while started.elapsed() < SOCKET_TIMEOUT {
+        if fs::symlink_metadata(socket).is_ok() {
+            if let Err(e) = fs::set_permissions(socket, fs::Permissions::from_mode(0o660)) {
+                eprintln!(
+                    "ag-box: could not open {} to the box group: {e}",
+                    socket.display()
+                );
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("ag-box: {} did not appear", socket.display());
+}
+
+/// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the
+/// box user's; symlinks themselves, never their targets.
+pub fn give_tree(root: &Path, ids: Ids) -> Result<()> {
+    let dev = fs::symlink_metadata(root)?.dev();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = fs::symlink_metadata(&path)?;
+        if meta.dev() != dev {
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, Some(ids.uid), Some(ids.gid))
+            .with_context(|| format!("chown {}", path.display()))?;
+        if meta.is_dir() {
+            for entry in fs::read_dir(&path)? {
+                stack.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn drop_privileges(ids: Ids, groups: &[u32]) -> Result<()> {
+    let uid = Uid::from_raw(ids.uid);
+    let gid = Gid::from_raw(ids.gid);
+    let mut all = vec![gid];
+    all.extend(groups.iter().map(|g| Gid::from_raw(*g)));
+    nix::unistd::setgroups(&all).context("setgroups")?;
+    nix::unistd::setresgid(gid, gid, gid).context("setresgid")?;
+    // The bounding set can only be emptied while CAP_SETPCAP is still ours.
+    for set in [CapSet::Bounding, CapSet::Ambient, CapSet::Inheritable] {
+        caps::clear(None, set).with_context(|| format!("clearing the {set:?} capabilities"))?;
+    }
+    // Leaving uid 0 empties the permitted and effective sets.
+    nix::unistd::setresuid(uid, uid, uid).context("setresuid")?;
+    nix::sys::prctl::set_no_new_privs().context("setting no_new_privs")?;
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Bounding] {
+        if !caps::read(None, set)
+            .with_context(|| format!("reading the {set:?} capabilities"))?
+            .is_empty()
+        {
+            bail!("{set:?} capabilities are not empty after the drop");
+        }
+    }
+    if nix::unistd::getuid() != uid || nix::unistd::geteuid() != uid {
+        bail!("still not uid {} after the drop", ids.uid);
+    }
+    Ok(())
+}
