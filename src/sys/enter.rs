@@ -44,7 +44,7 @@ fn child_pid(spec: &BoxSpec) -> Result<i32> {
     v.get("child-pid")
         .and_then(serde_json::Value::as_i64)
         .and_then(|p| i32::try_from(p).ok())
-        .filter(|p| *p > 1)
+        .filter(|p| *p > 0)
         .with_context(|| format!("no valid child-pid in {}", path.display()))
 }
 

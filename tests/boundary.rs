@@ -1,0 +1,295 @@
+//! The box as a boundary: what a prompt-injected agent tries from inside a box, on a booted
+//! systemd node of the rig (and, for the direct runtime's supervisor, on the bare host).
+
+mod common;
+
+use common::{Checked, Host, Node, Target, assert_code};
+
+/// A rig node with a state dir of the test's own, so parallel tests do not see each other.
+struct Bnd {
+    node: Node,
+    state: String,
+}
+
+fn node(test: &str) -> Option<Bnd> {
+    Some(Bnd {
+        node: Node::local_store("nodeB")?,
+        state: format!("/var/lib/ag-box-{test}"),
+    })
+}
+
+fn run(n: &Bnd, script: &str) -> std::process::Output {
+    n.node.sh_env(&[("BOX_STATE_DIR", &n.state)], script)
+}
+
+/// A fresh project `/root/<name>` made by root, tracked and up.
+fn fresh_box(n: &Bnd, name: &str) {
+    let state = &n.state;
+    run(
+        n,
+        &format!(
+            "ag-box park {name} >/dev/null 2>&1; systemctl stop boxrun-{name} 2>/dev/null
+             rm -rf /root/{name} {state}/meta/{name}.json {state}/local/{name}.json {state}/homes/{name}
+             set -e; mkdir -p /root/{name}/src; echo v1 > /root/{name}/src/main.txt
+             ag-box track {name} >/dev/null 2>&1"
+        ),
+    )
+    .ok();
+}
+
+/// What `sh -c script` prints inside the box, as the box user.
+fn inside(n: &Bnd, name: &str, script: &str) -> String {
+    let quoted = script.replace('\'', r"'\''");
+    run(n, &format!("ag-box exec {name} -- sh -c '{quoted}'")).stdout()
+}
+
+#[test]
+fn a_prompt_injected_agent_cannot_leave_its_box() {
+    let Some(n) = node("boundary") else { return };
+    let state = n.state.clone();
+    let name = "bnd";
+    fresh_box(&n, name);
+    let up = run(&n, &format!("ag-box up {name}"));
+    up.ok();
+    // A root-made project is handed to the box user, and that is said once.
+    assert_eq!(
+        up.stderr().matches("handing it to the box user").count(),
+        1,
+        "{}",
+        up.stderr()
+    );
+    run(&n, &format!("ag-box park {name}")).ok();
+    let again = run(&n, &format!("ag-box up {name}"));
+    assert!(
+        !again.ok().stderr().contains("handing"),
+        "{}",
+        again.stderr()
+    );
+
+    // Who runs in the box: the box user, no capabilities, no_new_privs.
+    let status = inside(
+        &n,
+        name,
+        "id -un; id -u; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status",
+    );
+    assert_eq!(
+        status,
+        "agent\n1000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+         CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n\
+         NoNewPrivs:\t1\n"
+    );
+    // The anchor and the shells too, not only exec.
+    let owners = inside(
+        &n,
+        name,
+        "tmux -S /run/box/bnd/sock/tmux.sock list-panes >/dev/null
+         for i in $(seq 50); do pgrep -x bash >/dev/null && break; sleep 0.1; done
+         ps -eo pid=,user=,comm= | sed 1d",
+    );
+    let users: Vec<&str> = owners
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert!(
+        users.len() >= 4 && users.iter().all(|u| *u == "agent") && owners.contains("bash"),
+        "everything but bwrap's init runs as the box user:\n{owners}"
+    );
+
+    // What root could do, the box cannot.
+    let tries = inside(
+        &n,
+        name,
+        "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>/dev/null; echo mount=$?
+         mknod /tmp/sda b 8 0 2>/dev/null; echo mknod=$?
+         cat /etc/shadow >/dev/null 2>&1; echo shadow=$?
+         ip link add d0 type dummy 2>/dev/null; echo iplink=$?
+         test -e /run/box/bnd/info.json; echo info=$?
+         touch /run/box/bnd/x 2>/dev/null; echo rundir=$?
+         ls /var/lib/ag-box-boundary 2>/dev/null; echo state=$?
+         test -e /root/.ssh; echo ssh=$?",
+    );
+    assert_eq!(
+        tries,
+        "mount=32\nmknod=1\nshadow=1\niplink=2\ninfo=1\nrundir=1\nstate=2\nssh=1\n"
+    );
+
+    // Files the agent makes are the box user's on the host.
+    inside(&n, name, "echo made > made.txt");
+    assert_eq!(
+        run(&n, &format!("stat -c %u:%g /root/{name}/made.txt"))
+            .ok()
+            .stdout(),
+        "1000:1000\n"
+    );
+
+    // The operator attaches (a terminal from an outer tmux), with a secret in the environment.
+    let marker = format!("/root/HOST-MARKER-{name}");
+    run(
+        &n,
+        &format!(
+            "rm -f {marker}; tmux -L outer-{name} kill-server 2>/dev/null
+             tmux -L outer-{name} new-session -d -x 120 -y 40 \
+               'BOX_CONFIG_DIR=/root/.config/box-local BOX_STATE_DIR={state} OPERATOR_TOKEN=op-secret-42 ag-box attach {name}; sleep 30'
+             for i in $(seq 100); do ag-box exec {name} -- tmux -S /run/box/{name}/sock/tmux.sock list-clients | grep -q . && exit 0; sleep 0.1; done
+             exit 1"
+        ),
+    )
+    .ok();
+    let clients = inside(
+        &n,
+        name,
+        "tmux -S /run/box/bnd/sock/tmux.sock list-clients -F '#{client_uid}'",
+    );
+    assert_eq!(clients, "65533\n", "the client runs as the client user");
+
+    // Nothing of the operator's environment entered the box: not via exec, nor via attach.
+    let env_of_box = n
+        .node
+        .sh_env(
+            &[
+                ("BOX_STATE_DIR", &state),
+                ("OPERATOR_TOKEN", "op-secret-42"),
+            ],
+            &format!(
+                "ag-box exec {name} -- env; for p in $(pgrep -u 65533); do \
+                 echo client-env; tr '\\0' '\\n' < /proc/$p/environ; done"
+            ),
+        )
+        .ok()
+        .stdout();
+    assert!(
+        env_of_box.contains("BOX_NAME=bnd")
+            && env_of_box.contains("client-env")
+            && !env_of_box.contains("op-secret-42"),
+        "{env_of_box}"
+    );
+
+    // The box can neither signal, trace nor read the operator's client.
+    let poke = inside(
+        &n,
+        name,
+        "c=$(pgrep -u ag-box-client); test -n \"$c\" || exit 9
+         kill -0 $c 2>/dev/null; echo kill=$?
+         cat /proc/$c/environ >/dev/null 2>&1; echo environ=$?
+         python3 -c \"import ctypes,sys; print('ptrace=%d' % ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))\" $c",
+    );
+    assert_eq!(poke, "kill=1\nenviron=1\nptrace=-1\n");
+
+    // The box's tmux server tells the attached client to run a command: it runs in the box,
+    // as the client user, and the host never sees it.
+    inside(
+        &n,
+        name,
+        &format!(
+            "tmux -S /run/box/bnd/sock/tmux.sock detach-client -s main -E 'touch {marker}; id -un > /tmp/e-ran'"
+        ),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_code(&run(&n, &format!("test -e {marker}")), 1, "");
+    assert_eq!(inside(&n, name, "cat /tmp/e-ran"), "ag-box-client\n");
+    run(&n, &format!("tmux -L outer-{name} kill-server; true")).ok();
+    run(&n, &format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn tampered_state_makes_exec_refuse_and_park_stop_only_the_box() {
+    let Some(n) = node("tamper") else { return };
+    let name = "tamper";
+    fresh_box(&n, name);
+    run(&n, &format!("ag-box up {name}")).ok();
+    // As if the box could write its run dir: point bwrap's info at the node's PID 1, then at a
+    // process outside the box.
+    let sentinel = run(
+        &n,
+        "setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 0.2; pgrep -nx sleep",
+    )
+    .ok()
+    .stdout();
+    let sentinel = sentinel.trim();
+    for pid in ["1", sentinel] {
+        run(
+            &n,
+            &format!("echo '{{\"child-pid\":{pid}}}' > /run/box/{name}/info.json"),
+        )
+        .ok();
+        let out = run(
+            &n,
+            &format!("ag-box exec {name} -- sh -c 'touch /root/EXEC-ESCAPED; id -u'"),
+        );
+        assert_code(&out, 1, "does not belong to the box; not entering it");
+        assert!(out.stdout().is_empty(), "{}", out.stdout());
+        assert_code(&run(&n, "test -e /root/EXEC-ESCAPED"), 1, "");
+    }
+    run(&n, &format!("ag-box park {name}")).ok();
+    assert_eq!(
+        run(&n, &format!("systemctl is-active boxrun-{name}")).stdout(),
+        "inactive\n"
+    );
+    assert_eq!(
+        run(
+            &n,
+            &format!("kill -0 {sentinel} && echo alive; kill {sentinel}")
+        )
+        .ok()
+        .stdout(),
+        "alive\n"
+    );
+}
+
+#[test]
+fn a_tampered_supervisor_pid_kills_nothing_else() {
+    let Some(host) = Host::new("tamper") else {
+        return;
+    };
+    let name = format!("tamper-{}", std::process::id());
+    host.sh(&format!(
+        "set -e; mkdir -p home/{name}; echo x > home/{name}/f; ag-box track {name}; ag-box up {name}"
+    ))
+    .ok();
+    let out = host
+        .sh(&format!(
+            "real=$(cat /run/box/{name}/anchor.pid)
+             setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 0.2; s=$(pgrep -nx sleep)
+             echo $s > /run/box/{name}/anchor.pid
+             ag-box park {name} >/dev/null 2>&1; kill -0 $s && echo sentinel-alive; kill $s $real"
+        ))
+        .stdout();
+    assert_eq!(out, "sentinel-alive\n");
+}
+
+#[test]
+fn a_box_sees_only_its_own_transcripts() {
+    let Some(n) = node("transcripts") else { return };
+    let state = n.state.clone();
+    let (a, b) = ("mine", "theirs");
+    for name in [a, b] {
+        fresh_box(&n, name);
+        run(&n, &format!("ag-box up {name}")).ok();
+        inside(
+            &n,
+            name,
+            &format!(
+                "mkdir -p ~/.claude/projects/-root-{name} ~/.codex/sessions/2026/11/30
+                 echo secret-of-{name} > ~/.claude/projects/-root-{name}/s.jsonl
+                 echo secret-of-{name} > ~/.codex/sessions/2026/11/30/rollout-{name}.jsonl
+                 echo secret-of-{name} >> ~/.claude/history.jsonl"
+            ),
+        );
+    }
+    let seen = inside(
+        &n,
+        a,
+        "ls ~/.claude/projects; grep -rl secret-of-theirs /root /tmp /run 2>/dev/null; ls /var/lib 2>&1 | grep -c ag-box",
+    );
+    assert_eq!(seen, "-root-mine\n0\n");
+    // Each box's own history stays in its own agent home on the host.
+    assert_eq!(
+        run(&n, &format!("cat {state}/homes/{a}/.claude/history.jsonl"))
+            .ok()
+            .stdout(),
+        "secret-of-mine\n"
+    );
+    for name in [a, b] {
+        run(&n, &format!("ag-box park {name}")).ok();
+    }
+}
