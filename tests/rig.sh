@@ -11,7 +11,8 @@
 # Put a binary at "$(rig.sh dir nodeA)/opt-box/bin/X" and it is /opt/box/bin/X (on PATH) in the node.
 #
 # Usage (root; PID 1 of the host need not be systemd):
-#   rig.sh install                 apt-get the packages the rig needs (quiet, idempotent)
+#   rig.sh install                 apt-get the packages the rig needs, moto, and the pinned agent
+#                                  CLIs (npm, into $AGENTS) (quiet, idempotent)
 #   rig.sh up [NODE...]            clean any leftovers, boot NODEs (default: nodeA nodeB) until
 #                                  systemd is running and sshd active; wire veth+ssh if both
 #   rig.sh down                    stop every node, delete netns/cgroups/node dirs (never fails)
@@ -36,6 +37,10 @@ PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc curl p
 CLEAN_PATH=/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 BOOT_TIMEOUT=${BOX_RIG_BOOT_TIMEOUT:-60}
 MOTO=/opt/moto
+# The real agent CLIs, pinned; under /usr, since a box sees the node's /usr and not /opt.
+# Claude Code 2.1.197 is the newest that still allows Node 20 (2.1.198+ want Node 22).
+AGENTS=/usr/local/lib/ag-box-test-agents
+AGENT_PKGS=("@anthropic-ai/claude-code 2.1.197 claude" "@openai/codex 0.171.0 codex")
 S3_ENDPOINT=http://10.200.0.1:5001
 S3_BUCKET=agent-boxes
 
@@ -88,6 +93,19 @@ install_pkgs() {
     python3 -m venv "$MOTO" && "$MOTO/bin/pip" install -q 'moto[server]' >/dev/null ||
       die "installing moto[server] into $MOTO failed"
   fi
+  install_agents
+}
+install_agents() {
+  command -v npm >/dev/null || die "npm not found (the agent CLIs are npm packages)"
+  local entry pkg version bin
+  for entry in "${AGENT_PKGS[@]}"; do
+    read -r pkg version bin <<< "$entry"
+    "$AGENTS/bin/$bin" --version 2>/dev/null | grep -qF "$version" && continue
+    npm install -g --prefix "$AGENTS" --no-fund --no-audit --loglevel=error \
+      --allow-scripts="@anthropic-ai/claude-code" "$pkg@$version" >/dev/null ||
+      die "installing $pkg@$version into $AGENTS failed"
+    "$AGENTS/bin/$bin" --version 2>/dev/null | grep -qF "$version" || die "$AGENTS/bin/$bin is not $version"
+  done
 }
 
 # ---------------------------------------------------------------------------------------------
