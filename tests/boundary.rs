@@ -293,3 +293,82 @@ fn a_box_sees_only_its_own_transcripts() {
         run(&n, &format!("ag-box park {name}")).ok();
     }
 }
+
+#[test]
+fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_the_record() {
+    let Some(n) = node("creds") else { return };
+    // The node's credential and config files are shared with the cluster tests.
+    let _cluster = common::cluster_lock();
+    let state = n.state.clone();
+    let name = "creds";
+    run(
+        &n,
+        "set -e; mkdir -p /root/.claude; umask 077; echo '{\"t\":1}' > /root/.claude/.credentials.json
+         chown 0:0 /root/.claude/.credentials.json; umask 022; rm -f /root/.claude/settings.json; echo '{\"s\":1}' > /root/.claude/settings.json",
+    )
+    .ok();
+    fresh_box(&n, name);
+    run(&n, &format!("ag-box up {name}")).ok();
+    let tries = inside(
+        &n,
+        name,
+        "cat ~/.claude/.credentials.json; echo '{\"t\":2}' > ~/.claude/.credentials.json; echo cred=$?
+         cat ~/.claude/settings.json; echo x > ~/.claude/settings.json 2>/dev/null; echo config=$?",
+    );
+    assert_eq!(tries, "{\"t\":1}\ncred=0\n{\"s\":1}\nconfig=2\n");
+    assert_eq!(
+        run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json; cat /root/.claude/.credentials.json")
+            .ok()
+            .stdout(),
+        "1000:1000 600\n{\"t\":2}\n"
+    );
+    run(&n, &format!("ag-box snapshot {name}")).ok();
+    let listed = run(
+        &n,
+        &format!(
+            "RESTIC_REPOSITORY={state}/restic RESTIC_PASSWORD_FILE={state}/restic-password restic ls latest"
+        ),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        listed.contains(&format!("{state}/homes/{name}/.claude"))
+            && !listed.contains("credentials")
+            && !listed.contains("settings.json"),
+        "{listed}"
+    );
+
+    // Another uid for this box: the record says so, and its files follow at the next up.
+    run(
+        &n,
+        &format!("ag-box set {name} uid=1234 gid=1234 && ag-box park {name}"),
+    )
+    .ok();
+    let up = run(&n, &format!("ag-box up {name}"));
+    assert_eq!(
+        up.ok()
+            .stderr()
+            .matches("belongs to uid 1000; handing it to the box user (uid 1234, gid 1234)")
+            .count(),
+        1,
+        "{}",
+        up.stderr()
+    );
+    assert_eq!(inside(&n, name, "id -u; id -g; touch new"), "1234\n1234\n");
+    assert_eq!(
+        run(
+            &n,
+            &format!(
+                "stat -c %u:%g /root/{name}/src/main.txt /root/{name}/new {state}/homes/{name}/.claude /root/.claude/.credentials.json"
+            )
+        )
+        .ok()
+        .stdout(),
+        "1234:1234\n1234:1234\n1234:1234\n1234:1234\n"
+    );
+    run(
+        &n,
+        &format!("ag-box park {name}; rm -f /root/.claude/settings.json"),
+    )
+    .ok();
+}

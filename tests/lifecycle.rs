@@ -235,3 +235,51 @@ fn lifecycle_with_the_direct_runtime_on_the_bare_host() {
     let name = format!("direct-{}", std::process::id());
     lifecycle(&host, &name);
 }
+
+#[test]
+fn a_box_snapshotted_before_agent_homes_brings_its_sessions_into_its_own_home() {
+    let Some(host) = Host::new("legacy") else {
+        return;
+    };
+    let name = format!("legacy-{}", std::process::id());
+    let home = host.home().to_string();
+    let proj = format!("{home}/{name}");
+    let sess = format!("{home}/.claude/projects/{}", slug(&proj));
+    // An older ag-box snapshotted the project and its sessions where they lie in the node's
+    // home, and its record names neither uid nor gid.
+    host.sh(&format!(
+        "set -e; mkdir -p {proj}/src {sess}; echo v1 > {proj}/src/main.txt; echo '{{\"old\":1}}' > {sess}/old.jsonl
+         ag-box track {name} && ag-box park {name}
+         id=$(restic backup --json --host ag-box-{name} --tag box:{name} --tag node:host --tag epoch:1 -- {proj} {sess} \
+              | grep '\"message_type\":\"summary\"' | sed 's/.*\"snapshot_id\":\"\\([0-9a-f]*\\)\".*/\\1/')
+         test -n \"$id\"
+         python3 - state/meta/{name}.json $id <<'PY'
+import json, sys
+path, snap = sys.argv[1], sys.argv[2]
+rec = json.load(open(path))
+rec['last_snapshot']['id'] = snap
+rec.pop('uid'); rec.pop('gid')
+json.dump(rec, open(path, 'w'))
+PY
+         rm -rf {proj} {sess} state/homes/{name} state/local/{name}.json"
+    ))
+    .ok();
+    let up = host.sh(&format!("ag-box up {name}"));
+    up.ok();
+    let own = format!("state/homes/{name}/.claude/projects/{}", slug(&proj));
+    assert_eq!(
+        host.sh(&format!(
+            "cat {proj}/src/main.txt {own}/old.jsonl; stat -c %u:%g {own}/old.jsonl {proj}/src/main.txt"
+        ))
+        .ok()
+        .stdout(),
+        "v1\n{\"old\":1}\n1000:1000\n1000:1000\n"
+    );
+    assert_eq!(
+        host.sh(&format!("ag-box exec {name} -- cat {sess}/old.jsonl"))
+            .ok()
+            .stdout(),
+        "{\"old\":1}\n"
+    );
+    host.sh(&format!("ag-box park {name}")).ok();
+}
