@@ -34,6 +34,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_KEEP_WEEKLY",
     "BOX_UID",
     "BOX_GID",
+    "BOX_LOCK_WAIT",
 ];
 
 /// A value that must never reach argv or a log line.
@@ -88,6 +89,8 @@ pub struct Config {
     pub restic_password: Option<Secret>,
     pub memory_max: Option<String>,
     pub lease_ttl: Duration,
+    /// How long a command waits for another one on the same box on this node.
+    pub lock_wait: Duration,
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
@@ -183,6 +186,11 @@ impl Config {
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LEASE_TTL", v, "use a duration such as 3h or 90m"))?,
         };
+        let lock_wait = match src.get("BOX_LOCK_WAIT") {
+            None => Duration::from_secs(120),
+            Some(v) => humantime::parse_duration(v)
+                .map_err(|_| bad_key("BOX_LOCK_WAIT", v, "use a duration such as 2m or 30s"))?,
+        };
         let memory_max = src.get("BOX_MEMORY_MAX").map(str::to_string);
         if let Some(m) = &memory_max
             && !valid_memory_max(m)
@@ -268,6 +276,7 @@ impl Config {
             restic_password: src.get("RESTIC_PASSWORD").map(|p| Secret(p.to_string())),
             memory_max,
             lease_ttl,
+            lock_wait,
             retention,
             runtime,
             nodes: src.nodes.clone(),
@@ -427,6 +436,7 @@ mod tests {
                 restic_password: None,
                 memory_max: Some("2G".into()),
                 lease_ttl: Duration::from_secs(10800),
+                lock_wait: Duration::from_secs(120),
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],

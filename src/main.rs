@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::{Cli, Cmd};
-use error::{ChildExit, Code, UserError};
+use error::ChildExit;
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -73,16 +73,8 @@ fn main() -> ExitCode {
             if let Some(ChildExit(code)) = e.downcast_ref::<ChildExit>() {
                 return ExitCode::from(u8::try_from(*code).unwrap_or(1));
             }
-            let code = match e.downcast_ref::<UserError>() {
-                Some(u) => {
-                    eprintln!("ag-box: {u}");
-                    u.code
-                }
-                None => {
-                    eprintln!("ag-box: {e:#}");
-                    Code::Failure
-                }
-            };
+            let (line, code) = error::report(&e);
+            eprintln!("ag-box: {line}");
             ExitCode::from(code as u8)
         }
     }

@@ -16,7 +16,7 @@ fn node(test: &str) -> Option<Bad> {
     let state = format!("/var/lib/ag-box-{test}");
     node.sh_env(
         &[("BOX_STATE_DIR", &state)],
-        &format!("for b in tooltest nixbox; do ag-box park $b >/dev/null 2>&1; done; rm -rf {state}; true"),
+        &format!("for b in tooltest nixbox locktest; do ag-box park $b >/dev/null 2>&1; done; rm -rf {state}; true"),
     )
     .ok();
     Some(Bad { node, state })
@@ -45,7 +45,6 @@ fn world(n: &Bad) -> String {
 #[test]
 fn bad_names_and_paths_are_refused() {
     let Some(n) = node("names") else { return };
-    let before = world(&n);
     let long = "a".repeat(64);
     for bad in ["a/b", "..", "../etc", "my proj", "MyProj", long.as_str()] {
         for verb in ["track", "up", "park", "attach"] {
@@ -64,6 +63,59 @@ fn bad_names_and_paths_are_refused() {
         2,
         "path /root/nohome does not exist",
     );
+    // Never the system, the home dir, ag-box's state, nor a dir around or inside another box.
+    for (path, why) in [
+        (
+            "/",
+            "cannot be a box's project: it holds the home directory /root",
+        ),
+        (
+            "/root",
+            "cannot be a box's project: it holds the home directory /root",
+        ),
+        (
+            "/etc",
+            "cannot be a box's project: /etc belongs to the system",
+        ),
+        (
+            "/usr/local",
+            "cannot be a box's project: /usr belongs to the system",
+        ),
+        (
+            &format!("{}/sub", n.state),
+            "cannot be a box's project: it overlaps ag-box's state dir",
+        ),
+    ] {
+        run(&n, &format!("mkdir -p {}/sub", n.state)).ok();
+        assert_code(&run(&n, &format!("ag-box track sys {path}")), 2, why);
+    }
+    run(&n, "mkdir -p /root/outer/inner && ag-box track outer").ok();
+    assert_code(
+        &run(&n, "ag-box track inner /root/outer/inner"),
+        2,
+        "it overlaps box 'outer' at /root/outer",
+    );
+    let before = world(&n);
+    // A record nobody should act on is named and skipped, never used.
+    let state = &n.state;
+    run(
+        &n,
+        &format!("printf '{{\"rev\":1,\"version\":1,\"name\":\"evil\",\"path\":\"/etc\"}}' > {state}/meta/evil.json"),
+    )
+    .ok();
+    let ls = run(&n, "ag-box ls");
+    assert_code(&ls, 0, "skipping box record 'evil' is invalid");
+    assert!(!ls.stdout().contains("evil"), "{}", ls.stdout());
+    assert_code(
+        &run(&n, "ag-box up evil"),
+        1,
+        "box record 'evil' is invalid",
+    );
+    assert_eq!(
+        run(&n, "test -d /etc && echo still-there").ok().stdout(),
+        "still-there\n"
+    );
+    run(&n, &format!("rm {state}/meta/evil.json")).ok();
     assert_code(
         &run(&n, "ag-box up nosuch"),
         1,
@@ -85,6 +137,7 @@ fn bad_names_and_paths_are_refused() {
         "box 'nosuch' is not tracked",
     );
     assert_eq!(world(&n), before);
+    run(&n, "ag-box park outer && ag-box drop outer --yes").ok();
 }
 
 #[test]
@@ -202,4 +255,32 @@ fn a_nix_box_on_a_node_without_nix_is_refused_and_settings_are_checked() {
         .stdout();
     assert_eq!(show, "MemoryMax=268435456\n");
     run(&n, "ag-box park nixbox").ok();
+}
+
+#[test]
+fn a_second_command_on_a_busy_box_waits_then_names_the_holder() {
+    let Some(n) = node("lock") else { return };
+    let state = n.state.clone();
+    run(
+        &n,
+        "rm -rf /root/locktest && mkdir -p /root/locktest && echo x > /root/locktest/f && ag-box track locktest",
+    )
+    .ok();
+    let before = world(&n);
+    let out = run(
+        &n,
+        &format!(
+            "printf \"'ag-box snapshot' (pid 42) since then\" > {state}/locks/locktest.lock
+             flock {state}/locks/locktest.lock sleep 3 >/dev/null 2>&1 &
+             sleep 0.5; BOX_LOCK_WAIT=1s ag-box up locktest"
+        ),
+    );
+    assert_code(
+        &out,
+        1,
+        "box 'locktest' is busy on this node: 'ag-box snapshot' (pid 42) since then holds it",
+    );
+    assert_eq!(world(&n), before);
+    // Once the holder is gone, the same command goes through.
+    run(&n, "sleep 3; ag-box up locktest && ag-box park locktest").ok();
 }

@@ -69,7 +69,12 @@ fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
     assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
 
     let out = c.b.sh("ag-box snapshot --active");
-    assert_code(&out, 0, "keeps this node's files as a fork");
+    assert_code(&out, 3, "keeps this node's files as a fork");
+    assert!(
+        out.stderr().contains("were taken over by another node"),
+        "{}",
+        out.stderr()
+    );
     assert!(
         out.stdout().contains(&format!("{name} ")) && out.stdout().contains(" fork"),
         "{}",

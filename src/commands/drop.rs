@@ -41,8 +41,10 @@ fn confirm(name: &str) -> Result<()> {
 
 pub fn run(name: &str, yes: bool) -> Result<()> {
     let ctx = Ctx::load()?;
-    let stored = ctx.tracked(name)?;
+    ctx.tracked(name)?;
     require_tools(&["restic"])?;
+    let _lock = ctx.lock_box(name, "drop")?;
+    let stored = ctx.tracked(name)?;
     let up_here = ctx.runtime.is_active(&ctx.spec(&stored.meta));
     if let Some(l) = &stored.meta.lease {
         return Err(UserError::new(

@@ -29,6 +29,7 @@ use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
 use crate::store::{MetaStore, Stored, get_existing};
+use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 use crate::sys::{cmd, host};
@@ -74,15 +75,16 @@ impl Ctx {
         }
         let probe_key = format!("probe/{}-{}", self.config.node, std::process::id());
         let ok = self.store.conditional_writes(&probe_key)?;
-        let saved = std::fs::create_dir_all(&self.config.state_dir).and_then(|_| {
-            std::fs::write(
-                &cache,
-                serde_json::json!({"store": store, "conditional_writes": ok}).to_string(),
-            )
-        });
+        let saved = crate::sys::atomic::write(
+            &cache,
+            serde_json::json!({"store": store, "conditional_writes": ok})
+                .to_string()
+                .as_bytes(),
+            0o644,
+        );
         if let Err(e) = saved {
             tracing::warn!(
-                "could not cache the store probe in {}: {e}",
+                "could not cache the store probe in {}: {e:#}",
                 cache.display()
             );
         }
@@ -103,6 +105,11 @@ impl Ctx {
             "use an endpoint that supports them (Cloudflare R2, AWS S3), or set BOX_S3_UNSAFE_LEASES=1 to accept the risk",
         )
         .into())
+    }
+
+    /// This command alone on the box, on this node (see `sys::box_lock`).
+    pub fn lock_box(&self, name: &str, verb: &str) -> Result<BoxLock> {
+        box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
     }
 
     pub fn now(&self) -> SystemTime {

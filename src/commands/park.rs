@@ -11,8 +11,9 @@ use crate::sys::restic::short;
 
 pub fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
-    let stored = ctx.tracked(name)?;
-    let meta = stored.meta;
+    ctx.tracked(name)?;
+    let _lock = ctx.lock_box(name, "park")?;
+    let meta = ctx.tracked(name)?.meta;
     let here = ctx.config.node.clone();
     let spec = ctx.spec(&meta);
     let running = ctx.runtime.is_active(&spec);

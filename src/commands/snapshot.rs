@@ -6,6 +6,7 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here};
 use crate::cli::SnapshotArgs;
+use crate::error::{Code, UserError};
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
@@ -116,14 +117,23 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     }
     restic.ensure_repo()?;
     let mut failed = 0;
+    let mut forked = Vec::new();
     for meta in &boxes {
-        match take(&ctx, &restic, meta) {
-            Ok(t) => println!(
-                "{} {}{}",
-                meta.name,
-                t.snapshot.id,
-                if t.forked.is_some() { " fork" } else { "" }
-            ),
+        let taken = ctx
+            .lock_box(&meta.name, "snapshot")
+            .and_then(|_lock| take(&ctx, &restic, &ctx.tracked(&meta.name)?.meta));
+        match taken {
+            Ok(t) => {
+                println!(
+                    "{} {}{}",
+                    meta.name,
+                    t.snapshot.id,
+                    if t.forked.is_some() { " fork" } else { "" }
+                );
+                if t.forked.is_some() {
+                    forked.push(meta.name.clone());
+                }
+            }
             Err(e) if boxes.len() > 1 => {
                 failed += 1;
                 tracing::error!("box '{}': snapshot failed: {e:#}", meta.name);
@@ -133,6 +143,18 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     }
     if failed > 0 {
         anyhow::bail!("{failed} of {} snapshots failed", boxes.len());
+    }
+    // A split brain must show: the hourly timer's unit fails.
+    if !forked.is_empty() {
+        return Err(UserError::new(
+            Code::LeaseHeld,
+            format!(
+                "box(es) {} run here but were taken over by another node; their snapshots here are forks",
+                forked.join(", ")
+            ),
+            "'ag-box park <box>' here stops this copy; its files stay in the fork snapshot",
+        )
+        .into());
     }
     Ok(())
 }

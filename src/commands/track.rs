@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, require_tools};
 use crate::error::UserError;
-use crate::plan::names;
+use crate::plan::{names, project};
 use crate::store::Cas;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
@@ -32,7 +32,9 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         )
         .into());
     }
+    refuse_overlap(&ctx, name, &project, [])?;
     require_tools(&["restic"])?;
+    let _lock = ctx.lock_box(name, "track")?;
     let existing = ctx.store.list()?;
     if existing.iter().any(|m| m.name == name) {
         return Err(already_tracked(name).into());
@@ -48,6 +50,8 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         )
         .into());
     }
+    let others = existing.iter().map(|m| (m.name.as_str(), m.path.as_path()));
+    refuse_overlap(&ctx, name, &project, others)?;
     let node = &ctx.config.node;
     let pinned = project.join(".auth-secret").exists().then(|| node.clone());
     let now = ctx.now();
@@ -99,6 +103,24 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
                 "box '{name}': first snapshot failed, nothing was tracked"
             )))
         }
+    }
+}
+
+/// A project is a directory of its own: not the system, the home dir, ag-box's state, nor
+/// inside or around another box.
+fn refuse_overlap<'a>(
+    ctx: &Ctx,
+    name: &str,
+    path: &std::path::Path,
+    others: impl IntoIterator<Item = (&'a str, &'a std::path::Path)>,
+) -> Result<()> {
+    match project::refusal_here(path, &ctx.config.home, &ctx.config.state_dir, others) {
+        None => Ok(()),
+        Some(why) => Err(UserError::usage(
+            format!("path {} cannot be a box's project: {why}", path.display()),
+            format!("track the project's own directory, e.g. 'ag-box track {name} ~/{name}'"),
+        )
+        .into()),
     }
 }
 

@@ -142,7 +142,11 @@ fn require_nix(name: &str) -> Result<()> {
 }
 
 fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
-    let name = stored.meta.name.as_str();
+    let name = stored.meta.name.clone();
+    let name = name.as_str();
+    let _lock = ctx.lock_box(name, "up")?;
+    // What another command changed while this one waited.
+    let stored = ctx.tracked(name)?;
     let here = ctx.config.node.clone();
     require_tools(&["restic"])?;
     require_tools(ctx.runtime.required_tools())?;
@@ -151,15 +155,27 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
     }
     let spec = ctx.spec(&stored.meta);
     if ctx.runtime.is_active(&spec) {
-        match &stored.meta.lease {
-            Some(l) if l.node == here => eprintln!("box '{name}' is already up on {here}"),
-            Some(l) => tracing::warn!(
-                "box '{name}' is running here, but its lease is held by {}",
-                l.node
-            ),
-            None => tracing::warn!("box '{name}' is running here, but nobody holds its lease"),
-        }
-        return Ok(());
+        let stray = |holder: &str, code| {
+            UserError::new(
+                code,
+                format!("box '{name}' is running here, but {holder}"),
+                format!(
+                    "run 'ag-box park {name}' here to stop this copy (its files are kept as a fork snapshot), then 'ag-box up {name}'"
+                ),
+            )
+        };
+        return match &stored.meta.lease {
+            Some(l) if l.node == here => {
+                eprintln!("box '{name}' is already up on {here}");
+                Ok(())
+            }
+            Some(l) => Err(stray(
+                &format!("its lease is held by node {} (epoch {})", l.node, l.epoch),
+                Code::LeaseHeld,
+            )
+            .into()),
+            None => Err(stray("nobody holds its lease", Code::Failure).into()),
+        };
     }
     let now = ctx.now();
     let ttl = ctx.config.lease_ttl;

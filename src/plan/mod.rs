@@ -4,6 +4,7 @@ pub mod account;
 pub mod agent_home;
 pub mod globals;
 pub mod names;
+pub mod project;
 pub mod restic;
 pub mod retention;
 pub mod sandbox;

@@ -2,15 +2,15 @@
 //! written under an exclusive `flock` so concurrent ag-box processes cannot interleave.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::meta::Meta;
+use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
+use crate::sys::atomic;
 
 pub struct LocalStore {
     dir: PathBuf,
@@ -52,22 +52,16 @@ impl LocalStore {
     fn read(&self, name: &str) -> Result<Option<Record>> {
         let path = self.path(name);
         match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .with_context(|| format!("box record {} is not valid JSON", path.display())),
+            Ok(bytes) => Ok(Some(meta::parse(name, &bytes, |r: &Record| &r.meta)?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
     }
 
     fn write(&self, record: &Record) -> Result<()> {
-        let path = self.path(&record.meta.name);
-        let tmp = path.with_extension("json.tmp");
-        let mut f = File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-        serde_json::to_writer_pretty(&mut f, record)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+        let mut bytes = serde_json::to_vec_pretty(record)?;
+        bytes.push(b'\n');
+        atomic::write(&self.path(&record.meta.name), &bytes, 0o644)
     }
 }
 
@@ -102,8 +96,7 @@ impl MetaStore for LocalStore {
         let _lock = self.lock()?;
         match self.read(name)? {
             Some(r) if r.rev.to_string() == expected.0 => {
-                fs::remove_file(self.path(name))
-                    .with_context(|| format!("removing {}", self.path(name).display()))?;
+                atomic::remove(&self.path(name))?;
                 Ok(Cas::Written)
             }
             _ => Ok(Cas::Conflict),
@@ -122,8 +115,11 @@ impl MetaStore for LocalStore {
             let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else {
                 continue;
             };
-            if let Some(r) = self.read(name)? {
-                out.push(r.meta);
+            match self.read(name) {
+                Ok(Some(r)) => out.push(r.meta),
+                Ok(None) => {}
+                Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
+                Err(e) => return Err(e),
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -171,8 +167,11 @@ mod tests {
                     let store = LocalStore::new(dir.path());
                     for _ in 0..10 {
                         update(&store, "c", |m| {
-                            let mut next = m.clone();
-                            next.version += 1;
+                            let n: u64 = m.created_at.parse().unwrap_or(0);
+                            let next = Meta {
+                                created_at: (n + 1).to_string(),
+                                ..m.clone()
+                            };
                             Ok(Step::Write(next, ()))
                         })
                         .unwrap();
@@ -180,15 +179,23 @@ mod tests {
                 });
             }
         });
-        assert_eq!(store.get("c").unwrap().unwrap().meta.version, 81);
+        assert_eq!(store.get("c").unwrap().unwrap().meta.created_at, "80");
     }
 
     #[test]
-    fn list_is_sorted_and_skips_other_files() {
+    fn list_is_sorted_and_skips_other_files_and_bad_records() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::new(dir.path());
         store.put(&meta("b"), None).unwrap();
         store.put(&meta("a"), None).unwrap();
+        fs::write(
+            dir.path().join("meta/evil.json"),
+            br#"{"rev":1,"path":"/etc"}"#,
+        )
+        .unwrap();
+        fs::write(dir.path().join("meta/notes.txt"), b"x").unwrap();
+        let e = store.get("evil").unwrap_err();
+        assert!(e.is::<BadRecord>(), "{e}");
         let names: Vec<String> = store.list().unwrap().into_iter().map(|m| m.name).collect();
         assert_eq!(names, ["a", "b"]);
     }

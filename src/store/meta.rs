@@ -7,8 +7,45 @@ use serde::{Deserialize, Serialize};
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
 use crate::plan::unit::valid_memory_max;
+use crate::plan::{names, project};
 
 pub const META_VERSION: u32 = 1;
+/// A record longer than this is not read.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+
+/// A record that must not be acted on: reported by name, skipped by listings.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "box record '{key}' is invalid ({why}); ag-box will not act on it: fix it or delete it from the store"
+)]
+pub struct BadRecord {
+    pub key: String,
+    pub why: String,
+}
+
+/// A stored record read back: size, JSON and [`Meta::problem`] checked. `T` is the backend's
+/// record (the local store's carries a revision besides the meta).
+pub fn parse<T: serde::de::DeserializeOwned>(
+    key: &str,
+    bytes: &[u8],
+    meta_of: impl Fn(&T) -> &Meta,
+) -> Result<T, BadRecord> {
+    let bad = |why: String| BadRecord {
+        key: key.to_string(),
+        why,
+    };
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(bad(format!(
+            "{} bytes, over the limit of {MAX_RECORD_BYTES}",
+            bytes.len()
+        )));
+    }
+    let record: T = serde_json::from_slice(bytes).map_err(|e| bad(format!("not a record: {e}")))?;
+    match meta_of(&record).problem(key) {
+        Some(why) => Err(bad(why)),
+        None => Ok(record),
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
@@ -63,6 +100,42 @@ impl Meta {
             lease: None,
             last_snapshot: None,
         }
+    }
+
+    /// Why this record, stored under `key`, must not be acted on (None: it may).
+    pub fn problem(&self, key: &str) -> Option<String> {
+        if self.version != META_VERSION {
+            return Some(format!("unknown version {}", self.version));
+        }
+        if self.name != key {
+            return Some(format!("it names box '{}'", self.name));
+        }
+        if names::validate(&self.name).is_err() {
+            return Some(format!("invalid box name '{}'", self.name));
+        }
+        if let Some(why) = project::refusal(&self.path) {
+            return Some(format!("path {}: {why}", self.path.display()));
+        }
+        if let Some(m) = &self.memory_max
+            && !valid_memory_max(m)
+        {
+            return Some(format!("invalid memory_max '{m}'"));
+        }
+        for (key, id) in [("uid", self.uid), ("gid", self.gid)] {
+            if let Some(id) = id
+                && let Err(why) = account::check_id(key, &id.to_string())
+            {
+                return Some(why);
+            }
+        }
+        let bad_node =
+            |n: &str| n.is_empty() || n.chars().any(|c| c.is_whitespace() || c.is_control());
+        if self.pinned_node.as_deref().is_some_and(bad_node)
+            || self.lease.as_ref().is_some_and(|l| bad_node(&l.node))
+        {
+            return Some("invalid node name".into());
+        }
+        None
     }
 
     /// The box user's ids: the record's, else the node's default.
@@ -129,6 +202,61 @@ mod tests {
 
     fn meta() -> Meta {
         Meta::sample("d")
+    }
+
+    #[test]
+    fn bad_records_are_named_and_refused() {
+        let good = serde_json::to_vec(&meta()).unwrap();
+        assert_eq!(parse("d", &good, |m: &Meta| m).unwrap(), meta());
+        let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+            (good.clone(), "e", "it names box 'd'"),
+            (
+                serde_json::to_vec(&Meta {
+                    path: "/etc".into(),
+                    ..meta()
+                })
+                .unwrap(),
+                "d",
+                "path /etc: /etc belongs to the system or to ag-box",
+            ),
+            (
+                serde_json::to_vec(&Meta {
+                    path: "/root/../etc".into(),
+                    ..meta()
+                })
+                .unwrap(),
+                "d",
+                "path /root/../etc: it must be an absolute path",
+            ),
+            (
+                serde_json::to_vec(&Meta {
+                    version: 9,
+                    ..meta()
+                })
+                .unwrap(),
+                "d",
+                "unknown version 9",
+            ),
+            (
+                serde_json::to_vec(&Meta {
+                    uid: Some(0),
+                    ..meta()
+                })
+                .unwrap(),
+                "d",
+                "uid=0 would run the box as root",
+            ),
+            (b"{\"name\":".to_vec(), "d", "not a record"),
+            (vec![b' '; MAX_RECORD_BYTES + 1], "d", "over the limit"),
+        ];
+        for (bytes, key, why) in cases {
+            let e = parse(key, &bytes, |m: &Meta| m).unwrap_err();
+            assert!(e.why.contains(why), "{key}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("box record '{key}' is invalid"))
+            );
+        }
     }
 
     #[test]

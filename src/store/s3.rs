@@ -14,7 +14,7 @@ use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::primitives::ByteStream;
 use tokio::runtime::Runtime;
 
-use super::meta::Meta;
+use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::config::S3Config;
 use crate::error::UserError;
@@ -88,7 +88,7 @@ impl S3Store {
     fn unreachable(&self, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
         UserError::failed(
             format!("S3 {what} at {}/{} failed: {e}", self.endpoint, self.bucket),
-            "check BOX_S3_ENDPOINT, BOX_BUCKET, the keys and the network; nothing was changed",
+            "check BOX_S3_ENDPOINT, BOX_BUCKET, the keys and the network, then run the command again",
         )
         .into()
     }
@@ -185,8 +185,7 @@ impl MetaStore for S3Store {
                 .await
                 .context("reading a box record")?
                 .into_bytes();
-            let meta: Meta = serde_json::from_slice(&bytes)
-                .with_context(|| format!("box record {} is not valid JSON", key(name)))?;
+            let meta = meta::parse(name, &bytes, |m: &Meta| m)?;
             Ok(Some(Stored {
                 meta,
                 version: Version(etag),
@@ -258,8 +257,11 @@ impl MetaStore for S3Store {
         }
         let mut out = Vec::new();
         for name in names {
-            if let Some(s) = self.get(&name)? {
-                out.push(s.meta);
+            match self.get(&name) {
+                Ok(Some(s)) => out.push(s.meta),
+                Ok(None) => {}
+                Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
+                Err(e) => return Err(e),
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::sys::atomic;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyState {
     /// The local files equal this snapshot (as of the last snapshot or restore here).
@@ -35,21 +37,15 @@ impl CopyState {
     }
 
     pub fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
-        let path = file(state_dir, name);
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+        atomic::write(
+            &file(state_dir, name),
+            &serde_json::to_vec_pretty(self)?,
+            0o644,
+        )
     }
 
     pub fn remove(state_dir: &Path, name: &str) -> Result<()> {
-        match fs::remove_file(file(state_dir, name)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-            _ => Ok(()),
-        }
+        atomic::remove(&file(state_dir, name))
     }
 
     /// The local copy is current for `snapshot` and still all there.

@@ -1,6 +1,8 @@
 //! Everything that touches the world: processes, restic, systemd, tmux, files.
 
 pub mod agent_home;
+pub mod atomic;
+pub mod box_lock;
 pub mod cmd;
 pub mod copy_state;
 pub mod enter;

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::config::{Config, Secret};
 use crate::error::UserError;
 use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo};
-use crate::sys::{cmd, host};
+use crate::sys::{atomic, cmd, host};
 
 enum Password {
     Value(Secret),
@@ -307,8 +307,6 @@ fn progress_bar(label: &str) -> Option<ProgressBar> {
 }
 
 fn write_new_password(path: &Path) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if path.exists() {
         return Ok(());
     }
@@ -317,19 +315,12 @@ fn write_new_password(path: &Path) -> Result<()> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .context("reading /dev/urandom")?;
     let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    // Never a half-written password: a concurrent first use keeps the one that landed first.
+    if atomic::create_new(path, format!("{text}\n").as_bytes(), 0o600)? {
+        tracing::warn!(
+            "generated the repository password {}; back it up: without it no snapshot can be read",
+            path.display()
+        );
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    writeln!(f, "{text}")?;
-    tracing::warn!(
-        "generated the repository password {}; back it up: without it no snapshot can be read",
-        path.display()
-    );
     Ok(())
 }

@@ -18,7 +18,7 @@ use crate::plan::account;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::{tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
-use crate::sys::{cmd, host};
+use crate::sys::{atomic, cmd, host};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -237,8 +237,7 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
         (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
         (spec.group_file(), account::group(spec.ids)),
     ] {
-        fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+        atomic::write(&path, text.as_bytes(), 0o644)?;
     }
     Ok(())
 }
@@ -357,7 +356,11 @@ pub fn anchor(info: &Path, supervise: bool, argv: &[String]) -> Result<i32> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    fs::write(run_dir.join("anchor.pid"), std::process::id().to_string())?;
+    atomic::write(
+        &run_dir.join("anchor.pid"),
+        std::process::id().to_string().as_bytes(),
+        0o644,
+    )?;
     let cgroup = std::env::var("AG_BOX_MEMORY_MAX")
         .ok()
         .and_then(|m| join_memory_cgroup(&run_dir, &m));

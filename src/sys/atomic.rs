@@ -1,0 +1,109 @@
+//! Writing a state file so that a crash or a power loss leaves the old content or the new one,
+//! never a torn or empty file: a temp file of a unique name beside it, fsync, rename, fsync of
+//! the directory. Every state file ag-box writes goes through here.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+fn temp_beside<'a>(
+    path: &'a Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(tempfile::NamedTempFile, &'a Path)> {
+    let dir = path
+        .parent()
+        .with_context(|| format!("{} has no directory", path.display()))?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {}", tmp.path().display()))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .with_context(|| format!("writing {}", tmp.path().display()))?;
+    Ok((tmp, dir))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", dir.display()))
+}
+
+/// Replace `path` with `bytes` (mode `mode`).
+pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let (tmp, dir) = temp_beside(path, bytes, mode)?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("replacing {}", path.display()))?;
+    sync_dir(dir)
+}
+
+/// Create `path` with `bytes` unless it exists; Ok(false) when it did.
+pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<bool> {
+    let (tmp, dir) = temp_beside(path, bytes, mode)?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => {}
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(e.error).with_context(|| format!("creating {}", path.display())),
+    }
+    sync_dir(dir)?;
+    Ok(true)
+}
+
+/// Remove `path` (if there) durably.
+pub fn remove(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", path.display()));
+        }
+        _ => {}
+    }
+    match path.parent() {
+        Some(dir) if dir.exists() => sync_dir(dir),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        write(&path, b"one", 0o600).unwrap();
+        write(&path, b"two", 0o644).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        assert!(!create_new(&path, b"three", 0o600).unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        let fresh = dir.path().join("fresh");
+        assert!(create_new(&fresh, b"new", 0o600).unwrap());
+        assert_eq!(fs::read(&fresh).unwrap(), b"new");
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        remove(&fresh).unwrap();
+        remove(&fresh).unwrap();
+        assert!(!fresh.exists());
+    }
+}

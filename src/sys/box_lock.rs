@@ -1,0 +1,100 @@
+//! One command at a time per box on a node (`up`, `park`, `snapshot`, `drop`, `track`): an
+//! exclusive `flock` on `$BOX_STATE_DIR/locks/<name>.lock`, which names its holder. A second
+//! command waits up to `BOX_LOCK_WAIT`, then fails naming the holder. The kernel drops the lock
+//! with its process, however that process ends.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::error::UserError;
+use crate::store::lease::timestamp;
+
+pub struct BoxLock {
+    _held: Flock<File>,
+}
+
+pub fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) -> Result<BoxLock> {
+    let dir = state_dir.join("locks");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{name}.lock"));
+    let deadline = Instant::now() + wait;
+    let mut said = false;
+    loop {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut held) => {
+                let holder = format!(
+                    "'ag-box {verb}' (pid {}) since {}",
+                    std::process::id(),
+                    timestamp(std::time::SystemTime::now())
+                );
+                held.set_len(0)
+                    .and_then(|()| held.rewind())
+                    .and_then(|()| held.write_all(holder.as_bytes()))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                return Ok(BoxLock { _held: held });
+            }
+            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = if holder.trim().is_empty() {
+                    "another process".to_string()
+                } else {
+                    holder.trim().to_string()
+                };
+                if Instant::now() >= deadline {
+                    return Err(UserError::failed(
+                        format!("box '{name}' is busy on this node: {holder} holds it"),
+                        format!(
+                            "wait for it to finish and run the command again (waited {}; BOX_LOCK_WAIT sets how long)",
+                            humantime::format_duration(wait)
+                        ),
+                    )
+                    .into());
+                }
+                if !said {
+                    eprintln!("box '{name}' is busy: {holder} holds it; waiting");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err((_, e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_waits_then_fails_naming_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), "b", "park", Duration::ZERO).unwrap();
+        let e = acquire(dir.path(), "b", "up", Duration::from_millis(250))
+            .err()
+            .unwrap();
+        let u = e.downcast_ref::<UserError>().unwrap();
+        assert!(
+            u.message
+                .starts_with("box 'b' is busy on this node: 'ag-box park' (pid "),
+            "{u}"
+        );
+        drop(first);
+        acquire(dir.path(), "b", "up", Duration::ZERO).unwrap();
+        acquire(dir.path(), "other", "up", Duration::ZERO).unwrap();
+    }
+}
