@@ -56,7 +56,12 @@ pub enum Cmd {
     },
     /// Snapshot the box, stop it and release this node
     #[command(after_help = "Example: ag-box park myproj")]
-    Park { name: String },
+    Park {
+        name: String,
+        /// Count a snapshot restic could not read every file for (or of an empty project)
+        #[arg(long)]
+        accept_partial: bool,
+    },
     /// Snapshot one box, or every active box on this node (renewing leases)
     #[command(after_help = "Example: ag-box snapshot --active")]
     Snapshot(SnapshotArgs),
@@ -148,10 +153,13 @@ pub enum GlobalsAction {
 }
 
 #[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
+#[group(id = "which", required = true, multiple = false, args = ["name", "active"])]
 pub struct SnapshotArgs {
     pub name: Option<String>,
     /// Every box running on this node
     #[arg(long)]
     pub active: bool,
+    /// Count a snapshot restic could not read every file for (or of an empty project)
+    #[arg(long)]
+    pub accept_partial: bool,
 }

@@ -20,7 +20,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Up { name, node, force } => commands::up::run(&name, node.as_deref(), force),
         Cmd::Attach { name } => commands::attach::run(&name),
         Cmd::Exec { name, command } => commands::exec::run(&name, &command),
-        Cmd::Park { name } => commands::park::run(&name),
+        Cmd::Park {
+            name,
+            accept_partial,
+        } => commands::park::run(&name, accept_partial),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
         Cmd::Status { json } => commands::status::run(json),
         Cmd::Init => commands::init::run(),

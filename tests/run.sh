@@ -7,12 +7,14 @@ cd "$(dirname "$0")/.."
 tests/rig.sh install
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
-cargo build --all-targets
+cargo clippy --all-targets --features crash-points -- -D warnings
+# The integration tests run the binary with its crash points (tests/faults.rs).
+cargo build --all-targets --features crash-points
 
 trap 'tests/rig.sh down' EXIT
 tests/rig.sh up
 if command -v cargo-nextest >/dev/null; then
-  cargo nextest run --no-fail-fast
+  cargo nextest run --no-fail-fast --features crash-points
 else
-  cargo test --no-fail-fast
+  cargo test --no-fail-fast --features crash-points
 fi

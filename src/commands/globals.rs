@@ -42,7 +42,9 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     }
     let restic = ctx.restic()?;
     restic.ensure_repo()?;
-    let id = restic.backup("globals", &globals_backup_args(&ctx.config.node, &paths))?;
+    let id = restic
+        .backup("globals", &globals_backup_args(&ctx.config.node, &paths))?
+        .id;
     println!("globals {id}");
     eprintln!(
         "pushed {} global files and dirs (snapshot {})",

@@ -7,9 +7,10 @@ use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
+use crate::sys::crash;
 use crate::sys::restic::short;
 
-pub fn run(name: &str) -> Result<()> {
+pub fn run(name: &str, accept_partial: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     let _lock = ctx.lock_box(name, "park")?;
@@ -25,12 +26,14 @@ pub fn run(name: &str) -> Result<()> {
     let restic = ctx.restic()?;
     restic.ensure_repo()?;
     // If this fails the lease stays ours and the box keeps running, untouched.
-    let mut taken = super::snapshot::take(&ctx, &restic, &meta)?;
+    let mut taken = super::snapshot::take(&ctx, &restic, &meta, accept_partial)?;
+    crash::point("park.after-snapshot");
     if taken.forked.is_none() && running {
         ctx.runtime.stop(&spec)?;
+        crash::point("park.after-stop");
         // A second, incremental snapshot keeps what the box wrote while it was being stopped.
         let now = ctx.tracked(name)?.meta;
-        taken = super::snapshot::take(&ctx, &restic, &now).map_err(|e| {
+        taken = super::snapshot::take(&ctx, &restic, &now, accept_partial).map_err(|e| {
             e.context(format!(
                 "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
             ))
@@ -42,6 +45,7 @@ pub fn run(name: &str) -> Result<()> {
         CopyState::default().save(&ctx.config.state_dir, name)?;
         return Err(taken_over(name, lost, &taken.snapshot.id).into());
     }
+    crash::point("park.before-release");
     let snapshot = taken.snapshot;
     let epoch = snapshot.epoch;
     let lost = update(ctx.store.as_ref(), name, |m| {
@@ -56,10 +60,10 @@ pub fn run(name: &str) -> Result<()> {
         CopyState::default().save(&ctx.config.state_dir, name)?;
         return Err(taken_over(name, lost, &snapshot.id).into());
     }
+    // The last snapshot (and its digest) were recorded by `take`; the lease is gone.
     CopyState {
-        snapshot: Some(snapshot.id.clone()),
-        paths: taken.paths,
         epoch: None,
+        ..CopyState::load(&ctx.config.state_dir, name)?
     }
     .save(&ctx.config.state_dir, name)?;
     println!("{name} {}", snapshot.id);

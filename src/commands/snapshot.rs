@@ -12,19 +12,92 @@ use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
+use crate::sys::digest;
 use crate::sys::restic::{Restic, short};
 
 pub struct Taken {
     pub snapshot: SnapshotRef,
-    pub paths: Vec<PathBuf>,
     /// Another node took the lease: the snapshot is tagged `fork` and `last_snapshot` did not move.
     pub forked: Option<LeaseLost>,
 }
 
 const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
 
-/// Snapshot the box's local files and renew its lease (or record a fork).
-pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
+/// The box's local copy on this node: its project and its agent home.
+pub fn local_copy(spec: &crate::plan::sandbox::BoxSpec) -> Vec<PathBuf> {
+    vec![spec.project.clone(), spec.agent_home.root.clone()]
+}
+
+fn backup_spec(
+    ctx: &Ctx,
+    box_spec: &crate::plan::sandbox::BoxSpec,
+    epoch: u64,
+    fork: bool,
+    parent: Option<String>,
+) -> BackupSpec {
+    BackupSpec {
+        name: box_spec.name.clone(),
+        node: ctx.config.node.clone(),
+        epoch,
+        fork,
+        parent,
+        excludes: box_spec.agent_home.snapshot_excludes(),
+        exclude_files: [PathBuf::from(EXCLUDE_FILE)]
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect(),
+        paths: local_copy(box_spec)
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect(),
+    }
+}
+
+/// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
+/// read of it is better kept than lost, so a partial one is kept too, with a warning.
+pub fn keep_as_fork(
+    ctx: &Ctx,
+    restic: &Restic,
+    meta: &Meta,
+    epoch: u64,
+    parent: Option<String>,
+) -> Result<String> {
+    let spec = backup_spec(ctx, &ctx.spec(meta), epoch, true, parent);
+    Ok(restic.backup(&meta.name, &backup_args(&spec))?.id)
+}
+
+/// Why a snapshot of the box's files now would be partial, before taking it.
+fn partial_before(meta: &Meta) -> Option<String> {
+    match std::fs::read_dir(&meta.path) {
+        Err(e) => Some(format!(
+            "its project directory {} cannot be read ({e})",
+            meta.path.display()
+        )),
+        Ok(mut entries) => (entries.next().is_none() && meta.last_snapshot.is_some()).then(|| {
+            format!(
+                "its project directory {} is empty, but the box has snapshots (an unmounted disk?)",
+                meta.path.display()
+            )
+        }),
+    }
+}
+
+fn partial(name: &str, why: &str) -> UserError {
+    UserError::failed(
+        format!("box '{name}': not snapshotted as its latest: {why}"),
+        format!(
+            "fix that and run the command again, or add --accept-partial to count such a snapshot (e.g. 'ag-box park {name} --accept-partial')"
+        ),
+    )
+}
+
+/// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
+/// (unreadable files, a missing or emptied project) never becomes the box's latest unless
+/// `accept_partial`.
+pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta, accept_partial: bool) -> Result<Taken> {
+    if !accept_partial && let Some(why) = partial_before(meta) {
+        return Err(partial(&meta.name, &why).into());
+    }
     let node = &ctx.config.node;
     let copy = CopyState::load(&ctx.config.state_dir, &meta.name)?;
     let ours = meta
@@ -36,29 +109,30 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
         return Err(not_up_here(&meta.name).into());
     };
     let holding = ours == Some(epoch);
-    let ah = ctx.spec(meta).agent_home;
-    let paths: Vec<PathBuf> = [meta.path.clone(), ah.root.clone()]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect();
-    let exclude_files = [PathBuf::from(EXCLUDE_FILE)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect();
-    let spec = BackupSpec {
-        name: meta.name.clone(),
-        node: node.clone(),
-        epoch,
-        fork: !holding,
-        parent: copy
-            .snapshot
-            .clone()
-            .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone())),
-        excludes: ah.snapshot_excludes(),
-        exclude_files,
-        paths: paths.clone(),
+    let box_spec = ctx.spec(meta);
+    let roots = local_copy(&box_spec);
+    // A stopped box does not change while it is saved: what is saved is what the digest says.
+    let digest = if ctx.runtime.is_active(&box_spec) {
+        None
+    } else {
+        Some(digest::of(&roots)?)
     };
-    let id = restic.backup(&meta.name, &backup_args(&spec))?;
+    let parent = copy
+        .snapshot
+        .clone()
+        .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
+    let spec = backup_spec(ctx, &box_spec, epoch, !holding, parent);
+    let paths = spec.paths.clone();
+    let backup = restic.backup(&meta.name, &backup_args(&spec))?;
+    let id = backup.id;
+    if !backup.unreadable.is_empty() && !accept_partial {
+        let why = format!(
+            "restic could not read {} (snapshot {} holds the rest)",
+            backup.unreadable.join("; "),
+            short(&id)
+        );
+        return Err(partial(&meta.name, &why).into());
+    }
     let now = ctx.now();
     let snapshot = SnapshotRef {
         id,
@@ -95,13 +169,11 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta) -> Result<Taken> {
         snapshot: forked.is_none().then(|| snapshot.id.clone()),
         paths: paths.clone(),
         epoch: Some(epoch),
+        digest: digest.filter(|_| forked.is_none()),
+        ..copy
     }
     .save(&ctx.config.state_dir, &meta.name)?;
-    Ok(Taken {
-        snapshot,
-        paths,
-        forked,
-    })
+    Ok(Taken { snapshot, forked })
 }
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
@@ -119,9 +191,14 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     let mut failed = 0;
     let mut forked = Vec::new();
     for meta in &boxes {
-        let taken = ctx
-            .lock_box(&meta.name, "snapshot")
-            .and_then(|_lock| take(&ctx, &restic, &ctx.tracked(&meta.name)?.meta));
+        let taken = ctx.lock_box(&meta.name, "snapshot").and_then(|_lock| {
+            take(
+                &ctx,
+                &restic,
+                &ctx.tracked(&meta.name)?.meta,
+                args.accept_partial,
+            )
+        });
         match taken {
             Ok(t) => {
                 println!(

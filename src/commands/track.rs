@@ -78,13 +78,12 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
     }
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
     CopyState {
-        snapshot: None,
-        paths: vec![],
         epoch: Some(epoch),
+        ..CopyState::default()
     }
     .save(&ctx.config.state_dir, name)?;
     let taken = crate::sys::agent_home::ensure(&ctx.spec(&meta))
-        .and_then(|()| super::snapshot::take(&ctx, &restic, &meta));
+        .and_then(|()| super::snapshot::take(&ctx, &restic, &meta, false));
     match taken {
         Ok(t) => {
             let pin = pinned

@@ -1,17 +1,19 @@
 //! `up <name> [--node N] [--force]`: take the lease, restore if needed, start the box.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use super::{Ctx, probe, require_tools};
+use super::{Ctx, probe, require_tools, snapshot};
 use crate::error::{ChildExit, Code, UserError};
 use crate::plan::{schedule, tmux};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta};
 use crate::store::{Step, Stored, update};
-use crate::sys::copy_state::CopyState;
+use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::nodes::Nodes;
+use crate::sys::restic::Restic;
 use crate::sys::restic::short;
 use crate::sys::{agent_home, cmd, restore};
+use crate::sys::{crash, digest};
 
 fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -177,10 +179,23 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
             None => Err(stray("nobody holds its lease", Code::Failure).into()),
         };
     }
+    ctx.require_safe_leases()?;
+    // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
+    let state_dir = &ctx.config.state_dir;
+    let mut copy = CopyState::load(state_dir, name)?;
+    let interrupted = copy.pending_up.is_some();
+    if interrupted {
+        eprintln!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
+    } else {
+        copy.pending_up = Some(PendingUp {
+            previous: stored.meta.lease.clone(),
+        });
+        copy.save(state_dir, name)?;
+    }
+    crash::point("up.after-intent");
     let now = ctx.now();
     let ttl = ctx.config.lease_ttl;
-    ctx.require_safe_leases()?;
-    let (held, meta) = update(ctx.store.as_ref(), name, |m| {
+    let taken = update(ctx.store.as_ref(), name, |m| {
         match lease::plan_up(m, &here, force) {
             UpPlan::HeldElsewhere(l) => Err(held_elsewhere(name, &l).into()),
             UpPlan::AlreadyOurs { epoch } => Ok(Step::Keep((Held::Already { epoch }, m.clone()))),
@@ -205,41 +220,84 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
                 ))
             }
         }
-    })?;
-    let result = prepare_and_start(ctx, &meta, &held);
-    if let Err(e) = result {
-        if let Held::Fresh { epoch, previous } = held {
+    });
+    let (held, meta) = match taken {
+        Ok(t) => t,
+        Err(e) => {
+            // Held elsewhere: nothing of ours to finish. Any other failure may hide a write
+            // that landed: the intent stays, and the next `up` finds out.
+            if e.downcast_ref::<UserError>()
+                .is_some_and(|u| u.code == Code::LeaseHeld)
+            {
+                finish(ctx, name);
+            }
+            return Err(e);
+        }
+    };
+    crash::point("up.after-lease");
+    if let Err(e) = prepare_and_start(ctx, &meta, &held, interrupted) {
+        let give_back = match &held {
+            Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
+            // The lease an interrupted `up` took goes back to whoever held it before.
+            Held::Already { epoch } if interrupted => {
+                Some((*epoch, copy.pending_up.and_then(|p| p.previous)))
+            }
+            Held::Already { .. } => None,
+        };
+        if let Some((epoch, previous)) = give_back {
             hand_back(ctx, name, epoch, previous);
         }
         return Err(e);
     }
+    finish(ctx, name);
     eprintln!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
     Ok(())
 }
 
-fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
+/// The `up` under way here is over (done, or its lease handed back).
+fn finish(ctx: &Ctx, name: &str) {
+    let done = CopyState::load(&ctx.config.state_dir, name).and_then(|c| {
+        CopyState {
+            pending_up: None,
+            ..c
+        }
+        .save(&ctx.config.state_dir, name)
+    });
+    if let Err(e) = done {
+        tracing::error!("box '{name}': could not record that 'up' finished: {e:#}");
+    }
+}
+
+fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held, interrupted: bool) -> Result<()> {
     let state_dir = &ctx.config.state_dir;
+    let spec = ctx.spec(meta);
+    let roots = snapshot::local_copy(&spec);
+    restore::recover_leftovers(&roots)?;
     let mut copy = CopyState::load(state_dir, &meta.name)?;
+    let copy_epoch = copy.epoch;
     let epoch = match held {
         Held::Fresh { epoch, .. } | Held::Already { epoch } => *epoch,
     };
     copy.epoch = Some(epoch);
     copy.save(state_dir, &meta.name)?;
-    let spec = ctx.spec(meta);
-    let restore_from = match (&meta.last_snapshot, held) {
-        (Some(s), Held::Fresh { .. }) if !copy.is_current(&s.id) => Some(s),
-        (Some(s), Held::Already { .. }) if !meta.path.exists() => {
+    // The copy is the box's newest only if the box ran here since this node took the lease.
+    let ran_here = matches!(held, Held::Already { .. }) && !interrupted;
+    let restore_from = match &meta.last_snapshot {
+        Some(s) if ran_here => (!meta.path.exists()).then(|| {
             eprintln!(
                 "box '{}': the local copy is gone; restoring snapshot {}",
                 meta.name,
                 short(&s.id)
             );
-            Some(s)
-        }
-        _ => None,
+            s
+        }),
+        Some(s) => (!copy.is_current(&s.id)).then_some(s),
+        None => None,
     };
     if let Some(s) = restore_from {
         let restic = ctx.restic()?;
+        keep_local_work(ctx, &restic, meta, &copy, copy_epoch.unwrap_or(epoch))?;
+        crash::point("up.after-fork");
         eprintln!(
             "restoring box '{}' from snapshot {} ({} by {})",
             meta.name,
@@ -252,6 +310,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
         })?;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
+        copy.digest = None;
         copy.save(state_dir, &meta.name)?;
     } else if !meta.path.is_dir() {
         return Err(UserError::failed(
@@ -266,6 +325,12 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
     }
     agent_home::ensure(&spec)?;
     agent_home::reown_project(&spec)?;
+    if restore_from.is_some() {
+        // As restored (and made ready): what the copy is when it equals that snapshot.
+        copy.digest = Some(digest::of(&roots)?);
+        copy.save(state_dir, &meta.name)?;
+    }
+    crash::point("up.before-start");
     let mounts = spec.mounts(|p| p.exists());
     let bwrap_args = spec.bwrap_args(&mounts, 3);
     let memory_max = meta
@@ -275,12 +340,44 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held) -> Result<()> {
     ctx.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
+/// Before a restore replaces this node's copy: unless it still is what this node last
+/// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
+fn keep_local_work(
+    ctx: &Ctx,
+    restic: &Restic,
+    meta: &Meta,
+    copy: &CopyState,
+    epoch: u64,
+) -> Result<()> {
+    let roots = snapshot::local_copy(&ctx.spec(meta));
+    if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
+        return Ok(());
+    }
+    if copy.digest.is_some() && copy.digest == Some(digest::of(&roots)?) {
+        return Ok(());
+    }
+    restic.ensure_repo()?;
+    let id = snapshot::keep_as_fork(ctx, restic, meta, epoch, copy.snapshot.clone())
+        .with_context(|| {
+            format!(
+                "box '{}': keeping this node's copy before the restore failed; nothing was replaced",
+                meta.name
+            )
+        })?;
+    eprintln!(
+        "box '{}': this node's copy may hold work in no snapshot; kept it as fork snapshot {} before restoring",
+        meta.name,
+        short(&id)
+    );
+    Ok(())
+}
+
 /// A failed `up` must not leave the lease taken.
 fn hand_back(ctx: &Ctx, name: &str, epoch: u64, previous: Option<Lease>) {
     let here = ctx.config.node.clone();
     let res = update(ctx.store.as_ref(), name, |m| {
         Ok(match &m.lease {
-            Some(l) if l.node == here && l.epoch == epoch => Step::Write(
+            Some(l) if l.node == here && l.epoch == epoch && m.lease != previous => Step::Write(
                 Meta {
                     lease: previous.clone(),
                     ..m.clone()
@@ -290,9 +387,16 @@ fn hand_back(ctx: &Ctx, name: &str, epoch: u64, previous: Option<Lease>) {
             _ => Step::Keep(()),
         })
     });
-    let forget = CopyState::load(&ctx.config.state_dir, name).and_then(|mut c| {
-        c.epoch = None;
-        c.save(&ctx.config.state_dir, name)
+    let forget = CopyState::load(&ctx.config.state_dir, name).and_then(|c| {
+        CopyState {
+            epoch: previous
+                .as_ref()
+                .filter(|l| l.node == here)
+                .map(|l| l.epoch),
+            pending_up: None,
+            ..c
+        }
+        .save(&ctx.config.state_dir, name)
     });
     if let Err(e) = res.and(forget) {
         tracing::error!(

@@ -66,6 +66,25 @@ pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
     a
 }
 
+/// What restic's stderr says it could not read during a backup (exit 3): its `error: ...`
+/// lines, at most a few, and how many more.
+pub fn unreadable_items(stderr: &str) -> Vec<String> {
+    const SHOWN: usize = 5;
+    let all: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("error: "))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut out: Vec<String> = all.iter().take(SHOWN).map(|l| l.to_string()).collect();
+    if all.len() > SHOWN {
+        out.push(format!("and {} more", all.len() - SHOWN));
+    }
+    if out.is_empty() && !stderr.trim().is_empty() {
+        out.push(stderr.trim().lines().last().unwrap_or("").to_string());
+    }
+    out
+}
+
 /// The global agent files of the push node; `paths` are those that exist.
 pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -214,6 +233,24 @@ mod tests {
                 "/p"
             ]
         );
+    }
+
+    #[test]
+    fn unreadable_items_from_restic_stderr() {
+        let stderr = "repository 1234 opened\nerror: open /root/p/a: permission denied\n\
+                      error: lstat /root/p/b: input/output error\nWarning: at least one source file could not be read\n";
+        assert_eq!(
+            unreadable_items(stderr),
+            [
+                "open /root/p/a: permission denied",
+                "lstat /root/p/b: input/output error"
+            ]
+        );
+        let many: String = (0..7)
+            .map(|i| format!("error: open /f{i}: denied\n"))
+            .collect();
+        assert_eq!(unreadable_items(&many).last().unwrap(), "and 2 more");
+        assert_eq!(unreadable_items(""), Vec::<String>::new());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! What this node knows about its local copy of a box: which snapshot it equals,
-//! and which lease epoch it holds. Lives in `$BOX_STATE_DIR/local/<name>.json`.
+//! What this node knows about its local copy of a box: which snapshot it equals, which lease
+//! epoch it holds, and whether an `up` here is under way. Lives in
+//! `$BOX_STATE_DIR/local/<name>.json`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::store::meta::Lease;
 use crate::sys::atomic;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,6 +20,20 @@ pub struct CopyState {
     pub paths: Vec<PathBuf>,
     /// The lease epoch this node acquired.
     pub epoch: Option<u64>,
+    /// `sys::digest` of the copy when it last equalled `snapshot` (None: unknown, e.g. the
+    /// snapshot of a running box). A copy whose digest differs may hold work in no snapshot.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// An `up` began here and has not finished (it may hold the lease, its copy may be half
+    /// restored): the next `up` finishes it, or hands the lease back to `previous`.
+    #[serde(default)]
+    pub pending_up: Option<PendingUp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingUp {
+    /// The lease the record held before that `up`.
+    pub previous: Option<Lease>,
 }
 
 fn file(state_dir: &Path, name: &str) -> PathBuf {

@@ -5,6 +5,8 @@ pub mod atomic;
 pub mod box_lock;
 pub mod cmd;
 pub mod copy_state;
+pub mod crash;
+pub mod digest;
 pub mod enter;
 pub mod host;
 pub mod nodes;

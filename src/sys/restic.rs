@@ -166,7 +166,8 @@ impl Restic {
     }
 
     /// Run restic; on a stale lock, `restic unlock` (stale locks only) and try once more.
-    fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<i32> {
+    /// Returns what restic said on stderr when a backup could not read everything (exit 3).
+    fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<Option<String>> {
         for attempt in 0..2 {
             let mut child = self
                 .command(args)
@@ -190,7 +191,7 @@ impl Restic {
             let err_text = err_reader.join().unwrap_or_default();
             let code = cmd::exit_code(status);
             if code == 0 {
-                return Ok(0);
+                return Ok(None);
             }
             if attempt == 0 && err_text.contains(LOCKED) {
                 tracing::warn!("restic repository is locked; removing stale locks and retrying");
@@ -202,11 +203,7 @@ impl Restic {
             }
             // restic 3: some source files could not be read; the snapshot exists anyway.
             if code == 3 && args[0] == "backup" {
-                tracing::warn!(
-                    "restic could not read some files: {}",
-                    cmd::last_line(&err_text)
-                );
-                return Ok(3);
+                return Ok(Some(err_text));
             }
             bail!(
                 "restic {} failed (exit {code}): {}",
@@ -217,9 +214,8 @@ impl Restic {
         bail!("restic {}: repository still locked after unlock", args[0])
     }
 
-    /// Back up; returns the new snapshot id.
-    /// Run a planned `restic backup --json`; returns the new snapshot id. `label` names what is saved.
-    pub fn backup(&self, label: &str, args: &[String]) -> Result<String> {
+    /// Run a planned `restic backup --json`; `label` names what is saved.
+    pub fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
         let bar = progress_bar(&format!("snapshot {label}"));
         let mut summary = None;
         let result = self.run(args, &mut |line| match plan::parse_progress_line(line) {
@@ -234,7 +230,7 @@ impl Restic {
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        result?;
+        let unreadable = plan::unreadable_items(result?.as_deref().unwrap_or(""));
         match summary {
             Some(ProgressMessage::Summary {
                 snapshot_id,
@@ -246,7 +242,17 @@ impl Restic {
                     "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
                     short(&snapshot_id),
                 );
-                Ok(snapshot_id)
+                if !unreadable.is_empty() {
+                    tracing::warn!(
+                        "snapshot {} of {label} is partial: restic could not read {}",
+                        short(&snapshot_id),
+                        unreadable.join("; ")
+                    );
+                }
+                Ok(Backup {
+                    id: snapshot_id,
+                    unreadable,
+                })
             }
             _ => anyhow::bail!("restic backup of {label} printed no snapshot id"),
         }
@@ -287,6 +293,12 @@ impl Restic {
         })?;
         serde_json::from_str(text.trim()).context("parsing restic snapshots --json")
     }
+}
+
+/// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
+pub struct Backup {
+    pub id: String,
+    pub unreadable: Vec<String>,
 }
 
 pub fn short(id: &str) -> &str {

@@ -7,8 +7,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::sys::cmd;
 use crate::sys::restic::Restic;
+use crate::sys::{cmd, crash};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -41,6 +41,30 @@ fn move_into(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
+/// What a restore that was cut off left beside `paths`: a previous copy moved aside and not
+/// yet replaced goes back; one already replaced is removed (before every restore, the copy
+/// was known to equal a snapshot or was kept as a fork snapshot); half-moved copies are removed.
+pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
+    for path in paths {
+        let aside = sibling(path, "previous");
+        if fs::symlink_metadata(&aside).is_ok() {
+            if fs::symlink_metadata(path).is_err() {
+                tracing::warn!(
+                    "putting back {} left aside by an interrupted restore",
+                    path.display()
+                );
+                fs::rename(&aside, path)
+                    .with_context(|| format!("moving {} back", aside.display()))?;
+            } else {
+                remove_any(&aside).with_context(|| format!("removing {}", aside.display()))?;
+            }
+        }
+        let incoming = sibling(path, "incoming");
+        remove_any(&incoming).with_context(|| format!("removing {}", incoming.display()))?;
+    }
+    Ok(())
+}
+
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
 /// `paths_in(staging)` finds there; returns the paths now in place.
 pub fn restore_in_place(
@@ -55,6 +79,7 @@ pub fn restore_in_place(
     }
     remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
     restic.restore(id, &staging)?;
+    crash::point("restore.after-staging");
     let paths = match paths_in(&staging) {
         Ok(p) => p,
         Err(e) => {
@@ -86,6 +111,7 @@ pub fn restore_in_place(
                 remove_any(&aside)?;
                 fs::rename(path, &aside)
                     .with_context(|| format!("moving {} aside", path.display()))?;
+                crash::point("restore.mid-swap");
                 Some(aside)
             } else {
                 None

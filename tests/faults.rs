@@ -1,0 +1,213 @@
+//! Nothing is lost and nothing runs twice: `up` and `park` cut off at each step (the binary's
+//! crash points abort as a kill -9 would), a node whose lease was taken, partial snapshots.
+//! After each cut, the operator's obvious next command succeeds, and every file is in the box's
+//! last snapshot, on the holder's disk, or in a fork snapshot the tool named.
+
+mod common;
+
+use common::{Checked, Cluster, Host, Node, Target, assert_code};
+
+const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
+    RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
+
+/// Run `script` on `n` with the crash point armed; it must die there.
+fn cut_at(n: &Node, point: &str, script: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let out = n.sh_env(&[("AG_BOX_CRASH_AT", point)], script);
+    // SIGABRT: seen as the signal itself, or as 134 through a shell.
+    assert!(
+        out.status.signal() == Some(6) || out.code() == 134,
+        "{point}: expected an abort, got {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout(),
+        out.stderr()
+    );
+    assert!(
+        out.stderr().contains(&format!("crash point {point}")),
+        "{}",
+        out.stderr()
+    );
+}
+
+/// Every fork snapshot's files of a box, as restic lists them.
+fn fork_files(n: &Node, name: &str) -> String {
+    n.sh(&format!(
+        "{RESTIC_ENV}; for id in $(restic snapshots --tag box:{name},fork --json | grep -o '\"short_id\":\"[^\"]*\"' | cut -d'\"' -f4); do \
+         restic ls $id; done"
+    ))
+    .ok()
+    .stdout()
+}
+
+#[test]
+fn an_up_cut_off_at_any_step_is_finished_by_the_next_up() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-up";
+    for point in [
+        "up.after-intent",
+        "up.after-lease",
+        "up.after-fork",
+        "restore.after-staging",
+        "restore.mid-swap",
+        "up.before-start",
+    ] {
+        // B's work is the box's latest; A holds an older copy with an edit in no snapshot.
+        c.parked_box(name);
+        c.b.sh(&format!(
+            "ag-box up {name} --node nodeB && ag-box exec {name} -- sh -c 'echo from-b > b.txt' && ag-box park {name}"
+        ))
+        .ok();
+        c.a.sh(&format!("echo {point} > /root/{name}/a-edit.txt"))
+            .ok();
+
+        cut_at(&c.a, point, &format!("ag-box up {name} --node nodeA"));
+        assert!(
+            !c.active("nodeA", name),
+            "{point}: a cut-off up started the box"
+        );
+        if point != "up.after-intent" {
+            // The cut-off up holds the lease: the other node is told so, and starts nothing.
+            assert_code(
+                &c.b.sh(&format!("ag-box up {name} --node nodeB")),
+                3,
+                "is up on node nodeA",
+            );
+        }
+
+        let next = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+        next.ok();
+        assert!(c.active("nodeA", name), "{point}: {}", next.stderr());
+        assert_eq!(
+            c.a.sh(&format!(
+                "cat /root/{name}/b.txt /root/{name}/src/main.txt; test -e /root/{name}/a-edit.txt && echo EDIT-STILL-LIVE; \
+                 ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+            ))
+            .ok()
+            .stdout(),
+            "from-b\nv1\n0\n",
+            "{point}: the box's latest files, and no leftovers beside them"
+        );
+        assert!(
+            fork_files(&c.a, name).contains(&format!("/root/{name}/a-edit.txt")),
+            "{point}: A's edit is in no fork snapshot"
+        );
+        c.a.sh(&format!("ag-box park {name}")).ok();
+    }
+    c.a.sh(&format!("{RESTIC_ENV}; restic check")).ok();
+}
+
+#[test]
+fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-park";
+    for point in [
+        "park.after-snapshot",
+        "park.after-stop",
+        "park.before-release",
+    ] {
+        c.parked_box(name);
+        c.a.sh(&format!(
+            "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo {point} > late.txt'"
+        ))
+        .ok();
+        cut_at(&c.a, point, &format!("ag-box park {name}"));
+        assert_eq!(c.holder(name).as_deref(), Some("nodeA"), "{point}");
+        c.a.sh(&format!("ag-box park {name}")).ok();
+        assert_eq!(c.holder(name), None, "{point}");
+        assert!(!c.active("nodeA", name), "{point}");
+        c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+        assert_eq!(
+            c.b.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+            format!("{point}\n")
+        );
+        c.b.sh(&format!("ag-box park {name}")).ok();
+    }
+}
+
+#[test]
+fn a_node_whose_lease_was_taken_keeps_its_unsaved_work_as_a_fork() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "taken";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo unsaved > only-on-a.txt'"
+    ))
+    .ok();
+    // A dies as a power cut would end it: the box gone, the lease still A's.
+    c.a.sh(&format!("systemctl kill -s KILL boxrun-{name}; sleep 0.5; systemctl reset-failed boxrun-{name} 2>/dev/null; true"))
+        .ok();
+    c.b.sh(&format!(
+        "ag-box up {name} --node nodeB --force && ag-box exec {name} -- sh -c 'echo from-b > b.txt' && ag-box park {name}"
+    ))
+    .ok();
+    let up = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    assert_code(&up, 0, "kept it as fork snapshot");
+    assert_eq!(
+        c.a.sh(&format!(
+            "cat /root/{name}/b.txt; test -e /root/{name}/only-on-a.txt || echo replaced"
+        ))
+        .ok()
+        .stdout(),
+        "from-b\nreplaced\n"
+    );
+    assert!(fork_files(&c.a, name).contains(&format!("/root/{name}/only-on-a.txt")));
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn an_emptied_project_is_not_counted_as_the_boxs_latest() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "emptied";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let last = || common::box_row(&c.a, name).unwrap()["last_snapshot"]["id"].clone();
+    let before = last();
+    c.a.sh(&format!(
+        "ag-box exec {name} -- sh -c 'rm -rf ./* ./.[!.]*'"
+    ))
+    .ok();
+    assert_code(
+        &c.a.sh(&format!("ag-box park {name}")),
+        1,
+        "is empty, but the box has snapshots",
+    );
+    assert!(c.active("nodeA", name), "a refused park stopped the box");
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+    assert_eq!(last(), before);
+    c.a.sh(&format!("ag-box park {name} --accept-partial")).ok();
+    assert_eq!(c.holder(name), None);
+}
+
+#[test]
+fn a_snapshot_restic_could_not_read_whole_is_refused_unless_accepted() {
+    let Some(host) = Host::new("partial") else {
+        return;
+    };
+    let name = format!("partial-{}", std::process::id());
+    let base = host.base.display().to_string();
+    // restic as a node would run it, but reporting one unreadable file (its exit 3).
+    host.sh(&format!(
+        "set -e; mkdir -p shim home/{name}; echo data > home/{name}/f
+         real=$(command -v restic)
+         printf '#!/bin/sh\\n\"%s\" \"$@\" || exit $?\\ncase \"$1\" in backup) echo \"error: open {base}/home/{name}/secret.db: permission denied\" >&2; exit 3;; esac\\n' \"$real\" > shim/restic
+         chmod +x shim/restic
+         ag-box track {name} && ag-box up {name}"
+    ))
+    .ok();
+    let shimmed = format!("export PATH={base}/shim:$PATH; ");
+    let out = host.sh(&format!("{shimmed}ag-box park {name}"));
+    assert_code(&out, 1, "restic could not read open ");
+    assert!(
+        out.stderr().contains("secret.db: permission denied"),
+        "{}",
+        out.stderr()
+    );
+    assert!(
+        host.sh(&format!("ag-box exec {name} -- true"))
+            .status
+            .success(),
+        "a refused park stopped the box"
+    );
+    host.sh(&format!("{shimmed}ag-box park {name} --accept-partial"))
+        .ok();
+}
