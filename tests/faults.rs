@@ -211,3 +211,76 @@ fn a_snapshot_restic_could_not_read_whole_is_refused_unless_accepted() {
     host.sh(&format!("{shimmed}ag-box park {name} --accept-partial"))
         .ok();
 }
+
+const PROXY: &str = "http://10.200.0.1:5002";
+
+/// The fault rules of `tests/s3-fault-proxy.py` (a JSON list).
+fn set_faults(n: &Node, rules: &str) {
+    n.sh(&format!("curl -sf -X POST {PROXY}/__faults -d '{rules}'"))
+        .ok();
+}
+
+fn via_proxy(n: &Node, script: &str) -> std::process::Output {
+    n.sh_env(&[("BOX_S3_ENDPOINT", PROXY)], script)
+}
+
+#[test]
+fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "lost";
+    let rule = |method: &str, box_name: &str, action: &str, count: u32| {
+        format!(
+            r#"[{{"method":"{method}","path":"/agent-boxes/boxes/{box_name}/meta.json","action":"{action}","count":{count}}}]"#
+        )
+    };
+    set_faults(&c.a, "[]");
+    c.parked_box(name);
+
+    // up: the lease write lands, its answer is lost.
+    set_faults(&c.a, &rule("PUT", name, "drop_after", 1));
+    via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+    assert!(c.active("nodeA", name));
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+
+    // park: every record write (renew, renew, release) lands unanswered.
+    c.a.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo kept > kept.txt'"
+    ))
+    .ok();
+    set_faults(&c.a, &rule("PUT", name, "drop_after", 3));
+    via_proxy(&c.a, &format!("ag-box park {name}")).ok();
+    assert_eq!(c.holder(name), None);
+    assert!(!c.active("nodeA", name));
+
+    // Writes refused with 500, or cut before they reach the server: retried.
+    set_faults(&c.a, &rule("PUT", name, "status500", 2));
+    via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+    set_faults(&c.a, &rule("PUT", name, "drop_before", 1));
+    via_proxy(&c.a, &format!("ag-box park {name}")).ok();
+    assert_eq!(c.holder(name), None);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/kept.txt")).ok().stdout(),
+        "kept\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+
+    // drop: the delete lands, its answer is lost.
+    set_faults(&c.a, &rule("DELETE", name, "drop_after", 1));
+    let out = via_proxy(&c.a, &format!("ag-box drop {name} --yes"));
+    assert_code(&out, 0, &format!("dropped box '{name}'"));
+    assert!(common::box_row(&c.a, name).is_none());
+
+    // track: the create lands, its answer is lost.
+    let fresh = "lost-new";
+    c.a.sh(&format!(
+        "rm -rf /root/{fresh} /var/lib/ag-box/local/{fresh}.json /var/lib/ag-box/homes/{fresh}; mkdir -p /root/{fresh}; echo x > /root/{fresh}/f"
+    ))
+    .ok();
+    set_faults(&c.a, &rule("PUT", fresh, "drop_after", 1));
+    via_proxy(&c.a, &format!("ag-box track {fresh}")).ok();
+    assert_eq!(c.holder(fresh).as_deref(), Some("nodeA"));
+    set_faults(&c.a, "[]");
+    c.a.sh(&format!("ag-box park {fresh} && ag-box drop {fresh} --yes"))
+        .ok();
+}

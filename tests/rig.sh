@@ -23,13 +23,14 @@
 #   rig.sh status                  one line per node
 #   rig.sh link-down|link-up NODE  cut / restore NODE's network link (failure tests)
 # With nodeA up, `up` also starts the S3 server (moto, in nodeA's netns at $S3_ENDPOINT, bucket
-# $S3_BUCKET) and writes each node's /root/.config/box/{env,nodes} for that cluster; every node
+# $S3_BUCKET) and tests/s3-fault-proxy.py in front of it ($FAULT_PROXY) and writes each node's /root/.config/box/{env,nodes} for that cluster; every node
 # gets /usr/local/bin/ag-box -> /opt/box/bin/ag-box, as install.sh does.
 # NODE is nodeA or nodeB.  BASE=${BOX_TEST_BASE:-/srv/boxtest} (keep it out of /tmp: each node has
 # a private /tmp).  Progress and timings go to stderr; errors are "rig.sh: error: ..." on stderr.
 set -euo pipefail
 
 BASE=${BOX_TEST_BASE:-/srv/boxtest}
+HERE=$(cd "$(dirname "$0")" && pwd)
 ALL_NODES=(nodeA nodeB)
 declare -A IP=([nodeA]=10.200.0.1 [nodeB]=10.200.0.2)   # only ever configured inside our own netns
 declare -A VETH=([nodeA]=bxveth-a [nodeB]=bxveth-b)
@@ -42,6 +43,7 @@ MOTO=/opt/moto
 AGENTS=/usr/local/lib/ag-box-test-agents
 AGENT_PKGS=("@anthropic-ai/claude-code 2.1.197 claude" "@openai/codex 0.171.0 codex")
 S3_ENDPOINT=http://10.200.0.1:5001
+FAULT_PROXY=10.200.0.1:5002        # tests/s3-fault-proxy.py in front of the S3 server
 S3_BUCKET=agent-boxes
 
 PROG=rig.sh
@@ -111,9 +113,12 @@ install_agents() {
 # ---------------------------------------------------------------------------------------------
 # S3 server (moto keeps everything in memory) in nodeA's netns, and the cluster's config files.
 s3_stop() {
-  local pid; pid=$(cat "$BASE/moto.pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill "$pid"; wait_for 10 sh -c "! kill -0 $pid" || kill -9 "$pid"; fi
-  rm -f "$BASE/moto.pid"
+  local pid f
+  for f in moto fault-proxy; do
+    pid=$(cat "$BASE/$f.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill "$pid"; wait_for 10 sh -c "! kill -0 $pid" || kill -9 "$pid"; fi
+    rm -f "$BASE/$f.pid"
+  done
 }
 s3_start() {
   [ -x "$MOTO/bin/moto_server" ] || die "moto not installed: run '$0 install' first"
@@ -121,6 +126,10 @@ s3_start() {
     > "$BASE/moto.log" 2>&1 < /dev/null 9<&-     # 9: the rig lock, not the server's to hold
   wait_for 30 ip netns exec box-nodeA curl -s -o /dev/null "$S3_ENDPOINT/" || { tail -20 "$BASE/moto.log" >&2; die "moto did not start"; }
   ip netns exec box-nodeA curl -sf -X PUT "$S3_ENDPOINT/$S3_BUCKET" >/dev/null || die "creating bucket $S3_BUCKET failed"
+  setsid -f sh -c "echo \$\$ > $BASE/fault-proxy.pid; exec ip netns exec box-nodeA python3 $HERE/s3-fault-proxy.py \
+      --listen $FAULT_PROXY --upstream ${IP[nodeA]}:5001" > "$BASE/fault-proxy.log" 2>&1 < /dev/null 9<&-
+  wait_for 10 ip netns exec box-nodeA curl -sf -o /dev/null "http://$FAULT_PROXY/__faults" ||
+    { tail -20 "$BASE/fault-proxy.log" >&2; die "the S3 fault proxy did not start"; }
 }
 write_cluster_config() { # write_cluster_config NODE...
   local n m d

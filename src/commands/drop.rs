@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::{Code, UserError};
 use crate::plan::restic::{box_tag, forget_args};
-use crate::store::Cas;
+use crate::store;
 use crate::sys::copy_state::CopyState;
 
 fn confirm(name: &str) -> Result<()> {
@@ -74,7 +74,7 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         .map(|s| s.id)
         .collect();
     // The record goes first, on the very version that had no lease: nobody can have taken it meanwhile.
-    if ctx.store.delete(name, &stored.version)? == Cas::Conflict {
+    if !store::delete(ctx.store.as_ref(), name, &stored.version)? {
         return Err(UserError::failed(
             format!("box '{name}' changed while dropping it; nothing was deleted"),
             "check 'ag-box ls' and try again",

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::plan::{names, project};
-use crate::store::Cas;
+use crate::store;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
 use crate::sys::copy_state::CopyState;
@@ -67,15 +67,17 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         gid: Some(ctx.config.box_ids.gid),
         lease: None,
         last_snapshot: None,
+        op: None,
     };
     // The files live here, so this node holds the box until it is parked.
     let meta = lease::acquire(&fresh, node, now, ctx.config.lease_ttl);
     ctx.require_safe_leases()?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
-    if ctx.store.put(&meta, None)? == Cas::Conflict {
-        return Err(already_tracked(name).into());
-    }
+    let meta = match store::create(ctx.store.as_ref(), meta)? {
+        Some(written) => written,
+        None => return Err(already_tracked(name).into()),
+    };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
     CopyState {
         epoch: Some(epoch),
@@ -127,7 +129,10 @@ fn undo_track(ctx: &Ctx, name: &str) {
     let removed = ctx
         .store
         .get(name)
-        .and_then(|s| s.map(|s| ctx.store.delete(name, &s.version)).transpose())
+        .and_then(|s| {
+            s.map(|s| store::delete(ctx.store.as_ref(), name, &s.version))
+                .transpose()
+        })
         .and_then(|_| {
             CopyState::remove(&ctx.config.state_dir, name).context("removing local state")
         });

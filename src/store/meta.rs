@@ -64,6 +64,10 @@ pub struct Meta {
     pub gid: Option<u32>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
+    /// The operation that wrote this version: a write whose answer was lost is recognised on
+    /// re-read as ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +103,7 @@ impl Meta {
             gid: None,
             lease: None,
             last_snapshot: None,
+            op: None,
         }
     }
 

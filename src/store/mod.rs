@@ -63,7 +63,56 @@ pub fn unknown_box(name: &str) -> UserError {
     )
 }
 
-/// Read-decide-write until the write lands on the version that was read.
+/// A fresh operation id for one record write.
+fn op_id() -> String {
+    let mut bytes = [0u8; 12];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if random.is_err() {
+        // Unique enough without entropy: this process, this instant.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        bytes[4..].copy_from_slice(&(nanos as u64).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Did the write carrying `op` land after all? (Its answer may have been lost, and a retry
+/// then refused because the record had changed: by that very write.)
+fn landed(store: &dyn MetaStore, name: &str, op: &str) -> bool {
+    matches!(store.get(name), Ok(Some(s)) if s.meta.op.as_deref() == Some(op))
+}
+
+/// Create a record; None when one of that name exists (and is not this very write).
+pub fn create(store: &dyn MetaStore, mut meta: Meta) -> Result<Option<Meta>> {
+    let op = op_id();
+    meta.op = Some(op.clone());
+    match store.put(&meta, None) {
+        Ok(Cas::Written) => Ok(Some(meta)),
+        Ok(Cas::Conflict) if landed(store, &meta.name, &op) => Ok(Some(meta)),
+        Ok(Cas::Conflict) => Ok(None),
+        Err(_) if landed(store, &meta.name, &op) => Ok(Some(meta)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Delete a record at `version`; false when it changed meanwhile. A record already gone counts
+/// as deleted (a delete whose answer was lost, retried).
+pub fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bool> {
+    match store.delete(name, version) {
+        Ok(Cas::Written) => Ok(true),
+        Ok(Cas::Conflict) => Ok(store.get(name)?.is_none()),
+        Err(e) => match store.get(name) {
+            Ok(None) => Ok(true),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Read-decide-write until the write lands on the version that was read. Every write carries a
+/// fresh operation id, so one that landed but whose answer was lost is not decided again.
 pub fn update<T>(
     store: &dyn MetaStore,
     name: &str,
@@ -75,11 +124,17 @@ pub fn update<T>(
         };
         match decide(&stored.meta)? {
             Step::Keep(out) => return Ok(out),
-            Step::Write(next, out) => {
-                if store.put(&next, Some(&stored.version))? == Cas::Written {
-                    return Ok(out);
+            Step::Write(mut next, out) => {
+                let op = op_id();
+                next.op = Some(op.clone());
+                match store.put(&next, Some(&stored.version)) {
+                    Ok(Cas::Written) => return Ok(out),
+                    Ok(Cas::Conflict) | Err(_) if landed(store, name, &op) => return Ok(out),
+                    Ok(Cas::Conflict) => {
+                        tracing::debug!(box_name = name, "record changed under us; deciding again");
+                    }
+                    Err(e) => return Err(e),
                 }
-                tracing::debug!(box_name = name, "record changed under us; deciding again");
             }
         }
     }
@@ -88,4 +143,115 @@ pub fn update<T>(
 
 pub fn get_existing(store: &dyn MetaStore, name: &str) -> Result<Stored> {
     store.get(name)?.ok_or_else(|| unknown_box(name).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::local::LocalStore;
+    use std::cell::Cell;
+
+    /// The local store behind a network that loses answers: the next `lose` writes land (or,
+    /// with `applied: false`, do not) and their callers hear only an error.
+    struct LossyStore {
+        inner: LocalStore,
+        lose: Cell<u32>,
+        applied: bool,
+    }
+
+    impl LossyStore {
+        fn lost(&self) -> Option<anyhow::Error> {
+            let n = self.lose.get();
+            (n > 0).then(|| {
+                self.lose.set(n - 1);
+                anyhow::anyhow!("connection closed before the answer")
+            })
+        }
+    }
+
+    impl MetaStore for LossyStore {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn get(&self, name: &str) -> Result<Option<Stored>> {
+            self.inner.get(name)
+        }
+        fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
+            if self.lose.get() > 0 && !self.applied {
+                return Err(self.lost().unwrap());
+            }
+            let done = self.inner.put(meta, expected)?;
+            self.lost().map_or(Ok(done), Err)
+        }
+        fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
+            let done = self.inner.delete(name, expected)?;
+            self.lost().map_or(Ok(done), Err)
+        }
+        fn list(&self) -> Result<Vec<Meta>> {
+            self.inner.list()
+        }
+    }
+
+    fn lossy(dir: &std::path::Path, applied: bool) -> LossyStore {
+        LossyStore {
+            inner: LocalStore::new(dir),
+            lose: Cell::new(0),
+            applied,
+        }
+    }
+
+    #[test]
+    fn writes_that_landed_without_an_answer_are_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = lossy(dir.path(), true);
+        store.lose.set(1);
+        let made = create(&store, Meta::sample("b")).unwrap().unwrap();
+        assert_eq!(store.get("b").unwrap().unwrap().meta, made);
+        // A second create of the same name is someone else's box.
+        assert_eq!(create(&store, Meta::sample("b")).unwrap(), None);
+
+        let decided = Cell::new(0);
+        store.lose.set(1);
+        update(&store, "b", |m| {
+            decided.set(decided.get() + 1);
+            Ok(Step::Write(
+                Meta {
+                    nix: !m.nix,
+                    ..m.clone()
+                },
+                (),
+            ))
+        })
+        .unwrap();
+        assert_eq!(decided.get(), 1, "a landed write is not decided again");
+        assert!(store.get("b").unwrap().unwrap().meta.nix);
+
+        let version = store.get("b").unwrap().unwrap().version;
+        store.lose.set(1);
+        assert!(delete(&store, "b", &version).unwrap());
+        assert!(store.get("b").unwrap().is_none());
+    }
+
+    #[test]
+    fn writes_that_never_landed_fail_and_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = lossy(dir.path(), false);
+        store.lose.set(1);
+        assert!(create(&store, Meta::sample("c")).is_err());
+        assert!(store.get("c").unwrap().is_none());
+        create(&store, Meta::sample("c")).unwrap().unwrap();
+        let before = store.get("c").unwrap().unwrap().meta;
+        store.lose.set(1);
+        let out = update(&store, "c", |m| {
+            Ok(Step::Write(
+                Meta {
+                    nix: true,
+                    ..m.clone()
+                },
+                (),
+            ))
+        });
+        assert!(out.is_err());
+        assert_eq!(store.get("c").unwrap().unwrap().meta, before);
+    }
 }
