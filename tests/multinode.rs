@@ -406,6 +406,23 @@ fn globals_push_on_a_and_pull_on_b_keep_modes_and_follow_roles() {
     let out =
         c.b.sh_env(&[("BOX_GLOBALS_ROLE", "pull")], "ag-box globals push");
     assert_code(&out, 0, "does not write them to the push node's disk");
+
+    // A box running on B binds the very file: it sees what the next pull brings.
+    let name = "glob";
+    c.parked_box(name);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    c.a.sh(&format!(
+        "echo '{{\"v\":3}}' > {cred} && ag-box globals push"
+    ))
+    .ok();
+    c.b.sh("ag-box globals pull").ok();
+    assert_eq!(
+        c.b.sh(&format!("ag-box exec {name} -- cat {cred}"))
+            .ok()
+            .stdout(),
+        "{\"v\":3}\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
 }
 
 fn snapshot_count(n: &common::Node, tag: &str) -> usize {

@@ -68,17 +68,11 @@ fn pull(ctx: &Ctx) -> Result<()> {
         })?;
     let home = ctx.config.home.clone();
     let candidates = globals::global_paths(&home);
-    let placed = restore::restore_in_place(
+    let placed = restore::restore_into_live(
         &restic,
         &newest.id,
         &home.join(".ag-box-globals"),
-        &|root| {
-            Ok(candidates
-                .iter()
-                .filter(|p| root.join(p.strip_prefix("/").unwrap_or(p)).exists())
-                .cloned()
-                .collect())
-        },
+        &candidates,
     )?;
     println!("globals {}", newest.id);
     eprintln!(

@@ -140,3 +140,69 @@ pub fn restore_in_place(
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
     Ok(swapped.into_iter().map(|(p, _)| p).collect())
 }
+
+/// Restore snapshot `id` and put `candidates` found in it in place *without replacing what is
+/// there*: running boxes bind these files (by inode), so an existing file gets the new content
+/// written into it and keeps its owner; an existing dir gets the snapshot's entries copied in
+/// (nothing is removed from under a box); only what is missing is moved in. Returns what was
+/// placed.
+pub fn restore_into_live(
+    restic: &Restic,
+    id: &str,
+    anchor: &Path,
+    candidates: &[PathBuf],
+) -> Result<Vec<PathBuf>> {
+    let staging = sibling(anchor, "restore");
+    if let Some(parent) = staging.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
+    restic.restore(id, &staging)?;
+    let result = (|| -> Result<Vec<PathBuf>> {
+        let mut placed = Vec::new();
+        for path in candidates {
+            let staged = staging.join(path.strip_prefix("/").unwrap_or(path));
+            let Ok(new) = fs::symlink_metadata(&staged) else {
+                continue;
+            };
+            match fs::symlink_metadata(path) {
+                Ok(old) if old.is_file() && new.is_file() => {
+                    let bytes = fs::read(&staged)?;
+                    let mut f = fs::OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(path)
+                        .with_context(|| format!("opening {}", path.display()))?;
+                    std::io::Write::write_all(&mut f, &bytes)
+                        .and_then(|()| f.sync_all())
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    fs::set_permissions(path, new.permissions())?;
+                }
+                Ok(old) if old.is_dir() && new.is_dir() => {
+                    let mut from = staged.clone().into_os_string();
+                    from.push("/.");
+                    cmd::output(Command::new("cp").arg("-a").arg(&from).arg(path))
+                        .with_context(|| format!("copying into {}", path.display()))?;
+                }
+                Ok(_) => {
+                    tracing::warn!(
+                        "{} is not what the snapshot holds there (file or dir): left as it is",
+                        path.display()
+                    );
+                    continue;
+                }
+                Err(_) => {
+                    if let Some(parent) = path.parent() {
+                        fs::create_dir_all(parent)
+                            .with_context(|| format!("creating {}", parent.display()))?;
+                    }
+                    move_into(&staged, path)?;
+                }
+            }
+            placed.push(path.clone());
+        }
+        Ok(placed)
+    })();
+    let _ = remove_any(&staging);
+    result.with_context(|| format!("placing snapshot {id}"))
+}
