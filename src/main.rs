@@ -1,3 +1,20 @@
+/// A message to stderr. A closed stderr (a dropped ssh connection) must not stop a command
+/// half-way, so a failed write is ignored.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// Data to stdout, likewise.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod cli;
 mod commands;
 mod config;
@@ -77,7 +94,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(u8::try_from(*code).unwrap_or(1));
             }
             let (line, code) = error::report(&e);
-            eprintln!("ag-box: {line}");
+            say!("ag-box: {line}");
             ExitCode::from(code as u8)
         }
     }

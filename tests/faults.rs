@@ -284,3 +284,58 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     c.a.sh(&format!("ag-box park {fresh} && ag-box drop {fresh} --yes"))
         .ok();
 }
+
+#[test]
+fn an_up_told_to_stop_hands_the_lease_back() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "stopped-up";
+    for signal in ["TERM", "INT", "HUP"] {
+        c.parked_box(name);
+        let out = c.a.sh_env(
+            &[("AG_BOX_PAUSE_AT", "up.after-lease")],
+            &format!(
+                "ag-box up {name} --node nodeA & pid=$!; sleep 1; kill -{signal} $pid; wait $pid"
+            ),
+        );
+        assert_code(
+            &out,
+            1,
+            &format!("interrupted by SIG{signal} before the restore"),
+        );
+        assert_eq!(
+            c.holder(name),
+            None,
+            "SIG{signal}: the lease was not handed back"
+        );
+        assert!(!c.active("nodeA", name));
+        // Nothing is left to finish: the next up is an ordinary one.
+        let next = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+        assert!(
+            !next.ok().stderr().contains("did not finish"),
+            "{}",
+            next.stderr()
+        );
+        c.a.sh(&format!("ag-box park {name}")).ok();
+    }
+}
+
+#[test]
+fn an_up_whose_caller_goes_away_still_finishes() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "gone-caller";
+    c.parked_box(name);
+    // The reader of its output is gone (a dropped ssh connection) while it restores and starts.
+    c.b.sh_env(
+        &[("AG_BOX_PAUSE_AT", "up.after-lease")],
+        &format!("ag-box up {name} --node nodeB 2>&1 | head -c 1 >/dev/null; sleep 6"),
+    )
+    .ok();
+    assert!(c.active("nodeB", name));
+    assert_eq!(c.holder(name).as_deref(), Some("nodeB"));
+    assert_code(
+        &c.b.sh(&format!("ag-box up {name} --node nodeB")),
+        0,
+        "is already up on nodeB",
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}

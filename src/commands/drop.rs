@@ -88,7 +88,7 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
             .and_then(|_| restic.prune())
             .with_context(|| format!("box '{name}': record deleted, but its snapshots remain; run 'restic forget --tag {}' by hand", box_tag(name)))?;
     }
-    eprintln!(
+    say!(
         "dropped box '{name}': its record and {} snapshots are deleted; the files at {} are kept",
         ids.len(),
         stored.meta.path.display()

@@ -21,7 +21,7 @@ pub fn run(action: GlobalsAction) -> Result<()> {
             Some(Role::Push) => push(&ctx, role),
             Some(Role::Pull) => pull(&ctx),
             None => {
-                eprintln!("BOX_GLOBALS_ROLE is not set on this node: globals not synced");
+                say!("BOX_GLOBALS_ROLE is not set on this node: globals not synced");
                 Ok(())
             }
         },
@@ -37,7 +37,7 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
         .filter(|p| p.exists())
         .collect();
     if paths.is_empty() {
-        eprintln!("no global agent files on this node: nothing to push");
+        say!("no global agent files on this node: nothing to push");
         return Ok(());
     }
     let restic = ctx.restic()?;
@@ -45,8 +45,8 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     let id = restic
         .backup("globals", &globals_backup_args(&ctx.config.node, &paths))?
         .id;
-    println!("globals {id}");
-    eprintln!(
+    out!("globals {id}");
+    say!(
         "pushed {} global files and dirs (snapshot {})",
         paths.len(),
         short(&id)
@@ -74,8 +74,8 @@ fn pull(ctx: &Ctx) -> Result<()> {
         &home.join(".ag-box-globals"),
         &candidates,
     )?;
-    println!("globals {}", newest.id);
-    eprintln!(
+    out!("globals {}", newest.id);
+    say!(
         "pulled {} global files and dirs from snapshot {} ({})",
         placed.len(),
         short(&newest.id),

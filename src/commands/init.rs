@@ -11,12 +11,12 @@ pub fn run() -> Result<()> {
     let conditional = ctx.conditional_writes()?;
     let restic = ctx.restic()?;
     let created = restic.init()?;
-    println!(
+    out!(
         "store:      {} (conditional writes: {})",
         ctx.store.describe(),
         if conditional { "ok" } else { "IGNORED" }
     );
-    println!(
+    out!(
         "repository: {} ({})",
         restic.describe(),
         if created { "created" } else { "already there" }

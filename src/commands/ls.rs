@@ -30,16 +30,20 @@ pub fn run(json: bool) -> Result<()> {
         })
         .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     if rows.is_empty() {
-        eprintln!("no boxes yet; start with 'ag-box track <name> [path]'");
+        say!("no boxes yet; start with 'ag-box track <name> [path]'");
         return Ok(());
     }
-    println!(
+    out!(
         "{:<20} {:<10} {:<22} {:<10} {:<9} PATH",
-        "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE"
+        "NAME",
+        "HOLDER",
+        "RENEWED",
+        "SNAPSHOT",
+        "HERE"
     );
     for r in rows {
         let m = &r.meta;
@@ -49,7 +53,7 @@ pub fn run(json: bool) -> Result<()> {
         let renewed = m.lease.as_ref().map_or("-", |l| l.renewed_at.as_str());
         let snap = m.last_snapshot.as_ref().map_or("-", |s| short(&s.id));
         let here = if r.running_here { "running" } else { "-" };
-        println!(
+        out!(
             "{:<20} {:<10} {:<22} {:<10} {:<9} {}",
             m.name,
             holder,

@@ -60,14 +60,16 @@ pub fn run(name: &str, accept_partial: bool) -> Result<()> {
         CopyState::default().save(&ctx.config.state_dir, name)?;
         return Err(taken_over(name, lost, &snapshot.id).into());
     }
-    // The last snapshot (and its digest) were recorded by `take`; the lease is gone.
+    // The last snapshot (and its digest) were recorded by `take`; the lease is gone, and so is
+    // whatever an `up` cut off here had left to finish.
     CopyState {
         epoch: None,
+        pending_up: None,
         ..CopyState::load(&ctx.config.state_dir, name)?
     }
     .save(&ctx.config.state_dir, name)?;
-    println!("{name} {}", snapshot.id);
-    eprintln!(
+    out!("{name} {}", snapshot.id);
+    say!(
         "parked box '{name}' (snapshot {}); this node is free of it",
         short(&snapshot.id)
     );

@@ -20,6 +20,6 @@ pub fn reply(ctx: &Ctx) -> Result<ProbeReply> {
 
 pub fn run() -> Result<()> {
     let ctx = Ctx::load()?;
-    println!("{}", serde_json::to_string(&reply(&ctx)?)?);
+    out!("{}", serde_json::to_string(&reply(&ctx)?)?);
     Ok(())
 }

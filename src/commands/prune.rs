@@ -59,14 +59,14 @@ pub fn run(dry_run: bool) -> Result<()> {
             .collect();
         let plan = retention::plan(&snaps(&infos), policy, pinned.as_deref(), now);
         for (id, reason) in &plan.keep {
-            println!("keep   {label} {} {reason:?}", short(id));
+            out!("keep   {label} {} {reason:?}", short(id));
         }
         for id in &plan.forget {
-            println!("forget {label} {}", short(id));
+            out!("forget {label} {}", short(id));
         }
         forget.extend(plan.forget);
     }
-    eprintln!(
+    say!(
         "retention: last {}, daily {}, weekly {}; {} of {} snapshots to forget",
         policy.last,
         policy.daily,
@@ -75,13 +75,13 @@ pub fn run(dry_run: bool) -> Result<()> {
         all.len()
     );
     if dry_run {
-        eprintln!("dry run: nothing was removed");
+        say!("dry run: nothing was removed");
         return Ok(());
     }
     if !forget.is_empty() {
         restic.forget(&forget_args(&forget))?;
     }
     restic.prune()?;
-    eprintln!("pruned the repository");
+    say!("pruned the repository");
     Ok(())
 }

@@ -15,7 +15,7 @@ pub fn run(name: &str, assignments: &[String]) -> Result<()> {
         }
         Ok(Step::Write(next.clone(), next))
     })?;
-    eprintln!(
+    say!(
         "box '{name}': memory_max={} nix={} pin={} (takes effect at the next 'ag-box up')",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,

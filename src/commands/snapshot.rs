@@ -184,7 +184,7 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         None => ctx.active_boxes()?,
     };
     if boxes.is_empty() {
-        eprintln!("no active boxes on this node, skipping");
+        say!("no active boxes on this node, skipping");
         return Ok(());
     }
     restic.ensure_repo()?;
@@ -201,7 +201,7 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         });
         match taken {
             Ok(t) => {
-                println!(
+                out!(
                     "{} {}{}",
                     meta.name,
                     t.snapshot.id,

@@ -76,39 +76,39 @@ pub fn run(json: bool) -> Result<()> {
         active_boxes: ctx.active_boxes()?.into_iter().map(|m| m.name).collect(),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        out!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    println!("node:          {} (ag-box {})", s.node, s.version);
+    out!("node:          {} (ag-box {})", s.node, s.version);
     let cas = match s.conditional_writes {
         Some(true) => "conditional writes ok",
         Some(false) => "IGNORES conditional writes: leases refused unless BOX_S3_UNSAFE_LEASES=1",
         None => "unreachable",
     };
-    println!("store:         {} ({cas})", s.store);
-    println!("repository:    {}", s.repository);
+    out!("store:         {} ({cas})", s.store);
+    out!("repository:    {}", s.repository);
     match (&s.snapshots, &s.snapshots_error) {
-        (Some(n), _) => println!("snapshots:     {n}"),
-        (None, Some(e)) => println!("snapshots:     error: {e}"),
-        (None, None) => println!("snapshots:     unknown"),
+        (Some(n), _) => out!("snapshots:     {n}"),
+        (None, Some(e)) => out!("snapshots:     error: {e}"),
+        (None, None) => out!("snapshots:     unknown"),
     }
-    println!(
+    out!(
         "memory max:    {}",
         s.memory_max
             .as_deref()
             .unwrap_or("none (BOX_MEMORY_MAX unset)")
     );
-    println!("snapshot timer: {}", s.timer);
-    println!("runtime:       {}", s.runtime);
+    out!("snapshot timer: {}", s.timer);
+    out!("runtime:       {}", s.runtime);
     if !s.nodes.is_empty() {
-        println!("nodes:         {}", s.nodes.join(" "));
+        out!("nodes:         {}", s.nodes.join(" "));
     }
-    println!("active boxes:");
+    out!("active boxes:");
     if s.active_boxes.is_empty() {
-        println!("  (none)");
+        out!("  (none)");
     }
     for b in &s.active_boxes {
-        println!("  {b}");
+        out!("  {b}");
     }
     Ok(())
 }

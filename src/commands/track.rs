@@ -91,7 +91,7 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
             let pin = pinned
                 .map(|n| format!(", pinned to {n} (.auth-secret present)"))
                 .unwrap_or_default();
-            eprintln!(
+            say!(
                 "tracked box '{name}' at {}{pin}; first snapshot {}",
                 project.display(),
                 short(&t.snapshot.id)

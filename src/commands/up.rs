@@ -13,7 +13,7 @@ use crate::sys::nodes::Nodes;
 use crate::sys::restic::Restic;
 use crate::sys::restic::short;
 use crate::sys::{agent_home, cmd, restore};
-use crate::sys::{crash, digest};
+use crate::sys::{crash, digest, interrupt};
 
 fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -106,7 +106,7 @@ fn remote_up(ctx: &Ctx, name: &str, target: &str, force: bool) -> Result<()> {
                 "add '<node> <ssh-alias>' to ~/.config/box/nodes; see nodes.example",
             )
         })?;
-    eprintln!("starting box '{name}' on node {target}");
+    say!("starting box '{name}' on node {target}");
     match Nodes::new()?.remote_up(entry, name, force)? {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),
@@ -147,6 +147,7 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
     let name = stored.meta.name.clone();
     let name = name.as_str();
     let _lock = ctx.lock_box(name, "up")?;
+    interrupt::arm();
     // What another command changed while this one waited.
     let stored = ctx.tracked(name)?;
     let here = ctx.config.node.clone();
@@ -168,7 +169,8 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
         };
         return match &stored.meta.lease {
             Some(l) if l.node == here => {
-                eprintln!("box '{name}' is already up on {here}");
+                finish(ctx, name);
+                say!("box '{name}' is already up on {here}");
                 Ok(())
             }
             Some(l) => Err(stray(
@@ -185,7 +187,7 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
     let mut copy = CopyState::load(state_dir, name)?;
     let interrupted = copy.pending_up.is_some();
     if interrupted {
-        eprintln!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
+        say!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
     } else {
         copy.pending_up = Some(PendingUp {
             previous: stored.meta.lease.clone(),
@@ -235,7 +237,9 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
         }
     };
     crash::point("up.after-lease");
-    if let Err(e) = prepare_and_start(ctx, &meta, &held, interrupted) {
+    let started = interrupt::check("the restore")
+        .and_then(|()| prepare_and_start(ctx, &meta, &held, interrupted));
+    if let Err(e) = started {
         let give_back = match &held {
             Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
             // The lease an interrupted `up` took goes back to whoever held it before.
@@ -250,7 +254,7 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
         return Err(e);
     }
     finish(ctx, name);
-    eprintln!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
+    say!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
     Ok(())
 }
 
@@ -284,7 +288,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held, interrupted: bool) -> 
     let ran_here = matches!(held, Held::Already { .. }) && !interrupted;
     let restore_from = match &meta.last_snapshot {
         Some(s) if ran_here => (!meta.path.exists()).then(|| {
-            eprintln!(
+            say!(
                 "box '{}': the local copy is gone; restoring snapshot {}",
                 meta.name,
                 short(&s.id)
@@ -298,7 +302,8 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held, interrupted: bool) -> 
         let restic = ctx.restic()?;
         keep_local_work(ctx, &restic, meta, &copy, copy_epoch.unwrap_or(epoch))?;
         crash::point("up.after-fork");
-        eprintln!(
+        interrupt::check("the restore")?;
+        say!(
             "restoring box '{}' from snapshot {} ({} by {})",
             meta.name,
             short(&s.id),
@@ -331,6 +336,7 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held, interrupted: bool) -> 
         copy.save(state_dir, &meta.name)?;
     }
     crash::point("up.before-start");
+    interrupt::check("the start")?;
     let mounts = spec.mounts(|p| p.exists());
     let bwrap_args = spec.bwrap_args(&mounts, 3);
     let memory_max = meta
@@ -364,7 +370,7 @@ fn keep_local_work(
                 meta.name
             )
         })?;
-    eprintln!(
+    say!(
         "box '{}': this node's copy may hold work in no snapshot; kept it as fork snapshot {} before restoring",
         meta.name,
         short(&id)

@@ -29,7 +29,7 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
             copy(&claude_json, &staging.join(".claude.json"))?;
         }
         if n > 0 {
-            eprintln!(
+            say!(
                 "box '{}': imported {n} agent session store(s) of {} from {}",
                 spec.name,
                 spec.project.display(),
@@ -76,7 +76,7 @@ pub fn reown_project(spec: &BoxSpec) -> Result<()> {
         .with_context(|| format!("reading {}", spec.project.display()))?
         .uid();
     if owner != spec.ids.uid {
-        eprintln!(
+        say!(
             "box '{}': {} belongs to uid {owner}; handing it to the box user (uid {}, gid {})",
             spec.name,
             spec.project.display(),

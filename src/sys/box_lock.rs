@@ -64,7 +64,7 @@ pub fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) -> Resu
                     .into());
                 }
                 if !said {
-                    eprintln!("box '{name}' is busy: {holder} holds it; waiting");
+                    say!("box '{name}' is busy: {holder} holds it; waiting");
                     said = true;
                 }
                 std::thread::sleep(Duration::from_millis(100));

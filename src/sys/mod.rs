@@ -9,6 +9,7 @@ pub mod crash;
 pub mod digest;
 pub mod enter;
 pub mod host;
+pub mod interrupt;
 pub mod nodes;
 pub mod privs;
 pub mod restic;

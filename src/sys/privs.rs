@@ -77,7 +77,7 @@ fn share_socket(socket: &Path) {
     while started.elapsed() < SOCKET_TIMEOUT {
         if fs::symlink_metadata(socket).is_ok() {
             if let Err(e) = fs::set_permissions(socket, fs::Permissions::from_mode(0o660)) {
-                eprintln!(
+                say!(
                     "ag-box: could not open {} to the box group: {e}",
                     socket.display()
                 );
@@ -86,7 +86,7 @@ fn share_socket(socket: &Path) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    eprintln!("ag-box: {} did not appear", socket.display());
+    say!("ag-box: {} did not appear", socket.display());
 }
 
 /// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the

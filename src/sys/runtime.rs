@@ -402,7 +402,7 @@ fn join_memory_cgroup(run_dir: &Path, memory_max: &str) -> Option<PathBuf> {
     match joined {
         Ok(()) => Some(dir),
         Err(e) => {
-            eprintln!(
+            say!(
                 "ag-box: memory limit {memory_max} not applied ({}): {e}",
                 dir.display()
             );
