@@ -339,3 +339,54 @@ fn an_up_whose_caller_goes_away_still_finishes() {
     );
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
+
+#[test]
+fn a_project_that_is_a_mount_point_is_restored_inside_it() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "mounted";
+    let proj = format!("/root/{name}");
+    let mount = format!(
+        "umount {proj} 2>/dev/null; rm -rf {proj}; mkdir -p {proj} && mount -t tmpfs -o size=64m tmpfs {proj}"
+    );
+    c.b.sh(&format!("umount {proj} 2>/dev/null; true")).ok();
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo one > one.txt' && ag-box park {name}"
+    ))
+    .ok();
+    // On B the project is a disk of its own, mounted there (empty).
+    c.b.sh(&mount).ok();
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    let seen = c
+        .b
+        .sh(&format!(
+            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/src/main.txt; ls -A {proj} | grep -c ag-box; true"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(seen, "mounted\none\nv1\n0\n");
+    c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo two > two.txt' && ag-box park {name}"
+    ))
+    .ok();
+    // B's copy is older than the box's latest, and a restore into it is cut half-way.
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo three > three.txt' && ag-box park {name}"
+    ))
+    .ok();
+    cut_at(
+        &c.b,
+        "restore.mid-swap",
+        &format!("ag-box up {name} --node nodeB"),
+    );
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!(
+            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/two.txt {proj}/three.txt; ls -A {proj} | grep -c ag-box; true"
+        ))
+        .ok()
+        .stdout(),
+        "mounted\none\ntwo\nthree\n0\n"
+    );
+    c.b.sh(&format!("ag-box park {name}; umount {proj}")).ok();
+}

@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// Excluded by the binary itself, whatever any exclude file says.
-pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret"];
+/// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
+/// restore into a mount point may have left in it).
+pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret", ".ag-box-restore", ".ag-box-previous"];
 
 pub const FORK_TAG: &str = "fork";
 pub const GLOBALS_TAG: &str = "globals";
@@ -195,6 +196,7 @@ mod tests {
                 "backup", "--json", "--host", "ag-box-demo",
                 "--tag", "box:demo", "--tag", "node:nodeA", "--tag", "epoch:4", "--tag", "fork",
                 "--parent", "abc123", "--exclude", ".auth-secret",
+                "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",
                 "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
                 "--", "/root/demo", "/var/lib/ag-box/homes/demo",
@@ -229,6 +231,10 @@ mod tests {
                 "epoch:1",
                 "--exclude",
                 ".auth-secret",
+                "--exclude",
+                ".ag-box-restore",
+                "--exclude",
+                ".ag-box-previous",
                 "--",
                 "/p"
             ]

@@ -32,3 +32,48 @@ pub fn own_exe() -> PathBuf {
         Err(_) => PathBuf::from("/usr/local/bin/ag-box"),
     }
 }
+
+/// `path` is where a filesystem is mounted (so it cannot be renamed; its contents can).
+pub fn is_mount_point(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&unescape_mount(m)) == path)
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(field: &str) -> String {
+    let mut out = String::new();
+    let mut chars = field.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            let code: String = chars.by_ref().take(3).collect();
+            match u8::from_str_radix(&code, 8) {
+                Ok(b) => out.push(char::from(b)),
+                Err(_) => {
+                    out.push('\\');
+                    out.push_str(&code);
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mount("/root/my\\040proj"), "/root/my proj");
+        assert_eq!(unescape_mount("/plain"), "/plain");
+        assert!(is_mount_point(Path::new("/proc")));
+        assert!(!is_mount_point(Path::new("/proc/self")));
+    }
+}

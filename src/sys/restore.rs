@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::sys::restic::Restic;
-use crate::sys::{cmd, crash};
+use crate::sys::{cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -41,11 +41,86 @@ fn move_into(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
+/// Where a restore into a mount point keeps its staging tree and the previous contents.
+const INSIDE_RESTORE: &str = ".ag-box-restore";
+const INSIDE_PREVIOUS: &str = ".ag-box-previous";
+
+/// Where the previous copy of a path went during a swap.
+enum Aside {
+    None,
+    /// Renamed to a sibling.
+    Sibling(PathBuf),
+    /// A mount point's contents, moved into a dir inside it.
+    Inside(PathBuf),
+}
+
+/// The entries of a mount point's dir, but for ag-box's own.
+fn own_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        if !entry.file_name().to_string_lossy().starts_with(".ag-box-") {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
+}
+
+/// Replace the contents of mount point `live` with those of `staged` (on its filesystem): the
+/// old entries go into `live/.ag-box-previous` first, then the new ones move in.
+fn swap_contents(staged: &Path, live: &Path) -> Result<()> {
+    let aside = live.join(INSIDE_PREVIOUS);
+    remove_any(&aside)?;
+    fs::create_dir(&aside).with_context(|| format!("creating {}", aside.display()))?;
+    for entry in own_entries(live)? {
+        let name = entry.file_name().unwrap_or_default();
+        fs::rename(&entry, aside.join(name))
+            .with_context(|| format!("moving {} aside", entry.display()))?;
+    }
+    crash::point("restore.mid-swap");
+    for entry in own_entries(staged)? {
+        let name = entry.file_name().unwrap_or_default();
+        fs::rename(&entry, live.join(name))
+            .with_context(|| format!("moving {} into place", entry.display()))?;
+    }
+    let meta = fs::metadata(staged)?;
+    fs::set_permissions(live, meta.permissions())?;
+    Ok(())
+}
+
+/// Undo a cut-off [`swap_contents`]: every old entry goes back; the new entries (all moved in
+/// after every old one went aside) are removed, since the snapshot holds them.
+fn put_contents_back(live: &Path) -> Result<()> {
+    let aside = live.join(INSIDE_PREVIOUS);
+    let old: Vec<PathBuf> = own_entries(&aside)?;
+    let old_names: Vec<_> = old.iter().filter_map(|p| p.file_name()).collect();
+    for entry in own_entries(live)? {
+        if !entry.file_name().is_some_and(|n| old_names.contains(&n)) {
+            remove_any(&entry).with_context(|| format!("removing {}", entry.display()))?;
+        }
+    }
+    for entry in &old {
+        let target = live.join(entry.file_name().unwrap_or_default());
+        remove_any(&target).with_context(|| format!("removing {}", target.display()))?;
+        fs::rename(entry, &target).with_context(|| format!("moving {} back", entry.display()))?;
+    }
+    remove_any(&aside).with_context(|| format!("removing {}", aside.display()))
+}
+
 /// What a restore that was cut off left beside `paths`: a previous copy moved aside and not
 /// yet replaced goes back; one already replaced is removed (before every restore, the copy
 /// was known to equal a snapshot or was kept as a fork snapshot); half-moved copies are removed.
 pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
     for path in paths {
+        if fs::symlink_metadata(path.join(INSIDE_PREVIOUS)).is_ok() {
+            tracing::warn!(
+                "putting back the contents of {} left aside by an interrupted restore",
+                path.display()
+            );
+            put_contents_back(path)?;
+        }
+        let inside = path.join(INSIDE_RESTORE);
+        remove_any(&inside).with_context(|| format!("removing {}", inside.display()))?;
         let aside = sibling(path, "previous");
         if fs::symlink_metadata(&aside).is_ok() {
             if fs::symlink_metadata(path).is_err() {
@@ -73,7 +148,12 @@ pub fn restore_in_place(
     anchor: &Path,
     paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
-    let staging = sibling(anchor, "restore");
+    // A project that is a mount point keeps its filesystem: the staging tree goes inside it.
+    let staging = if host::is_mount_point(anchor) {
+        anchor.join(INSIDE_RESTORE)
+    } else {
+        sibling(anchor, "restore")
+    };
     if let Some(parent) = staging.parent() {
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
@@ -87,7 +167,7 @@ pub fn restore_in_place(
             return Err(e.context(format!("restoring snapshot {id}")));
         }
     };
-    let mut swapped: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    let mut swapped: Vec<(PathBuf, Aside)> = Vec::new();
     let result = (|| -> Result<()> {
         for path in &paths {
             let staged = staging.join(path.strip_prefix("/").unwrap_or(path));
@@ -98,12 +178,17 @@ pub fn restore_in_place(
                 fs::create_dir_all(parent)
                     .with_context(|| format!("creating {}", parent.display()))?;
             }
+            if staged.is_dir() && host::is_mount_point(path) {
+                swap_contents(&staged, path)?;
+                swapped.push((path.clone(), Aside::Inside(path.join(INSIDE_PREVIOUS))));
+                continue;
+            }
             let both_files =
                 !staged.is_dir() && fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir());
             if both_files {
                 // A file is replaced atomically: readers see the old or the new one, never none.
                 move_into(&staged, path)?;
-                swapped.push((path.clone(), None));
+                swapped.push((path.clone(), Aside::None));
                 continue;
             }
             let aside = if fs::symlink_metadata(path).is_ok() {
@@ -112,9 +197,9 @@ pub fn restore_in_place(
                 fs::rename(path, &aside)
                     .with_context(|| format!("moving {} aside", path.display()))?;
                 crash::point("restore.mid-swap");
-                Some(aside)
+                Aside::Sibling(aside)
             } else {
-                None
+                Aside::None
             };
             swapped.push((path.clone(), aside));
             move_into(&staged, path)?;
@@ -124,16 +209,22 @@ pub fn restore_in_place(
     if let Err(e) = result {
         // Put every previous copy back where it was.
         for (path, aside) in swapped.iter().rev() {
-            if let Some(aside) = aside {
-                let _ = remove_any(path);
-                let _ = fs::rename(aside, path);
+            match aside {
+                Aside::Sibling(aside) => {
+                    let _ = remove_any(path);
+                    let _ = fs::rename(aside, path);
+                }
+                Aside::Inside(_) => {
+                    let _ = put_contents_back(path);
+                }
+                Aside::None => {}
             }
         }
         let _ = remove_any(&staging);
         return Err(e.context(format!("restoring snapshot {id}")));
     }
     for (_, aside) in &swapped {
-        if let Some(aside) = aside {
+        if let Aside::Sibling(aside) | Aside::Inside(aside) = aside {
             remove_any(aside).with_context(|| format!("removing {}", aside.display()))?;
         }
     }
