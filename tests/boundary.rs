@@ -296,9 +296,9 @@ fn a_box_sees_only_its_own_transcripts() {
 
 #[test]
 fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_the_record() {
-    let Some(n) = node("creds") else { return };
     // The node's credential and config files are shared with the cluster tests.
     let _cluster = common::cluster_lock();
+    let Some(n) = node("creds") else { return };
     let state = n.state.clone();
     let name = "creds";
     run(

@@ -169,7 +169,7 @@ fn an_emptied_project_is_not_counted_as_the_boxs_latest() {
     assert_code(
         &c.a.sh(&format!("ag-box park {name}")),
         1,
-        "is empty, but the box has snapshots",
+        "is empty, but it held files at its last snapshot",
     );
     assert!(c.active("nodeA", name), "a refused park stopped the box");
     assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
@@ -389,4 +389,56 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
         "mounted\none\ntwo\nthree\n0\n"
     );
     c.b.sh(&format!("ag-box park {name}; umount {proj}")).ok();
+}
+
+#[test]
+fn a_node_that_loses_power_keeps_its_box_or_forks_it() {
+    let Some(c) = Cluster::get_alone() else {
+        return;
+    };
+    let name = "power";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo unsaved > unsaved.txt'"
+    ))
+    .ok();
+    c.power("power-off", "nodeA");
+    assert_code(
+        &c.b.sh(&format!("ag-box up {name} --node nodeB")),
+        3,
+        "is up on node nodeA",
+    );
+    c.power("power-on", "nodeA");
+    // Back on its disks, A still holds the box and its copy is the newest: started as it is.
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/unsaved.txt"))
+            .ok()
+            .stdout(),
+        "unsaved\n"
+    );
+
+    // Power lost again with work in no snapshot, and B takes the box over meanwhile.
+    c.a.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo second > second.txt'"
+    ))
+    .ok();
+    c.power("power-off", "nodeA");
+    c.b.sh(&format!(
+        "ag-box up {name} --node nodeB --force && ag-box exec {name} -- sh -c 'echo from-b > b.txt' && ag-box park {name}"
+    ))
+    .ok();
+    c.power("power-on", "nodeA");
+    let up = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    assert_code(&up, 0, "kept it as fork snapshot");
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/b.txt")).ok().stdout(),
+        "from-b\n"
+    );
+    // What A had in no snapshot, kept as the fork snapshot `up` named.
+    let forks = fork_files(&c.a, name);
+    for f in ["unsaved.txt", "second.txt"] {
+        assert!(forks.contains(&format!("/root/{name}/{f}")), "{f}: {forks}");
+    }
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }

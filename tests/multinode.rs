@@ -117,40 +117,51 @@ fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
 }
 
 #[test]
-fn simultaneous_up_on_both_nodes_has_exactly_one_winner() {
+fn simultaneous_up_on_three_nodes_has_exactly_one_winner() {
     let Some(c) = Cluster::get() else { return };
     let name = "race";
     c.parked_box(name);
-    for round in 1..=20 {
-        let (out_a, out_b) = std::thread::scope(|s| {
-            let a = s.spawn(|| c.a.sh(&format!("ag-box up {name} --node nodeA")));
-            let b = s.spawn(|| c.b.sh(&format!("ag-box up {name} --node nodeB")));
-            (a.join().unwrap(), b.join().unwrap())
+    let nodes = ["nodeA", "nodeB", "nodeC"];
+    let c = &c;
+    for round in 1..=50 {
+        let outs: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> = nodes
+                .iter()
+                .map(|n| s.spawn(move || c.node(n).sh(&format!("ag-box up {name} --node {n}"))))
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
         });
-        let (winner, loser, lost) = match (out_a.code(), out_b.code()) {
-            (0, 3) => ("nodeA", "nodeB", &out_b),
-            (3, 0) => ("nodeB", "nodeA", &out_a),
-            _ => panic!(
-                "round {round}: want one 0 and one 3, got A={} B={}\nA: {}\nB: {}",
-                out_a.code(),
-                out_b.code(),
-                out_a.stderr(),
-                out_b.stderr()
-            ),
-        };
+        let codes: Vec<i32> = outs.iter().map(|o| o.code()).collect();
+        let winners: Vec<usize> = (0..3).filter(|i| codes[*i] == 0).collect();
         assert!(
-            lost.stderr().contains(&format!("is up on node {winner}")),
-            "round {round}: {}",
-            lost.stderr()
+            winners.len() == 1 && codes.iter().filter(|c| **c == 3).count() == 2,
+            "round {round}: want one 0 and two 3, got {codes:?}\n{}",
+            outs.iter()
+                .map(|o| o.stderr())
+                .collect::<Vec<_>>()
+                .join("\n")
         );
-        assert!(
-            c.active(winner, name),
-            "round {round}: winner {winner} has no running box"
-        );
-        assert!(
-            !c.active(loser, name),
-            "round {round}: both nodes run the box"
-        );
+        let winner = nodes[winners[0]];
+        for (i, n) in nodes.iter().enumerate() {
+            if i == winners[0] {
+                assert!(
+                    c.active(n, name),
+                    "round {round}: winner {n} has no running box"
+                );
+                continue;
+            }
+            assert!(
+                outs[i]
+                    .stderr()
+                    .contains(&format!("is up on node {winner}")),
+                "round {round}: {}",
+                outs[i].stderr()
+            );
+            assert!(
+                !c.active(n, name),
+                "round {round}: {winner} and {n} both run the box"
+            );
+        }
         assert_eq!(c.holder(name).as_deref(), Some(winner), "round {round}");
         c.node(winner).sh(&format!("ag-box park {name}")).ok();
     }
@@ -163,7 +174,7 @@ fn up_without_node_schedules_on_exactly_one_node_and_skips_unreachable_ones() {
     c.parked_box(name);
     let out = c.b.sh(&format!("ag-box up {name}"));
     out.ok();
-    let on: Vec<&str> = ["nodeA", "nodeB"]
+    let on: Vec<&str> = ["nodeA", "nodeB", "nodeC"]
         .into_iter()
         .filter(|n| c.active(n, name))
         .collect();
@@ -171,18 +182,20 @@ fn up_without_node_schedules_on_exactly_one_node_and_skips_unreachable_ones() {
     assert_eq!(c.holder(name).as_deref(), Some(on[0]));
     c.node(on[0]).sh(&format!("ag-box park {name}")).ok();
 
-    // B's link is cut: A skips it with a warning and starts the box itself
+    // B's and C's links are cut: A skips them with a warning and starts the box itself
     let rig = common::repo_root().join("tests/rig.sh");
-    let cut = std::process::Command::new(&rig)
-        .args(["link-down", "nodeB"])
-        .status()
-        .unwrap();
-    assert!(cut.success());
+    let link = |how: &str| {
+        for n in ["nodeB", "nodeC"] {
+            let done = std::process::Command::new(&rig)
+                .args([how, n])
+                .status()
+                .unwrap();
+            assert!(done.success());
+        }
+    };
+    link("link-down");
     let out = c.a.sh(&format!("ag-box up {name}"));
-    std::process::Command::new(&rig)
-        .args(["link-up", "nodeB"])
-        .status()
-        .unwrap();
+    link("link-up");
     assert_code(&out, 0, "node nodeB is unreachable, skipped");
     assert!(c.active("nodeA", name));
     c.a.sh(&format!("ag-box park {name}")).ok();

@@ -6,15 +6,15 @@
 # (bind-mounted from $BASE/nodes/<node>/...):
 #   /root <- root   /run/box <- run-box   /opt/box <- opt-box   /etc/box <- etc-box
 #   /etc/ssh <- etc-ssh   /etc/hostname <- hostname (ro)   /var/lib/ag-box <- var-lib-ag-box
-# With both nodes up they share a veth link (nodeA 10.200.0.1, nodeB 10.200.0.2, inside our own
-# netns only) and root on each can `ssh nodeA` / `ssh nodeB` (keys, known_hosts, ~/.ssh/config).
+# With several nodes up they share a bridged link (nodeA 10.200.0.1, nodeB .2, nodeC .3, inside our
+# own netns only) and root on each can `ssh nodeX` to the others (keys, known_hosts, ~/.ssh/config).
 # Put a binary at "$(rig.sh dir nodeA)/opt-box/bin/X" and it is /opt/box/bin/X (on PATH) in the node.
 #
 # Usage (root; PID 1 of the host need not be systemd):
 #   rig.sh install                 apt-get the packages the rig needs, moto, and the pinned agent
 #                                  CLIs (npm, into $AGENTS) (quiet, idempotent)
-#   rig.sh up [NODE...]            clean any leftovers, boot NODEs (default: nodeA nodeB) until
-#                                  systemd is running and sshd active; wire veth+ssh if both
+#   rig.sh up [NODE...]            clean any leftovers, boot NODEs (default: all three) until
+#                                  systemd is running and sshd active; link them and ssh
 #   rig.sh down                    stop every node, delete netns/cgroups/node dirs (never fails)
 #   rig.sh exec NODE [K=V...] CMD...   run CMD in NODE with a clean env (exit status of CMD;
 #                                  125 if the node is not up)
@@ -22,18 +22,22 @@
 #   rig.sh dir NODE                print the node's host-side directory
 #   rig.sh status                  one line per node
 #   rig.sh link-down|link-up NODE  cut / restore NODE's network link (failure tests)
+#   rig.sh power-off NODE          cut NODE's power: every process of it killed at once; its
+#                                  disks (/root, /var/lib/ag-box, /opt/box, /etc/box) stay
+#   rig.sh power-on NODE           boot NODE again on those disks (/run empty, as after a reboot)
 # With nodeA up, `up` also starts the S3 server (moto, in nodeA's netns at $S3_ENDPOINT, bucket
 # $S3_BUCKET) and tests/s3-fault-proxy.py in front of it ($FAULT_PROXY) and writes each node's /root/.config/box/{env,nodes} for that cluster; every node
 # gets /usr/local/bin/ag-box -> /opt/box/bin/ag-box, as install.sh does.
-# NODE is nodeA or nodeB.  BASE=${BOX_TEST_BASE:-/srv/boxtest} (keep it out of /tmp: each node has
+# NODE is nodeA, nodeB or nodeC.  BASE=${BOX_TEST_BASE:-/srv/boxtest} (keep it out of /tmp: each node has
 # a private /tmp).  Progress and timings go to stderr; errors are "rig.sh: error: ..." on stderr.
 set -euo pipefail
 
 BASE=${BOX_TEST_BASE:-/srv/boxtest}
 HERE=$(cd "$(dirname "$0")" && pwd)
-ALL_NODES=(nodeA nodeB)
-declare -A IP=([nodeA]=10.200.0.1 [nodeB]=10.200.0.2)   # only ever configured inside our own netns
-declare -A VETH=([nodeA]=bxveth-a [nodeB]=bxveth-b)
+ALL_NODES=(nodeA nodeB nodeC)
+declare -A IP=([nodeA]=10.200.0.1 [nodeB]=10.200.0.2 [nodeC]=10.200.0.3)   # only ever configured inside our own netns
+declare -A VETH=([nodeA]=bxveth-a [nodeB]=bxveth-b [nodeC]=bxveth-c)
+LAN=box-lan                        # the netns holding the bridge that links the nodes
 PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc curl python3-venv)
 CLEAN_PATH=/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 BOOT_TIMEOUT=${BOX_RIG_BOOT_TIMEOUT:-60}
@@ -202,6 +206,7 @@ nodes_down() {
   s3_stop
   for n in "${names[@]}"; do halt_node "$n"; done    # halt all in parallel, then wait + clean
   for n in "${names[@]}"; do stop_node "$n"; done
+  ip netns del "$LAN" 2>/dev/null || true
   rmdir "$BASE/nodes" 2>/dev/null || true
   rmdir /run/systemd/nspawn/propagate/* /run/systemd/nspawn/propagate /run/systemd/nspawn/locks \
         /run/systemd/nspawn /run/systemd/nspawn-root 2>/dev/null || true
@@ -226,11 +231,15 @@ prepare_node() {
   ip -n "box-$n" link set lo up
 }
 
-wire_nodes() { # wire_nodes NODE...  -- veth if nodeA+nodeB, ssh trust among the given nodes
+wire_nodes() { # wire_nodes NODE...  -- a bridge linking the nodes, ssh trust among them
   local nodes=("$@") n m d
   if [ ${#nodes[@]} -ge 2 ]; then
-    ip link add "${VETH[nodeA]}" netns box-nodeA type veth peer name "${VETH[nodeB]}" netns box-nodeB
-    for n in nodeA nodeB; do
+    ip netns add "$LAN"
+    ip -n "$LAN" link add bxbr0 type bridge
+    ip -n "$LAN" link set bxbr0 up
+    for n in "${nodes[@]}"; do
+      ip link add "${VETH[$n]}" netns "box-$n" type veth peer name "lan-$n" netns "$LAN"
+      ip -n "$LAN" link set "lan-$n" master bxbr0 up
       ip -n "box-$n" addr add "${IP[$n]}/24" dev "${VETH[$n]}"
       ip -n "box-$n" link set "${VETH[$n]}" up
     done
@@ -321,6 +330,32 @@ nodes_up() {
   log "S3 + cluster config $(secs_since "$t0")s"
 }
 
+power_off() { # SIGKILL the node whole, as a power cut would; keep its dirs, netns and link
+  local n=$1 d left; d=$(ndir "$n")
+  left=$(cg_procs "$n")
+  # shellcheck disable=SC2086
+  [ -z "$left" ] || kill -KILL $left 2>/dev/null || true
+  wait_for 10 sh -c "[ -z \"\$(find /sys/fs/cgroup/systemd/box-$n -name cgroup.procs -exec cat {} + 2>/dev/null)\" ]" ||
+    die "processes of $n survived the power cut"
+  local cgs=("/sys/fs/cgroup/systemd/box-$n" "/sys/fs/cgroup/unified/box-$n")
+  [ -s "$d/memcg" ] && cgs+=("$(cat "$d/memcg")")
+  for cg in "${cgs[@]}"; do
+    [ -n "$cg" ] && [ -d "$cg" ] && { find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
+  done
+  local m
+  while IFS= read -r m; do umount -l "$m" 2>/dev/null || true; done \
+    < <(awk -v p="$d/rootview" 'index($2, p) == 1 {print $2}' /proc/self/mounts | sort -r)
+}
+power_on() {
+  local n=$1 d; d=$(ndir "$n")
+  [ -d "$d/root" ] || die "$n has no disks to boot from (rig.sh up first)"
+  [ -z "$(leader "$n")" ] || die "$n is running"
+  find "$d/run-box" -mindepth 1 -delete 2>/dev/null || true     # /run does not survive a reboot
+  start_node "$n"
+  wait_for "$BOOT_TIMEOUT" node_ready "$n" || { tail -30 "$d/nspawn.log" >&2; die "$n did not boot again"; }
+  in_node "$n" ln -sf /opt/box/bin/ag-box /usr/local/bin/ag-box
+}
+
 status() {
   local n l st
   for n in "${ALL_NODES[@]}"; do
@@ -353,6 +388,9 @@ case "$cmd" in
   link-down|link-up)
            [ $# = 1 ] || die "usage: $cmd NODE"; valid_node "$1"
            ip -n "box-$1" link set "${VETH[$1]}" "${cmd#link-}" ;;
+  power-off|power-on)
+           [ $# = 1 ] || die "usage: $cmd NODE"; valid_node "$1"; need_root
+           exec 9< "$BASE"; flock 9; "${cmd/-/_}" "$1" ;;
   -h|--help|help) usage ;;
   *)       usage; die "unknown subcommand '${cmd}'" ;;
 esac

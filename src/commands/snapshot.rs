@@ -66,19 +66,33 @@ pub fn keep_as_fork(
     Ok(restic.backup(&meta.name, &backup_args(&spec))?.id)
 }
 
-/// Why a snapshot of the box's files now would be partial, before taking it.
-fn partial_before(meta: &Meta) -> Option<String> {
-    match std::fs::read_dir(&meta.path) {
-        Err(e) => Some(format!(
-            "its project directory {} cannot be read ({e})",
-            meta.path.display()
-        )),
-        Ok(mut entries) => (entries.next().is_none() && meta.last_snapshot.is_some()).then(|| {
+/// Whether the project holds anything; an unreadable one is named.
+fn project_has_files(meta: &Meta) -> Result<bool, String> {
+    std::fs::read_dir(&meta.path)
+        .map(|mut entries| entries.next().is_some())
+        .map_err(|e| {
             format!(
-                "its project directory {} is empty, but the box has snapshots (an unmounted disk?)",
+                "its project directory {} cannot be read ({e})",
                 meta.path.display()
             )
-        }),
+        })
+}
+
+/// Why a snapshot of the box's files now would be partial, before taking it: an unreadable
+/// project, or an empty one that held files when this node last saw it equal a snapshot.
+fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
+    match project_has_files(meta) {
+        Err(why) => Some(why),
+        Ok(true) => None,
+        Ok(false) => copy
+            .project_had_files
+            .unwrap_or(meta.last_snapshot.is_some())
+            .then(|| {
+                format!(
+                    "its project directory {} is empty, but it held files at its last snapshot (an unmounted disk?)",
+                    meta.path.display()
+                )
+            }),
     }
 }
 
@@ -95,11 +109,12 @@ fn partial(name: &str, why: &str) -> UserError {
 /// (unreadable files, a missing or emptied project) never becomes the box's latest unless
 /// `accept_partial`.
 pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta, accept_partial: bool) -> Result<Taken> {
-    if !accept_partial && let Some(why) = partial_before(meta) {
-        return Err(partial(&meta.name, &why).into());
-    }
     let node = &ctx.config.node;
     let copy = CopyState::load(&ctx.config.state_dir, &meta.name)?;
+    if !accept_partial && let Some(why) = partial_before(meta, &copy) {
+        return Err(partial(&meta.name, &why).into());
+    }
+    let had_files = project_has_files(meta).ok();
     let ours = meta
         .lease
         .as_ref()
@@ -170,6 +185,11 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta, accept_partial: bool) -> Re
         paths: paths.clone(),
         epoch: Some(epoch),
         digest: digest.filter(|_| forked.is_none()),
+        project_had_files: if forked.is_none() {
+            had_files
+        } else {
+            copy.project_had_files
+        },
         ..copy
     }
     .save(&ctx.config.state_dir, &meta.name)?;

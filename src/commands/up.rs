@@ -316,6 +316,9 @@ fn prepare_and_start(ctx: &Ctx, meta: &Meta, held: &Held, interrupted: bool) -> 
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.digest = None;
+        copy.project_had_files = std::fs::read_dir(&meta.path)
+            .ok()
+            .map(|mut e| e.next().is_some());
         copy.save(state_dir, &meta.name)?;
     } else if !meta.path.is_dir() {
         return Err(UserError::failed(

@@ -24,6 +24,10 @@ pub struct CopyState {
     /// snapshot of a running box). A copy whose digest differs may hold work in no snapshot.
     #[serde(default)]
     pub digest: Option<String>,
+    /// The project held files when it last equalled `snapshot` (an empty project then is a
+    /// missing disk, not a project emptied on purpose). None: not known (older state).
+    #[serde(default)]
+    pub project_had_files: Option<bool>,
     /// An `up` began here and has not finished (it may hold the lease, its copy may be half
     /// restored): the next `up` finishes it, or hands the lease back to `previous`.
     #[serde(default)]

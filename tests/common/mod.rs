@@ -39,6 +39,21 @@ pub struct Node {
     pub name: &'static str,
     /// Variables every command on this node gets.
     env: Vec<(String, String)>,
+    /// The nodes stay powered while this is held (see [`Cluster::get_alone`]).
+    _powered: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+/// Tests share the rig's nodes (shared lock); one that cuts a node's power holds it alone
+/// (exclusive). Always taken after the cluster lock, never before.
+fn nodes_lock(arg: nix::fcntl::FlockArg) -> nix::fcntl::Flock<std::fs::File> {
+    let f = std::fs::File::create(Path::new(&test_base()).join(".nodes.lock")).unwrap();
+    nix::fcntl::Flock::lock(f, arg).map_err(|(_, e)| e).unwrap()
+}
+
+fn test_base() -> String {
+    let base = std::env::var("BOX_TEST_BASE").unwrap_or_else(|_| "/srv/boxtest".into());
+    std::fs::create_dir_all(&base).unwrap();
+    base
 }
 
 impl Node {
@@ -52,6 +67,12 @@ impl Node {
 
     /// The rig's node (S3 cluster config), with this build of ag-box in its /opt/box/bin.
     pub fn get(name: &'static str) -> Option<Node> {
+        let mut node = Node::unlocked(name)?;
+        node._powered = Some(nodes_lock(nix::fcntl::FlockArg::LockShared));
+        Some(node)
+    }
+
+    fn unlocked(name: &'static str) -> Option<Node> {
         let up = Command::new(rig_sh())
             .args(["leader", name])
             .output()
@@ -77,7 +98,11 @@ impl Node {
                 .unwrap();
             std::fs::rename(&tmp, bin_dir.join("ag-box")).unwrap();
         }
-        Some(Node { name, env: vec![] })
+        Some(Node {
+            name,
+            env: vec![],
+            _powered: None,
+        })
     }
 }
 
@@ -236,9 +261,7 @@ pub fn assert_code(out: &Output, code: i32, stderr_has: &str) {
 
 /// Tests that share the two-node cluster (S3 store, links) run one at a time, across processes.
 pub fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
-    let base = std::env::var("BOX_TEST_BASE").unwrap_or_else(|_| "/srv/boxtest".into());
-    std::fs::create_dir_all(&base).unwrap();
-    let f = std::fs::File::create(Path::new(&base).join(".cluster.lock")).unwrap();
+    let f = std::fs::File::create(Path::new(&test_base()).join(".cluster.lock")).unwrap();
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| e)
         .unwrap()
@@ -248,6 +271,10 @@ pub fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
 pub struct Cluster {
     pub a: Node,
     pub b: Node,
+    /// A third node, for races among three.
+    pub c: Node,
+    /// Held alone: no other test uses the nodes (their power may be cut).
+    _alone: Option<nix::fcntl::Flock<std::fs::File>>,
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -256,26 +283,62 @@ impl Cluster {
         let lock = cluster_lock();
         let a = Node::get("nodeA")?;
         let b = Node::get("nodeB")?;
-        let c = Cluster { a, b, _lock: lock };
+        let c = Cluster {
+            a,
+            b,
+            c: Node::get("nodeC")?,
+            _alone: None,
+            _lock: lock,
+        };
         c.a.sh("ag-box init").ok();
         Some(c)
     }
 
+    /// Both nodes, with no other test on them: this one may cut their power.
+    pub fn get_alone() -> Option<Cluster> {
+        let lock = cluster_lock();
+        let alone = nodes_lock(nix::fcntl::FlockArg::LockExclusive);
+        let c = Cluster {
+            a: Node::unlocked("nodeA")?,
+            b: Node::unlocked("nodeB")?,
+            c: Node::unlocked("nodeC")?,
+            _alone: Some(alone),
+            _lock: lock,
+        };
+        c.a.sh("ag-box init").ok();
+        Some(c)
+    }
+
+    /// Cut a node's power, or bring it back on its disks (`tests/rig.sh power-off|power-on`).
+    pub fn power(&self, action: &str, node: &str) {
+        let rig = repo_root().join("tests/rig.sh");
+        let ok = Command::new(rig).args([action, node]).status().unwrap();
+        assert!(ok.success(), "rig.sh {action} {node} failed");
+    }
+
     pub fn node(&self, name: &str) -> &Node {
-        if name == "nodeA" { &self.a } else { &self.b }
+        match name {
+            "nodeA" => &self.a,
+            "nodeB" => &self.b,
+            _ => &self.c,
+        }
+    }
+
+    pub fn all(&self) -> [&Node; 3] {
+        [&self.a, &self.b, &self.c]
     }
 
     /// A project `/root/<name>` with files and a Claude session, tracked on A and parked.
     pub fn parked_box(&self, name: &str) {
         // Forget an earlier run's box: park it wherever it is, then drop its record and snapshots.
-        for n in [&self.a, &self.b] {
+        for n in self.all() {
             n.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
                 .ok();
         }
         self.a
             .sh(&format!("ag-box drop {name} --yes >/dev/null 2>&1; true"))
             .ok();
-        for n in [&self.a, &self.b] {
+        for n in self.all() {
             n.sh(&format!(
                 "systemctl stop boxrun-{name} 2>/dev/null; rm -rf /root/{name} /root/.claude/projects/-root-{name} \
                  /var/lib/ag-box/local/{name}.json /var/lib/ag-box/homes/{name}; true"
