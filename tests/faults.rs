@@ -442,3 +442,49 @@ fn a_node_that_loses_power_keeps_its_box_or_forks_it() {
     }
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
+
+#[test]
+fn a_drop_or_snapshot_cut_off_is_finished_by_the_next_one() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-other";
+    for point in ["drop.after-mark", "drop.after-forget"] {
+        c.parked_box(name);
+        cut_at(&c.a, point, &format!("ag-box drop {name} --yes"));
+        // Half-dropped: nothing but drop acts on it.
+        assert_code(
+            &c.b.sh(&format!("ag-box up {name} --node nodeB")),
+            1,
+            "is being dropped",
+        );
+        c.b.sh(&format!("ag-box drop {name} --yes")).ok();
+        assert!(common::box_row(&c.a, name).is_none(), "{point}");
+        let left =
+            c.a.sh(&format!(
+                "{RESTIC_ENV}; restic snapshots --tag box:{name} --json"
+            ))
+            .ok()
+            .stdout();
+        assert_eq!(left.trim(), "[]", "{point}: snapshots left");
+    }
+
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo s > s.txt'"
+    ))
+    .ok();
+    cut_at(
+        &c.a,
+        "snapshot.after-backup",
+        &format!("ag-box snapshot {name}"),
+    );
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+    c.a.sh(&format!("ag-box snapshot {name} && ag-box park {name}"))
+        .ok();
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/s.txt")).ok().stdout(),
+        "s\n"
+    );
+    c.b.sh(&format!("ag-box park {name} && ag-box drop {name} --yes"))
+        .ok();
+}

@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::{Code, UserError};
 use crate::plan::restic::{box_tag, forget_args};
-use crate::store;
+use crate::store::meta::Meta;
+use crate::store::{self, Step, update};
 use crate::sys::copy_state::CopyState;
+use crate::sys::crash;
 
 fn confirm(name: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
@@ -68,26 +70,51 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         confirm(name)?;
     }
     let restic = ctx.restic()?;
+    // Marked first, on a version with no lease: from here on nothing but `drop` acts on the box,
+    // and a drop cut off anywhere is finished by the next one.
+    update(ctx.store.as_ref(), name, |m| match &m.lease {
+        Some(l) => Err(UserError::new(
+            Code::LeaseHeld,
+            format!(
+                "box '{name}' was taken by node {} while dropping it; nothing was deleted",
+                l.node
+            ),
+            format!("run 'ag-box park {name}' on {} first", l.node),
+        )
+        .into()),
+        None if m.dropping => Ok(Step::Keep(())),
+        None => Ok(Step::Write(
+            Meta {
+                dropping: true,
+                ..m.clone()
+            },
+            (),
+        )),
+    })?;
+    crash::point("drop.after-mark");
     let ids: Vec<String> = restic
         .snapshots(Some(&box_tag(name)))?
         .into_iter()
         .map(|s| s.id)
         .collect();
-    // The record goes first, on the very version that had no lease: nobody can have taken it meanwhile.
-    if !store::delete(ctx.store.as_ref(), name, &stored.version)? {
-        return Err(UserError::failed(
-            format!("box '{name}' changed while dropping it; nothing was deleted"),
-            "check 'ag-box ls' and try again",
-        )
-        .into());
-    }
-    CopyState::remove(&ctx.config.state_dir, name)?;
     if !ids.is_empty() {
         restic
             .forget(&forget_args(&ids))
             .and_then(|_| restic.prune())
-            .with_context(|| format!("box '{name}': record deleted, but its snapshots remain; run 'restic forget --tag {}' by hand", box_tag(name)))?;
+            .with_context(|| {
+                format!("box '{name}': deleting its snapshots failed; run 'ag-box drop {name} --yes' again")
+            })?;
     }
+    crash::point("drop.after-forget");
+    let marked = ctx.tracked(name)?;
+    if !store::delete(ctx.store.as_ref(), name, &marked.version)? {
+        return Err(UserError::failed(
+            format!("box '{name}': its snapshots are deleted, but its record changed meanwhile"),
+            format!("run 'ag-box drop {name} --yes' again"),
+        )
+        .into());
+    }
+    CopyState::remove(&ctx.config.state_dir, name)?;
     say!(
         "dropped box '{name}': its record and {} snapshots are deleted; the files at {} are kept",
         ids.len(),

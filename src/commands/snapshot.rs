@@ -12,8 +12,8 @@ use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
-use crate::sys::digest;
 use crate::sys::restic::{Restic, short};
+use crate::sys::{crash, digest};
 
 pub struct Taken {
     pub snapshot: SnapshotRef,
@@ -139,6 +139,7 @@ pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta, accept_partial: bool) -> Re
     let spec = backup_spec(ctx, &box_spec, epoch, !holding, parent);
     let paths = spec.paths.clone();
     let backup = restic.backup(&meta.name, &backup_args(&spec))?;
+    crash::point("snapshot.after-backup");
     let id = backup.id;
     if !backup.unreadable.is_empty() && !accept_partial {
         let why = format!(

@@ -67,6 +67,7 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         gid: Some(ctx.config.box_ids.gid),
         lease: None,
         last_snapshot: None,
+        dropping: false,
         op: None,
     };
     // The files live here, so this node holds the box until it is parked.

@@ -29,6 +29,13 @@ fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     )
 }
 
+fn being_dropped(name: &str) -> UserError {
+    UserError::failed(
+        format!("box '{name}' is being dropped (a 'drop' of it did not finish)"),
+        format!("run 'ag-box drop {name} --yes' to finish it"),
+    )
+}
+
 /// How this run came to hold the lease, so a failure can hand it back.
 enum Held {
     Fresh { epoch: u64, previous: Option<Lease> },
@@ -38,6 +45,9 @@ enum Held {
 pub fn run(name: &str, node: Option<&str>, force: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
+    if stored.meta.dropping {
+        return Err(being_dropped(name).into());
+    }
     let here = ctx.config.node.clone();
     if let (Some(pin), Some(n)) = (&stored.meta.pinned_node, node)
         && pin != n
@@ -197,10 +207,17 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
     crash::point("up.after-intent");
     let now = ctx.now();
     let ttl = ctx.config.lease_ttl;
+    // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
+    // any other failure may hide a write that landed: then the intent stays for the next `up`.
     let taken = update(ctx.store.as_ref(), name, |m| {
+        if m.dropping {
+            return Ok(Step::Keep(Err(being_dropped(name))));
+        }
         match lease::plan_up(m, &here, force) {
-            UpPlan::HeldElsewhere(l) => Err(held_elsewhere(name, &l).into()),
-            UpPlan::AlreadyOurs { epoch } => Ok(Step::Keep((Held::Already { epoch }, m.clone()))),
+            UpPlan::HeldElsewhere(l) => Ok(Step::Keep(Err(held_elsewhere(name, &l)))),
+            UpPlan::AlreadyOurs { epoch } => {
+                Ok(Step::Keep(Ok((Held::Already { epoch }, m.clone()))))
+            }
             plan => {
                 if let UpPlan::TakeOver(l) = &plan {
                     tracing::warn!(
@@ -212,28 +229,22 @@ fn up_here(ctx: &Ctx, stored: Stored, force: bool) -> Result<()> {
                 let epoch = next.lease.as_ref().map_or(0, |l| l.epoch);
                 Ok(Step::Write(
                     next.clone(),
-                    (
+                    Ok((
                         Held::Fresh {
                             epoch,
                             previous: m.lease.clone(),
                         },
                         next,
-                    ),
+                    )),
                 ))
             }
         }
-    });
+    })?;
     let (held, meta) = match taken {
         Ok(t) => t,
-        Err(e) => {
-            // Held elsewhere: nothing of ours to finish. Any other failure may hide a write
-            // that landed: the intent stays, and the next `up` finds out.
-            if e.downcast_ref::<UserError>()
-                .is_some_and(|u| u.code == Code::LeaseHeld)
-            {
-                finish(ctx, name);
-            }
-            return Err(e);
+        Err(refused) => {
+            finish(ctx, name);
+            return Err(refused.into());
         }
     };
     crash::point("up.after-lease");

@@ -64,6 +64,9 @@ pub struct Meta {
     pub gid: Option<u32>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
+    /// `drop` began: the box's snapshots are being deleted; nothing but `drop` acts on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropping: bool,
     /// The operation that wrote this version: a write whose answer was lost is recognised on
     /// re-read as ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,6 +106,7 @@ impl Meta {
             gid: None,
             lease: None,
             last_snapshot: None,
+            dropping: false,
             op: None,
         }
     }
