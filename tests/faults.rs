@@ -488,3 +488,130 @@ fn a_drop_or_snapshot_cut_off_is_finished_by_the_next_one() {
     c.b.sh(&format!("ag-box park {name} && ag-box drop {name} --yes"))
         .ok();
 }
+
+#[test]
+fn a_prune_or_a_globals_pull_cut_off_is_finished_by_the_next_one() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-prune";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    for i in 0..3 {
+        c.a.sh(&format!(
+            "ag-box exec {name} -- sh -c 'echo {i} > n.txt' && ag-box snapshot {name}"
+        ))
+        .ok();
+    }
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    let keep = [
+        ("BOX_KEEP_LAST", "1"),
+        ("BOX_KEEP_DAILY", "0"),
+        ("BOX_KEEP_WEEKLY", "0"),
+    ];
+    let cut = c.a.sh_env(
+        &[
+            keep[0],
+            keep[1],
+            keep[2],
+            ("AG_BOX_CRASH_AT", "prune.after-forget"),
+        ],
+        "ag-box prune",
+    );
+    assert!(
+        cut.stderr().contains("crash point prune.after-forget"),
+        "{}",
+        cut.stderr()
+    );
+    c.a.sh_env(&keep, "ag-box prune").ok();
+    c.a.sh(&format!("{RESTIC_ENV}; restic check")).ok();
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/n.txt")).ok().stdout(),
+        "2\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+
+    // A pull cut off after its first file: the next pull brings everything.
+    let cred = "/root/.claude/.credentials.json";
+    c.a.sh(&format!(
+        "mkdir -p /root/.claude && echo '{{\"v\":7}}' > {cred} && printf '[user]\\n' > /root/.gitconfig && ag-box globals push"
+    ))
+    .ok();
+    c.b.sh(&format!(
+        "echo '{{\"v\":0}}' > {cred}; rm -f /root/.gitconfig"
+    ))
+    .ok();
+    cut_at(&c.b, "globals.mid-pull", "ag-box globals pull");
+    c.b.sh("ag-box globals pull").ok();
+    assert_eq!(
+        c.b.sh(&format!(
+            "cat {cred} /root/.gitconfig; ls -A /root | grep -c ag-box-globals; true"
+        ))
+        .ok()
+        .stdout(),
+        "{\"v\":7}\n[user]\n0\n"
+    );
+}
+
+#[test]
+fn a_record_write_whose_answer_stalls_past_the_timeout_is_ours() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "stalled";
+    set_faults(&c.a, "[]");
+    c.parked_box(name);
+    set_faults(
+        &c.a,
+        &format!(
+            r#"[{{"method":"PUT","path":"/agent-boxes/boxes/{name}/meta.json","action":"stall_after","seconds":25,"count":1}}]"#
+        ),
+    );
+    via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+    // The proxy counts the stall once it is over (after the up has moved on).
+    let rules = c
+        .a
+        .sh(&format!(
+            "for i in $(seq 150); do r=$(curl -sf {PROXY}/__faults); case $r in *'\"stalled\": 1'*) break;; esac; sleep 0.1; done; echo \"$r\""
+        ))
+        .ok()
+        .stdout();
+    assert!(
+        rules.contains("\"stalled\": 1"),
+        "the write was not stalled: {rules}"
+    );
+    set_faults(&c.a, "[]");
+    assert!(c.active("nodeA", name));
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn a_node_that_loses_power_while_parking_parks_on_the_next_try() {
+    let Some(c) = Cluster::get_alone() else {
+        return;
+    };
+    let name = "power-park";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo late > late.txt'"
+    ))
+    .ok();
+    // The power goes while park waits between the stop and its final snapshot.
+    c.a.sh_env(
+        &[("AG_BOX_PAUSE_AT", "park.after-stop")],
+        &format!("setsid -f ag-box park {name} </dev/null >/dev/null 2>&1"),
+    )
+    .ok();
+    c.a.sh(&format!(
+        "for i in $(seq 100); do systemctl is-active -q boxrun-{name} || exit 0; sleep 0.1; done; exit 1"
+    ))
+    .ok();
+    c.power("power-off", "nodeA");
+    c.power("power-on", "nodeA");
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    assert_eq!(c.holder(name), None);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+        "late\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}

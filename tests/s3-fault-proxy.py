@@ -6,16 +6,19 @@ Usage: s3-fault-proxy.py --listen HOST:PORT --upstream HOST:PORT
 Forwards every request to the upstream S3 server, except those a fault rule matches. Rules are
 set with `POST /__faults` (a JSON list, replacing the current one) and read with `GET /__faults`:
     {"method": "PUT", "path": "/agent-boxes/boxes/x/meta.json", "action": "drop_after", "count": 1}
-`path` matches as a substring; each match uses one of `count`. Actions:
+`path` matches as a substring; each match uses one of `count` (and a stall, once over, counts
+itself in the rule's `stalled`). Actions:
     drop_after   forward (the server applies the write), then close the connection unanswered
     drop_before  close the connection without forwarding
     status500    answer 500 InternalError without forwarding
+    stall_after  forward, then hold the answer back for `seconds` (default 25) and close
 Stdlib only; serves only the rig's own network namespace.
 """
 import argparse
 import http.client
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 RULES = []
@@ -28,7 +31,7 @@ def take_rule(method, path):
             if rule.get("count", 0) > 0 and rule.get("method", method) == method \
                     and rule.get("path", "") in path:
                 rule["count"] -= 1
-                return rule["action"]
+                return rule
     return None
 
 
@@ -78,7 +81,8 @@ class Proxy(BaseHTTPRequestHandler):
         if self.path.startswith("/__faults"):
             return self.control()
         body = self.body()
-        action = take_rule(self.command, self.path)
+        rule = take_rule(self.command, self.path) or {}
+        action = rule.get("action")
         if action == "drop_before":
             self.close_connection = True
             return
@@ -87,6 +91,12 @@ class Proxy(BaseHTTPRequestHandler):
             return self.answer(500, data, [("Content-Type", "application/xml")])
         status, data, headers = self.forward(body)
         if action == "drop_after":
+            self.close_connection = True
+            return
+        if action == "stall_after":
+            time.sleep(rule.get("seconds", 25))
+            with LOCK:
+                rule["stalled"] = rule.get("stalled", 0) + 1
             self.close_connection = True
             return
         if self.command == "HEAD":

@@ -7,6 +7,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_args};
 use crate::plan::retention::{self, Snap};
+use crate::sys::crash;
 use crate::sys::restic::short;
 
 fn snaps(infos: &[SnapshotInfo]) -> Vec<Snap> {
@@ -80,6 +81,7 @@ pub fn run(dry_run: bool) -> Result<()> {
     }
     if !forget.is_empty() {
         restic.forget(&forget_args(&forget))?;
+        crash::point("prune.after-forget");
     }
     restic.prune()?;
     say!("pruned the repository");

@@ -291,6 +291,7 @@ pub fn restore_into_live(
                 }
             }
             placed.push(path.clone());
+            crash::point("globals.mid-pull");
         }
         Ok(placed)
     })();
