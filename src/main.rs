@@ -54,17 +54,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             info,
             argv,
         } => exit_with(sys::runtime::anchor(&info, supervise, &argv)?),
-        Cmd::Become(b) => exit_with(sys::privs::run(&sys::privs::Become {
-            ids: plan::account::Ids {
-                uid: b.uid,
-                gid: b.gid,
+        Cmd::Become(b) => exit_with(sys::privs::run(
+            &plan::sandbox::Become {
+                ids: plan::account::Ids {
+                    uid: b.uid,
+                    gid: b.gid,
+                },
+                groups: b.groups,
+                own_home: b.own_home,
+                share_socket: b.share_socket,
+                chdir: b.chdir,
             },
-            groups: b.groups,
-            own_home: b.own_home,
-            share_socket: b.share_socket,
-            chdir: b.chdir,
-            argv: b.argv,
-        })?),
+            &b.argv,
+        )?),
     }
 }
 

@@ -134,6 +134,27 @@ impl Become {
 }
 
 impl BoxSpec {
+    /// The box `demo` at `/root/demo`, for tests.
+    #[cfg(test)]
+    pub fn sample() -> BoxSpec {
+        BoxSpec {
+            name: "demo".into(),
+            project: "/root/demo".into(),
+            agent_home: AgentHome {
+                home: "/root".into(),
+                root: "/var/lib/ag-box/homes/demo".into(),
+            },
+            run_dir: "/run/box/demo".into(),
+            merged_usr: true,
+            tmux_bin: "/usr/bin/tmux".into(),
+            exe: "/opt/box/bin/ag-box".into(),
+            ids: Ids {
+                uid: 1000,
+                gid: 1000,
+            },
+        }
+    }
+
     pub fn home(&self) -> &Path {
         &self.agent_home.home
     }
@@ -373,22 +394,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     fn spec() -> BoxSpec {
-        BoxSpec {
-            name: "demo".into(),
-            project: "/root/demo".into(),
-            agent_home: AgentHome {
-                home: "/root".into(),
-                root: "/var/lib/ag-box/homes/demo".into(),
-            },
-            run_dir: "/run/box/demo".into(),
-            merged_usr: true,
-            tmux_bin: "/usr/bin/tmux".into(),
-            exe: "/opt/box/bin/ag-box".into(),
-            ids: Ids {
-                uid: 1000,
-                gid: 1000,
-            },
-        }
+        BoxSpec::sample()
     }
 
     fn v(items: &[&str]) -> Vec<String> {

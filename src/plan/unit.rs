@@ -139,27 +139,10 @@ pub fn direct_cgroup(parent: &Path, box_name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::account::Ids;
-    use crate::plan::agent_home::AgentHome;
     use pretty_assertions::assert_eq;
 
     fn spec() -> BoxSpec {
-        BoxSpec {
-            name: "demo".into(),
-            project: "/root/demo".into(),
-            agent_home: AgentHome {
-                home: "/root".into(),
-                root: "/var/lib/ag-box/homes/demo".into(),
-            },
-            run_dir: "/run/box/demo".into(),
-            merged_usr: true,
-            tmux_bin: "/usr/bin/tmux".into(),
-            exe: "/opt/box/bin/ag-box".into(),
-            ids: Ids {
-                uid: 1000,
-                gid: 1000,
-            },
-        }
+        BoxSpec::sample()
     }
 
     #[test]

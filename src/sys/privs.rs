@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -14,21 +14,13 @@ use caps::CapSet;
 use nix::unistd::{Gid, Uid};
 
 use crate::plan::account::Ids;
+use crate::plan::sandbox::Become;
 use crate::sys::cmd;
-
-pub struct Become {
-    pub ids: Ids,
-    pub groups: Vec<u32>,
-    pub own_home: Option<PathBuf>,
-    pub share_socket: Option<PathBuf>,
-    pub chdir: Option<PathBuf>,
-    pub argv: Vec<String>,
-}
 
 /// How long the anchor waits for tmux to make its socket.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(15);
 
-pub fn run(b: &Become) -> Result<i32> {
+pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
     close_inherited_fds();
     if let Some(home) = &b.own_home {
         give_tree(home, b.ids)
@@ -38,14 +30,12 @@ pub fn run(b: &Become) -> Result<i32> {
     if let Some(dir) = &b.chdir {
         std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
     }
-    let mut c = Command::new(&b.argv[0]);
-    c.args(&b.argv[1..]);
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]);
     let Some(socket) = &b.share_socket else {
-        return Err(c.exec()).with_context(|| format!("executing {}", b.argv[0]));
+        return Err(c.exec()).with_context(|| format!("executing {}", argv[0]));
     };
-    let mut child = c
-        .spawn()
-        .with_context(|| format!("starting {}", b.argv[0]))?;
+    let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
     share_socket(socket);
     Ok(cmd::exit_code(child.wait()?))
 }
