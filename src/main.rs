@@ -19,6 +19,7 @@ mod cli;
 mod commands;
 mod config;
 mod error;
+mod lifecycle;
 mod plan;
 mod store;
 mod sys;

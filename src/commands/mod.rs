@@ -15,14 +15,13 @@ pub mod status;
 pub mod track;
 pub mod up;
 
-use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Result;
 
 use crate::config::Config;
 use crate::error::UserError;
-use crate::plan::agent_home::{self, AgentHome};
+use crate::lifecycle::{self, Repo, World};
 use crate::plan::names;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
@@ -30,11 +29,11 @@ use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
 use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
+use crate::sys::cmd;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
-use crate::sys::{cmd, host};
 
-pub const RUN_ROOT: &str = "/run/box";
+pub use crate::lifecycle::RUN_ROOT;
 
 /// What every verb works with on this node.
 pub struct Ctx {
@@ -123,18 +122,16 @@ impl Ctx {
     }
 
     pub fn spec(&self, meta: &Meta) -> BoxSpec {
-        BoxSpec {
-            name: meta.name.clone(),
-            project: meta.path.clone(),
-            agent_home: AgentHome {
-                home: self.config.home.clone(),
-                root: agent_home::root_for(&self.config.state_dir, &meta.name),
-            },
-            run_dir: Path::new(RUN_ROOT).join(&meta.name),
-            merged_usr: host::merged_usr(),
-            tmux_bin: cmd::which("tmux").unwrap_or_else(|| PathBuf::from("/usr/bin/tmux")),
-            exe: host::own_exe(),
-            ids: meta.ids(self.config.box_ids),
+        lifecycle::spec_for(&self.config, meta)
+    }
+
+    /// The sequences' view of this node, with `repo` as the repository.
+    pub fn world<'a>(&'a self, repo: &'a dyn Repo) -> World<'a> {
+        World {
+            config: &self.config,
+            store: self.store.as_ref(),
+            runtime: &self.runtime,
+            repo,
         }
     }
 
@@ -149,12 +146,7 @@ impl Ctx {
     }
 }
 
-pub fn not_up_here(name: &str) -> UserError {
-    UserError::failed(
-        format!("box '{name}' is not up on this node"),
-        format!("run 'ag-box up {name}' first, or 'ag-box ls' to see where it is"),
-    )
-}
+pub use crate::lifecycle::not_up_here;
 
 /// The caller's terminal type, for `attach` and `exec`; nothing else of its environment enters
 /// a box.

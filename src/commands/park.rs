@@ -2,91 +2,13 @@
 
 use anyhow::Result;
 
-use super::{Ctx, not_up_here, require_tools};
-use crate::error::{Code, UserError};
-use crate::store::lease::{self, LeaseLost};
-use crate::store::{Step, update};
-use crate::sys::copy_state::CopyState;
-use crate::sys::crash;
-use crate::sys::restic::short;
+use super::{Ctx, require_tools};
+use crate::lifecycle;
 
 pub fn run(name: &str, accept_partial: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
-    let _lock = ctx.lock_box(name, "park")?;
-    let meta = ctx.tracked(name)?.meta;
-    let here = ctx.config.node.clone();
-    let spec = ctx.spec(&meta);
-    let running = ctx.runtime.is_active(&spec);
-    let ours = meta.lease.as_ref().is_some_and(|l| l.node == here);
-    if !running && !ours {
-        return Err(not_up_here(name).into());
-    }
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
-    restic.ensure_repo()?;
-    // If this fails the lease stays ours and the box keeps running, untouched.
-    let mut taken = super::snapshot::take(&ctx, &restic, &meta, accept_partial)?;
-    crash::point("park.after-snapshot");
-    if taken.forked.is_none() && running {
-        ctx.runtime.stop(&spec)?;
-        crash::point("park.after-stop");
-        // A second, incremental snapshot keeps what the box wrote while it was being stopped.
-        let now = ctx.tracked(name)?.meta;
-        taken = super::snapshot::take(&ctx, &restic, &now, accept_partial).map_err(|e| {
-            e.context(format!(
-                "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
-            ))
-        })?;
-    }
-    if let Some(lost) = taken.forked {
-        // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.
-        ctx.runtime.stop(&spec)?;
-        CopyState::default().save(&ctx.config.state_dir, name)?;
-        return Err(taken_over(name, lost, &taken.snapshot.id).into());
-    }
-    crash::point("park.before-release");
-    let snapshot = taken.snapshot;
-    let epoch = snapshot.epoch;
-    let lost = update(ctx.store.as_ref(), name, |m| {
-        Ok(
-            match lease::release(m, &here, epoch, Some(snapshot.clone())) {
-                Ok(next) => Step::Write(next, None),
-                Err(lost) => Step::Keep(Some(lost)),
-            },
-        )
-    })?;
-    if let Some(lost) = lost {
-        CopyState::default().save(&ctx.config.state_dir, name)?;
-        return Err(taken_over(name, lost, &snapshot.id).into());
-    }
-    // The last snapshot (and its digest) were recorded by `take`; the lease is gone, and so is
-    // whatever an `up` cut off here had left to finish.
-    CopyState {
-        epoch: None,
-        pending_up: None,
-        ..CopyState::load(&ctx.config.state_dir, name)?
-    }
-    .save(&ctx.config.state_dir, name)?;
-    out!("{name} {}", snapshot.id);
-    say!(
-        "parked box '{name}' (snapshot {}); this node is free of it",
-        short(&snapshot.id)
-    );
-    Ok(())
-}
-
-fn taken_over(name: &str, lost: LeaseLost, snapshot: &str) -> UserError {
-    let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
-    UserError::new(
-        Code::LeaseHeld,
-        format!(
-            "box '{name}' was taken over by {holder}: stopped it here and kept this node's files as snapshot {}",
-            short(snapshot)
-        ),
-        format!(
-            "the box's latest state is on {holder}; 'restic restore {}' recovers this node's files",
-            short(snapshot)
-        ),
-    )
+    lifecycle::park::park(&ctx.world(&restic), name, accept_partial)
 }

@@ -1,201 +1,11 @@
-//! `snapshot [<name>|--active]`, and the snapshot step that `track` and `park` share.
-
-use std::path::PathBuf;
+//! `snapshot [<name>|--active]`: snapshot boxes running here, renewing their leases.
 
 use anyhow::Result;
 
-use super::{Ctx, not_up_here};
+use super::Ctx;
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
-use crate::plan::restic::{BackupSpec, backup_args};
-use crate::store::lease::{self, LeaseLost, timestamp};
-use crate::store::meta::{Meta, SnapshotRef};
-use crate::store::{Step, update};
-use crate::sys::copy_state::CopyState;
-use crate::sys::restic::{Restic, short};
-use crate::sys::{crash, digest};
-
-pub struct Taken {
-    pub snapshot: SnapshotRef,
-    /// Another node took the lease: the snapshot is tagged `fork` and `last_snapshot` did not move.
-    pub forked: Option<LeaseLost>,
-}
-
-const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
-
-/// The box's local copy on this node: its project and its agent home.
-pub fn local_copy(spec: &crate::plan::sandbox::BoxSpec) -> Vec<PathBuf> {
-    vec![spec.project.clone(), spec.agent_home.root.clone()]
-}
-
-fn backup_spec(
-    ctx: &Ctx,
-    box_spec: &crate::plan::sandbox::BoxSpec,
-    epoch: u64,
-    fork: bool,
-    parent: Option<String>,
-) -> BackupSpec {
-    BackupSpec {
-        name: box_spec.name.clone(),
-        node: ctx.config.node.clone(),
-        epoch,
-        fork,
-        parent,
-        excludes: box_spec.agent_home.snapshot_excludes(),
-        exclude_files: [PathBuf::from(EXCLUDE_FILE)]
-            .into_iter()
-            .filter(|p| p.exists())
-            .collect(),
-        paths: local_copy(box_spec)
-            .into_iter()
-            .filter(|p| p.exists())
-            .collect(),
-    }
-}
-
-/// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
-/// read of it is better kept than lost, so a partial one is kept too, with a warning.
-pub fn keep_as_fork(
-    ctx: &Ctx,
-    restic: &Restic,
-    meta: &Meta,
-    epoch: u64,
-    parent: Option<String>,
-) -> Result<String> {
-    let spec = backup_spec(ctx, &ctx.spec(meta), epoch, true, parent);
-    Ok(restic.backup(&meta.name, &backup_args(&spec))?.id)
-}
-
-/// Whether the project holds anything; an unreadable one is named.
-fn project_has_files(meta: &Meta) -> Result<bool, String> {
-    std::fs::read_dir(&meta.path)
-        .map(|mut entries| entries.next().is_some())
-        .map_err(|e| {
-            format!(
-                "its project directory {} cannot be read ({e})",
-                meta.path.display()
-            )
-        })
-}
-
-/// Why a snapshot of the box's files now would be partial, before taking it: an unreadable
-/// project, or an empty one that held files when this node last saw it equal a snapshot.
-fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
-    match project_has_files(meta) {
-        Err(why) => Some(why),
-        Ok(true) => None,
-        Ok(false) => copy
-            .project_had_files
-            .unwrap_or(meta.last_snapshot.is_some())
-            .then(|| {
-                format!(
-                    "its project directory {} is empty, but it held files at its last snapshot (an unmounted disk?)",
-                    meta.path.display()
-                )
-            }),
-    }
-}
-
-fn partial(name: &str, why: &str) -> UserError {
-    UserError::failed(
-        format!("box '{name}': not snapshotted as its latest: {why}"),
-        format!(
-            "fix that and run the command again, or add --accept-partial to count such a snapshot (e.g. 'ag-box park {name} --accept-partial')"
-        ),
-    )
-}
-
-/// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
-/// (unreadable files, a missing or emptied project) never becomes the box's latest unless
-/// `accept_partial`.
-pub fn take(ctx: &Ctx, restic: &Restic, meta: &Meta, accept_partial: bool) -> Result<Taken> {
-    let node = &ctx.config.node;
-    let copy = CopyState::load(&ctx.config.state_dir, &meta.name)?;
-    if !accept_partial && let Some(why) = partial_before(meta, &copy) {
-        return Err(partial(&meta.name, &why).into());
-    }
-    let had_files = project_has_files(meta).ok();
-    let ours = meta
-        .lease
-        .as_ref()
-        .filter(|l| &l.node == node)
-        .map(|l| l.epoch);
-    let Some(epoch) = copy.epoch.or(ours) else {
-        return Err(not_up_here(&meta.name).into());
-    };
-    let holding = ours == Some(epoch);
-    let box_spec = ctx.spec(meta);
-    let roots = local_copy(&box_spec);
-    // A stopped box does not change while it is saved: what is saved is what the digest says.
-    let digest = if ctx.runtime.is_active(&box_spec) {
-        None
-    } else {
-        Some(digest::of(&roots)?)
-    };
-    let parent = copy
-        .snapshot
-        .clone()
-        .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
-    let spec = backup_spec(ctx, &box_spec, epoch, !holding, parent);
-    let paths = spec.paths.clone();
-    let backup = restic.backup(&meta.name, &backup_args(&spec))?;
-    crash::point("snapshot.after-backup");
-    let id = backup.id;
-    if !backup.unreadable.is_empty() && !accept_partial {
-        let why = format!(
-            "restic could not read {} (snapshot {} holds the rest)",
-            backup.unreadable.join("; "),
-            short(&id)
-        );
-        return Err(partial(&meta.name, &why).into());
-    }
-    let now = ctx.now();
-    let snapshot = SnapshotRef {
-        id,
-        at: timestamp(now),
-        node: node.clone(),
-        epoch,
-    };
-    let forked = if holding {
-        let ttl = ctx.config.lease_ttl;
-        update(ctx.store.as_ref(), &meta.name, |m| {
-            Ok(
-                match lease::renew(m, node, epoch, Some(snapshot.clone()), now, ttl) {
-                    Ok(next) => Step::Write(next, None),
-                    Err(lost) => Step::Keep(Some(lost)),
-                },
-            )
-        })?
-    } else {
-        Some(LeaseLost {
-            now_held_by: meta.lease.clone(),
-        })
-    };
-    if let Some(lost) = &forked {
-        let holder = lost.now_held_by.as_ref().map_or("nobody".to_string(), |l| {
-            format!("node {} (epoch {})", l.node, l.epoch)
-        });
-        tracing::warn!(
-            "box '{}': the lease is now held by {holder}; snapshot {} keeps this node's files as a fork and is not the box's latest",
-            meta.name,
-            short(&snapshot.id)
-        );
-    }
-    CopyState {
-        snapshot: forked.is_none().then(|| snapshot.id.clone()),
-        paths: paths.clone(),
-        epoch: Some(epoch),
-        digest: digest.filter(|_| forked.is_none()),
-        project_had_files: if forked.is_none() {
-            had_files
-        } else {
-            copy.project_had_files
-        },
-        ..copy
-    }
-    .save(&ctx.config.state_dir, &meta.name)?;
-    Ok(Taken { snapshot, forked })
-}
+use crate::lifecycle::snapshot::take;
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -209,17 +19,13 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         return Ok(());
     }
     restic.ensure_repo()?;
+    let world = ctx.world(&restic);
     let mut failed = 0;
     let mut forked = Vec::new();
     for meta in &boxes {
-        let taken = ctx.lock_box(&meta.name, "snapshot").and_then(|_lock| {
-            take(
-                &ctx,
-                &restic,
-                &ctx.tracked(&meta.name)?.meta,
-                args.accept_partial,
-            )
-        });
+        let taken = ctx
+            .lock_box(&meta.name, "snapshot")
+            .and_then(|_lock| take(&world, &ctx.tracked(&meta.name)?.meta, args.accept_partial));
         match taken {
             Ok(t) => {
                 out!(

@@ -86,7 +86,7 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
     }
     .save(&ctx.config.state_dir, name)?;
     let taken = crate::sys::agent_home::ensure(&ctx.spec(&meta))
-        .and_then(|()| super::snapshot::take(&ctx, &restic, &meta, false));
+        .and_then(|()| crate::lifecycle::snapshot::take(&ctx.world(&restic), &meta, false));
     match taken {
         Ok(t) => {
             let pin = pinned

@@ -301,6 +301,18 @@ pub struct Backup {
     pub unreadable: Vec<String>,
 }
 
+impl crate::lifecycle::Repo for Restic {
+    fn ensure_repo(&self) -> Result<()> {
+        Restic::ensure_repo(self)
+    }
+    fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
+        Restic::backup(self, label, args)
+    }
+    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+        Restic::restore(self, snapshot_id, target)
+    }
+}
+
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::lifecycle::Repo;
 use crate::sys::restic::Restic;
 use crate::sys::{cmd, crash, host};
 
@@ -143,7 +144,7 @@ pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
 /// `paths_in(staging)` finds there; returns the paths now in place.
 pub fn restore_in_place(
-    restic: &Restic,
+    restic: &dyn Repo,
     id: &str,
     anchor: &Path,
     paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,

@@ -411,3 +411,21 @@ fn join_memory_cgroup(run_dir: &Path, memory_max: &str) -> Option<PathBuf> {
         }
     }
 }
+
+impl crate::lifecycle::BoxRuntime for Runtime {
+    fn is_active(&self, spec: &BoxSpec) -> bool {
+        Runtime::is_active(*self, spec)
+    }
+    fn start(
+        &self,
+        spec: &BoxSpec,
+        bwrap_args: &[String],
+        memory_max: Option<&str>,
+        nix: bool,
+    ) -> Result<()> {
+        Runtime::start(*self, spec, bwrap_args, memory_max, nix)
+    }
+    fn stop(&self, spec: &BoxSpec) -> Result<()> {
+        Runtime::stop(*self, spec)
+    }
+}

@@ -1,0 +1,93 @@
+//! The sequences that move a box's state: a snapshot ([`snapshot::take`]), `up` on this node
+//! ([`up::up_here`]) and `park` ([`park::park`]). What they act on beyond the store and the
+//! node's files (the box runtime, the restic repository) is behind traits, so every failure
+//! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
+
+pub mod park;
+pub mod snapshot;
+#[cfg(test)]
+mod tests;
+pub mod up;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::config::Config;
+use crate::error::UserError;
+use crate::plan::agent_home::{self, AgentHome};
+use crate::plan::sandbox::BoxSpec;
+use crate::store::meta::Meta;
+use crate::store::{MetaStore, Stored, get_existing};
+use crate::sys::box_lock::{self, BoxLock};
+use crate::sys::restic::Backup;
+use crate::sys::{cmd, host};
+
+/// Where a box's process tree runs (`sys::runtime::Runtime`).
+pub trait BoxRuntime {
+    fn is_active(&self, spec: &BoxSpec) -> bool;
+    fn start(
+        &self,
+        spec: &BoxSpec,
+        bwrap_args: &[String],
+        memory_max: Option<&str>,
+        nix: bool,
+    ) -> Result<()>;
+    fn stop(&self, spec: &BoxSpec) -> Result<()>;
+}
+
+/// The snapshot repository (`sys::restic::Restic`).
+pub trait Repo {
+    fn ensure_repo(&self) -> Result<()>;
+    fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
+    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+}
+
+/// What the sequences act on.
+pub struct World<'a> {
+    pub config: &'a Config,
+    pub store: &'a dyn MetaStore,
+    pub runtime: &'a dyn BoxRuntime,
+    pub repo: &'a dyn Repo,
+}
+
+impl World<'_> {
+    pub fn spec(&self, meta: &Meta) -> BoxSpec {
+        spec_for(self.config, meta)
+    }
+
+    pub fn tracked(&self, name: &str) -> Result<Stored> {
+        get_existing(self.store, name)
+    }
+
+    /// This command alone on the box, on this node.
+    pub fn lock(&self, name: &str, verb: &str) -> Result<BoxLock> {
+        box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
+    }
+}
+
+pub const RUN_ROOT: &str = "/run/box";
+
+/// A box as this node runs it.
+pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
+    BoxSpec {
+        name: meta.name.clone(),
+        project: meta.path.clone(),
+        agent_home: AgentHome {
+            home: config.home.clone(),
+            root: agent_home::root_for(&config.state_dir, &meta.name),
+        },
+        run_dir: Path::new(RUN_ROOT).join(&meta.name),
+        merged_usr: host::merged_usr(),
+        tmux_bin: cmd::which("tmux").unwrap_or_else(|| PathBuf::from("/usr/bin/tmux")),
+        exe: host::own_exe(),
+        ids: meta.ids(config.box_ids),
+    }
+}
+
+pub fn not_up_here(name: &str) -> UserError {
+    UserError::failed(
+        format!("box '{name}' is not up on this node"),
+        format!("run 'ag-box up {name}' first, or 'ag-box ls' to see where it is"),
+    )
+}

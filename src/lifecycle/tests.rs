@@ -1,0 +1,416 @@
+//! The sequences' failure paths against the local store, the node's files in a temp dir, a
+//! runtime that records what it was asked, and a repository of plain directory copies.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::Result;
+use pretty_assertions::assert_eq;
+
+use super::{BoxRuntime, Repo, World, park, snapshot, up};
+use crate::config::{Config, Sources};
+use crate::error::{Code, UserError};
+use crate::plan::sandbox::BoxSpec;
+use crate::store::lease::{self, timestamp};
+use crate::store::local::LocalStore;
+use crate::store::meta::{Lease, Meta, SnapshotRef};
+use crate::store::{self, MetaStore, Step, update};
+use crate::sys::agent_home;
+use crate::sys::copy_state::{CopyState, PendingUp};
+use crate::sys::restic::Backup;
+
+#[derive(Default)]
+struct FakeRuntime {
+    active: RefCell<BTreeSet<String>>,
+    fail_start: Cell<bool>,
+}
+
+impl BoxRuntime for FakeRuntime {
+    fn is_active(&self, spec: &BoxSpec) -> bool {
+        self.active.borrow().contains(&spec.name)
+    }
+    fn start(&self, spec: &BoxSpec, _: &[String], _: Option<&str>, _: bool) -> Result<()> {
+        if self.fail_start.get() {
+            anyhow::bail!("the box's tmux server never answered");
+        }
+        self.active.borrow_mut().insert(spec.name.clone());
+        Ok(())
+    }
+    fn stop(&self, spec: &BoxSpec) -> Result<()> {
+        self.active.borrow_mut().remove(&spec.name);
+        Ok(())
+    }
+}
+
+/// Snapshots as copies of the saved paths under `dir/<id>/`.
+struct FakeRepo {
+    dir: PathBuf,
+    next: Cell<u32>,
+    /// Reported as unreadable by the next backup.
+    unreadable: RefCell<Vec<String>>,
+    forks: RefCell<Vec<String>>,
+}
+
+fn cp(from: &Path, to: &Path) {
+    fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "cp -a {} {}", from.display(), to.display());
+}
+
+impl FakeRepo {
+    fn tree(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+    /// A file as snapshot `id` holds it.
+    fn file(&self, id: &str, path: &Path) -> Option<String> {
+        fs::read_to_string(self.tree(id).join(path.strip_prefix("/").unwrap())).ok()
+    }
+}
+
+impl Repo for FakeRepo {
+    fn ensure_repo(&self) -> Result<()> {
+        Ok(())
+    }
+    fn backup(&self, _: &str, args: &[String]) -> Result<Backup> {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        let id = format!("snap{n}");
+        let paths = args.iter().skip_while(|a| *a != "--").skip(1);
+        for p in paths {
+            let p = Path::new(p);
+            cp(p, &self.tree(&id).join(p.strip_prefix("/").unwrap()));
+        }
+        if args.windows(2).any(|w| w[0] == "--tag" && w[1] == "fork") {
+            self.forks.borrow_mut().push(id.clone());
+        }
+        Ok(Backup {
+            id,
+            unreadable: self.unreadable.take(),
+        })
+    }
+    fn restore(&self, id: &str, target: &Path) -> Result<()> {
+        fs::create_dir_all(target)?;
+        let mut from = self.tree(id).into_os_string();
+        from.push("/.");
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(target)
+            .status()?;
+        anyhow::ensure!(ok.success(), "restoring {id}");
+        Ok(())
+    }
+}
+
+/// One node: its files, state and config in a temp dir, its store local.
+struct Node {
+    _tmp: tempfile::TempDir,
+    config: Config,
+    store: LocalStore,
+    runtime: FakeRuntime,
+    repo: FakeRepo,
+}
+
+impl Node {
+    fn new() -> Node {
+        // Not under /tmp: that is no place for a project.
+        let base = Path::new("/srv/ag-box-unit");
+        fs::create_dir_all(base).unwrap();
+        let tmp = tempfile::tempdir_in(base).unwrap();
+        let state = tmp.path().join("state");
+        let sources = Sources {
+            file: [
+                ("BOX_STATE_DIR", state.to_str().unwrap()),
+                ("BOX_NODE", "here"),
+                ("BOX_LOCK_WAIT", "1s"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            process: Default::default(),
+            nodes: vec![],
+            home: tmp.path().join("home"),
+            hostname: "here".into(),
+        };
+        let config = Config::from_sources(&sources).unwrap();
+        Node {
+            store: LocalStore::new(&state),
+            repo: FakeRepo {
+                dir: tmp.path().join("repo"),
+                next: Cell::new(0),
+                unreadable: RefCell::default(),
+                forks: RefCell::default(),
+            },
+            runtime: FakeRuntime::default(),
+            config,
+            _tmp: tmp,
+        }
+    }
+
+    fn world(&self) -> World<'_> {
+        World {
+            config: &self.config,
+            store: &self.store,
+            runtime: &self.runtime,
+            repo: &self.repo,
+        }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.config.home.join("demo")
+    }
+
+    fn read(&self, file: &str) -> Option<String> {
+        fs::read_to_string(self.project().join(file)).ok()
+    }
+
+    fn write(&self, file: &str, text: &str) {
+        fs::write(self.project().join(file), text).unwrap();
+    }
+
+    fn meta(&self) -> Meta {
+        self.store.get("demo").unwrap().unwrap().meta
+    }
+
+    fn copy(&self) -> CopyState {
+        CopyState::load(&self.config.state_dir, "demo").unwrap()
+    }
+
+    /// `track demo` and `park demo`, as the commands do: f.txt holds "v1".
+    fn parked(&self) {
+        fs::create_dir_all(self.project()).unwrap();
+        self.write("f.txt", "v1");
+        let fresh = Meta {
+            path: self.project(),
+            ..Meta::sample("demo")
+        };
+        let meta = lease::acquire(&fresh, "here", SystemTime::now(), self.config.lease_ttl);
+        let meta = store::create(&self.store, meta).unwrap().unwrap();
+        CopyState {
+            epoch: Some(1),
+            ..CopyState::default()
+        }
+        .save(&self.config.state_dir, "demo")
+        .unwrap();
+        let w = self.world();
+        agent_home::ensure(&w.spec(&meta)).unwrap();
+        snapshot::take(&w, &meta, false).unwrap();
+        park::park(&w, "demo", false).unwrap();
+    }
+
+    /// Another node parked the box meanwhile: its last snapshot has f.txt = "elsewhere".
+    fn parked_elsewhere(&self) -> String {
+        let id = "other".to_string();
+        let tree = self
+            .repo
+            .tree(&id)
+            .join(self.project().strip_prefix("/").unwrap());
+        fs::create_dir_all(&tree).unwrap();
+        fs::write(tree.join("f.txt"), "elsewhere").unwrap();
+        let snapshot = SnapshotRef {
+            id: id.clone(),
+            at: timestamp(SystemTime::now()),
+            node: "there".into(),
+            epoch: 7,
+        };
+        update(&self.store, "demo", |m| {
+            Ok(Step::Write(
+                Meta {
+                    last_snapshot: Some(snapshot.clone()),
+                    lease: None,
+                    ..m.clone()
+                },
+                (),
+            ))
+        })
+        .unwrap();
+        id
+    }
+
+    fn set_lease(&self, lease: Option<Lease>) {
+        update(&self.store, "demo", |m| {
+            Ok(Step::Write(
+                Meta {
+                    lease: lease.clone(),
+                    ..m.clone()
+                },
+                (),
+            ))
+        })
+        .unwrap();
+    }
+}
+
+fn lease_of(node: &str, epoch: u64) -> Lease {
+    let now = timestamp(SystemTime::now());
+    Lease {
+        node: node.into(),
+        epoch,
+        acquired_at: now.clone(),
+        renewed_at: now.clone(),
+        expires_at: now,
+    }
+}
+
+fn code(e: &anyhow::Error) -> Option<Code> {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<UserError>())
+        .last()
+        .map(|u| u.code)
+}
+
+#[test]
+fn unsaved_work_is_kept_as_a_fork_before_another_nodes_snapshot_replaces_it() {
+    let n = Node::new();
+    n.parked();
+    n.write("f.txt", "edited after the park");
+    let other = n.parked_elsewhere();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    let forks = n.repo.forks.borrow().clone();
+    assert_eq!(forks.len(), 1);
+    assert_eq!(
+        n.repo
+            .file(&forks[0], &n.project().join("f.txt"))
+            .as_deref(),
+        Some("edited after the park")
+    );
+    assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
+    assert_eq!(n.copy().pending_up, None);
+    assert_eq!(n.meta().lease.map(|l| l.node), Some("here".into()));
+}
+
+#[test]
+fn a_copy_equal_to_what_this_node_saved_is_replaced_without_a_fork() {
+    let n = Node::new();
+    n.parked();
+    n.parked_elsewhere();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert!(n.repo.forks.borrow().is_empty());
+}
+
+#[test]
+fn a_failed_start_hands_the_lease_back_and_leaves_nothing_to_finish() {
+    let n = Node::new();
+    n.parked();
+    n.runtime.fail_start.set(true);
+    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    assert!(format!("{e:#}").contains("never answered"), "{e:#}");
+    assert_eq!(n.meta().lease, None);
+    assert_eq!(n.copy().pending_up, None);
+    assert_eq!(n.copy().epoch, None);
+}
+
+#[test]
+fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
+    let n = Node::new();
+    n.parked();
+    let other = n.parked_elsewhere();
+    // The cut-off up: its intent recorded, the lease taken, nothing restored.
+    CopyState {
+        pending_up: Some(PendingUp { previous: None }),
+        ..n.copy()
+    }
+    .save(&n.config.state_dir, "demo")
+    .unwrap();
+    n.set_lease(Some(lease_of("here", 8)));
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
+    assert_eq!(n.copy().pending_up, None);
+    assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn a_box_that_ran_here_starts_as_it_is() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "unsaved");
+    // The node restarts: the box is gone, its lease still this node's.
+    n.runtime.active.borrow_mut().clear();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("unsaved"));
+    assert!(n.repo.forks.borrow().is_empty());
+}
+
+#[test]
+fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let before = n.meta();
+    *n.repo.unreadable.borrow_mut() = vec!["open /x: permission denied".into()];
+    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("restic could not read open /x: permission denied"),
+        "{e:#}"
+    );
+    assert_eq!(n.meta().lease, before.lease);
+    assert_eq!(n.meta().last_snapshot, before.last_snapshot);
+    assert!(n.runtime.active.borrow().contains("demo"));
+
+    // An emptied project, likewise; --accept-partial counts it.
+    fs::remove_file(n.project().join("f.txt")).unwrap();
+    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    assert!(format!("{e:#}").contains("is empty"), "{e:#}");
+    assert!(n.runtime.active.borrow().contains("demo"));
+    park::park(&n.world(), "demo", true).unwrap();
+    assert_eq!(n.meta().lease, None);
+}
+
+#[test]
+fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "mine");
+    let taker = lease_of("there", 9);
+    n.set_lease(Some(taker.clone()));
+    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    assert_eq!(code(&e), Some(Code::LeaseHeld));
+    assert!(!n.runtime.active.borrow().contains("demo"));
+    assert_eq!(n.meta().lease, Some(taker));
+    let forks = n.repo.forks.borrow().clone();
+    assert_eq!(
+        n.repo
+            .file(&forks[0], &n.project().join("f.txt"))
+            .as_deref(),
+        Some("mine")
+    );
+}
+
+#[test]
+fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
+    let n = Node::new();
+    n.parked();
+    n.set_lease(Some(lease_of("there", 3)));
+    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    assert_eq!(code(&e), Some(Code::LeaseHeld));
+    assert_eq!(n.copy().pending_up, None);
+    n.set_lease(None);
+    update(&n.store, "demo", |m| {
+        Ok(Step::Write(
+            Meta {
+                dropping: true,
+                ..m.clone()
+            },
+            (),
+        ))
+    })
+    .unwrap();
+    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    assert!(format!("{e:#}").contains("is being dropped"), "{e:#}");
+    assert_eq!(n.meta().lease, None);
+    assert!(n.runtime.active.borrow().is_empty());
+}

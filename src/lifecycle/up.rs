@@ -1,0 +1,299 @@
+//! `up` on this node: intent, lease, the restore it needs (keeping unsaved work as a fork
+//! first), the start; a failure hands the lease back, a cut-off one is finished by the next.
+
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+
+use super::{World, snapshot};
+use crate::error::{Code, UserError};
+use crate::store::lease::{self, UpPlan};
+use crate::store::meta::{Lease, Meta};
+use crate::store::{Step, update};
+use crate::sys::copy_state::{CopyState, PendingUp};
+use crate::sys::restic::short;
+use crate::sys::{agent_home, crash, digest, interrupt, restore};
+
+pub fn held_elsewhere(name: &str, l: &Lease) -> UserError {
+    UserError::new(
+        Code::LeaseHeld,
+        format!(
+            "box '{name}' is up on node {} (lease epoch {}, last renewed {})",
+            l.node, l.epoch, l.renewed_at
+        ),
+        format!(
+            "run 'ag-box park {name}' on {}, or 'ag-box up {name} --force' if {} is gone",
+            l.node, l.node
+        ),
+    )
+}
+
+pub fn being_dropped(name: &str) -> UserError {
+    UserError::failed(
+        format!("box '{name}' is being dropped (a 'drop' of it did not finish)"),
+        format!("run 'ag-box drop {name} --yes' to finish it"),
+    )
+}
+
+/// How this run came to hold the lease, so a failure can hand it back.
+enum Held {
+    Fresh { epoch: u64, previous: Option<Lease> },
+    Already { epoch: u64 },
+}
+
+/// `up` on this node: the lease, the restore it needs, the start. The caller checked the
+/// tools and the store's leases.
+pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
+    let _lock = w.lock(name, "up")?;
+    // What another command changed while this one waited.
+    let stored = w.tracked(name)?;
+    let here = w.config.node.clone();
+    let spec = w.spec(&stored.meta);
+    if w.runtime.is_active(&spec) {
+        let stray = |holder: &str, code| {
+            UserError::new(
+                code,
+                format!("box '{name}' is running here, but {holder}"),
+                format!(
+                    "run 'ag-box park {name}' here to stop this copy (its files are kept as a fork snapshot), then 'ag-box up {name}'"
+                ),
+            )
+        };
+        return match &stored.meta.lease {
+            Some(l) if l.node == here => {
+                finish(w, name);
+                say!("box '{name}' is already up on {here}");
+                Ok(())
+            }
+            Some(l) => Err(stray(
+                &format!("its lease is held by node {} (epoch {})", l.node, l.epoch),
+                Code::LeaseHeld,
+            )
+            .into()),
+            None => Err(stray("nobody holds its lease", Code::Failure).into()),
+        };
+    }
+    // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
+    let state_dir = &w.config.state_dir;
+    let mut copy = CopyState::load(state_dir, name)?;
+    let interrupted = copy.pending_up.is_some();
+    if interrupted {
+        say!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
+    } else {
+        copy.pending_up = Some(PendingUp {
+            previous: stored.meta.lease.clone(),
+        });
+        copy.save(state_dir, name)?;
+    }
+    crash::point("up.after-intent");
+    let now = SystemTime::now();
+    let ttl = w.config.lease_ttl;
+    // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
+    // any other failure may hide a write that landed: then the intent stays for the next `up`.
+    let taken = update(w.store, name, |m| {
+        if m.dropping {
+            return Ok(Step::Keep(Err(being_dropped(name))));
+        }
+        match lease::plan_up(m, &here, force) {
+            UpPlan::HeldElsewhere(l) => Ok(Step::Keep(Err(held_elsewhere(name, &l)))),
+            UpPlan::AlreadyOurs { epoch } => {
+                Ok(Step::Keep(Ok((Held::Already { epoch }, m.clone()))))
+            }
+            plan => {
+                if let UpPlan::TakeOver(l) = &plan {
+                    tracing::warn!(
+                        "taking box '{name}' from node {} by force: work there since its last snapshot forks and is not carried here",
+                        l.node
+                    );
+                }
+                let next = lease::acquire(m, &here, now, ttl);
+                let epoch = next.lease.as_ref().map_or(0, |l| l.epoch);
+                Ok(Step::Write(
+                    next.clone(),
+                    Ok((
+                        Held::Fresh {
+                            epoch,
+                            previous: m.lease.clone(),
+                        },
+                        next,
+                    )),
+                ))
+            }
+        }
+    })?;
+    let (held, meta) = match taken {
+        Ok(t) => t,
+        Err(refused) => {
+            finish(w, name);
+            return Err(refused.into());
+        }
+    };
+    crash::point("up.after-lease");
+    let started = interrupt::check("the restore")
+        .and_then(|()| prepare_and_start(w, &meta, &held, interrupted));
+    if let Err(e) = started {
+        let give_back = match &held {
+            Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
+            // The lease an interrupted `up` took goes back to whoever held it before.
+            Held::Already { epoch } if interrupted => {
+                Some((*epoch, copy.pending_up.and_then(|p| p.previous)))
+            }
+            Held::Already { .. } => None,
+        };
+        if let Some((epoch, previous)) = give_back {
+            hand_back(w, name, epoch, previous);
+        }
+        return Err(e);
+    }
+    finish(w, name);
+    say!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
+    Ok(())
+}
+
+/// The `up` under way here is over (done, or its lease handed back).
+fn finish(w: &World, name: &str) {
+    let done = CopyState::load(&w.config.state_dir, name).and_then(|c| {
+        CopyState {
+            pending_up: None,
+            ..c
+        }
+        .save(&w.config.state_dir, name)
+    });
+    if let Err(e) = done {
+        tracing::error!("box '{name}': could not record that 'up' finished: {e:#}");
+    }
+}
+
+fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> Result<()> {
+    let state_dir = &w.config.state_dir;
+    let spec = w.spec(meta);
+    let roots = snapshot::local_copy(&spec);
+    restore::recover_leftovers(&roots)?;
+    let mut copy = CopyState::load(state_dir, &meta.name)?;
+    let copy_epoch = copy.epoch;
+    let epoch = match held {
+        Held::Fresh { epoch, .. } | Held::Already { epoch } => *epoch,
+    };
+    copy.epoch = Some(epoch);
+    copy.save(state_dir, &meta.name)?;
+    // The copy is the box's newest only if the box ran here since this node took the lease.
+    let ran_here = matches!(held, Held::Already { .. }) && !interrupted;
+    let restore_from = match &meta.last_snapshot {
+        Some(s) if ran_here => (!meta.path.exists()).then(|| {
+            say!(
+                "box '{}': the local copy is gone; restoring snapshot {}",
+                meta.name,
+                short(&s.id)
+            );
+            s
+        }),
+        Some(s) => (!copy.is_current(&s.id)).then_some(s),
+        None => None,
+    };
+    if let Some(s) = restore_from {
+        keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?;
+        crash::point("up.after-fork");
+        interrupt::check("the restore")?;
+        say!(
+            "restoring box '{}' from snapshot {} ({} by {})",
+            meta.name,
+            short(&s.id),
+            s.at,
+            s.node
+        );
+        let paths = restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
+            agent_home::restored_paths(staging, &spec)
+        })?;
+        copy.snapshot = Some(s.id.clone());
+        copy.paths = paths;
+        copy.digest = None;
+        copy.project_had_files = std::fs::read_dir(&meta.path)
+            .ok()
+            .map(|mut e| e.next().is_some());
+        copy.save(state_dir, &meta.name)?;
+    } else if !meta.path.is_dir() {
+        return Err(UserError::failed(
+            format!(
+                "box '{}': project directory {} is missing and there is no snapshot to restore",
+                meta.name,
+                meta.path.display()
+            ),
+            "recreate the directory, or 'ag-box track' it again",
+        )
+        .into());
+    }
+    agent_home::ensure(&spec)?;
+    agent_home::reown_project(&spec)?;
+    if restore_from.is_some() {
+        // As restored (and made ready): what the copy is when it equals that snapshot.
+        copy.digest = Some(digest::of(&roots)?);
+        copy.save(state_dir, &meta.name)?;
+    }
+    crash::point("up.before-start");
+    interrupt::check("the start")?;
+    let mounts = spec.mounts(|p| p.exists());
+    let bwrap_args = spec.bwrap_args(&mounts, 3);
+    let memory_max = meta
+        .memory_max
+        .as_deref()
+        .or(w.config.memory_max.as_deref());
+    w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
+}
+
+/// Before a restore replaces this node's copy: unless it still is what this node last
+/// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
+fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<()> {
+    let roots = snapshot::local_copy(&w.spec(meta));
+    if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
+        return Ok(());
+    }
+    if copy.digest.is_some() && copy.digest == Some(digest::of(&roots)?) {
+        return Ok(());
+    }
+    w.repo.ensure_repo()?;
+    let id = snapshot::keep_as_fork(w, meta, epoch, copy.snapshot.clone()).with_context(|| {
+        format!(
+            "box '{}': keeping this node's copy before the restore failed; nothing was replaced",
+            meta.name
+        )
+    })?;
+    say!(
+        "box '{}': this node's copy may hold work in no snapshot; kept it as fork snapshot {} before restoring",
+        meta.name,
+        short(&id)
+    );
+    Ok(())
+}
+
+/// A failed `up` must not leave the lease taken.
+fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<Lease>) {
+    let here = w.config.node.clone();
+    let res = update(w.store, name, |m| {
+        Ok(match &m.lease {
+            Some(l) if l.node == here && l.epoch == epoch && m.lease != previous => Step::Write(
+                Meta {
+                    lease: previous.clone(),
+                    ..m.clone()
+                },
+                (),
+            ),
+            _ => Step::Keep(()),
+        })
+    });
+    let forget = CopyState::load(&w.config.state_dir, name).and_then(|c| {
+        CopyState {
+            epoch: previous
+                .as_ref()
+                .filter(|l| l.node == here)
+                .map(|l| l.epoch),
+            pending_up: None,
+            ..c
+        }
+        .save(&w.config.state_dir, name)
+    });
+    if let Err(e) = res.and(forget) {
+        tracing::error!(
+            "box '{name}': could not hand back the lease after the failed start: {e:#}"
+        );
+    }
+}
