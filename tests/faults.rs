@@ -615,3 +615,42 @@ fn a_node_that_loses_power_while_parking_parks_on_the_next_try() {
     );
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
+
+#[test]
+fn every_record_operation_survives_every_fault() {
+    let Some(c) = Cluster::get() else { return };
+    set_faults(&c.a, "[]");
+    for fault in ["drop_after", "drop_before", "status500", "stall_after"] {
+        let name = format!("op-{}", fault.replace('_', "-"));
+        let rule = |method: &str| {
+            format!(
+                r#"[{{"method":"{method}","path":"/agent-boxes/boxes/{name}/meta.json","action":"{fault}","seconds":22,"count":1}}]"#
+            )
+        };
+        // The fault met the operation (the rule's one use is spent).
+        let fired = |op: &str| {
+            let rules = c.a.sh(&format!("curl -sf {PROXY}/__faults")).ok().stdout();
+            assert!(
+                rules.contains("\"count\": 0"),
+                "{fault}: {op} met no fault: {rules}"
+            );
+        };
+        c.parked_box(&name);
+        c.a.sh(&format!("ag-box drop {name} --yes")).ok();
+        set_faults(&c.a, &rule("PUT"));
+        via_proxy(&c.a, &format!("ag-box track {name}")).ok();
+        fired("create");
+        assert_eq!(c.holder(&name).as_deref(), Some("nodeA"), "{fault}: create");
+        c.a.sh(&format!("ag-box park {name}")).ok();
+        set_faults(&c.a, &rule("PUT"));
+        via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+        fired("update");
+        assert_eq!(c.holder(&name).as_deref(), Some("nodeA"), "{fault}: update");
+        c.a.sh(&format!("ag-box park {name}")).ok();
+        set_faults(&c.a, &rule("DELETE"));
+        via_proxy(&c.a, &format!("ag-box drop {name} --yes")).ok();
+        fired("delete");
+        assert!(common::box_row(&c.a, &name).is_none(), "{fault}: delete");
+    }
+    set_faults(&c.a, "[]");
+}
