@@ -8,7 +8,6 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
-use crate::sys::restic::Restic;
 use crate::sys::{cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
@@ -239,7 +238,7 @@ pub fn restore_in_place(
 /// (nothing is removed from under a box); only what is missing is moved in. Returns what was
 /// placed.
 pub fn restore_into_live(
-    restic: &Restic,
+    restic: &dyn Repo,
     id: &str,
     anchor: &Path,
     candidates: &[PathBuf],
@@ -298,4 +297,103 @@ pub fn restore_into_live(
     })();
     let _ = remove_any(&staging);
     result.with_context(|| format!("placing snapshot {id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A repository whose only snapshot is the tree under `dir`.
+    struct OneTree(PathBuf);
+
+    impl Repo for OneTree {
+        fn ensure_repo(&self) -> Result<()> {
+            Ok(())
+        }
+        fn backup(&self, _: &str, _: &[String]) -> Result<crate::sys::restic::Backup> {
+            anyhow::bail!("not used")
+        }
+        fn restore(&self, _: &str, target: &Path) -> Result<()> {
+            let mut from = self.0.clone().into_os_string();
+            from.push("/.");
+            fs::create_dir_all(target)?;
+            cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
+            Ok(())
+        }
+    }
+
+    fn base() -> tempfile::TempDir {
+        fs::create_dir_all("/srv/ag-box-unit").unwrap();
+        tempfile::tempdir_in("/srv/ag-box-unit").unwrap()
+    }
+
+    #[test]
+    fn a_cut_off_swap_is_put_back() {
+        let dir = base();
+        let p = dir.path().join("proj");
+        // Moved aside, the new copy never came in.
+        fs::create_dir_all(sibling(&p, "previous")).unwrap();
+        fs::write(sibling(&p, "previous").join("f"), "old").unwrap();
+        // Swapped, the old copy not yet removed.
+        let q = dir.path().join("home");
+        fs::create_dir_all(&q).unwrap();
+        fs::write(q.join("f"), "new").unwrap();
+        fs::create_dir_all(sibling(&q, "previous")).unwrap();
+        // A mount point's contents half-swapped: a aside, b new.
+        let m = dir.path().join("mnt");
+        fs::create_dir_all(m.join(INSIDE_PREVIOUS)).unwrap();
+        fs::write(m.join(INSIDE_PREVIOUS).join("a"), "old-a").unwrap();
+        fs::write(m.join("b"), "new-b").unwrap();
+        fs::create_dir_all(m.join(INSIDE_RESTORE)).unwrap();
+        recover_leftovers(&[p.clone(), q.clone(), m.clone()]).unwrap();
+        assert_eq!(fs::read_to_string(p.join("f")).unwrap(), "old");
+        assert_eq!(fs::read_to_string(q.join("f")).unwrap(), "new");
+        assert!(!sibling(&q, "previous").exists());
+        let mut names: Vec<String> = fs::read_dir(&m)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a"]);
+    }
+
+    #[test]
+    fn a_pull_writes_into_the_files_boxes_bind() {
+        let dir = base();
+        let live = dir.path().join("home");
+        let snap = dir.path().join("snap");
+        let rel = live.strip_prefix("/").unwrap();
+        fs::create_dir_all(&live).unwrap();
+        fs::write(live.join("cred"), "old").unwrap();
+        std::os::unix::fs::chown(live.join("cred"), Some(1000), Some(1000)).unwrap();
+        fs::create_dir_all(live.join("skills")).unwrap();
+        fs::write(live.join("skills/mine"), "kept").unwrap();
+        fs::create_dir_all(snap.join(rel).join("skills")).unwrap();
+        fs::write(snap.join(rel).join("cred"), "new").unwrap();
+        fs::write(snap.join(rel).join("skills/theirs"), "added").unwrap();
+        fs::write(snap.join(rel).join("fresh"), "moved in").unwrap();
+        let inode = fs::metadata(live.join("cred")).unwrap().ino();
+        let candidates = ["cred", "skills", "fresh", "absent"].map(|n| live.join(n));
+        let placed =
+            restore_into_live(&OneTree(snap), "s1", &live.join(".globals"), &candidates).unwrap();
+        assert_eq!(placed, candidates[..3].to_vec());
+        let cred = fs::metadata(live.join("cred")).unwrap();
+        assert_eq!(
+            (cred.ino(), cred.uid()),
+            (inode, 1000),
+            "the same file, the same owner"
+        );
+        assert_eq!(fs::read_to_string(live.join("cred")).unwrap(), "new");
+        assert_eq!(
+            fs::read_to_string(live.join("skills/mine")).unwrap(),
+            "kept"
+        );
+        assert_eq!(
+            fs::read_to_string(live.join("skills/theirs")).unwrap(),
+            "added"
+        );
+        assert_eq!(fs::read_to_string(live.join("fresh")).unwrap(), "moved in");
+        assert!(!sibling(&live.join(".globals"), "restore").exists());
+    }
 }
