@@ -1,5 +1,6 @@
 /// A message to stderr. A closed stderr (a dropped ssh connection) must not stop a command
 /// half-way, so a failed write is ignored.
+#[cfg(not(test))]
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
@@ -8,11 +9,23 @@ macro_rules! say {
 }
 
 /// Data to stdout, likewise.
+#[cfg(not(test))]
 macro_rules! out {
     ($($t:tt)*) => {{
         use std::io::Write as _;
         let _ = writeln!(std::io::stdout(), $($t)*);
     }};
+}
+
+// In unit tests, through the test harness's capture.
+#[cfg(test)]
+macro_rules! say {
+    ($($t:tt)*) => { eprintln!($($t)*) };
+}
+
+#[cfg(test)]
+macro_rules! out {
+    ($($t:tt)*) => { println!($($t)*) };
 }
 
 mod cli;
