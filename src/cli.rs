@@ -94,12 +94,31 @@ pub enum Cmd {
         #[arg(long)]
         yes: bool,
     },
-    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>
-    #[command(after_help = "Example: ag-box set myproj memory_max=4G nix=true uid=1001")]
+    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
+    /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them)
+    #[command(
+        after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
+    )]
     Set {
         name: String,
         #[arg(required = true)]
         settings: Vec<String>,
+    },
+    /// A box's network policy and the egress proxy's recent decisions on this node
+    #[command(after_help = "Example: ag-box egress myproj --follow")]
+    Egress {
+        name: String,
+        #[arg(long)]
+        json: bool,
+        /// Keep printing decisions as they are made
+        #[arg(long)]
+        follow: bool,
+        /// How many recent decisions to show
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        /// Apply the record's policy to the box running here (what `set` does on its node)
+        #[arg(long, conflicts_with_all = ["json", "follow"])]
+        apply: bool,
     },
     /// Check the store and create the restic repository (idempotent)
     #[command(after_help = "Example: ag-box init")]
@@ -112,8 +131,22 @@ pub enum Cmd {
         supervise: bool,
         #[arg(long)]
         info: PathBuf,
+        /// (--supervise) run bwrap in this network namespace and keep the box's proxy running
+        #[arg(long)]
+        netns: Option<PathBuf>,
         #[arg(last = true, required = true)]
         argv: Vec<String>,
+    },
+    #[command(name = "__proxy", hide = true)]
+    Proxy {
+        #[arg(long = "box")]
+        box_name: String,
+        #[arg(long)]
+        netns: PathBuf,
+        #[arg(long)]
+        run_dir: PathBuf,
+        #[arg(long)]
+        node_list: PathBuf,
     },
     #[command(name = "__become", hide = true)]
     Become(BecomeArgs),

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
+use crate::plan::egress::Mode;
 use crate::plan::globals::Role;
 use crate::plan::retention::Policy;
 use crate::plan::unit::valid_memory_max;
@@ -35,6 +36,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_UID",
     "BOX_GID",
     "BOX_LOCK_WAIT",
+    "BOX_NETWORK",
 ];
 
 /// A value that must never reach argv or a log line.
@@ -96,6 +98,8 @@ pub struct Config {
     pub nodes: Vec<NodeEntry>,
     /// The box user of boxes whose record names none.
     pub box_ids: Ids,
+    /// `network=` of boxes whose record names none (new boxes get it at `track`).
+    pub network: Mode,
 }
 
 /// `KEY=VALUE` lines; `#` comments, blank lines, an optional `export ` and quotes allowed.
@@ -267,6 +271,11 @@ impl Config {
             uid: id("BOX_UID")?,
             gid: id("BOX_GID")?,
         };
+        let network = match src.get("BOX_NETWORK") {
+            None => Mode::Allow,
+            Some(v) => Mode::parse(v)
+                .ok_or_else(|| bad_key("BOX_NETWORK", v, "use allow, none or host"))?,
+        };
         Ok(Config {
             node,
             globals_role,
@@ -281,6 +290,7 @@ impl Config {
             runtime,
             nodes: src.nodes.clone(),
             box_ids,
+            network,
         })
     }
 
@@ -444,6 +454,7 @@ mod tests {
                     uid: 1000,
                     gid: 1000
                 },
+                network: Mode::Allow,
             }
         );
     }
@@ -456,6 +467,7 @@ mod tests {
             ("BOX_MEMORY_MAX", "lots"),
             ("BOX_UID", "0"),
             ("BOX_GID", "x"),
+            ("BOX_NETWORK", "open"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

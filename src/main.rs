@@ -63,11 +63,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Drop { name, yes } => commands::drop::run(&name, yes),
         Cmd::Set { name, settings } => commands::set::run(&name, &settings),
         Cmd::Probe => commands::probe::run(),
+        Cmd::Egress {
+            name, apply: true, ..
+        } => commands::egress::apply(&name),
+        Cmd::Egress {
+            name,
+            json,
+            follow,
+            last,
+            ..
+        } => commands::egress::run(&name, json, follow, last),
         Cmd::Anchor {
             supervise,
             info,
+            netns,
             argv,
-        } => exit_with(sys::runtime::anchor(&info, supervise, &argv)?),
+        } => exit_with(sys::runtime::anchor(
+            &info,
+            supervise,
+            netns.as_deref(),
+            &argv,
+        )?),
+        Cmd::Proxy {
+            box_name,
+            netns,
+            run_dir,
+            node_list,
+        } => sys::proxy::run(sys::proxy::Paths {
+            policy: plan::egress::policy_file(&run_dir),
+            log: plan::egress::log_file(&run_dir),
+            box_name,
+            netns,
+            node_list,
+        }),
         Cmd::Become(b) => exit_with(sys::privs::run(
             &plan::sandbox::Become {
                 ids: plan::account::Ids {

@@ -4,6 +4,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::Ctx;
+use crate::plan::egress::Mode;
 use crate::store::lease;
 use crate::store::meta::Meta;
 use crate::sys::restic::short;
@@ -14,6 +15,8 @@ struct Row {
     meta: Meta,
     running_here: bool,
     lease_stale: bool,
+    /// The mode in force (the record's, else this node's `BOX_NETWORK`).
+    network_mode: Mode,
 }
 
 pub fn run(json: bool) -> Result<()> {
@@ -26,6 +29,7 @@ pub fn run(json: bool) -> Result<()> {
         .map(|meta| Row {
             running_here: ctx.runtime.is_active(&ctx.spec(&meta)),
             lease_stale: meta.lease.as_ref().is_some_and(|l| lease::is_stale(l, now)),
+            network_mode: meta.network(ctx.config.network),
             meta,
         })
         .collect();
@@ -38,12 +42,13 @@ pub fn run(json: bool) -> Result<()> {
         return Ok(());
     }
     out!(
-        "{:<20} {:<10} {:<22} {:<10} {:<9} PATH",
+        "{:<20} {:<10} {:<22} {:<10} {:<9} {:<16} PATH",
         "NAME",
         "HOLDER",
         "RENEWED",
         "SNAPSHOT",
-        "HERE"
+        "HERE",
+        "NETWORK"
     );
     for r in rows {
         let m = &r.meta;
@@ -54,14 +59,23 @@ pub fn run(json: bool) -> Result<()> {
         let snap = m.last_snapshot.as_ref().map_or("-", |s| short(&s.id));
         let here = if r.running_here { "running" } else { "-" };
         out!(
-            "{:<20} {:<10} {:<22} {:<10} {:<9} {}",
+            "{:<20} {:<10} {:<22} {:<10} {:<9} {:<16} {}",
             m.name,
             holder,
             renewed,
             snap,
             here,
+            network_label(r.network_mode),
             m.path.display()
         );
     }
     Ok(())
+}
+
+/// How `ls` and `status` show a mode: `host` is said to be unguarded.
+pub fn network_label(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Host => "host (unguarded)",
+        m => m.label(),
+    }
 }

@@ -2,6 +2,7 @@
 
 pub mod attach;
 pub mod drop;
+pub mod egress;
 pub mod exec;
 pub mod globals;
 pub mod init;

@@ -1,8 +1,9 @@
-//! `set <name> key=value...`: per-box settings (memory_max, nix, pin).
+//! `set <name> key=value...`: per-box settings (memory_max, nix, pin, uid, gid, network, allow).
+//! The network policy applies to the running box at once; the rest at its next `up`.
 
 use anyhow::Result;
 
-use super::Ctx;
+use super::{Ctx, egress};
 use crate::store::{Step, update};
 
 pub fn run(name: &str, assignments: &[String]) -> Result<()> {
@@ -15,11 +16,26 @@ pub fn run(name: &str, assignments: &[String]) -> Result<()> {
         }
         Ok(Step::Write(next.clone(), next))
     })?;
+    let network = meta.network(ctx.config.network);
+    let allow = if meta.allow.is_empty() {
+        "none".to_string()
+    } else {
+        meta.allow.join(",")
+    };
     say!(
-        "box '{name}': memory_max={} nix={} pin={} (takes effect at the next 'ag-box up')",
+        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow}",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,
-        meta.pinned_node.as_deref().unwrap_or("none")
+        meta.pinned_node.as_deref().unwrap_or("none"),
     );
+    let egress_changed = assignments
+        .iter()
+        .any(|a| a.starts_with("network=") || a.starts_with("allow="));
+    if assignments.len() > usize::from(egress_changed) || !egress_changed {
+        say!("box '{name}': memory_max, nix, pin, uid and gid take effect at the next 'ag-box up'");
+    }
+    if egress_changed {
+        egress::apply_everywhere(&ctx, &meta);
+    }
     Ok(())
 }

@@ -6,8 +6,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::Ctx;
-use crate::sys::cmd;
+use super::ls::network_label;
+use crate::plan::egress::Mode;
 use crate::sys::runtime::Runtime;
+use crate::sys::{cmd, egress_log};
 
 #[derive(Serialize)]
 struct Status {
@@ -24,6 +26,16 @@ struct Status {
     runtime: &'static str,
     nodes: Vec<String>,
     active_boxes: Vec<String>,
+    /// Each active box's network mode and the refusals its proxy logged here.
+    egress: Vec<BoxEgress>,
+}
+
+#[derive(Serialize)]
+struct BoxEgress {
+    #[serde(rename = "box")]
+    name: String,
+    network: Mode,
+    refused: usize,
 }
 
 fn timer_state(runtime: Runtime) -> String {
@@ -61,6 +73,7 @@ pub fn run(json: bool) -> Result<()> {
             None
         }
     };
+    let active = ctx.active_boxes()?;
     let s = Status {
         node: ctx.config.node.clone(),
         version: env!("CARGO_PKG_VERSION"),
@@ -73,7 +86,21 @@ pub fn run(json: bool) -> Result<()> {
         timer: timer_state(ctx.runtime),
         runtime: ctx.runtime.label(),
         nodes: ctx.config.nodes.iter().map(|n| n.name.clone()).collect(),
-        active_boxes: ctx.active_boxes()?.into_iter().map(|m| m.name).collect(),
+        active_boxes: active.iter().map(|m| m.name.clone()).collect(),
+        egress: active
+            .iter()
+            .map(|m| {
+                let spec = ctx.spec(m);
+                BoxEgress {
+                    name: m.name.clone(),
+                    network: spec.egress.mode,
+                    refused: egress_log::read(&spec.egress_log())
+                        .iter()
+                        .filter(|r| !r.allowed)
+                        .count(),
+                }
+            })
+            .collect(),
     };
     if json {
         out!("{}", serde_json::to_string_pretty(&s)?);
@@ -107,8 +134,16 @@ pub fn run(json: bool) -> Result<()> {
     if s.active_boxes.is_empty() {
         out!("  (none)");
     }
-    for b in &s.active_boxes {
-        out!("  {b}");
+    for e in &s.egress {
+        let refused = match e.network {
+            Mode::Host => String::new(),
+            _ => format!(", {} refused", e.refused),
+        };
+        out!(
+            "  {:<20} network {}{refused}",
+            e.name,
+            network_label(e.network)
+        );
     }
     Ok(())
 }

@@ -65,6 +65,8 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         nix,
         uid: Some(ctx.config.box_ids.uid),
         gid: Some(ctx.config.box_ids.gid),
+        network: Some(ctx.config.network),
+        allow: vec![],
         lease: None,
         last_snapshot: None,
         dropping: false,

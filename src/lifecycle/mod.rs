@@ -16,6 +16,7 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::error::UserError;
 use crate::plan::agent_home::{self, AgentHome};
+use crate::plan::egress::BoxPolicy;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
 use crate::store::{MetaStore, Stored, get_existing};
@@ -82,6 +83,10 @@ pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         tmux_bin: cmd::which("tmux").unwrap_or_else(|| PathBuf::from("/usr/bin/tmux")),
         exe: host::own_exe(),
         ids: meta.ids(config.box_ids),
+        egress: BoxPolicy {
+            mode: meta.network(config.network),
+            allow: meta.allow.clone(),
+        },
     }
 }
 

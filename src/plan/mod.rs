@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod agent_home;
+pub mod egress;
 pub mod globals;
 pub mod names;
 pub mod project;

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use super::account::{self, Ids};
 use super::agent_home::{Access, AgentHome};
+use super::egress::{self, BoxPolicy};
 use super::tmux;
 
 /// Where the ag-box binary is inside every box.
@@ -42,6 +43,8 @@ pub struct BoxSpec {
     /// This ag-box binary on the host, bound read-only at [`BOX_EXE`].
     pub exe: PathBuf,
     pub ids: Ids,
+    /// The record's network policy (the mode decides the namespace; the proxy reads the rest).
+    pub egress: BoxPolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +155,10 @@ impl BoxSpec {
                 uid: 1000,
                 gid: 1000,
             },
+            egress: BoxPolicy {
+                mode: egress::Mode::Allow,
+                allow: vec![],
+            },
         }
     }
 
@@ -175,6 +182,20 @@ impl BoxSpec {
     }
     pub fn group_file(&self) -> PathBuf {
         self.run_dir.join("group")
+    }
+    /// Where the box's own network namespace is pinned (`ip netns` finds it there).
+    pub fn netns_pin(&self) -> PathBuf {
+        PathBuf::from(format!("/run/netns/box-{}", self.name))
+    }
+    /// The box's own network namespace; None: it uses the host's.
+    pub fn netns(&self) -> Option<PathBuf> {
+        self.egress.mode.isolated().then(|| self.netns_pin())
+    }
+    pub fn egress_policy_file(&self) -> PathBuf {
+        egress::policy_file(&self.run_dir)
+    }
+    pub fn egress_log(&self) -> PathBuf {
+        egress::log_file(&self.run_dir)
     }
 
     /// The mount plan; shared HOME files for which `exists` is false are left out.
@@ -259,6 +280,14 @@ impl BoxSpec {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(
+            self.egress
+                .mode
+                .isolated()
+                .then(egress::proxy_env)
+                .into_iter()
+                .flatten(),
+        )
         .collect()
     }
 
@@ -448,6 +477,13 @@ mod tests {
                 "--setenv", "USER", "agent",
                 "--setenv", "LOGNAME", "agent",
                 "--setenv", "BOX_NAME", "demo",
+                "--setenv", "HTTP_PROXY", "http://127.0.0.1:3128",
+                "--setenv", "HTTPS_PROXY", "http://127.0.0.1:3128",
+                "--setenv", "http_proxy", "http://127.0.0.1:3128",
+                "--setenv", "https_proxy", "http://127.0.0.1:3128",
+                "--setenv", "NO_PROXY", "localhost,127.0.0.1,::1",
+                "--setenv", "no_proxy", "localhost,127.0.0.1,::1",
+                "--setenv", "NODE_USE_ENV_PROXY", "1",
                 "--chdir", "/root/demo", "--",
                 "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000",
                 "--own-home", "/root", "--share-socket", "/run/box/demo/sock/tmux.sock", "--",

@@ -1,38 +1,47 @@
 //! How a box process tree is launched: the systemd-run argv and the anchor argv.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::agent_home::Access;
+use super::egress::NODE_LIST;
 use super::sandbox::BoxSpec;
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
 
 /// The hidden subcommand that opens bwrap's info fd and runs (or supervises) bwrap.
 pub const ANCHOR_SUBCOMMAND: &str = "__anchor";
+/// The hidden subcommand of a box's egress proxy.
+pub const PROXY_SUBCOMMAND: &str = "__proxy";
 
 pub fn unit_name(box_name: &str) -> String {
     format!("boxrun-{box_name}")
 }
 
-/// `ag-box __anchor [--supervise] --info <file> -- bwrap <args>`.
+/// The unit of a box's egress proxy, bound to the box's unit.
+pub fn proxy_unit_name(box_name: &str) -> String {
+    format!("boxnet-{box_name}")
+}
+
+/// `ag-box __anchor [--supervise [--netns <pin>]] --info <file> -- bwrap <args>`. Under
+/// systemd the unit itself joins the namespace; the direct supervisor joins it for bwrap and
+/// keeps the proxy running.
 pub fn anchor_argv(
-    exe: &Path,
+    spec: &BoxSpec,
     supervise: bool,
-    info_file: &Path,
     bwrap: &Path,
     bwrap_args: &[String],
 ) -> Vec<String> {
-    let mut a = vec![
-        exe.to_string_lossy().into_owned(),
-        ANCHOR_SUBCOMMAND.to_string(),
-    ];
+    let mut a = vec![s(&spec.exe), ANCHOR_SUBCOMMAND.to_string()];
     if supervise {
         a.push("--supervise".into());
+        if let Some(netns) = spec.netns() {
+            a.extend(["--netns".into(), s(&netns)]);
+        }
     }
-    a.extend([
-        "--info".into(),
-        info_file.to_string_lossy().into_owned(),
-        "--".into(),
-        bwrap.to_string_lossy().into_owned(),
-    ]);
+    a.extend(["--info".into(), s(&spec.info_file()), "--".into(), s(bwrap)]);
     a.extend(bwrap_args.iter().cloned());
     a
 }
@@ -56,6 +65,69 @@ pub const HARDENING: &[&str] = &[
     "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_CHROOT CAP_SETUID CAP_SETGID CAP_SETPCAP \
      CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_NET_ADMIN",
 ];
+
+/// `ag-box __proxy ...` for the box `name` in its own network namespace.
+pub fn proxy_argv(exe: &Path, name: &str, run_dir: &Path, netns: &Path) -> Vec<String> {
+    vec![
+        s(exe),
+        PROXY_SUBCOMMAND.into(),
+        "--box".into(),
+        name.into(),
+        "--netns".into(),
+        s(netns),
+        "--run-dir".into(),
+        s(run_dir),
+        "--node-list".into(),
+        NODE_LIST.into(),
+    ]
+}
+
+/// How soon a dead proxy is started again.
+pub const PROXY_RESTART: Duration = Duration::from_millis(200);
+
+/// The proxy's unit: it stops with the box's, comes back whenever it dies, and may do nothing
+/// but join the box's namespace once, write its run dir, resolve names and connect out.
+pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
+    let bound = format!("{}.service", unit_name(&spec.name));
+    let mut a: Vec<String> = vec![
+        "systemd-run".into(),
+        "--unit".into(),
+        proxy_unit_name(&spec.name),
+        "--description".into(),
+        format!("ag-box {} egress proxy", spec.name),
+        "--collect".into(),
+        "--quiet".into(),
+    ];
+    let props = [
+        format!("BindsTo={bound}"),
+        format!("After={bound}"),
+        "Restart=always".into(),
+        format!("RestartSec={}ms", PROXY_RESTART.as_millis()),
+        "StartLimitIntervalSec=0".into(),
+        "NoNewPrivileges=yes".into(),
+        "ProtectSystem=strict".into(),
+        "ProtectHome=read-only".into(),
+        "PrivateTmp=yes".into(),
+        "ProtectKernelTunables=yes".into(),
+        "ProtectKernelModules=yes".into(),
+        "ProtectKernelLogs=yes".into(),
+        "ProtectControlGroups=yes".into(),
+        "ProtectHostname=yes".into(),
+        "LockPersonality=yes".into(),
+        "RestrictRealtime=yes".into(),
+        "RestrictSUIDSGID=yes".into(),
+        "SystemCallArchitectures=native".into(),
+        "CapabilityBoundingSet=CAP_SYS_ADMIN".into(),
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK".into(),
+        format!("ReadWritePaths={}", spec.run_dir.display()),
+    ];
+    for p in props {
+        a.extend(["-p".into(), p]);
+    }
+    a.push("--".into());
+    a.extend(proxy.iter().cloned());
+    a
+}
 
 /// What a box writes on the host: its project, agent home, run dir and the shared credentials.
 pub fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
@@ -92,6 +164,12 @@ pub fn systemd_run_argv(
     ];
     if let Some(m) = memory_max {
         a.extend(["-p".into(), format!("MemoryMax={m}")]);
+    }
+    if let Some(netns) = spec.netns() {
+        a.extend([
+            "-p".into(),
+            format!("NetworkNamespacePath={}", netns.display()),
+        ]);
     }
     a.extend(["-p".into(), "OOMPolicy=continue".into()]);
     for p in HARDENING {
@@ -139,6 +217,7 @@ pub fn direct_cgroup(parent: &Path, box_name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::egress::{BoxPolicy, Mode};
     use pretty_assertions::assert_eq;
 
     fn spec() -> BoxSpec {
@@ -149,17 +228,15 @@ mod tests {
     #[rustfmt::skip]
     fn systemd_run_wraps_the_anchor_in_a_hardened_unit() {
         let spec = spec();
-        let anchor = anchor_argv(
-            Path::new("/opt/box/bin/ag-box"), false, Path::new("/run/box/demo/info.json"),
-            Path::new("/usr/bin/bwrap"), &["--unshare-pid".to_string()],
-        );
+        let anchor = anchor_argv(&spec, false, Path::new("/usr/bin/bwrap"), &["--unshare-pid".to_string()]);
         let present = ["/root/.claude/.credentials.json", "/root/.gitconfig"];
         let writable = writable_paths(&spec, |p| present.iter().any(|x| Path::new(x) == p));
         assert_eq!(
             systemd_run_argv(&spec, Some("1500M"), &writable, &anchor),
             [
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
-                "--collect", "--quiet", "-p", "MemoryMax=1500M", "-p", "OOMPolicy=continue",
+                "--collect", "--quiet", "-p", "MemoryMax=1500M",
+                "-p", "NetworkNamespacePath=/run/netns/box-demo", "-p", "OOMPolicy=continue",
                 "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
                 "-p", "ProtectKernelLogs=yes", "-p", "ProtectControlGroups=yes",
@@ -186,23 +263,71 @@ mod tests {
     }
 
     #[test]
-    fn supervised_anchor() {
+    fn supervised_anchor_joins_the_namespace_unless_on_the_host_network() {
+        let spec = spec();
         assert_eq!(
-            anchor_argv(
-                Path::new("/x/ag-box"),
-                true,
-                Path::new("/i"),
-                Path::new("/b"),
-                &[]
-            ),
+            anchor_argv(&spec, true, Path::new("/b"), &[]),
             [
-                "/x/ag-box",
+                "/opt/box/bin/ag-box",
+                "__anchor",
+                "--supervise",
+                "--netns",
+                "/run/netns/box-demo",
+                "--info",
+                "/run/box/demo/info.json",
+                "--",
+                "/b"
+            ]
+        );
+        let host = BoxSpec {
+            egress: BoxPolicy {
+                mode: Mode::Host,
+                allow: vec![],
+            },
+            ..spec
+        };
+        assert_eq!(
+            anchor_argv(&host, true, Path::new("/b"), &[]),
+            [
+                "/opt/box/bin/ag-box",
                 "__anchor",
                 "--supervise",
                 "--info",
-                "/i",
+                "/run/box/demo/info.json",
                 "--",
                 "/b"
+            ]
+        );
+        let argv = systemd_run_argv(&host, None, &[], &["a".to_string()]);
+        assert!(!argv.iter().any(|a| a.starts_with("NetworkNamespacePath")));
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn the_proxy_unit_is_bound_to_the_box_and_restarts() {
+        let spec = spec();
+        let proxy = proxy_argv(&spec.exe, &spec.name, &spec.run_dir, &spec.netns_pin());
+        assert_eq!(
+            proxy_unit_argv(&spec, &proxy),
+            [
+                "systemd-run", "--unit", "boxnet-demo", "--description", "ag-box demo egress proxy",
+                "--collect", "--quiet",
+                "-p", "BindsTo=boxrun-demo.service", "-p", "After=boxrun-demo.service",
+                "-p", "Restart=always", "-p", "RestartSec=200ms", "-p", "StartLimitIntervalSec=0",
+                "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict",
+                "-p", "ProtectHome=read-only", "-p", "PrivateTmp=yes",
+                "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
+                "-p", "ProtectKernelLogs=yes", "-p", "ProtectControlGroups=yes",
+                "-p", "ProtectHostname=yes", "-p", "LockPersonality=yes",
+                "-p", "RestrictRealtime=yes", "-p", "RestrictSUIDSGID=yes",
+                "-p", "SystemCallArchitectures=native",
+                "-p", "CapabilityBoundingSet=CAP_SYS_ADMIN",
+                "-p", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+                "-p", "ReadWritePaths=/run/box/demo",
+                "--",
+                "/opt/box/bin/ag-box", "__proxy", "--box", "demo",
+                "--netns", "/run/netns/box-demo",
+                "--run-dir", "/run/box/demo", "--node-list", "/etc/box/egress-allow.txt",
             ]
         );
     }

@@ -6,12 +6,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
+use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::unit::valid_memory_max;
 use crate::plan::{names, project};
 
 pub const META_VERSION: u32 = 1;
 /// A record longer than this is not read.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// A box's own allow-list entries at most.
+pub const MAX_ALLOW_ENTRIES: usize = 256;
 
 /// A record that must not be acted on: reported by name, skipped by listings.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,12 @@ pub struct Meta {
     pub uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
+    /// `network=`: records made before it follow the node's `BOX_NETWORK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Mode>,
+    /// The box's own allow-list entries, besides the node's list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
     /// `drop` began: the box's snapshots are being deleted; nothing but `drop` acts on it.
@@ -104,6 +113,8 @@ impl Meta {
             nix: false,
             uid: None,
             gid: None,
+            network: None,
+            allow: vec![],
             lease: None,
             last_snapshot: None,
             dropping: false,
@@ -137,6 +148,15 @@ impl Meta {
                 return Some(why);
             }
         }
+        if self.allow.len() > MAX_ALLOW_ENTRIES {
+            return Some(format!(
+                "{} allow-list entries, over the limit of {MAX_ALLOW_ENTRIES}",
+                self.allow.len()
+            ));
+        }
+        if let Some(why) = self.allow.iter().find_map(|e| Entry::parse(e).err()) {
+            return Some(why);
+        }
         let bad_node =
             |n: &str| n.is_empty() || n.chars().any(|c| c.is_whitespace() || c.is_control());
         if self.pinned_node.as_deref().is_some_and(bad_node)
@@ -155,6 +175,11 @@ impl Meta {
         }
     }
 
+    /// The box's network mode: the record's, else the node's default.
+    pub fn network(&self, default: Mode) -> Mode {
+        self.network.unwrap_or(default)
+    }
+
     /// `ag-box set`: one `key=value` applied to the record.
     pub fn with_setting(&self, assignment: &str) -> Result<Meta, UserError> {
         let bad = |hint: &str| {
@@ -163,9 +188,9 @@ impl Meta {
                 hint,
             )
         };
-        let (key, value) = assignment
-            .split_once('=')
-            .ok_or_else(|| bad("use key=value with key memory_max, nix, pin, uid or gid"))?;
+        let (key, value) = assignment.split_once('=').ok_or_else(|| {
+            bad("use key=value with key memory_max, nix, pin, uid, gid, network or allow")
+        })?;
         let none = value == "none" || value.is_empty();
         let mut next = self.clone();
         match key {
@@ -194,9 +219,25 @@ impl Meta {
                     _ => next.gid = Some(id),
                 }
             }
+            "network" => {
+                next.network = Some(
+                    Mode::parse(value).ok_or_else(|| bad("network takes allow, none or host"))?,
+                )
+            }
+            "allow" => {
+                next.allow = egress::parse_box_entries(value).map_err(|why| {
+                    bad(&format!(
+                        "{why}; entries are host, host:port, *.suffix, IP or CIDR, each optionally :port"
+                    ))
+                })?;
+                if next.allow.len() > MAX_ALLOW_ENTRIES {
+                    return Err(bad(&format!("at most {MAX_ALLOW_ENTRIES} entries per box")));
+                }
+            }
             _ => {
                 return Err(bad(
-                    "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>",
+                    "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>, \
+                     network=<allow|none|host>, allow=<entry>,<entry>...",
                 ));
             }
         }

@@ -25,6 +25,7 @@ const NAMESPACES: &[(&str, &str)] = &[
     ("ipc", "--ipc"),
     ("uts", "--uts"),
     ("pid", "--pid"),
+    ("net", "--net"),
     ("mnt", "--mount"),
 ];
 

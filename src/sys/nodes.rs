@@ -110,6 +110,15 @@ impl Nodes {
 
     /// `ag-box up <name> --node <node>` on that node, its output streamed; returns its exit code.
     pub fn remote_up(&mut self, entry: &NodeEntry, name: &str, force: bool) -> Result<i32> {
+        let mut args = vec!["up", name, "--node", &entry.name];
+        if force {
+            args.push("--force");
+        }
+        self.remote(entry, &args)
+    }
+
+    /// `ag-box <args>` on that node, its output streamed; returns its exit code.
+    pub fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
         let alias = entry
             .ssh_alias
             .as_deref()
@@ -119,18 +128,15 @@ impl Nodes {
                 Some(s) => s,
                 None => connect(alias).await?,
             };
-            let mut c = session.command("ag-box");
-            c.args(["up", name, "--node", &entry.name]);
-            if force {
-                c.arg("--force");
-            }
-            let status = c
+            let status = session
+                .command("ag-box")
+                .args(args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::inherit())
                 .stderr(Stdio::inherit())
                 .status()
                 .await
-                .with_context(|| format!("running ag-box up on {}", entry.name))?;
+                .with_context(|| format!("running ag-box {} on {}", args.join(" "), entry.name))?;
             let _ = session.close().await;
             Ok(cmd::exit_code(status))
         })

@@ -127,3 +127,18 @@ fn drop_privileges(ids: Ids, groups: &[u32]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Give up every capability for good, staying root (the proxy after it has joined a namespace:
+/// it still reads and writes root's files in the box's run dir).
+pub fn drop_capabilities() -> Result<()> {
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).with_context(|| format!("clearing the {set:?} capabilities"))?;
+    }
+    nix::sys::prctl::set_no_new_privs().context("setting no_new_privs")?;
+    Ok(())
+}

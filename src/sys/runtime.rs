@@ -6,6 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -16,9 +18,9 @@ use crate::config::RuntimeChoice;
 use crate::error::UserError;
 use crate::plan::account;
 use crate::plan::sandbox::BoxSpec;
-use crate::plan::{tmux as tmux_plan, unit};
+use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
-use crate::sys::{atomic, cmd, host};
+use crate::sys::{atomic, cmd, host, netns};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -122,14 +124,23 @@ impl Runtime {
     ) -> Result<()> {
         let bwrap = cmd::require("bwrap")?;
         prepare_run_dir(spec, nix)?;
+        match spec.netns() {
+            Some(pin) => netns::create(&pin)?,
+            None => netns::remove(&spec.netns_pin())?,
+        }
         let supervise = self == Runtime::Direct;
-        let anchor = unit::anchor_argv(&spec.exe, supervise, &spec.info_file(), &bwrap, bwrap_args);
+        let anchor = unit::anchor_argv(spec, supervise, &bwrap, bwrap_args);
         match self {
             Runtime::Systemd => {
                 let writable = unit::writable_paths(spec, |p| p.exists());
                 let argv = unit::systemd_run_argv(spec, memory_max, &writable, &anchor);
-                cmd::output(Command::new(&argv[0]).args(&argv[1..]))
-                    .with_context(|| format!("starting unit {}", unit::unit_name(&spec.name)))?;
+                run_unit(&argv, &unit::unit_name(&spec.name))?;
+                if let Some(pin) = spec.netns() {
+                    let proxy = unit::proxy_argv(&spec.exe, &spec.name, &spec.run_dir, &pin);
+                    let name = unit::proxy_unit_name(&spec.name);
+                    stop_unit(&name)?;
+                    run_unit(&unit::proxy_unit_argv(spec, &proxy), &name)?;
+                }
             }
             Runtime::Direct => spawn_supervisor(spec, &anchor, memory_max)?,
         }
@@ -148,10 +159,14 @@ impl Runtime {
         probe.is_ok()
     }
 
+    /// The box's tmux server answers, and so does its proxy when it has one.
     fn wait_ready(self, spec: &BoxSpec) -> Result<()> {
         let started = Instant::now();
         while started.elapsed() < READY_TIMEOUT {
-            if self.answers(spec) {
+            let proxy_up = spec
+                .netns()
+                .is_none_or(|pin| netns::answers(&pin, egress::PROXY_PORT));
+            if proxy_up && self.answers(spec) {
                 return Ok(());
             }
             // A unit that died early will not come back: stop waiting.
@@ -170,7 +185,7 @@ impl Runtime {
         let _ = self.stop(spec);
         Err(UserError::failed(
             format!(
-                "box '{}' did not start (its tmux server never answered)",
+                "box '{}' did not start (its tmux server or egress proxy never answered)",
                 spec.name
             ),
             hint,
@@ -182,12 +197,11 @@ impl Runtime {
     pub fn stop(self, spec: &BoxSpec) -> Result<()> {
         match self {
             Runtime::Systemd => {
-                let sc = cmd::require("systemctl")?;
-                let unit = unit::unit_name(&spec.name);
                 if self.is_active(spec) {
-                    cmd::output(Command::new(sc).args(["stop", &unit]))
-                        .with_context(|| format!("stopping {unit}"))?;
+                    stop_unit(&unit::unit_name(&spec.name))?;
                 }
+                // Bound to the box's unit; stopped here too in case that bond was never made.
+                stop_unit(&unit::proxy_unit_name(&spec.name))?;
             }
             Runtime::Direct => {
                 // The supervisor's death takes bwrap and its pid namespace with it.
@@ -209,8 +223,27 @@ impl Runtime {
                 }
             }
         }
-        Ok(())
+        netns::remove(&spec.netns_pin())
     }
+}
+
+fn run_unit(argv: &[String], unit: &str) -> Result<()> {
+    cmd::output(Command::new(&argv[0]).args(&argv[1..]))
+        .with_context(|| format!("starting unit {unit}"))?;
+    Ok(())
+}
+
+/// Stop `unit` if it is loaded (active, activating or restarting).
+fn stop_unit(unit: &str) -> Result<()> {
+    let sc = cmd::require("systemctl")?;
+    let state = cmd::output(Command::new(&sc).args(["show", "-p", "ActiveState", "--value", unit]))
+        .unwrap_or_default();
+    if matches!(state.trim(), "" | "inactive" | "failed") {
+        return Ok(());
+    }
+    cmd::output(Command::new(sc).args(["stop", unit]))
+        .with_context(|| format!("stopping {unit}"))?;
+    Ok(())
 }
 
 /// A fresh run dir, root's alone, but for the socket dir the box user writes its socket in.
@@ -232,6 +265,9 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
     fs::create_dir(&sock).with_context(|| format!("creating {}", sock.display()))?;
     std::os::unix::fs::chown(&sock, Some(spec.ids.uid), Some(spec.ids.gid))?;
     fs::set_permissions(&sock, fs::Permissions::from_mode(0o750))?;
+    if spec.egress.mode.isolated() {
+        write_policy(spec)?;
+    }
     for (path, text) in [
         (spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix)),
         (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
@@ -240,6 +276,12 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
         atomic::write(&path, text.as_bytes(), 0o644)?;
     }
     Ok(())
+}
+
+/// The policy the box's proxy reads; a rewrite applies to the running proxy.
+pub fn write_policy(spec: &BoxSpec) -> Result<()> {
+    let json = serde_json::to_vec(&spec.egress)?;
+    atomic::write(&spec.egress_policy_file(), &json, 0o600)
 }
 
 /// The direct runtime's supervisor of the box in `run_dir`, while it runs.
@@ -330,15 +372,28 @@ fn spawn_supervisor(spec: &BoxSpec, anchor: &[String], memory_max: Option<&str>)
     Ok(())
 }
 
-/// `ag-box __anchor`: give bwrap its info fd (3), then become bwrap (systemd) or supervise it.
-pub fn anchor(info: &Path, supervise: bool, argv: &[String]) -> Result<i32> {
+/// `ag-box __anchor`: give bwrap its info fd (3), then become bwrap (systemd) or supervise it
+/// (direct: in the box's network namespace, with its proxy kept running beside it).
+pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String]) -> Result<i32> {
     let file = fs::File::create(info).with_context(|| format!("creating {}", info.display()))?;
+    let namespace = match netns.filter(|_| supervise) {
+        Some(pin) => {
+            Some(fs::File::open(pin).with_context(|| format!("opening {}", pin.display()))?)
+        }
+        None => None,
+    };
+    let ns_fd = namespace.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..]);
     let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
     // SAFETY: only async-signal-safe libc calls between fork and exec.
     unsafe {
         c.pre_exec(move || {
+            if let Some(ns) = ns_fd
+                && nix::libc::setns(ns, nix::libc::CLONE_NEWNET) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             if fd == 3 {
                 if nix::libc::fcntl(3, nix::libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
@@ -364,15 +419,62 @@ pub fn anchor(info: &Path, supervise: bool, argv: &[String]) -> Result<i32> {
     let cgroup = std::env::var("AG_BOX_MEMORY_MAX")
         .ok()
         .and_then(|m| join_memory_cgroup(&run_dir, &m));
-    let status = c
-        .spawn()
-        .with_context(|| format!("starting {}", argv[0]))?
-        .wait()?;
+    let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
+    drop(namespace);
+    let box_done = Arc::new(AtomicBool::new(false));
+    let keeper = netns.map(|pin| {
+        let name = run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let proxy = unit::proxy_argv(&host::own_exe(), &name, &run_dir, pin);
+        let done = box_done.clone();
+        std::thread::spawn(move || keep_proxy(&proxy, &done))
+    });
+    let status = child.wait()?;
+    box_done.store(true, Ordering::Relaxed);
+    if let Some(k) = keeper {
+        let _ = k.join();
+    }
     drop(file);
     if let Some(cg) = cgroup {
         let _ = fs::remove_dir(cg);
     }
     Ok(cmd::exit_code(status))
+}
+
+/// The direct runtime's proxy: started again whenever it dies, killed when the box is done
+/// (or, through the parent-death signal, when the supervisor is).
+fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
+    while !box_done.load(Ordering::Relaxed) {
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]).stdin(Stdio::null());
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        match c.spawn() {
+            Ok(mut proxy) => loop {
+                if box_done.load(Ordering::Relaxed) {
+                    let _ = proxy.kill();
+                    let _ = proxy.wait();
+                    return;
+                }
+                if let Ok(Some(status)) = proxy.try_wait() {
+                    say!("ag-box: the egress proxy exited ({status}); starting it again");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            },
+            Err(e) => say!("ag-box: starting the egress proxy: {e}"),
+        }
+        std::thread::sleep(unit::PROXY_RESTART);
+    }
 }
 
 /// Best effort: a child memory cgroup (v1 or v2) with the box's limit, when one is writable.

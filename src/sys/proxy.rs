@@ -1,0 +1,475 @@
+//! `ag-box __proxy`: a box's egress proxy. It listens on loopback inside the box's network
+//! namespace and connects out from the host's, only where the box's policy admits
+//! ([`crate::plan::egress`]): HTTP CONNECT tunnels and plain-HTTP forwarding, names resolved
+//! here (the box has no DNS). Every decision is one line in the decision log. The policy and the
+//! node's list are re-read when their files change, so `set` applies to a running box.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::plan::egress::{self, BoxPolicy, Decision, Host, Lookup, Policy};
+use crate::sys::egress_log::{self, Record};
+use crate::sys::{netns, privs};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sent with every refusal; says why.
+const REFUSED_HEADER: &str = "x-ag-box-refused";
+
+/// Headers of one hop that a proxy must not pass on (RFC 9110 7.6.1), besides those `Connection` names.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+pub struct Paths {
+    pub box_name: String,
+    pub netns: PathBuf,
+    pub policy: PathBuf,
+    pub log: PathBuf,
+    pub node_list: PathBuf,
+}
+
+pub fn run(paths: Paths) -> Result<()> {
+    let listener = netns::listen(&paths.netns, egress::PROXY_PORT)?;
+    listener.set_nonblocking(true)?;
+    let log = egress_log::Writer::open(&paths.log)?;
+    // Joining the namespace was the last thing that needed a capability.
+    privs::drop_capabilities()?;
+    let state = Arc::new(State {
+        box_name: paths.box_name,
+        policy: PolicySource {
+            policy: paths.policy,
+            node_list: paths.node_list,
+            cache: Mutex::new(None),
+        },
+        log,
+    });
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the proxy's runtime")?
+        .block_on(serve(listener, state))
+}
+
+struct State {
+    box_name: String,
+    policy: PolicySource,
+    log: egress_log::Writer,
+}
+
+/// A file's identity and version: a rewrite by rename changes the inode.
+type Stamp = Option<(u64, i64, i64, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.mtime(), m.mtime_nsec(), m.len()))
+}
+
+/// A loaded policy (or why none could be) and the file versions it came from.
+type Loaded = Arc<Result<Policy, String>>;
+type Cached = (Stamp, Stamp, Loaded);
+
+struct PolicySource {
+    policy: PathBuf,
+    node_list: PathBuf,
+    cache: Mutex<Option<Cached>>,
+}
+
+impl PolicySource {
+    /// The policy now in force; an unreadable one refuses everything (and says why).
+    fn current(&self) -> Loaded {
+        let stamps = (stamp(&self.policy), stamp(&self.node_list));
+        let Ok(mut cache) = self.cache.lock() else {
+            return Arc::new(Err("policy cache poisoned".into()));
+        };
+        if let Some((p, n, policy)) = cache.as_ref()
+            && (*p, *n) == stamps
+        {
+            return policy.clone();
+        }
+        let policy = Arc::new(self.load());
+        if let Err(why) = policy.as_ref() {
+            tracing::warn!("egress policy: {why}; refusing everything until it is fixed");
+        }
+        *cache = Some((stamps.0, stamps.1, policy.clone()));
+        policy
+    }
+
+    fn load(&self) -> Result<Policy, String> {
+        let text = std::fs::read_to_string(&self.policy)
+            .map_err(|e| format!("policy {} unreadable: {e}", self.policy.display()))?;
+        let policy: BoxPolicy = serde_json::from_str(&text)
+            .map_err(|e| format!("policy {} invalid: {e}", self.policy.display()))?;
+        let node = match std::fs::read_to_string(&self.node_list) {
+            Ok(text) => {
+                let (entries, bad) = egress::parse_list(&text);
+                for b in bad {
+                    tracing::warn!("{}: {b} (skipped)", self.node_list.display());
+                }
+                entries
+            }
+            Err(e) => {
+                tracing::warn!("{}: {e}; no node entries", self.node_list.display());
+                vec![]
+            }
+        };
+        policy.with_node_entries(node)
+    }
+}
+
+async fn serve(listener: std::net::TcpListener, state: Arc<State>) -> Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors and the like: pass, rather than spin.
+                tracing::warn!("accepting: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(req, state.clone()));
+            let served = hyper::server::conn::http1::Builder::new()
+                .preserve_header_case(true)
+                .title_case_headers(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+            if let Err(e) = served {
+                tracing::debug!("client connection: {e}");
+            }
+        });
+    }
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+fn text_body(text: String) -> Body {
+    Full::new(Bytes::from(text))
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn answer(status: StatusCode, reason: &str) -> Response<Body> {
+    let mut resp = Response::new(text_body(format!("ag-box egress proxy: {reason}\n")));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    if status == StatusCode::FORBIDDEN
+        && let Ok(v) = HeaderValue::from_str(reason)
+    {
+        h.insert(REFUSED_HEADER, v);
+    }
+    resp
+}
+
+/// One request's destination and what became of it, logged once it is over.
+struct Attempt {
+    state: Arc<State>,
+    host: String,
+    port: u16,
+    method: String,
+}
+
+impl Attempt {
+    fn log(&self, decision: Result<&str, &str>, error: Option<String>, bytes: (u64, u64)) {
+        let (rule, reason) = match decision {
+            Ok(rule) => (Some(rule.to_string()), None),
+            Err(reason) => (None, Some(reason.to_string())),
+        };
+        self.state.log.write(&Record {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            box_name: self.state.box_name.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            method: self.method.clone(),
+            allowed: decision.is_ok(),
+            rule,
+            reason,
+            error,
+            bytes_out: bytes.0,
+            bytes_in: bytes.1,
+        });
+    }
+
+    fn refuse(&self, reason: &str) -> Response<Body> {
+        self.log(Err(reason), None, (0, 0));
+        answer(StatusCode::FORBIDDEN, reason)
+    }
+
+    /// The policy's decision, with names resolved here; Ok: the rule and where to connect.
+    async fn decide(&self) -> Result<(String, Vec<SocketAddr>), String> {
+        let host =
+            Host::parse(&self.host).ok_or_else(|| format!("invalid host '{}'", self.host))?;
+        let policy = self.state.policy.current();
+        let policy = policy.as_ref().as_ref().map_err(Clone::clone)?;
+        let decision = match policy.decide(&host, self.port) {
+            Lookup::Done(d) => d,
+            Lookup::Resolve { rule } => {
+                let name = host.to_string();
+                let resolved: Vec<IpAddr> = tokio::net::lookup_host((name.as_str(), self.port))
+                    .await
+                    .map(|addrs| addrs.map(|a| a.ip()).collect())
+                    .unwrap_or_default();
+                policy.admit(rule, &name, self.port, &resolved)
+            }
+        };
+        match decision {
+            Decision::Allow { rule, addrs } => Ok((
+                rule,
+                addrs
+                    .into_iter()
+                    .map(|a| SocketAddr::new(a, self.port))
+                    .collect(),
+            )),
+            Decision::Refuse { reason } => Err(reason),
+        }
+    }
+}
+
+/// The first of `addrs` that answers.
+async fn dial(addrs: &[SocketAddr]) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: timed out")),
+        }
+    }
+    Err(last)
+}
+
+async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
+    let uri = req.uri();
+    let target = match (
+        req.method() == Method::CONNECT,
+        uri.authority(),
+        uri.scheme_str(),
+    ) {
+        (true, Some(a), _) => a.port_u16().map(|p| (a.host().to_string(), p)),
+        (false, Some(a), Some("http")) => Some((a.host().to_string(), a.port_u16().unwrap_or(80))),
+        _ => None,
+    };
+    let Some((host, port)) = target else {
+        return Ok(answer(
+            StatusCode::BAD_REQUEST,
+            "send requests through HTTP_PROXY: CONNECT host:port, or an absolute http:// URL",
+        ));
+    };
+    let attempt = Attempt {
+        state,
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+        method: req.method().to_string(),
+    };
+    let (rule, addrs) = match attempt.decide().await {
+        Ok(d) => d,
+        Err(reason) => return Ok(attempt.refuse(&reason)),
+    };
+    let upstream = match dial(&addrs).await {
+        Ok(s) => s,
+        Err(e) => {
+            attempt.log(Ok(&rule), Some(format!("connecting: {e}")), (0, 0));
+            return Ok(answer(
+                StatusCode::BAD_GATEWAY,
+                &format!("connecting to {host}:{port}: {e}"),
+            ));
+        }
+    };
+    let counted = Counted::new(upstream);
+    let bytes = counted.counters();
+    if req.method() == Method::CONNECT {
+        tokio::spawn(async move {
+            let mut upstream = counted;
+            let error = match hyper::upgrade::on(req).await {
+                Ok(client) => {
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut upstream)
+                        .await
+                        .err()
+                        .map(|e| format!("tunnel: {e}"))
+                }
+                Err(e) => Some(format!("upgrade: {e}")),
+            };
+            attempt.log(Ok(&rule), error, bytes.get());
+        });
+        return Ok(Response::new(text_body(String::new())));
+    }
+    Ok(forward(req, attempt, rule, counted, bytes).await)
+}
+
+/// Plain HTTP: the request in origin form over a fresh connection, the answer streamed back.
+async fn forward(
+    mut req: Request<Incoming>,
+    attempt: Attempt,
+    rule: String,
+    upstream: Counted,
+    bytes: Counters,
+) -> Response<Body> {
+    let handshake = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .handshake(TokioIo::new(upstream))
+        .await;
+    let (mut sender, conn) = match handshake {
+        Ok(pair) => pair,
+        Err(e) => {
+            attempt.log(Ok(&rule), Some(format!("handshake: {e}")), bytes.get());
+            return answer(StatusCode::BAD_GATEWAY, &format!("{e}"));
+        }
+    };
+    let origin = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .unwrap_or_default();
+    let authority = req.uri().authority().map(|a| a.as_str().to_string());
+    *req.uri_mut() = origin;
+    strip_hop_by_hop(req.headers_mut());
+    if let Some(a) = authority
+        && !req.headers().contains_key(header::HOST)
+        && let Ok(v) = HeaderValue::from_str(&a)
+    {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    // The connection runs beside the request; with no more requests to send, it ends once the
+    // answer is through, and the decision is logged with its byte counts.
+    let done = tokio::spawn(async move {
+        let error = conn.await.err().map(|e| format!("exchange: {e}"));
+        attempt.log(Ok(&rule), error, bytes.get());
+    });
+    let sent = sender.send_request(req).await;
+    drop(sender);
+    match sent {
+        Ok(mut resp) => {
+            strip_hop_by_hop(resp.headers_mut());
+            resp.map(|b| b.boxed())
+        }
+        Err(e) => {
+            let _ = done.await;
+            answer(StatusCode::BAD_GATEWAY, &format!("{e}"))
+        }
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in HOP_BY_HOP
+        .iter()
+        .copied()
+        .chain(named.iter().map(String::as_str))
+    {
+        headers.remove(name);
+    }
+}
+
+/// Bytes to (out) and from (in) a destination.
+#[derive(Clone, Default)]
+struct Counters(Arc<(AtomicU64, AtomicU64)>);
+
+impl Counters {
+    fn get(&self) -> (u64, u64) {
+        (
+            self.0.0.load(Ordering::Relaxed),
+            self.0.1.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The connection to a destination, counting what passes.
+struct Counted {
+    stream: TcpStream,
+    counters: Counters,
+}
+
+impl Counted {
+    fn new(stream: TcpStream) -> Counted {
+        Counted {
+            stream,
+            counters: Counters::default(),
+        }
+    }
+    fn counters(&self) -> Counters {
+        self.counters.clone()
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.counters.0.1.fetch_add(n as u64, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.counters.0.0.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
