@@ -1,6 +1,8 @@
 //! The real Claude Code and Codex CLIs (pinned, installed by `tests/rig.sh install`) in a
 //! non-root box: a non-interactive run against the stand-in model server of
 //! `tests/agents/standin.py` on node A, a migration, and the same conversations resumed on B.
+//! The box has its own network: the CLIs reach the stand-in (on the node's rig address) only
+//! through the egress proxy, and only while the box's allow-list names it.
 
 mod common;
 
@@ -11,7 +13,21 @@ const PORT: u16 = 18481;
 const HOMES: &str = "/var/lib/ag-box/homes";
 const STOP: &str = "[ -s /root/standin.pid ] && kill $(cat /root/standin.pid) 2>/dev/null; rm -f /root/standin.pid; true";
 
-/// The stand-in model server on a node's loopback (the box shares the node's network).
+/// The node's address on the rig's network.
+fn ip(n: &Node) -> &'static str {
+    match n.name {
+        "nodeA" => "10.200.0.1",
+        "nodeB" => "10.200.0.2",
+        _ => "10.200.0.3",
+    }
+}
+
+/// The box's allow-list entries for the stand-in on A and B.
+fn standin_entries() -> String {
+    format!("10.200.0.1:{PORT},10.200.0.2:{PORT}")
+}
+
+/// The stand-in model server on a node's rig address (outside every box).
 struct StandIn<'a>(&'a Node);
 
 impl<'a> StandIn<'a> {
@@ -29,10 +45,11 @@ impl<'a> StandIn<'a> {
         n.sh(&format!(
             "{STOP}
              setsid -f sh -c 'echo $$ > /root/standin.pid; \
-               exec python3 /root/standin.py --port {PORT} --host 127.0.0.1 --log /root/standin.log' \
+               exec python3 /root/standin.py --port {PORT} --host {ip} --log /root/standin.log' \
                </dev/null >/dev/null 2>&1
-             for i in $(seq 100); do curl -sf http://127.0.0.1:{PORT}/v1/models >/dev/null && exit 0; sleep 0.05; done
-             exit 1"
+             for i in $(seq 100); do curl -sf http://{ip}:{PORT}/v1/models >/dev/null && exit 0; sleep 0.05; done
+             exit 1",
+            ip = ip(n)
         ))
         .ok();
         StandIn(n)
@@ -65,22 +82,52 @@ plugins = false
 apps = false
 [model_providers.standin]
 name = \"Stand-in\"
-base_url = \"http://127.0.0.1:{PORT}/v1\"
+base_url = \"http://{ip}:{PORT}/v1\"
 wire_api = \"responses\"
 env_key = \"STANDIN_API_KEY\"
-EOF"
+EOF",
+        ip = ip(n)
     ))
     .ok();
 }
 
 fn claude(n: &Node, name: &str, args: &str) -> String {
     n.sh(&format!(
-        "ag-box exec {name} -- env ANTHROPIC_BASE_URL=http://127.0.0.1:{PORT} ANTHROPIC_API_KEY=sk-standin \
+        "ag-box exec {name} -- env ANTHROPIC_BASE_URL=http://{ip}:{PORT} ANTHROPIC_API_KEY=sk-standin \
          CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
-         DISABLE_ERROR_REPORTING=1 timeout 120 {AGENTS}/claude -p {args} --output-format json"
+         DISABLE_ERROR_REPORTING=1 timeout 120 {AGENTS}/claude -p {args} --output-format json",
+        ip = ip(n)
     ))
     .ok()
     .stdout()
+}
+
+/// Claude Code with the stand-in's address unlisted: the proxy refuses it, and says so.
+fn claude_refused(n: &Node, name: &str) {
+    n.sh(&format!("ag-box set {name} allow=")).ok();
+    let out = n.sh(&format!(
+        "ag-box exec {name} -- env ANTHROPIC_BASE_URL=http://{ip}:{PORT} ANTHROPIC_API_KEY=sk-standin \
+         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+         DISABLE_ERROR_REPORTING=1 timeout 20 {AGENTS}/claude -p 'Refused?' --output-format json",
+        ip = ip(n)
+    ));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("STANDIN-REPLY"),
+        "the stand-in answered through the proxy although it is not listed: {out:?}"
+    );
+    let log = n.sh(&format!("ag-box egress {name} --json")).ok().stdout();
+    let log: serde_json::Value = serde_json::from_str(&log).unwrap();
+    let refused = log["decisions"].as_array().unwrap().iter().any(|d| {
+        d["allowed"] == false
+            && d["host"] == ip(n)
+            && d["port"] == PORT
+            && d["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("private address"))
+    });
+    assert!(refused, "no refusal of {}:{PORT} logged: {log:#}", ip(n));
+    n.sh(&format!("ag-box set {name} allow={}", standin_entries()))
+        .ok();
 }
 
 fn codex(n: &Node, name: &str, args: &str) -> String {
@@ -121,6 +168,11 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     }
     let name = "agents-real";
     c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box set {name} network=allow allow={}",
+        standin_entries()
+    ))
+    .ok();
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
 
     let first = {
@@ -135,6 +187,7 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
             codex_out.contains("STANDIN-REPLY turns=1 last=First for codex?"),
             "{codex_out}"
         );
+        claude_refused(&c.a, name);
         (claude_out, codex_out)
     };
     let session: serde_json::Value = serde_json::from_str(first.0.trim()).unwrap();

@@ -263,7 +263,7 @@ wire_nodes() { # wire_nodes NODE...  -- a bridge linking the nodes, ssh trust am
 # private mount ns; nspawn mounts the v1 memory controller ro so MemoryMax would be ignored -> PID 1
 # is a sh that remounts it rw, then execs systemd; the launcher lives in its own box-<node> cgroups
 # (--keep-unit creates payload/ and supervisor/ there); basic.target + ssh + user-sessions (else
-# /run/nologin).
+# /run/nologin); CAP_NET_ADMIN (which nspawn drops) lets ag-box bring up lo in a box's own netns.
 start_node() {
   local n=$1 d memrel; d=$(ndir "$n")
   memrel=$(awk -F: '$2=="memory"{print $3}' /proc/self/cgroup)
@@ -281,7 +281,7 @@ start_node() {
         --bind=$d/root:/root --bind=$d/run-box:/run/box --bind=$d/opt-box:/opt/box \
         --bind=$d/etc-box:/etc/box --bind=$d/etc-ssh:/etc/ssh --bind-ro=$d/hostname:/etc/hostname \
         --bind=$d/var-lib-ag-box:/var/lib/ag-box \
-        --kill-signal=SIGRTMIN+3 \
+        --kill-signal=SIGRTMIN+3 --capability=CAP_NET_ADMIN \
         /bin/sh -c \"mount -o remount,bind,rw /sys/fs/cgroup/memory && exec /lib/systemd/systemd \
             systemd.unit=basic.target systemd.wants=ssh.service systemd.wants=systemd-user-sessions.service\""
   ' _ "$n" "$d" > "$d/nspawn.log" 2>&1 < /dev/null 9>&-
