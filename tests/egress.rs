@@ -214,9 +214,9 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
             .ok()
             .stdout();
     assert!(
-        journal.contains(&format!(
+        journal.contains(
             "\"host\":\"10.200.0.3\",\"port\":8443,\"method\":\"CONNECT\",\"allowed\":false"
-        )),
+        ),
         "{journal}"
     );
     let status: serde_json::Value =
