@@ -2,11 +2,12 @@
 # install.sh -- install ag-box on this machine, or on another one over ssh (root).
 #
 #   install.sh              installs here: /opt/box/bin/ag-box (+ symlink /usr/local/bin/ag-box),
-#                           /etc/box/tmux-inner.conf, /etc/base-flake/, /opt/box/{exclude.txt,
+#                           /etc/box/tmux-inner.conf, /etc/box/egress-allow.txt (kept when the
+#                           node has one: the shipped copy goes beside it as .dist), /etc/base-flake/, /opt/box/{exclude.txt,
 #                           env.example,nodes.example}, the box-snapshot (hourly) and box-prune
 #                           (daily) units and timers when systemd is PID 1, and sysctl
 #                           dev.tty.legacy_tiocsti=0; on Debian it apt-gets the tools ag-box runs
-#                           (bwrap restic tmux ssh) and fails naming any that is still missing.
+#                           (bwrap restic tmux ssh ip unshare) and fails naming any that is still missing.
 #   install.sh --to ALIAS   finds or builds the binary here, copies a bundle (the binary, this
 #                           script and the files above, SHA256SUMS) to the ssh host ALIAS (root
 #                           there), runs install.sh there, removes the bundle and checks that
@@ -19,11 +20,11 @@
 set -euo pipefail
 
 PROG=install.sh
-FILES=(tmux-inner.conf exclude.txt env.example nodes.example systemd base-flake)
+FILES=(tmux-inner.conf egress-allow.txt exclude.txt env.example nodes.example systemd base-flake)
 UNITS=(box-snapshot.service box-snapshot.timer box-prune.service box-prune.timer)
 TIMERS=(box-snapshot.timer box-prune.timer)
-TOOLS=(bwrap restic tmux ssh)
-declare -A PKG=([bwrap]=bubblewrap [restic]=restic [tmux]=tmux [ssh]=openssh-client)
+TOOLS=(bwrap restic tmux ssh ip unshare)
+declare -A PKG=([bwrap]=bubblewrap [restic]=restic [tmux]=tmux [ssh]=openssh-client [ip]=iproute2 [unshare]=util-linux)
 SYSCTL_CONF=/etc/sysctl.d/90-ag-box.conf
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -136,6 +137,13 @@ install_files() {
   mv -f /opt/box/bin/.ag-box.new /opt/box/bin/ag-box
   ln -sfn /opt/box/bin/ag-box /usr/local/bin/ag-box
   install -D -m 644 tmux-inner.conf /etc/box/tmux-inner.conf
+  # The node's allow-list is the operator's to edit: never overwritten.
+  if [ ! -e /etc/box/egress-allow.txt ]; then
+    install -m 644 egress-allow.txt /etc/box/egress-allow.txt
+  elif ! cmp -s egress-allow.txt /etc/box/egress-allow.txt; then
+    install -m 644 egress-allow.txt /etc/box/egress-allow.txt.dist
+    warn "kept this node's /etc/box/egress-allow.txt; the shipped list is /etc/box/egress-allow.txt.dist (compare them)"
+  fi
   local f
   for f in exclude.txt env.example nodes.example; do install -D -m 644 "$f" "/opt/box/$f"; done
   # Shipped files overwrite theirs; anything else there (the flake.lock nix wrote) stays.
@@ -143,7 +151,7 @@ install_files() {
   cp -R base-flake/. /etc/base-flake/
   chmod -R u=rwX,go=rX /etc/base-flake
   install -d -m 700 "${BOX_CONFIG_DIR:-${HOME:-/root}/.config/box}"
-  log "installed /opt/box/bin/ag-box (+ /usr/local/bin/ag-box), /etc/box/tmux-inner.conf, /etc/base-flake, /opt/box/{exclude.txt,env.example,nodes.example}"
+  log "installed /opt/box/bin/ag-box (+ /usr/local/bin/ag-box), /etc/box/{tmux-inner.conf,egress-allow.txt}, /etc/base-flake, /opt/box/{exclude.txt,env.example,nodes.example}"
 }
 
 install_units() {

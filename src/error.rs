@@ -45,7 +45,8 @@ impl UserError {
     pub fn tool_missing(tool: &str) -> Self {
         let package = match tool {
             "bwrap" => "bubblewrap",
-            "nsenter" => "util-linux",
+            "nsenter" | "unshare" => "util-linux",
+            "ip" => "iproute2",
             "systemd-run" | "systemctl" => "systemd",
             "ssh" => "openssh-client",
             other => other,

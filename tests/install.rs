@@ -13,6 +13,7 @@ use common::{Checked, Cluster, Node, Target, assert_code, repo_root};
 const SHIPPED: &[&str] = &[
     "install.sh",
     "tmux-inner.conf",
+    "egress-allow.txt",
     "exclude.txt",
     "env.example",
     "nodes.example",
@@ -122,6 +123,8 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     )
     .ok();
     a.sh("test -f /etc/box/tmux-inner.conf && test -f /etc/base-flake/flake.nix && \
+          { grep -qx api.anthropic.com /etc/box/egress-allow.txt || \
+            grep -qx api.anthropic.com /etc/box/egress-allow.txt.dist; } && \
           test -L /usr/local/bin/ag-box && test -x /usr/local/bin/ag-box && \
           test -f /opt/box/exclude.txt && test -f /opt/box/env.example && \
           test -f /opt/box/nodes.example && grep -qx 'dev.tty.legacy_tiocsti = 0' /etc/sysctl.d/90-ag-box.conf")

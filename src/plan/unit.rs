@@ -104,6 +104,8 @@ pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         "Restart=always".into(),
         format!("RestartSec={}ms", PROXY_RESTART.as_millis()),
         "StartLimitIntervalSec=0".into(),
+        // A box that opens connections without end costs its proxy, not the node.
+        "MemoryMax=256M".into(),
         "NoNewPrivileges=yes".into(),
         "ProtectSystem=strict".into(),
         "ProtectHome=read-only".into(),
@@ -314,6 +316,7 @@ mod tests {
                 "--collect", "--quiet",
                 "-p", "BindsTo=boxrun-demo.service", "-p", "After=boxrun-demo.service",
                 "-p", "Restart=always", "-p", "RestartSec=200ms", "-p", "StartLimitIntervalSec=0",
+                "-p", "MemoryMax=256M",
                 "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict",
                 "-p", "ProtectHome=read-only", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",

@@ -358,9 +358,50 @@ mod tests {
             "uid=0",
             "gid=65533",
             "uid=me",
+            "network=open",
         ] {
             let e = meta().with_setting(bad).unwrap_err();
             assert!(e.message.contains("invalid setting"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn network_settings_are_stored_checked_and_cleared() {
+        let m = meta()
+            .with_setting("network=none")
+            .and_then(|m| m.with_setting("allow=api.example.com, 10.0.0.0/8:5432,*.npmjs.org"))
+            .unwrap();
+        assert_eq!(
+            m,
+            Meta {
+                network: Some(Mode::None),
+                allow: vec![
+                    "api.example.com".into(),
+                    "10.0.0.0/8:5432".into(),
+                    "*.npmjs.org".into()
+                ],
+                ..meta()
+            }
+        );
+        assert_eq!(m.network(Mode::Allow), Mode::None);
+        assert_eq!(meta().network(Mode::Host), Mode::Host);
+        assert_eq!(
+            m.with_setting("allow=").unwrap().allow,
+            Vec::<String>::new()
+        );
+        let e = meta().with_setting("allow=ok.com,not a host").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "box 'd': invalid setting 'allow=ok.com,not a host'; hint: allow-list entry 'not a host': \
+             not a host name; entries are host, host:port, *.suffix, IP or CIDR, each optionally :port"
+        );
+        let stored = Meta {
+            allow: vec!["10.0.0.0/99".into()],
+            ..meta()
+        };
+        assert_eq!(
+            stored.problem("d"),
+            Some("allow-list entry '10.0.0.0/99': the prefix length must be 0 to 32".into())
+        );
     }
 }

@@ -40,6 +40,7 @@ pub struct Record {
 pub struct Writer {
     path: PathBuf,
     file: Mutex<File>,
+    rotate_at: u64,
 }
 
 fn open_append(path: &Path) -> Result<File> {
@@ -61,6 +62,7 @@ impl Writer {
         Ok(Writer {
             path: path.to_path_buf(),
             file: Mutex::new(open_append(path)?),
+            rotate_at: ROTATE_BYTES,
         })
     }
 
@@ -77,7 +79,7 @@ impl Writer {
         if let Err(e) = file.write_all(line.as_bytes()) {
             tracing::warn!("writing {}: {e}", self.path.display());
         }
-        if file.metadata().is_ok_and(|m| m.len() > ROTATE_BYTES) {
+        if file.metadata().is_ok_and(|m| m.len() > self.rotate_at) {
             let moved = fs::rename(&self.path, rotated(&self.path));
             match moved.and_then(|()| open_append(&self.path).map_err(std::io::Error::other)) {
                 Ok(fresh) => *file = fresh,
@@ -135,4 +137,47 @@ fn open_read_end(path: &Path) -> Result<File> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     file.seek(SeekFrom::End(0))?;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn record(port: u16, allowed: bool) -> Record {
+        Record {
+            time: "2026-11-30T00:00:00.000Z".into(),
+            box_name: "b".into(),
+            host: "example.com".into(),
+            port,
+            method: "CONNECT".into(),
+            allowed,
+            rule: allowed.then(|| "example.com".to_string()),
+            reason: (!allowed).then(|| "example.com:22 is not listed".to_string()),
+            error: None,
+            bytes_out: 1,
+            bytes_in: 2,
+        }
+    }
+
+    #[test]
+    fn one_json_line_each_read_back_across_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("egress.log");
+        let w = Writer {
+            rotate_at: 600,
+            ..Writer::open(&path).unwrap()
+        };
+        let written: Vec<Record> = (1..=6).map(|i| record(i, i % 2 == 0)).collect();
+        for r in &written {
+            w.write(r);
+        }
+        assert!(rotated(&path).exists());
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.lines().all(|l| l.starts_with("{\"time\":")), "{text}");
+        // What the rotation dropped is gone; the rest reads back in order.
+        let back = read(&path);
+        assert_eq!(back, written[written.len() - back.len()..].to_vec());
+        assert!(back.len() >= 3, "{back:?}");
+    }
 }

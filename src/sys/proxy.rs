@@ -72,6 +72,8 @@ pub fn run(paths: Paths) -> Result<()> {
     });
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Name lookups block a thread each; a box cannot make the proxy spawn hundreds.
+        .max_blocking_threads(16)
         .enable_all()
         .build()
         .context("starting the proxy's runtime")?
@@ -471,5 +473,248 @@ impl AsyncWrite for Counted {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The proxy's HTTP handling on loopback (no namespaces): policy, forwarding, tunnels, log.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpListener};
+
+    /// An upstream that answers each request with `hello` and hands back what it received.
+    fn upstream() -> (u16, std::sync::mpsc::Receiver<String>) {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let mut s = s.unwrap();
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).unwrap();
+                let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let raw = got.starts_with("RAW");
+                let _ = tx.send(got);
+                let reply: &[u8] = if raw {
+                    b"RAW-ECHO"
+                } else {
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                };
+                s.write_all(reply).unwrap();
+            }
+        });
+        (port, rx)
+    }
+
+    struct Proxy {
+        port: u16,
+        dir: tempfile::TempDir,
+    }
+
+    impl Proxy {
+        fn start(policy: &str) -> Proxy {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("egress.json"), policy).unwrap();
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let state = Arc::new(State {
+                box_name: "t".into(),
+                policy: PolicySource {
+                    policy: dir.path().join("egress.json"),
+                    node_list: dir.path().join("no-node-list"),
+                    cache: Mutex::new(None),
+                },
+                log: egress_log::Writer::open(&dir.path().join("egress.log")).unwrap(),
+            });
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(serve(listener, state))
+            });
+            Proxy { port, dir }
+        }
+
+        /// Send `head` (and then `then`, once an answer head came back); everything read until EOF.
+        fn exchange(&self, head: &str, then: Option<&[u8]>) -> String {
+            let mut s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            let mut got = Vec::new();
+            if let Some(more) = then {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                s.write_all(more).unwrap();
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+            }
+            let _ = s.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        }
+
+        /// The logged decisions, once `n` are there.
+        fn log(&self, n: usize) -> Vec<Record> {
+            for _ in 0..200 {
+                let all = egress_log::read(&self.dir.path().join("egress.log"));
+                if all.len() >= n {
+                    return all;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("fewer than {n} decisions logged");
+        }
+    }
+
+    fn policy(entries: &[String]) -> String {
+        serde_json::json!({"mode": "allow", "allow": entries}).to_string()
+    }
+
+    #[test]
+    fn plain_http_is_forwarded_in_origin_form_without_hop_by_hop_headers() {
+        let (port, received) = upstream();
+        let proxy = Proxy::start(&policy(&[format!("127.0.0.1:{port}")]));
+        let answer = proxy.exchange(
+            &format!(
+                "GET http://127.0.0.1:{port}/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+                 Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+                 Connection: close, X-Hop\r\nX-Hop: 1\r\nX-Kept: 2\r\n\r\n"
+            ),
+            None,
+        );
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.ends_with("hello"), "{answer}");
+        let request = received.recv().unwrap();
+        assert!(request.starts_with("GET /x?y=1 HTTP/1.1\r\n"), "{request}");
+        assert!(request.contains("X-Kept: 2"), "{request}");
+        for gone in [
+            "Proxy-Connection",
+            "Proxy-Authorization",
+            "X-Hop:",
+            "c2VjcmV0",
+        ] {
+            assert!(!request.contains(gone), "{gone} passed on: {request}");
+        }
+        let log = proxy.log(1);
+        assert_eq!(
+            log[0],
+            Record {
+                time: log[0].time.clone(),
+                box_name: "t".into(),
+                host: "127.0.0.1".into(),
+                port,
+                method: "GET".into(),
+                allowed: true,
+                rule: Some(format!("127.0.0.1:{port}")),
+                reason: None,
+                error: None,
+                bytes_out: log[0].bytes_out,
+                bytes_in: 62,
+            }
+        );
+        assert!(log[0].bytes_out > 0);
+    }
+
+    #[test]
+    fn a_connect_tunnel_relays_bytes_both_ways() {
+        let (port, received) = upstream();
+        let proxy = Proxy::start(&policy(&[format!("127.0.0.1:{port}")]));
+        let answer = proxy.exchange(
+            &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"),
+            Some(b"RAW-PING"),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("RAW-ECHO"), "{answer}");
+        assert_eq!(received.recv().unwrap(), "RAW-PING");
+        let log = proxy.log(1);
+        assert_eq!((log[0].method.as_str(), log[0].allowed), ("CONNECT", true));
+        assert_eq!((log[0].bytes_out, log[0].bytes_in), (8, 8));
+    }
+
+    #[test]
+    fn refusals_are_403_with_the_reason_and_are_logged_at_once() {
+        let (port, _received) = upstream();
+        let proxy = Proxy::start(&policy(&[]));
+        for (head, reason) in [
+            (
+                format!(
+                    "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                ),
+                format!("loopback address 127.0.0.1:{port} is not listed"),
+            ),
+            (
+                "CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    .to_string(),
+                "cloud metadata address 169.254.169.254:80 is not listed".to_string(),
+            ),
+            (
+                "CONNECT localhost:22 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+                "localhost:22 is not listed".to_string(),
+            ),
+        ] {
+            let answer = proxy.exchange(&head, None);
+            assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+            assert!(
+                answer.contains(&format!("X-Ag-Box-Refused: {reason}\r\n")),
+                "{answer}"
+            );
+        }
+        let log = proxy.log(3);
+        assert_eq!(
+            log.iter()
+                .map(|r| (r.allowed, r.reason.clone().unwrap_or_default()))
+                .collect::<Vec<_>>(),
+            vec![
+                (
+                    false,
+                    format!("loopback address 127.0.0.1:{port} is not listed")
+                ),
+                (
+                    false,
+                    "cloud metadata address 169.254.169.254:80 is not listed".into()
+                ),
+                (false, "localhost:22 is not listed".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_policy_change_applies_to_the_next_request_and_a_broken_one_refuses_all() {
+        let (port, _received) = upstream();
+        let proxy = Proxy::start(&policy(&[]));
+        let get = format!(
+            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 403"));
+        let file = proxy.dir.path().join("egress.json");
+        crate::sys::atomic::write(
+            &file,
+            policy(&[format!("127.0.0.1:{port}")]).as_bytes(),
+            0o600,
+        )
+        .unwrap();
+        assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 200"));
+        crate::sys::atomic::write(&file, b"{not json", 0o600).unwrap();
+        let answer = proxy.exchange(&get, None);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains("invalid"), "{answer}");
+    }
+
+    #[test]
+    fn requests_not_meant_for_a_proxy_get_400() {
+        let proxy = Proxy::start(&policy(&[]));
+        let answer = proxy.exchange(
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            None,
+        );
+        assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+        let answer = proxy.exchange(
+            "CONNECT example.com HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            None,
+        );
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     }
 }

@@ -125,7 +125,16 @@ impl Runtime {
         let bwrap = cmd::require("bwrap")?;
         prepare_run_dir(spec, nix)?;
         match spec.netns() {
-            Some(pin) => netns::create(&pin)?,
+            Some(pin) => netns::create(&pin).map_err(|e| {
+                e.context(UserError::failed(
+                    format!("box '{}': cannot make its own network namespace", spec.name),
+                    format!(
+                        "ag-box needs CAP_SYS_ADMIN and CAP_NET_ADMIN here (grant them to a container), \
+                         or run the box unguarded: 'ag-box set {} network=host'",
+                        spec.name
+                    ),
+                ))
+            })?,
             None => netns::remove(&spec.netns_pin())?,
         }
         let supervise = self == Runtime::Direct;
