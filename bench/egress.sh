@@ -3,10 +3,11 @@
 # Boots nodeA and nodeB; nginx on nodeB (10.200.0.2:8090) answers every request with 3 bytes.
 # From nodeA, the same server, in the same run: wrk directly from the node's network, and wrk
 # inside a box (network=allow, one entry for the server) through its proxy, at 1 and 100
-# connections; curl for a CONNECT tunnel plus one request on a fresh connection each time;
-# then the proxy's memory. Prints one table; the goal is < 1 ms added per request at 1
+# connections; curl for a CONNECT tunnel plus one request on a fresh connection each time, and
+# for 2000 requests in a row in one tunnel; then the proxy's memory. Prints one table; the goal is < 1 ms added per request at 1
 # connection and no errors at 100.
 set -euo pipefail
+trap 'echo "bench/egress.sh: failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
 SERVER=10.200.0.2:8090
@@ -42,6 +43,13 @@ on nodeA "mkdir -p /srv/bench-egress && echo x > /srv/bench-egress/f && ag-box i
           ag-box set bench-egress network=allow allow=$SERVER >/dev/null 2>&1
           ag-box up bench-egress >/dev/null 2>&1
           cp /root/bench-proxy.lua /srv/bench-egress/bench-proxy.lua"
+cat > "$(tests/rig.sh dir nodeA)/root/curl-loop.sh" <<LOOP
+for i in \$(seq 200); do curl -s -o /dev/null -w '%{time_total}\\n' "\$@" http://$SERVER/; done
+LOOP
+cat > "$(tests/rig.sh dir nodeA)/root/curl-reuse.sh" <<REUSE
+curl -s -o /dev/null -w '%{time_total}\\n' "\$@" "http://$SERVER/?[1-2000]"
+REUSE
+on nodeA "cp /root/curl-loop.sh /root/curl-reuse.sh /srv/bench-egress/"
 on nodeA "for i in \$(seq 50); do curl -sf http://$SERVER/ >/dev/null && exit 0; sleep 0.1; done; exit 1"
 
 # wrk's summary as "requests_per_s avg_latency_ms errors"
@@ -55,20 +63,21 @@ wrk_row() {
 }
 direct() { on nodeA "wrk -t$1 -c$2 -d${SECS}s --latency http://$SERVER/" | wrk_row; }
 proxied() { on nodeA "ag-box exec bench-egress -- wrk -t$1 -c$2 -d${SECS}s -s /srv/bench-egress/bench-proxy.lua http://127.0.0.1:3128" | wrk_row; }
-# mean seconds of N fresh connections, each a request (through a CONNECT tunnel when proxied)
+# mean milliseconds per request of a curl script: on the node, or in the box through a CONNECT
+# tunnel (curl-loop: 200 fresh connections; curl-reuse: 2000 requests on one connection)
 curl_mean() {
-  local where=$1 args=$2
-  local cmd="for i in \$(seq 200); do curl -s -o /dev/null -w '%{time_total}\n' $args http://$SERVER/; done"
-  if [ "$where" = box ]; then on nodeA "ag-box exec bench-egress -- bash -c \"$cmd\""
-  else on nodeA "$cmd"; fi | awk '{ s += $1; n++ } END { printf "%.3f\n", s / n * 1000 }'
+  local script=$1 how=$2
+  if [ "$how" = box ]; then on nodeA "ag-box exec bench-egress -- bash /srv/bench-egress/$script --proxytunnel"
+  else on nodeA "bash /srv/bench-egress/$script"; fi | awk '{ s += $1; n++ } END { printf "%.3f\n", s / n * 1000 }'
 }
-
 read -r d1_rps d1_ms d1_err < <(direct 1 1)
 read -r p1_rps p1_ms p1_err < <(proxied 1 1)
 read -r d100_rps d100_ms d100_err < <(direct 2 100)
 read -r p100_rps p100_ms p100_err < <(proxied 2 100)
-c_direct=$(curl_mean host "")
-c_tunnel=$(curl_mean box "--proxytunnel")
+c_direct=$(curl_mean curl-loop.sh host)
+c_tunnel=$(curl_mean curl-loop.sh box)
+r_direct=$(curl_mean curl-reuse.sh host)
+r_tunnel=$(curl_mean curl-reuse.sh box)
 pid=$(on nodeA "systemctl show -p MainPID --value boxnet-bench-egress")
 mem=$(on nodeA "grep -E '^(VmRSS|VmHWM)' /proc/$pid/status" | awk '{ printf "%s %s kB  ", $1, $2 }')
 on nodeA "ag-box park bench-egress" >/dev/null 2>&1 || true
@@ -79,4 +88,5 @@ printf '%-44s %8s r/s %8s r/s %10s %8s\n' "throughput, 1 connection" "$d1_rps" "
 printf '%-44s %8s r/s %8s r/s %10s %8s\n' "throughput, 100 connections" "$d100_rps" "$p100_rps" "" "$p100_err"
 printf '%-44s %9.3f ms %9.3f ms %7.3f ms %8s\n' "latency, 100 connections (wrk avg)" "$d100_ms" "$p100_ms" "$(echo "$p100_ms - $d100_ms" | bc -l)" ""
 printf '%-44s %9.3f ms %9.3f ms %7.3f ms %8s\n' "fresh connection + request (curl, CONNECT)" "$c_direct" "$c_tunnel" "$(echo "$c_tunnel - $c_direct" | bc -l)" ""
+printf '%-44s %9.3f ms %9.3f ms %7.3f ms %8s\n' "request in a kept tunnel (curl, 2000 in a row)" "$r_direct" "$r_tunnel" "$(echo "$r_tunnel - $r_direct" | bc -l)" ""
 printf '%-44s %s\n' "proxy memory after the runs" "$mem"

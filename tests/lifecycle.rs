@@ -116,6 +116,32 @@ fn lifecycle(t: &dyn Target, name: &str) {
         );
     }
 
+    // network: the box's own, with only its proxy; the metadata address is refused there (no
+    // packet leaves), and a killed proxy is started again by the unit or the supervisor
+    let metadata = format!(
+        "ag-box exec {name} -- curl -s -o /dev/null -w '%{{http_code}}' http://169.254.169.254/latest/"
+    );
+    assert_eq!(t.sh(&metadata).ok().stdout(), "403");
+    let egress: serde_json::Value =
+        serde_json::from_str(&t.sh(&format!("ag-box egress {name} --json")).ok().stdout()).unwrap();
+    assert_eq!(egress["proxy_answers"], true, "{egress}");
+    assert_eq!(
+        egress["decisions"][0]["reason"], "cloud metadata address 169.254.169.254:80 is not listed",
+        "{egress}"
+    );
+    t.sh(&format!("pkill -KILL -f -- '__proxy --box {name} '"))
+        .ok();
+    assert_eq!(
+        t.sh(&format!(
+            "for i in $(seq 200); do c=$({metadata}); [ \"$c\" = 403 ] && break; sleep 0.05; done; echo $c"
+        ))
+        .ok()
+        .stdout()
+        .trim(),
+        "403",
+        "the proxy came back"
+    );
+
     // isolation: other projects and ~/.ssh are invisible, home holds only the box's binds
     assert_eq!(
         t.sh(&format!(

@@ -19,7 +19,8 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -161,8 +162,10 @@ async fn serve(listener: std::net::TcpListener, state: Arc<State>) -> Result<()>
         };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let reuse = Reuse::default();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(req, state.clone()));
+            let service =
+                hyper::service::service_fn(move |req| handle(req, state.clone(), reuse.clone()));
             let served = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
                 .title_case_headers(true)
@@ -226,6 +229,15 @@ impl Attempt {
         });
     }
 
+    /// Admitted, but the destination could not be reached.
+    fn unreachable(&self, rule: &str, error: &str) -> Response<Body> {
+        self.log(Ok(rule), Some(error.to_string()), (0, 0));
+        answer(
+            StatusCode::BAD_GATEWAY,
+            &format!("{}:{}: {error}", self.host, self.port),
+        )
+    }
+
     fn refuse(&self, reason: &str) -> Response<Body> {
         self.log(Err(reason), None, (0, 0));
         answer(StatusCode::FORBIDDEN, reason)
@@ -277,7 +289,11 @@ async fn dial(addrs: &[SocketAddr]) -> io::Result<TcpStream> {
     Err(last)
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<State>,
+    reuse: Reuse,
+) -> Result<Response<Body>, Infallible> {
     let uri = req.uri();
     let target = match (
         req.method() == Method::CONNECT,
@@ -303,60 +319,83 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Bo
         port,
         method: req.method().to_string(),
     };
+    // Decided for every request, also on a reused connection: a policy change applies at once.
     let (rule, addrs) = match attempt.decide().await {
         Ok(d) => d,
         Err(reason) => return Ok(attempt.refuse(&reason)),
     };
-    let upstream = match dial(&addrs).await {
-        Ok(s) => s,
-        Err(e) => {
-            attempt.log(Ok(&rule), Some(format!("connecting: {e}")), (0, 0));
-            return Ok(answer(
-                StatusCode::BAD_GATEWAY,
-                &format!("connecting to {host}:{port}: {e}"),
-            ));
-        }
-    };
-    let counted = Counted::new(upstream);
-    let bytes = counted.counters();
-    if req.method() == Method::CONNECT {
-        tokio::spawn(async move {
-            let mut upstream = counted;
-            let error = match hyper::upgrade::on(req).await {
-                Ok(client) => {
-                    tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut upstream)
-                        .await
-                        .err()
-                        .map(|e| format!("tunnel: {e}"))
-                }
-                Err(e) => Some(format!("upgrade: {e}")),
-            };
-            attempt.log(Ok(&rule), error, bytes.get());
-        });
-        return Ok(Response::new(text_body(String::new())));
+    if req.method() != Method::CONNECT {
+        return Ok(forward(req, attempt, rule, &addrs, reuse).await);
     }
-    Ok(forward(req, attempt, rule, counted, bytes).await)
+    let mut upstream = match dial(&addrs).await {
+        Ok(s) => Counted::new(s),
+        Err(e) => return Ok(attempt.unreachable(&rule, &format!("connecting: {e}"))),
+    };
+    let bytes = upstream.counters();
+    tokio::spawn(async move {
+        let error = match hyper::upgrade::on(req).await {
+            Ok(client) => tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut upstream)
+                .await
+                .err()
+                .map(|e| format!("tunnel: {e}")),
+            Err(e) => Some(format!("upgrade: {e}")),
+        };
+        attempt.log(Ok(&rule), error, bytes.get());
+    });
+    Ok(Response::new(text_body(String::new())))
 }
 
-/// Plain HTTP: the request in origin form over a fresh connection, the answer streamed back.
+/// A client connection's upstream for plain HTTP, kept for its next request to the same place
+/// (a fresh connection per request would leave the node full of TIME_WAIT sockets).
+struct Upstream {
+    to: (String, u16),
+    sender: SendRequest<Incoming>,
+    bytes: Counters,
+}
+
+type Reuse = Arc<Mutex<Option<Upstream>>>;
+
+async fn connect_upstream(to: (String, u16), addrs: &[SocketAddr]) -> Result<Upstream, String> {
+    let stream = Counted::new(dial(addrs).await.map_err(|e| format!("connecting: {e}"))?);
+    let bytes = stream.counters();
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("upstream connection: {e}");
+        }
+    });
+    Ok(Upstream { to, sender, bytes })
+}
+
+/// Plain HTTP: the request in origin form, the answer streamed back and logged when it ends.
 async fn forward(
     mut req: Request<Incoming>,
     attempt: Attempt,
     rule: String,
-    upstream: Counted,
-    bytes: Counters,
+    addrs: &[SocketAddr],
+    reuse: Reuse,
 ) -> Response<Body> {
-    let handshake = hyper::client::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        .title_case_headers(true)
-        .handshake(TokioIo::new(upstream))
-        .await;
-    let (mut sender, conn) = match handshake {
-        Ok(pair) => pair,
-        Err(e) => {
-            attempt.log(Ok(&rule), Some(format!("handshake: {e}")), bytes.get());
-            return answer(StatusCode::BAD_GATEWAY, &format!("{e}"));
-        }
+    let to = (attempt.host.clone(), attempt.port);
+    let kept = reuse
+        .lock()
+        .ok()
+        .and_then(|mut k| k.take())
+        .filter(|u| u.to == to && !u.sender.is_closed());
+    let ready = match kept {
+        Some(mut u) => u.sender.ready().await.is_ok().then_some(u),
+        None => None,
+    };
+    let mut upstream = match ready {
+        Some(u) => u,
+        None => match connect_upstream(to, addrs).await {
+            Ok(u) => u,
+            Err(e) => return attempt.unreachable(&rule, &e),
+        },
     };
     let origin = req
         .uri()
@@ -373,22 +412,71 @@ async fn forward(
     {
         req.headers_mut().insert(header::HOST, v);
     }
-    // The connection runs beside the request; with no more requests to send, it ends once the
-    // answer is through, and the decision is logged with its byte counts.
-    let done = tokio::spawn(async move {
-        let error = conn.await.err().map(|e| format!("exchange: {e}"));
-        attempt.log(Ok(&rule), error, bytes.get());
-    });
-    let sent = sender.send_request(req).await;
-    drop(sender);
-    match sent {
+    let before = upstream.bytes.get();
+    let bytes = upstream.bytes.clone();
+    let since = move || {
+        let now = bytes.get();
+        (now.0 - before.0, now.1 - before.1)
+    };
+    match upstream.sender.send_request(req).await {
         Ok(mut resp) => {
+            if let Ok(mut k) = reuse.lock() {
+                *k = Some(upstream);
+            }
             strip_hop_by_hop(resp.headers_mut());
-            resp.map(|b| b.boxed())
+            resp.map(|inner| {
+                LoggedBody {
+                    inner,
+                    error: None,
+                    on_end: Some(Box::new(move |error| {
+                        attempt.log(Ok(&rule), error, since())
+                    })),
+                }
+                .boxed()
+            })
         }
         Err(e) => {
-            let _ = done.await;
+            attempt.log(Ok(&rule), Some(format!("exchange: {e}")), since());
             answer(StatusCode::BAD_GATEWAY, &format!("{e}"))
+        }
+    }
+}
+
+/// A response body that logs its request's decision once it has been passed on (or dropped).
+struct LoggedBody {
+    inner: Incoming,
+    error: Option<String>,
+    on_end: Option<Box<dyn FnOnce(Option<String>) + Send + Sync>>,
+}
+
+impl hyper::body::Body for LoggedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(e))) = &polled {
+            self.error = Some(format!("exchange: {e}"));
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        if let Some(log) = self.on_end.take() {
+            log(self.error.take());
         }
     }
 }
