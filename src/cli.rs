@@ -70,6 +70,10 @@ pub enum Cmd {
     Status {
         #[arg(long)]
         json: bool,
+        /// Also count the repository's snapshots now (a walk of the repository; the count
+        /// shown otherwise is the one the last --deep cached)
+        #[arg(long)]
+        deep: bool,
     },
     /// Sync the global agent credentials and config (one push node, the others pull)
     #[command(

@@ -56,7 +56,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             accept_partial,
         } => commands::park::run(&name, accept_partial),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
-        Cmd::Status { json } => commands::status::run(json),
+        Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
         Cmd::Globals { action } => commands::globals::run(action),
         Cmd::Prune { dry_run } => commands::prune::run(dry_run),

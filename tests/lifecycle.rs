@@ -59,7 +59,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     assert_eq!(pane.trim(), proj);
     assert_code(&t.sh(&format!("ag-box up {name}")), 0, "already up");
     let status: serde_json::Value =
-        serde_json::from_str(&t.sh("ag-box status --json").ok().stdout()).unwrap();
+        serde_json::from_str(&t.sh("ag-box status --json --deep").ok().stdout()).unwrap();
     assert_eq!(
         status["runtime"],
         if t.systemd() { "systemd" } else { "direct" }
@@ -73,6 +73,15 @@ fn lifecycle(t: &dyn Target, name: &str) {
         "{status}"
     );
     assert!(status["snapshots"].as_u64().unwrap() >= 1, "{status}");
+    // Without --deep, the count --deep cached, and when it was made; the repository untouched.
+    let cached: serde_json::Value =
+        serde_json::from_str(&t.sh("ag-box status --json").ok().stdout()).unwrap();
+    assert_eq!(cached["snapshots"], status["snapshots"]);
+    assert_eq!(
+        cached["snapshots_counted_at"],
+        status["snapshots_counted_at"]
+    );
+    assert!(cached["snapshots_counted_at"].is_string(), "{cached}");
     assert_eq!(
         t.sh("ag-box --version").ok().stdout(),
         format!("ag-box {}\n", env!("CARGO_PKG_VERSION"))

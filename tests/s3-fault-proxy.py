@@ -12,6 +12,8 @@ itself in the rule's `stalled`). Actions:
     drop_before  close the connection without forwarding
     status500    answer 500 InternalError without forwarding
     stall_after  forward, then hold the answer back for `seconds` (default 25) and close
+`POST /__latency` with {"ms": N} delays every request N ms on the way in and N ms on the way out
+(a store far away, for benchmarks: this kernel has no netem); {"ms": 0} ends it.
 Stdlib only; serves only the rig's own network namespace.
 """
 import argparse
@@ -23,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 RULES = []
 LOCK = threading.Lock()
+LATENCY_S = 0.0
 
 
 def take_rule(method, path):
@@ -77,10 +80,19 @@ class Proxy(BaseHTTPRequestHandler):
         conn.close()
         return resp.status, data, out
 
+    def latency(self):
+        global LATENCY_S
+        LATENCY_S = json.loads(self.body() or b"{}").get("ms", 0) / 1000.0
+        self.answer(200, json.dumps({"ms": LATENCY_S * 1000}).encode(), [("Content-Type", "application/json")])
+
     def handle_any(self):
         if self.path.startswith("/__faults"):
             return self.control()
+        if self.path.startswith("/__latency"):
+            return self.latency()
         body = self.body()
+        delay = LATENCY_S
+        time.sleep(delay)
         rule = take_rule(self.command, self.path) or {}
         action = rule.get("action")
         if action == "drop_before":
@@ -99,6 +111,7 @@ class Proxy(BaseHTTPRequestHandler):
                 rule["stalled"] = rule.get("stalled", 0) + 1
             self.close_connection = True
             return
+        time.sleep(delay)
         if self.command == "HEAD":
             self.send_response(status)
             for k, v in headers:

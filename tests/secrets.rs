@@ -37,7 +37,7 @@ fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
         format!("cat /proc/$(cat /run/box/{name}/anchor.pid)/cmdline"),
         format!("ag-box snapshot {name}"),
         format!("ag-box park {name}"),
-        "ag-box status --json".to_string(),
+        "ag-box status --json --deep".to_string(),
     ] {
         let out = host.sh_env(&env, &format!("export PATH={base}/shim:$PATH; {step}"));
         out.ok();

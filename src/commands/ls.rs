@@ -22,12 +22,13 @@ struct Row {
 pub fn run(json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let now = ctx.now();
+    let running = ctx.running_here();
     let rows: Vec<Row> = ctx
         .store
         .list()?
         .into_iter()
         .map(|meta| Row {
-            running_here: ctx.runtime.is_active(&ctx.spec(&meta)),
+            running_here: running.contains(&meta.name),
             lease_stale: meta.lease.as_ref().is_some_and(|l| lease::is_stale(l, now)),
             network_mode: meta.network(ctx.config.network),
             meta,

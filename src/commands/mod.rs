@@ -138,12 +138,21 @@ impl Ctx {
 
     /// Boxes whose process tree is running on this node.
     pub fn active_boxes(&self) -> Result<Vec<Meta>> {
+        let running = self.running_here();
         Ok(self
             .store
             .list()?
             .into_iter()
-            .filter(|m| self.runtime.is_active(&self.spec(m)))
+            .filter(|m| running.contains(&m.name))
             .collect())
+    }
+
+    /// Names of the boxes running on this node, asked once (not once per box).
+    pub fn running_here(&self) -> std::collections::BTreeSet<String> {
+        self.runtime
+            .running_boxes(std::path::Path::new(RUN_ROOT))
+            .into_iter()
+            .collect()
     }
 }
 

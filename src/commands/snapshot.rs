@@ -1,11 +1,17 @@
-//! `snapshot [<name>|--active]`: snapshot boxes running here, renewing their leases.
+//! `snapshot [<name>|--active]`: snapshot boxes running here, renewing their leases; several
+//! boxes at once, each in a process of its own.
 
-use anyhow::Result;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 
 use super::Ctx;
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::take;
+use crate::sys::{cmd, host};
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -19,9 +25,12 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         return Ok(());
     }
     restic.ensure_repo()?;
+    if boxes.len() > 1 {
+        let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
+        return conclude(&names, snapshot_in_parallel(&names, args.accept_partial)?);
+    }
     let world = ctx.world(&restic);
-    let mut failed = 0;
-    let mut forked = Vec::new();
+    let mut outcomes = Vec::new();
     for meta in &boxes {
         let taken = ctx
             .lock_box(&meta.name, "snapshot")
@@ -34,21 +43,90 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
                     t.snapshot.id,
                     if t.forked.is_some() { " fork" } else { "" }
                 );
-                if t.forked.is_some() {
-                    forked.push(meta.name.clone());
-                }
-            }
-            Err(e) if boxes.len() > 1 => {
-                failed += 1;
-                tracing::error!("box '{}': snapshot failed: {e:#}", meta.name);
+                outcomes.push(if t.forked.is_some() {
+                    Outcome::Forked
+                } else {
+                    Outcome::Taken
+                });
             }
             Err(e) => return Err(e),
         }
     }
-    if failed > 0 {
-        anyhow::bail!("{failed} of {} snapshots failed", boxes.len());
+    let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
+    conclude(&names, outcomes)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Taken,
+    Forked,
+    Failed,
+}
+
+/// Every box at once, as many at a time as there are cores: each by `ag-box snapshot <box>`
+/// of its own (its own lock, renew and restic), its output passed on as it ends.
+fn snapshot_in_parallel(names: &[String], accept_partial: bool) -> Result<Vec<Outcome>> {
+    let width = std::thread::available_parallelism().map_or(2, usize::from);
+    let exe = host::own_exe();
+    let mut outcomes = vec![Outcome::Failed; names.len()];
+    let mut running: Vec<(usize, std::process::Child)> = Vec::new();
+    let mut next = 0;
+    while next < names.len() || !running.is_empty() {
+        while next < names.len() && running.len() < width {
+            let mut c = Command::new(&exe);
+            c.arg("snapshot")
+                .arg(&names[next])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped());
+            if accept_partial {
+                c.arg("--accept-partial");
+            }
+            let child = c
+                .spawn()
+                .with_context(|| format!("starting the snapshot of box '{}'", names[next]))?;
+            running.push((next, child));
+            next += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut still = Vec::new();
+        for (i, mut child) in running {
+            match child.try_wait()? {
+                None => still.push((i, child)),
+                Some(status) => {
+                    let mut text = String::new();
+                    if let Some(mut o) = child.stdout.take() {
+                        let _ = o.read_to_string(&mut text);
+                    }
+                    out!("{}", text.trim_end());
+                    outcomes[i] = match cmd::exit_code(status) {
+                        0 => Outcome::Taken,
+                        3 => Outcome::Forked,
+                        code => {
+                            tracing::error!("box '{}': snapshot failed (exit {code})", names[i]);
+                            Outcome::Failed
+                        }
+                    };
+                }
+            }
+        }
+        running = still;
     }
-    // A split brain must show: the hourly timer's unit fails.
+    Ok(outcomes)
+}
+
+/// The exit of a run over `names`: failures first, then a split brain (the hourly timer's unit
+/// fails either way, so it shows).
+fn conclude(names: &[String], outcomes: Vec<Outcome>) -> Result<()> {
+    let failed = outcomes.iter().filter(|o| **o == Outcome::Failed).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} snapshots failed", names.len());
+    }
+    let forked: Vec<&str> = names
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| **o == Outcome::Forked)
+        .map(|(n, _)| n.as_str())
+        .collect();
     if !forked.is_empty() {
         return Err(UserError::new(
             Code::LeaseHeld,

@@ -8,6 +8,8 @@ use serde::Serialize;
 use super::Ctx;
 use super::ls::network_label;
 use crate::plan::egress::Mode;
+use crate::store::lease;
+use crate::sys::atomic;
 use crate::sys::runtime::Runtime;
 use crate::sys::{cmd, egress_log};
 
@@ -20,6 +22,8 @@ struct Status {
     conditional_writes: Option<bool>,
     repository: String,
     snapshots: Option<usize>,
+    /// When `snapshots` was counted (`status --deep`); the figure is cached in the state dir.
+    snapshots_counted_at: Option<String>,
     snapshots_error: Option<String>,
     memory_max: Option<String>,
     timer: String,
@@ -52,20 +56,64 @@ fn timer_state(runtime: Runtime) -> String {
     }
 }
 
-pub fn run(json: bool) -> Result<()> {
-    let ctx = Ctx::load()?;
+/// The last count of the repository's snapshots, and when it was made.
+#[derive(Serialize, serde::Deserialize)]
+struct Counted {
+    snapshots: usize,
+    at: String,
+}
+
+fn count_file(ctx: &Ctx) -> std::path::PathBuf {
+    ctx.config.state_dir.join("snapshot-count.json")
+}
+
+/// (count, counted at, error): counted now with `deep` (and cached), else from the cache.
+fn snapshot_count(
+    ctx: &Ctx,
+    deep: bool,
+) -> Result<(Option<usize>, Option<String>, Option<String>)> {
+    if !deep {
+        let cached = std::fs::read(count_file(ctx))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Counted>(&b).ok());
+        return Ok(match cached {
+            Some(c) => (Some(c.snapshots), Some(c.at), None),
+            None => (
+                None,
+                None,
+                Some("not counted yet: run 'ag-box status --deep'".into()),
+            ),
+        });
+    }
     let restic = ctx.restic()?;
-    let (snapshots, snapshots_error) = match restic.exists() {
+    Ok(match restic.exists() {
         Ok(false) => (
+            None,
             None,
             Some("no repository yet (run 'ag-box init')".to_string()),
         ),
         Ok(true) => match restic.snapshots(None) {
-            Ok(s) => (Some(s.len()), None),
-            Err(e) => (None, Some(format!("{e:#}"))),
+            Ok(s) => {
+                let counted = Counted {
+                    snapshots: s.len(),
+                    at: lease::timestamp(ctx.now()),
+                };
+                if let Err(e) =
+                    atomic::write(&count_file(ctx), &serde_json::to_vec(&counted)?, 0o644)
+                {
+                    tracing::warn!("not caching the snapshot count: {e:#}");
+                }
+                (Some(counted.snapshots), Some(counted.at), None)
+            }
+            Err(e) => (None, None, Some(format!("{e:#}"))),
         },
-        Err(e) => (None, Some(format!("{e:#}"))),
-    };
+        Err(e) => (None, None, Some(format!("{e:#}"))),
+    })
+}
+
+pub fn run(json: bool, deep: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let (snapshots, snapshots_counted_at, snapshots_error) = snapshot_count(&ctx, deep)?;
     let conditional_writes = match ctx.conditional_writes() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -79,8 +127,9 @@ pub fn run(json: bool) -> Result<()> {
         version: env!("CARGO_PKG_VERSION"),
         store: ctx.store.describe(),
         conditional_writes,
-        repository: restic.describe().to_string(),
+        repository: ctx.restic()?.describe().to_string(),
         snapshots,
+        snapshots_counted_at,
         snapshots_error,
         memory_max: ctx.config.memory_max.clone(),
         timer: timer_state(ctx.runtime),
@@ -115,8 +164,13 @@ pub fn run(json: bool) -> Result<()> {
     out!("store:         {} ({cas})", s.store);
     out!("repository:    {}", s.repository);
     match (&s.snapshots, &s.snapshots_error) {
-        (Some(n), _) => out!("snapshots:     {n}"),
-        (None, Some(e)) => out!("snapshots:     error: {e}"),
+        (Some(n), _) if deep => out!("snapshots:     {n}"),
+        (Some(n), _) => out!(
+            "snapshots:     {n} (counted {}, cached in {}; 'ag-box status --deep' counts now)",
+            s.snapshots_counted_at.as_deref().unwrap_or("?"),
+            count_file(&ctx).display()
+        ),
+        (None, Some(e)) => out!("snapshots:     {e}"),
         (None, None) => out!("snapshots:     unknown"),
     }
     out!(

@@ -12,12 +12,16 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::primitives::ByteStream;
+use futures_util::StreamExt;
 use tokio::runtime::Runtime;
 
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::config::S3Config;
 use crate::error::UserError;
+
+/// Record reads a listing keeps in flight.
+const READS_IN_FLIGHT: usize = 32;
 
 pub struct S3Store {
     rt: Runtime,
@@ -94,6 +98,43 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// One record, read without blocking (so that a listing reads many at once).
+    async fn fetch(&self, name: &str) -> Result<Option<Stored>> {
+        let resp = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key(name))
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
+            }
+        };
+        let etag = resp
+            .e_tag()
+            .map(str::to_string)
+            .context("S3 answered without an ETag")?;
+        let bytes = resp
+            .body
+            .collect()
+            .await
+            .context("reading a box record")?
+            .into_bytes();
+        let meta = meta::parse(name, &bytes, |m: &Meta| m)?;
+        Ok(Some(Stored {
+            meta,
+            version: Version(etag),
+        }))
+    }
+}
+
 impl MetaStore for S3Store {
     fn describe(&self) -> String {
         format!("s3 {}/{}", self.endpoint, self.bucket)
@@ -158,39 +199,7 @@ impl MetaStore for S3Store {
     }
 
     fn get(&self, name: &str) -> Result<Option<Stored>> {
-        self.rt.block_on(async {
-            let resp = match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(key(name))
-                .send()
-                .await
-            {
-                Ok(r) => r,
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
-                    return Ok(None);
-                }
-                Err(e) => {
-                    return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
-                }
-            };
-            let etag = resp
-                .e_tag()
-                .map(str::to_string)
-                .context("S3 answered without an ETag")?;
-            let bytes = resp
-                .body
-                .collect()
-                .await
-                .context("reading a box record")?
-                .into_bytes();
-            let meta = meta::parse(name, &bytes, |m: &Meta| m)?;
-            Ok(Some(Stored {
-                meta,
-                version: Version(etag),
-            }))
-        })
+        self.rt.block_on(self.fetch(name))
     }
 
     fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
@@ -255,9 +264,15 @@ impl MetaStore for S3Store {
                 break;
             }
         }
+        // Many records in flight at once: a store 50 ms away answers 200 in about a second.
+        let read: Vec<Result<Option<Stored>>> = self.rt.block_on(
+            futures_util::stream::iter(names.iter().map(|n| self.fetch(n)))
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect(),
+        );
         let mut out = Vec::new();
-        for name in names {
-            match self.get(&name) {
+        for r in read {
+            match r {
                 Ok(Some(s)) => out.push(s.meta),
                 Ok(None) => {}
                 Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
