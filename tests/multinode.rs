@@ -540,7 +540,8 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
         c.parked_box(name);
         c.a.sh(&format!("ag-box up {name} --node nodeB")).ok();
     }
-    c.a.sh(&format!("ag-box up {taken} --node nodeA --force")).ok();
+    c.a.sh(&format!("ag-box up {taken} --node nodeA --force"))
+        .ok();
     let renewed = |name: &str| {
         common::box_row(&c.a, name).unwrap()["lease"]["renewed_at"]
             .as_str()
@@ -550,20 +551,29 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     let before = renewed(kept);
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let out = c.b.sh("ag-box snapshot --active");
-    assert_code(&out, 3, &format!("box(es) {taken} run here but were taken over"));
+    assert_code(
+        &out,
+        3,
+        &format!("box(es) {taken} run here but were taken over"),
+    );
     let lines: Vec<String> = out.stdout().lines().map(str::to_string).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
-        lines.iter().any(|l| l.starts_with(&format!("{kept} ")) && !l.ends_with(" fork")),
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{kept} ")) && !l.ends_with(" fork")),
         "{lines:?}"
     );
     assert!(
-        lines.iter().any(|l| l.starts_with(&format!("{taken} ")) && l.ends_with(" fork")),
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{taken} ")) && l.ends_with(" fork")),
         "{lines:?}"
     );
     assert_ne!(renewed(kept), before, "the kept box's lease was renewed");
     assert_eq!(c.holder(taken).as_deref(), Some("nodeA"));
     for (node, name) in [(&c.b, kept), (&c.b, taken), (&c.a, taken)] {
-        node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true")).ok();
+        node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
+            .ok();
     }
 }
