@@ -48,7 +48,21 @@ impl Ctx {
         let config = Config::load()?;
         let runtime = Runtime::select(config.runtime)?;
         let store: Box<dyn MetaStore> = match &config.s3 {
-            Some(s3) => Box::new(S3Store::new(s3)?),
+            Some(s3) => {
+                let bucket: String = s3
+                    .bucket
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let cache = config.state_dir.join("record-cache").join(bucket);
+                Box::new(S3Store::new(s3, &cache)?)
+            }
             None => Box::new(LocalStore::new(&config.state_dir)),
         };
         Ok(Ctx {

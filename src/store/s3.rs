@@ -1,6 +1,7 @@
 //! S3 backend (Cloudflare R2 in production): `boxes/<name>/meta.json` written only by
 //! compare-and-swap (`If-None-Match: *` to create, `If-Match: <etag>` to update).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -19,6 +20,7 @@ use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::config::S3Config;
 use crate::error::UserError;
+use crate::sys::atomic;
 
 /// Record reads a listing keeps in flight.
 const READS_IN_FLIGHT: usize = 32;
@@ -28,6 +30,8 @@ pub struct S3Store {
     client: Client,
     bucket: String,
     endpoint: String,
+    /// Records as last read, by ETag: a listing reads only those that changed.
+    cache: RecordCache,
 }
 
 fn key(name: &str) -> String {
@@ -53,7 +57,7 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
 }
 
 impl S3Store {
-    pub fn new(cfg: &S3Config) -> Result<S3Store> {
+    pub fn new(cfg: &S3Config, cache_dir: &Path) -> Result<S3Store> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -86,6 +90,7 @@ impl S3Store {
             client: Client::from_conf(conf),
             bucket: cfg.bucket.clone(),
             endpoint: cfg.endpoint.clone(),
+            cache: RecordCache::new(cache_dir),
         })
     }
 
@@ -239,7 +244,8 @@ impl MetaStore for S3Store {
     }
 
     fn list(&self) -> Result<Vec<Meta>> {
-        let mut names = Vec::new();
+        // (name, ETag) of every record
+        let mut listed: Vec<(String, Option<String>)> = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let resp = self
@@ -253,27 +259,39 @@ impl MetaStore for S3Store {
                         .send(),
                 )
                 .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-            names.extend(resp.contents().iter().filter_map(|o| {
-                o.key()?
+            listed.extend(resp.contents().iter().filter_map(|o| {
+                let name = o
+                    .key()?
                     .strip_prefix("boxes/")?
-                    .strip_suffix("/meta.json")
-                    .map(str::to_string)
+                    .strip_suffix("/meta.json")?;
+                Some((name.to_string(), o.e_tag().map(str::to_string)))
             }));
             token = resp.next_continuation_token().map(str::to_string);
             if token.is_none() {
                 break;
             }
         }
+        self.cache.keep_only(listed.iter().map(|(n, _)| n.as_str()));
+        let mut out = Vec::new();
+        let mut changed = Vec::new();
+        for (name, etag) in &listed {
+            match etag.as_deref().and_then(|e| self.cache.get(name, e)) {
+                Some(meta) => out.push(meta),
+                None => changed.push(name.as_str()),
+            }
+        }
         // Many records in flight at once: a store 50 ms away answers 200 in about a second.
         let read: Vec<Result<Option<Stored>>> = self.rt.block_on(
-            futures_util::stream::iter(names.iter().map(|n| self.fetch(n)))
+            futures_util::stream::iter(changed.iter().map(|n| self.fetch(n)))
                 .buffer_unordered(READS_IN_FLIGHT)
                 .collect(),
         );
-        let mut out = Vec::new();
         for r in read {
             match r {
-                Ok(Some(s)) => out.push(s.meta),
+                Ok(Some(s)) => {
+                    self.cache.put(&s);
+                    out.push(s.meta);
+                }
                 Ok(None) => {}
                 Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
                 Err(e) => return Err(e),
@@ -281,5 +299,95 @@ impl MetaStore for S3Store {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+}
+
+/// Records as this node last read them, each with its ETag (the version S3 gives the content):
+/// a listing whose ETag matches uses the copy here instead of reading the record again. Only
+/// listings use it; every read before a write goes to the store.
+struct RecordCache {
+    dir: PathBuf,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedRecord {
+    etag: String,
+    meta: Meta,
+}
+
+impl RecordCache {
+    fn new(dir: &Path) -> RecordCache {
+        RecordCache {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    fn get(&self, name: &str, etag: &str) -> Option<Meta> {
+        let bytes = std::fs::read(self.file(name)).ok()?;
+        let cached: CachedRecord = serde_json::from_slice(&bytes).ok()?;
+        (cached.etag == etag && cached.meta.problem(name).is_none()).then_some(cached.meta)
+    }
+
+    /// Best effort: a cache that cannot be written only costs the next listing a read.
+    fn put(&self, stored: &Stored) {
+        let cached = CachedRecord {
+            etag: stored.version.0.clone(),
+            meta: stored.meta.clone(),
+        };
+        let written = std::fs::create_dir_all(&self.dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(serde_json::to_vec(&cached)?))
+            .and_then(|bytes| atomic::write(&self.file(&stored.meta.name), &bytes, 0o600));
+        if let Err(e) = written {
+            tracing::debug!("not caching record '{}': {e:#}", stored.meta.name);
+        }
+    }
+
+    /// Forget the records the store no longer has.
+    fn keep_only<'a>(&self, names: impl Iterator<Item = &'a str>) {
+        let keep: std::collections::HashSet<String> = names.map(|n| format!("{n}.json")).collect();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !keep.contains(&e.file_name().to_string_lossy().into_owned()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Version;
+    use pretty_assertions::assert_eq;
+
+    fn stored(name: &str, etag: &str) -> Stored {
+        Stored {
+            meta: Meta::sample(name),
+            version: Version(etag.into()),
+        }
+    }
+
+    #[test]
+    fn the_record_cache_answers_only_for_the_same_etag_and_forgets_unlisted_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RecordCache::new(&dir.path().join("bucket"));
+        assert_eq!(cache.get("a", "\"e1\""), None);
+        cache.put(&stored("a", "\"e1\""));
+        cache.put(&stored("b", "\"e2\""));
+        assert_eq!(cache.get("a", "\"e1\""), Some(Meta::sample("a")));
+        assert_eq!(cache.get("a", "\"e9\""), None, "a changed record is read again");
+        // A copy stored under another name is not taken for that name.
+        std::fs::copy(cache.file("b"), cache.file("c")).unwrap();
+        assert_eq!(cache.get("c", "\"e2\""), None);
+        cache.keep_only(["b"].into_iter());
+        assert_eq!(cache.get("a", "\"e1\""), None);
+        assert_eq!(cache.get("b", "\"e2\""), Some(Meta::sample("b")));
     }
 }
