@@ -382,7 +382,11 @@ mod tests {
         cache.put(&stored("a", "\"e1\""));
         cache.put(&stored("b", "\"e2\""));
         assert_eq!(cache.get("a", "\"e1\""), Some(Meta::sample("a")));
-        assert_eq!(cache.get("a", "\"e9\""), None, "a changed record is read again");
+        assert_eq!(
+            cache.get("a", "\"e9\""),
+            None,
+            "a changed record is read again"
+        );
         // A copy stored under another name is not taken for that name.
         std::fs::copy(cache.file("b"), cache.file("c")).unwrap();
         assert_eq!(cache.get("c", "\"e2\""), None);

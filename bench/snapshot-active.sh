@@ -1,0 +1,33 @@
+#!/bin/bash
+# bench/snapshot-active.sh [BOXES] [ROUNDS] -- `ag-box snapshot --active` of BOXES (default 10) boxes
+# up on one node against a snapshot of the largest of them alone, on the rig (root). Boots nodeA;
+# box i holds i x 4 MB of fresh random files, and each round rewrites a tenth of every box first,
+# so every snapshot has new data to read and upload. Prints the mean of ROUNDS (default 3) rounds.
+set -euo pipefail
+trap 'echo "bench/snapshot-active.sh: failed at line $LINENO" >&2' ERR
+cd "$(dirname "$0")/.."
+BOXES=${1:-10}
+ROUNDS=${2:-3}
+cargo build --release -q
+trap 'tests/rig.sh down' EXIT
+tests/rig.sh up nodeA
+install -m 755 target/release/ag-box "$(tests/rig.sh dir nodeA)/opt-box/bin/ag-box"
+on() { tests/rig.sh exec nodeA bash -c "$1"; }
+on "ag-box init >/dev/null 2>&1"
+for i in $(seq "$BOXES"); do
+  on "mkdir -p /srv/snap-$i && cd /srv/snap-$i && for f in \$(seq $((i * 4))); do head -c 1M /dev/urandom > f\$f; done
+      ag-box track snap-$i /srv/snap-$i >/dev/null 2>&1 && ag-box up snap-$i >/dev/null 2>&1"
+done
+# rewrite a tenth of every box's files
+churn() { on "for i in \$(seq $BOXES); do cd /srv/snap-\$i; n=\$(ls | wc -l); for f in \$(ls | head -n \$(( (n + 9) / 10 ))); do head -c 1M /dev/urandom > \$f; done; done"; }
+timed() { local s e; s=$(date +%s.%N); on "$1" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
+alone=0 all=0
+for r in $(seq "$ROUNDS"); do
+  churn; a=$(timed "ag-box snapshot snap-$BOXES")
+  churn; b=$(timed "ag-box snapshot --active")
+  alone=$(echo "$alone + $a" | bc); all=$(echo "$all + $b" | bc)
+done
+printf '%-52s %8s\n' "case (mean of $ROUNDS, $(nproc) cores)" "seconds"
+printf '%-52s %8.2f\n' "snapshot of the largest box alone ($((BOXES * 4)) MB)" "$(echo "$alone / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "snapshot --active of all $BOXES boxes ($((BOXES * (BOXES + 1) * 2)) MB)" "$(echo "$all / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "ratio (goal: at most 1.5)" "$(echo "$all / $alone" | bc -l)"
