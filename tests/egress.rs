@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Checked, Cluster, Node, Target, repo_root};
+use common::{Checked, Cluster, Node, Target};
 
 /// Server one: plain HTTP on node B.
 const ONE: &str = "10.200.0.2:8081";
@@ -24,16 +24,7 @@ struct Server<'a> {
 
 impl<'a> Server<'a> {
     fn start(node: &'a Node, unit: &'static str, args: &str) -> Server<'a> {
-        let dir = std::process::Command::new(repo_root().join("tests/rig.sh"))
-            .args(["dir", node.name])
-            .output()
-            .unwrap()
-            .stdout();
-        std::fs::copy(
-            repo_root().join("tests/egress-server.py"),
-            format!("{}/root/egress-server.py", dir.trim()),
-        )
-        .unwrap();
+        node.put_in_root("tests/egress-server.py", "egress-server.py");
         node.sh(&format!(
             "set -e; systemctl stop {unit} 2>/dev/null || true
              cd /root && openssl req -x509 -newkey rsa:2048 -nodes -keyout egress-key.pem \

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Checked, Cluster, Node, Target, repo_root};
+use common::{Checked, Cluster, Node, Target};
 
 const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
 const PORT: u16 = 18481;
@@ -32,16 +32,7 @@ struct StandIn<'a>(&'a Node);
 
 impl<'a> StandIn<'a> {
     fn start(n: &'a Node) -> StandIn<'a> {
-        let dir = std::process::Command::new(repo_root().join("tests/rig.sh"))
-            .args(["dir", n.name])
-            .output()
-            .unwrap()
-            .stdout();
-        std::fs::copy(
-            repo_root().join("tests/agents/standin.py"),
-            format!("{}/root/standin.py", dir.trim()),
-        )
-        .unwrap();
+        n.put_in_root("tests/agents/standin.py", "standin.py");
         n.sh(&format!(
             "{STOP}
              setsid -f sh -c 'echo $$ > /root/standin.pid; \

@@ -89,15 +89,10 @@ pub const PROXY_RESTART: Duration = Duration::from_millis(200);
 /// but join the box's namespace once, write its run dir, resolve names and connect out.
 pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
     let bound = format!("{}.service", unit_name(&spec.name));
-    let mut a: Vec<String> = vec![
-        "systemd-run".into(),
-        "--unit".into(),
-        proxy_unit_name(&spec.name),
-        "--description".into(),
-        format!("ag-box {} egress proxy", spec.name),
-        "--collect".into(),
-        "--quiet".into(),
-    ];
+    let mut a = systemd_run_head(
+        &proxy_unit_name(&spec.name),
+        &format!("ag-box {} egress proxy", spec.name),
+    );
     let props = [
         format!("BindsTo={bound}"),
         format!("After={bound}"),
@@ -148,6 +143,21 @@ pub fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> Vec<Pat
     paths
 }
 
+/// `systemd-run` of a transient service that is collected when it ends, even failed.
+fn systemd_run_head(unit: &str, description: &str) -> Vec<String> {
+    [
+        "systemd-run",
+        "--unit",
+        unit,
+        "--description",
+        description,
+        "--collect",
+        "--quiet",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The transient service around the anchor.
 pub fn systemd_run_argv(
     spec: &BoxSpec,
@@ -155,15 +165,7 @@ pub fn systemd_run_argv(
     writable: &[PathBuf],
     anchor: &[String],
 ) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "systemd-run".into(),
-        "--unit".into(),
-        unit_name(&spec.name),
-        "--description".into(),
-        format!("ag-box {}", spec.name),
-        "--collect".into(),
-        "--quiet".into(),
-    ];
+    let mut a = systemd_run_head(&unit_name(&spec.name), &format!("ag-box {}", spec.name));
     if let Some(m) = memory_max {
         a.extend(["-p".into(), format!("MemoryMax={m}")]);
     }

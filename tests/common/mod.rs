@@ -106,6 +106,18 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Copy a file of the repository (`tests/...`) into the node's `/root`, as `name`.
+    pub fn put_in_root(&self, repo_file: &str, name: &str) {
+        let dir = Command::new(rig_sh())
+            .args(["dir", self.name])
+            .output()
+            .unwrap();
+        let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+        std::fs::copy(repo_root().join(repo_file), dir.join("root").join(name)).unwrap();
+    }
+}
+
 impl Target for Node {
     fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
         let mut c = Command::new(rig_sh());
