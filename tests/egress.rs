@@ -237,6 +237,18 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
     let (code, _, _) = curl(&c.a, name, &format!("-k https://{TWO_HTTPS}/"));
     assert_eq!(code, 56);
     c.a.sh(&format!("ag-box set {name} network=allow")).ok();
+    // A change the proxy missed (its node was unreachable for `set`) lands at the next snapshot.
+    c.a.sh(&format!(
+        "echo '{{\"mode\":\"none\",\"allow\":[]}}' > /run/box/{name}/egress.json"
+    ))
+    .ok();
+    let (_, headers, _) = curl(&c.a, name, &format!("-i http://{ONE}/"));
+    assert_eq!(refusal(&headers).as_deref(), Some("network=none"));
+    c.a.sh(&format!("ag-box snapshot {name}")).ok();
+    assert_eq!(
+        curl(&c.a, name, &format!("http://{ONE}/")),
+        (0, format!("hello from {ONE}\n"), String::new())
+    );
 
     // The policy moves with the box.
     c.a.sh(&format!(

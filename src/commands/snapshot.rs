@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::Ctx;
+use super::{Ctx, egress};
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::take;
@@ -32,9 +32,14 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     let world = ctx.world(&restic);
     let mut outcomes = Vec::new();
     for meta in &boxes {
-        let taken = ctx
-            .lock_box(&meta.name, "snapshot")
-            .and_then(|_lock| take(&world, &ctx.tracked(&meta.name)?.meta, args.accept_partial));
+        let taken = ctx.lock_box(&meta.name, "snapshot").and_then(|_lock| {
+            let current = ctx.tracked(&meta.name)?.meta;
+            // A policy change that could not reach this node (it was unreachable) lands now.
+            if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current)) {
+                tracing::warn!("box '{}': network policy not applied: {e:#}", meta.name);
+            }
+            take(&world, &current, args.accept_partial)
+        });
         match taken {
             Ok(t) => {
                 out!(
