@@ -85,11 +85,15 @@ fn decisions(n: &Node, name: &str) -> Vec<serde_json::Value> {
     v["decisions"].as_array().unwrap().clone()
 }
 
-/// Wait (bounded) until the servers answer from node A's own network.
-fn wait_for_servers(a: &Node) {
+/// Wait (bounded) until every URL answers from node A's own network.
+fn wait_for_servers(a: &Node, urls: &[String]) {
+    let all: Vec<String> = urls
+        .iter()
+        .map(|u| format!("curl -sfk {u} >/dev/null"))
+        .collect();
     a.sh(&format!(
-        "for i in $(seq 100); do curl -sf http://{ONE}/ >/dev/null && curl -sfk https://{TWO_HTTPS}/ >/dev/null \
-           && curl -sf http://{TWO_HTTP}/ >/dev/null && exit 0; sleep 0.1; done; exit 1"
+        "for i in $(seq 100); do {} && exit 0; sleep 0.1; done; exit 1",
+        all.join(" && ")
     ))
     .ok();
 }
@@ -103,7 +107,14 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
         "egress-srv-two",
         "10.200.0.3 8082 8443 /root/egress-cert.pem /root/egress-key.pem",
     );
-    wait_for_servers(&c.a);
+    wait_for_servers(
+        &c.a,
+        &[
+            format!("http://{ONE}/"),
+            format!("https://{TWO_HTTPS}/"),
+            format!("http://{TWO_HTTP}/"),
+        ],
+    );
     c.a.sh(&format!(
         "grep -q {TWO_NAME} /etc/hosts || echo '10.200.0.3 {TWO_NAME}' >> /etc/hosts"
     ))
@@ -302,10 +313,7 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
 fn a_killed_proxy_comes_back_and_the_box_never_gets_a_route() {
     let Some(c) = Cluster::get() else { return };
     let _one = Server::start(&c.b, "egress-srv-one", "10.200.0.2 8081");
-    c.a.sh(&format!(
-        "for i in $(seq 100); do curl -sf http://{ONE}/ >/dev/null && exit 0; sleep 0.1; done; exit 1"
-    ))
-    .ok();
+    wait_for_servers(&c.a, &[format!("http://{ONE}/")]);
     let name = "egress-restart";
     c.parked_box(name);
     c.a.sh(&format!(
