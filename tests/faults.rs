@@ -97,6 +97,47 @@ fn an_up_cut_off_at_any_step_is_finished_by_the_next_up() {
 }
 
 #[test]
+fn a_restore_in_place_cut_off_is_finished_by_the_next_up_without_a_fork() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-in-place";
+    // B (restic 0.17+, rig.sh) holds an older copy; A's snapshot is the box's latest.
+    c.parked_box(name);
+    c.b.sh(&format!(
+        "ag-box up {name} --node nodeB && ag-box exec {name} -- sh -c 'echo old > gone.txt' && ag-box park {name}"
+    ))
+    .ok();
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'rm gone.txt; echo from-a > a.txt' && ag-box park {name}"
+    ))
+    .ok();
+    cut_at(
+        &c.b,
+        "restore.mid-in-place",
+        &format!("ag-box up {name} --node nodeB"),
+    );
+    assert!(!c.active("nodeB", name), "started on a half-restored copy");
+    let next = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    next.ok();
+    assert!(
+        next.stderr().contains("did not finish")
+            && next.stderr().contains("in place")
+            && !next.stderr().contains("fork snapshot"),
+        "{}",
+        next.stderr()
+    );
+    assert_eq!(
+        c.b.sh(&format!(
+            "cd /root/{name}; cat a.txt src/main.txt; test -e gone.txt && echo GONE-STILL-THERE; \
+             ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+        ))
+        .ok()
+        .stdout(),
+        "from-a\nv1\n0\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
 fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
     let Some(c) = Cluster::get() else { return };
     let name = "cut-park";

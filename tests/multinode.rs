@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Checked, Cluster, Target, assert_code};
+use common::{Checked, Cluster, Node, Target, assert_code};
 
 /// Where each node keeps the boxes' agent homes.
 const HOMES: &str = "/var/lib/ag-box/homes";
@@ -576,4 +576,71 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
         node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
             .ok();
     }
+}
+
+#[test]
+fn a_box_coming_back_to_a_node_is_restored_in_place_across_restic_versions() {
+    let Some(c) = Cluster::get() else { return };
+    // rig.sh gives nodeB Debian 13's restic and nodeA Debian 12's 0.14.
+    let minor = |n: &Node| -> u32 {
+        let v = n.sh("restic version").ok().stdout();
+        v.split(['.', ' '])
+            .nth(2)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!((minor(&c.a), minor(&c.b) >= 17), (14, true));
+    let name = "delta";
+    let sessions = format!("{HOMES}/{name}/.claude/projects/-root-{name}");
+    c.parked_box(name);
+    // B's first copy (restored whole), with files of its own that no snapshot holds.
+    c.b.sh(&format!(
+        "set -e; ag-box up {name} --node nodeB
+         mkdir -p /root/{name}/__pycache__; echo b-own > /root/{name}/__pycache__/c.pyc
+         echo b-secret > /root/{name}/.auth-secret; echo old-session > {sessions}/old.jsonl
+         ag-box exec {name} -- sh -c 'echo doomed > doomed.txt; echo kept > kept.txt'
+         ag-box park {name}"
+    ))
+    .ok();
+    // A (0.14) restores B's snapshot (0.18) whole and changes the box.
+    let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    up_a.ok();
+    assert!(!up_a.stderr().contains("in place"), "{}", up_a.stderr());
+    c.a.sh(&format!(
+        "set -e; ag-box exec {name} -- sh -c 'rm doomed.txt; echo v2 > src/main.txt; echo new > added.txt'
+         rm {sessions}/old.jsonl; echo '{{\"session\":2}}' >> {sessions}/s1.jsonl
+         ag-box park {name}"
+    ))
+    .ok();
+    // B brings its older copy to A's snapshot in place: only what differs, nothing kept aside.
+    let up_b = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    up_b.ok();
+    assert!(
+        up_b.stderr().contains("in place") && !up_b.stderr().contains("fork snapshot"),
+        "{}",
+        up_b.stderr()
+    );
+    assert_eq!(
+        c.b.sh(&format!(
+            "cd /root/{name}; cat src/main.txt added.txt kept.txt .auth-secret __pycache__/c.pyc {sessions}/s1.jsonl
+             for f in doomed.txt {sessions}/old.jsonl; do test -e $f && echo STILL-THERE $f; done
+             ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+        ))
+        .ok()
+        .stdout(),
+        "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n"
+    );
+    // And back to 0.14: B's snapshot restored whole on A.
+    c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo v3 > src/main.txt' && ag-box park {name}"
+    ))
+    .ok();
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v3\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }

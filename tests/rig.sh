@@ -28,6 +28,7 @@
 # With nodeA up, `up` also starts the S3 server (moto, in nodeA's netns at $S3_ENDPOINT, bucket
 # $S3_BUCKET) and tests/s3-fault-proxy.py in front of it ($FAULT_PROXY) and writes each node's /root/.config/box/{env,nodes} for that cluster; every node
 # gets /usr/local/bin/ag-box -> /opt/box/bin/ag-box, as install.sh does.
+# nodeB's restic is Debian 13's (0.17+, at /opt/box/bin/restic), the others' Debian 12's 0.14.
 # NODE is nodeA, nodeB or nodeC.  BASE=${BOX_TEST_BASE:-/srv/boxtest} (keep it out of /tmp: each node has
 # a private /tmp).  Progress and timings go to stderr; errors are "rig.sh: error: ..." on stderr.
 set -euo pipefail
@@ -42,6 +43,10 @@ PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc curl p
 CLEAN_PATH=/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 BOOT_TIMEOUT=${BOX_RIG_BOOT_TIMEOUT:-60}
 MOTO=/opt/moto
+# Debian 13's restic (0.17+, a static Go program), unpacked without adding the suite to apt's
+# sources: nodeB runs it (restores in place), nodeA and nodeC run Debian 12's 0.14.
+RESTIC_NEW=/opt/restic-trixie
+RESTIC_NEW_NODE=nodeB
 # The real agent CLIs, pinned; under /usr, since a box sees the node's /usr and not /opt.
 # Claude Code 2.1.197 is the newest that still allows Node 20 (2.1.198+ want Node 22).
 AGENTS=/usr/local/lib/ag-box-test-agents
@@ -99,7 +104,23 @@ install_pkgs() {
     python3 -m venv "$MOTO" && "$MOTO/bin/pip" install -q 'moto[server]' >/dev/null ||
       die "installing moto[server] into $MOTO failed"
   fi
+  install_restic_new
   install_agents
+}
+install_restic_new() {
+  [ -x "$RESTIC_NEW/usr/bin/restic" ] && return 0
+  local tmp rc=0; tmp=$(mktemp -d)
+  echo "deb http://deb.debian.org/debian trixie main" > "$tmp/sources.list"
+  mkdir -p "$tmp/lists/partial"
+  local opts=(-q -o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$tmp/lists")
+  { apt-get "${opts[@]}" update >/dev/null &&
+    (cd "$tmp" && apt-get "${opts[@]}" download restic >/dev/null) &&
+    rm -rf "$RESTIC_NEW.new" && dpkg-deb -x "$tmp"/restic_*.deb "$RESTIC_NEW.new" &&
+    "$RESTIC_NEW.new/usr/bin/restic" version >/dev/null &&
+    rm -rf "$RESTIC_NEW" && mv "$RESTIC_NEW.new" "$RESTIC_NEW"; } || rc=$?
+  rm -rf "$tmp"
+  [ $rc = 0 ] || die "fetching Debian 13's restic into $RESTIC_NEW failed (exit $rc)"
 }
 install_agents() {
   command -v npm >/dev/null || die "npm not found (the agent CLIs are npm packages)"
@@ -227,6 +248,10 @@ prepare_node() {
   printf 'HostKey /etc/ssh/ssh_host_ed25519_key\nPasswordAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n' \
     > "$d/etc-ssh/sshd_config.d/box-test.conf"
   ssh-keygen -q -t ed25519 -N '' -C "root@$n" -f "$d/root/.ssh/id_ed25519"
+  if [ "$n" = "$RESTIC_NEW_NODE" ]; then
+    [ -x "$RESTIC_NEW/usr/bin/restic" ] || die "$RESTIC_NEW/usr/bin/restic missing: run '$0 install' first"
+    cp "$RESTIC_NEW/usr/bin/restic" "$d/opt-box/bin/restic"
+  fi
   ip netns add "box-$n"
   ip -n "box-$n" link set lo up
 }

@@ -41,7 +41,19 @@ pub trait BoxRuntime {
 pub trait Repo {
     fn ensure_repo(&self) -> Result<()>;
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
+    /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+    /// Whether [`Repo::restore_path`] is available (restic 0.17+).
+    fn restores_in_place(&self) -> bool;
+    /// Bring `path` to what the snapshot holds there, changing only what differs; what the
+    /// backup excluded stays as it is.
+    fn restore_path(
+        &self,
+        snapshot_id: &str,
+        path: &Path,
+        excludes: &[PathBuf],
+        exclude_files: &[PathBuf],
+    ) -> Result<()>;
 }
 
 /// What the sequences act on.

@@ -24,6 +24,14 @@ pub struct Taken {
 
 const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
 
+/// The exclude files this node's snapshots (and restores in place) follow.
+pub fn exclude_files() -> Vec<PathBuf> {
+    [PathBuf::from(EXCLUDE_FILE)]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect()
+}
+
 /// The box's local copy on this node: its project and its agent home.
 pub fn local_copy(spec: &BoxSpec) -> Vec<PathBuf> {
     vec![spec.project.clone(), spec.agent_home.root.clone()]
@@ -43,10 +51,7 @@ fn backup_spec(
         fork,
         parent,
         excludes: box_spec.agent_home.snapshot_excludes(),
-        exclude_files: [PathBuf::from(EXCLUDE_FILE)]
-            .into_iter()
-            .filter(|p| p.exists())
-            .collect(),
+        exclude_files: exclude_files(),
         paths: local_copy(box_spec)
             .into_iter()
             .filter(|p| p.exists())
@@ -150,6 +155,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         at: timestamp(now),
         node: node.clone(),
         epoch,
+        paths: paths.clone(),
     };
     let forked = if holding {
         let ttl = w.config.lease_ttl;

@@ -53,6 +53,32 @@ struct FakeRepo {
     /// Reported as unreadable by the next backup.
     unreadable: RefCell<Vec<String>>,
     forks: RefCell<Vec<String>>,
+    /// Restores in place are available (restic 0.17+).
+    in_place: Cell<bool>,
+    /// The next restore in place writes the snapshot's files, then fails before its deletions.
+    cut_in_place: Cell<bool>,
+    /// (snapshot, path) of every restore in place.
+    in_place_calls: RefCell<Vec<(String, PathBuf)>>,
+}
+
+/// Remove what is under `live` but not under `snap`, as restic's `--delete` does, but for the
+/// excluded `.auth-secret`.
+fn delete_missing(snap: &Path, live: &Path) {
+    for entry in fs::read_dir(live).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        let there = snap.join(&name);
+        if name == ".auth-secret" {
+            continue;
+        }
+        match fs::symlink_metadata(&there) {
+            Err(_) => crate::sys::restore::remove_any(&entry.path()).unwrap(),
+            Ok(m) if m.is_dir() && entry.file_type().unwrap().is_dir() => {
+                delete_missing(&there, &entry.path())
+            }
+            Ok(_) => {}
+        }
+    }
 }
 
 fn cp(from: &Path, to: &Path) {
@@ -109,6 +135,25 @@ impl Repo for FakeRepo {
         anyhow::ensure!(ok.success(), "restoring {id}");
         Ok(())
     }
+    fn restores_in_place(&self) -> bool {
+        self.in_place.get()
+    }
+    fn restore_path(&self, id: &str, path: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
+        self.in_place_calls
+            .borrow_mut()
+            .push((id.to_string(), path.to_path_buf()));
+        let snap = self.tree(id).join(path.strip_prefix("/").unwrap());
+        fs::create_dir_all(path)?;
+        let mut from = snap.clone().into_os_string();
+        from.push("/.");
+        let ok = Command::new("cp").arg("-a").arg(from).arg(path).status()?;
+        anyhow::ensure!(ok.success(), "restoring {id} into {}", path.display());
+        if self.cut_in_place.take() {
+            anyhow::bail!("the connection to the repository was lost");
+        }
+        delete_missing(&snap, path);
+        Ok(())
+    }
 }
 
 /// One node: its files, state and config in a temp dir, its store local.
@@ -149,6 +194,9 @@ impl Node {
                 next: Cell::new(0),
                 unreadable: RefCell::default(),
                 forks: RefCell::default(),
+                in_place: Cell::new(false),
+                cut_in_place: Cell::new(false),
+                in_place_calls: RefCell::default(),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -221,6 +269,7 @@ impl Node {
             at: timestamp(SystemTime::now()),
             node: "there".into(),
             epoch: 7,
+            paths: vec![self.project()],
         };
         update(&self.store, "demo", |m| {
             Ok(Step::Write(
@@ -413,4 +462,78 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
     assert!(format!("{e:#}").contains("is being dropped"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert!(n.runtime.active.borrow().is_empty());
+}
+
+#[test]
+fn an_older_copy_is_brought_to_the_snapshot_in_place() {
+    let n = Node::new();
+    n.parked();
+    n.write(".auth-secret", "this node's");
+    let id = n.parked_elsewhere();
+    n.write("gone-there.txt", "saved in the first snapshot only");
+    n.repo.in_place.set(true);
+    // The copy differs from what this node saved (gone-there.txt): kept as a fork first.
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.repo.forks.borrow().len(), 1);
+    assert_eq!(
+        *n.repo.in_place_calls.borrow(),
+        [(id.clone(), n.project())],
+        "only the paths the snapshot holds"
+    );
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("gone-there.txt"), None);
+    assert_eq!(n.read(".auth-secret").as_deref(), Some("this node's"));
+    let copy = n.copy();
+    assert_eq!(
+        (copy.snapshot.as_deref(), copy.restoring_to, copy.paths),
+        (Some(id.as_str()), None, vec![n.project()])
+    );
+    assert!(copy.digest.is_some());
+}
+
+#[test]
+fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
+    let n = Node::new();
+    n.parked();
+    n.write("gone-there.txt", "in no snapshot of the box's latest");
+    let id = n.parked_elsewhere();
+    n.repo.in_place.set(true);
+    n.repo.cut_in_place.set(true);
+    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("the next 'ag-box up demo' finishes it"),
+        "{e:#}"
+    );
+    assert!(
+        n.runtime.active.borrow().is_empty(),
+        "never started half restored"
+    );
+    assert_eq!(n.meta().lease, None, "the lease went back");
+    assert_eq!(n.copy().restoring_to.as_deref(), Some(id.as_str()));
+    let forks = n.repo.forks.borrow().len();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("gone-there.txt"), None);
+    assert_eq!(n.copy().restoring_to, None);
+    assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging() {
+    let n = Node::new();
+    n.parked();
+    n.parked_elsewhere();
+    update(&n.store, "demo", |m| {
+        let mut next = m.clone();
+        if let Some(s) = next.last_snapshot.as_mut() {
+            s.paths.clear();
+        }
+        Ok(Step::Write(next, ()))
+    })
+    .unwrap();
+    n.repo.in_place.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert!(n.repo.in_place_calls.borrow().is_empty());
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }

@@ -1,6 +1,7 @@
 //! `up` on this node: intent, lease, the restore it needs (keeping unsaved work as a fork
 //! first), the start; a failure hands the lease back, a cut-off one is finished by the next.
 
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -8,7 +9,7 @@ use anyhow::{Context, Result};
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, UpPlan};
-use crate::store::meta::{Lease, Meta};
+use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::restic::short;
@@ -191,19 +192,58 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
         None => None,
     };
     if let Some(s) = restore_from {
-        keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?;
+        // A restore in place cut off here left a mix of two snapshots, nothing unsaved.
+        if copy.restoring_to.is_none() {
+            keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?;
+        }
         crash::point("up.after-fork");
         interrupt::check("the restore")?;
-        say!(
-            "restoring box '{}' from snapshot {} ({} by {})",
-            meta.name,
-            short(&s.id),
-            s.at,
-            s.node
-        );
-        let paths = restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
-            agent_home::restored_paths(staging, &spec)
-        })?;
+        let paths = match in_place_paths(w, s, &roots) {
+            Some(paths) => {
+                say!(
+                    "restoring box '{}' from snapshot {} ({} by {}) in place: only what differs is written",
+                    meta.name,
+                    short(&s.id),
+                    s.at,
+                    s.node
+                );
+                copy.restoring_to = Some(s.id.clone());
+                copy.snapshot = None;
+                copy.digest = None;
+                copy.save(state_dir, &meta.name)?;
+                for path in &paths {
+                    w.repo
+                        .restore_path(
+                            &s.id,
+                            path,
+                            &spec.agent_home.snapshot_excludes(),
+                            &snapshot::exclude_files(),
+                        )
+                        .with_context(|| {
+                            format!(
+                                "restoring {} in place; the box stays stopped, and the next 'ag-box up {}' finishes it",
+                                path.display(),
+                                meta.name
+                            )
+                        })?;
+                    crash::point("restore.mid-in-place");
+                }
+                paths
+            }
+            None => {
+                say!(
+                    "restoring box '{}' from snapshot {} ({} by {})",
+                    meta.name,
+                    short(&s.id),
+                    s.at,
+                    s.node
+                );
+                restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
+                    agent_home::restored_paths(staging, &spec)
+                })?
+            }
+        };
+        copy.restoring_to = None;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.digest = None;
@@ -238,6 +278,14 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
         .as_deref()
         .or(w.config.memory_max.as_deref());
     w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
+}
+
+/// The paths to bring to snapshot `s` in place: when this node holds a copy of the project to
+/// change, the snapshot says which of the copy's paths it holds, and restic can (0.17+).
+fn in_place_paths(w: &World, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    let project = roots.first()?;
+    let fits = s.paths.contains(project) && s.paths.iter().all(|p| roots.contains(p));
+    (fits && project.is_dir() && w.repo.restores_in_place()).then(|| s.paths.clone())
 }
 
 /// Before a restore replaces this node's copy: unless it still is what this node last

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
 /// restore into a mount point may have left in it).
@@ -121,6 +121,69 @@ pub fn restore_args(snapshot_id: &str, target: &Path) -> Vec<String> {
         "--target".into(),
         target.to_string_lossy().into_owned(),
     ]
+}
+
+/// restic 0.17+: bring `path` (a dir the snapshot holds) to what snapshot `id` holds there,
+/// rewriting only files whose size or time differ and deleting what the snapshot lacks. What
+/// the backup excluded is neither restored nor deleted, so its patterns come along: the
+/// absolute ones under `path` rewritten relative to it, as restic matches them below a subfolder.
+pub fn restore_in_place_args(
+    snapshot_id: &str,
+    path: &Path,
+    excludes: &[PathBuf],
+    exclude_files: &[PathBuf],
+) -> Vec<String> {
+    let shown = path.to_string_lossy().into_owned();
+    let mut a: Vec<String> = vec![
+        "restore".into(),
+        "--json".into(),
+        format!("{snapshot_id}:{shown}"),
+        "--target".into(),
+        shown,
+        "--overwrite".into(),
+        "if-changed".into(),
+        "--delete".into(),
+    ];
+    for pattern in ALWAYS_EXCLUDED {
+        a.extend(["--exclude".into(), (*pattern).into()]);
+    }
+    for rel in excludes.iter().filter_map(|e| e.strip_prefix(path).ok()) {
+        a.extend(["--exclude".into(), format!("/{}", rel.to_string_lossy())]);
+    }
+    for f in exclude_files {
+        a.extend(["--exclude-file".into(), f.to_string_lossy().into_owned()]);
+    }
+    a
+}
+
+/// A restic release, as `restic version` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Version(pub u32, pub u32, pub u32);
+
+impl Version {
+    /// `restore --overwrite if-changed --delete` came with 0.17.
+    pub fn restores_in_place(self) -> bool {
+        self >= Version(0, 17, 0)
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// `restic 0.18.0 compiled with go1.24.4 on linux/amd64` (or `0.18.1-dev (compiled manually)`).
+pub fn parse_version(text: &str) -> Option<Version> {
+    let word = text.split_whitespace().nth(1)?;
+    let numbers = word
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .next()?;
+    let mut parts = numbers.split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b)), Some(Ok(c))) => Some(Version(a, b, c)),
+        _ => None,
+    }
 }
 
 /// All snapshots, or those of one tag.
@@ -311,6 +374,47 @@ mod tests {
             forget_args(&["a1".into(), "b2".into()]),
             ["forget", "a1", "b2"]
         );
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn in_place_restore_argv_keeps_what_the_backup_excluded() {
+        let root = Path::new("/var/lib/ag-box/homes/demo");
+        assert_eq!(
+            restore_in_place_args(
+                "abc",
+                root,
+                &[root.join(".codex/auth.json"), "/elsewhere/x".into()],
+                &["/opt/box/exclude.txt".into()],
+            ),
+            [
+                "restore", "--json", "abc:/var/lib/ag-box/homes/demo",
+                "--target", "/var/lib/ag-box/homes/demo",
+                "--overwrite", "if-changed", "--delete",
+                "--exclude", ".auth-secret", "--exclude", ".ag-box-restore",
+                "--exclude", ".ag-box-previous", "--exclude", "/.codex/auth.json",
+                "--exclude-file", "/opt/box/exclude.txt",
+            ]
+        );
+    }
+
+    #[test]
+    fn versions_and_what_they_can_do() {
+        let v = |t| parse_version(t);
+        assert_eq!(
+            v("restic 0.14.0 compiled with go1.19.8 on linux/amd64"),
+            Some(Version(0, 14, 0))
+        );
+        assert_eq!(
+            v("restic 0.18.1-dev (compiled manually) compiled with go1.24 on linux/amd64"),
+            Some(Version(0, 18, 1))
+        );
+        assert_eq!(v("restic"), None);
+        assert_eq!(v("restic x.y"), None);
+        assert!(!Version(0, 16, 5).restores_in_place());
+        assert!(Version(0, 17, 0).restores_in_place());
+        assert!(Version(1, 0, 0).restores_in_place());
+        assert_eq!(Version(0, 18, 0).to_string(), "0.18.0");
     }
 
     #[test]

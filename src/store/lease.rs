@@ -142,6 +142,7 @@ mod tests {
             at: timestamp(t(5)),
             node: "a".into(),
             epoch,
+            paths: vec![],
         }
     }
 

@@ -97,6 +97,9 @@ pub struct SnapshotRef {
     pub at: String,
     pub node: String,
     pub epoch: u64,
+    /// The paths it holds (records made before them: unknown, restored through a staging dir).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathBuf>,
 }
 
 impl Meta {

@@ -32,6 +32,10 @@ pub struct CopyState {
     /// restored): the next `up` finishes it, or hands the lease back to `previous`.
     #[serde(default)]
     pub pending_up: Option<PendingUp>,
+    /// A restore in place toward this snapshot began and did not finish: the copy is part old,
+    /// part new, and holds no unsaved work (it was kept as a fork first, or equalled a snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restoring_to: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

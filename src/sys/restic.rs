@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
-use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo};
+use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version};
 use crate::sys::{atomic, cmd, host};
 
 enum Password {
@@ -27,7 +27,11 @@ pub struct Restic {
     s3: Option<(Secret, Secret, String)>,
     /// Local repositories are created on first use; remote ones by `ag-box init`.
     local_dir: Option<PathBuf>,
+    /// Where the version of `bin` is remembered.
+    version_cache: PathBuf,
 }
+
+const VERSION_CACHE: &str = "restic-version.json";
 
 const LOCKED: &str = "repository is already locked";
 
@@ -55,6 +59,7 @@ impl Restic {
                     s3.region.clone(),
                 )),
                 local_dir: None,
+                version_cache: config.state_dir.join(VERSION_CACHE),
             });
         }
         let dir = config.state_dir.join("restic");
@@ -68,6 +73,7 @@ impl Restic {
             password,
             s3: None,
             local_dir: Some(dir),
+            version_cache: config.state_dir.join(VERSION_CACHE),
         })
     }
 
@@ -285,6 +291,62 @@ impl Restic {
         result.map(|_| ())
     }
 
+    /// Bring `path` to what snapshot `snapshot_id` holds there, in place (restic 0.17+).
+    pub fn restore_path(
+        &self,
+        snapshot_id: &str,
+        path: &Path,
+        excludes: &[PathBuf],
+        exclude_files: &[PathBuf],
+    ) -> Result<()> {
+        let bar = progress_bar(&format!("restore {} in place", short(snapshot_id)));
+        let args = plan::restore_in_place_args(snapshot_id, path, excludes, exclude_files);
+        let result = self.run(&args, &mut |line| {
+            if let (Some(b), Some(ProgressMessage::Status { percent_done, .. })) =
+                (&bar, plan::parse_progress_line(line))
+            {
+                b.set_position((percent_done * 100.0) as u64);
+            }
+        });
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        result.map(|_| ())
+    }
+
+    /// The version of the restic binary in use: asked once, then remembered for as long as the
+    /// binary's size and time stay the same. None when it cannot be told.
+    pub fn version(&self) -> Option<Version> {
+        let stamp = std::fs::metadata(&self.bin).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.size(), m.mtime(), m.mtime_nsec())
+        })?;
+        let cached: Option<VersionSeen> = std::fs::read(&self.version_cache)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(seen) = cached.filter(|c| c.bin == self.bin && c.stamp == stamp) {
+            return Some(seen.version);
+        }
+        let out = Command::new(&self.bin)
+            .arg("version")
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        let version = plan::parse_version(&String::from_utf8_lossy(&out.stdout))?;
+        let seen = VersionSeen {
+            bin: self.bin.clone(),
+            stamp,
+            version,
+        };
+        if let Err(e) = serde_json::to_vec(&seen)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| atomic::write(&self.version_cache, &b, 0o644))
+        {
+            tracing::warn!("could not remember the restic version: {e:#}");
+        }
+        Some(version)
+    }
+
     pub fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {
         let mut text = String::new();
         self.run(&plan::snapshots_args(tag), &mut |l| {
@@ -293,6 +355,14 @@ impl Restic {
         })?;
         serde_json::from_str(text.trim()).context("parsing restic snapshots --json")
     }
+}
+
+/// The version a restic binary said it was, and the binary's size and time then.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct VersionSeen {
+    bin: PathBuf,
+    stamp: (u64, i64, i64),
+    version: Version,
 }
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
@@ -310,6 +380,18 @@ impl crate::lifecycle::Repo for Restic {
     }
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
+    }
+    fn restores_in_place(&self) -> bool {
+        self.version().is_some_and(Version::restores_in_place)
+    }
+    fn restore_path(
+        &self,
+        snapshot_id: &str,
+        path: &Path,
+        excludes: &[PathBuf],
+        exclude_files: &[PathBuf],
+    ) -> Result<()> {
+        Restic::restore_path(self, snapshot_id, path, excludes, exclude_files)
     }
 }
 

@@ -321,6 +321,12 @@ mod tests {
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
+        fn restores_in_place(&self) -> bool {
+            false
+        }
+        fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
+            anyhow::bail!("not used")
+        }
     }
 
     fn base() -> tempfile::TempDir {
