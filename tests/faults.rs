@@ -389,15 +389,15 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
     let mount = format!(
         "umount {proj} 2>/dev/null; rm -rf {proj}; mkdir -p {proj} && mount -t tmpfs -o size=64m tmpfs {proj}"
     );
-    c.b.sh(&format!("umount {proj} 2>/dev/null; true")).ok();
+    c.c.sh(&format!("umount {proj} 2>/dev/null; true")).ok();
     c.parked_box(name);
     c.a.sh(&format!(
         "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo one > one.txt' && ag-box park {name}"
     ))
     .ok();
-    // On B the project is a disk of its own, mounted there (empty).
-    c.b.sh(&mount).ok();
-    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    // On C the project is a disk of its own, mounted there (empty).
+    c.c.sh(&mount).ok();
+    c.c.sh(&format!("ag-box up {name} --node nodeC")).ok();
     let seen = c
         .b
         .sh(&format!(
@@ -406,30 +406,31 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
         .ok()
         .stdout();
     assert_eq!(seen, "mounted\none\nv1\n0\n");
-    c.b.sh(&format!(
+    c.c.sh(&format!(
         "ag-box exec {name} -- sh -c 'echo two > two.txt' && ag-box park {name}"
     ))
     .ok();
-    // B's copy is older than the box's latest, and a restore into it is cut half-way.
+    // C's copy is older than the box's latest, and a restore into it (through a staging dir:
+    // C's restic is 0.14) is cut half-way.
     c.a.sh(&format!(
         "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo three > three.txt' && ag-box park {name}"
     ))
     .ok();
     cut_at(
-        &c.b,
+        &c.c,
         "restore.mid-swap",
-        &format!("ag-box up {name} --node nodeB"),
+        &format!("ag-box up {name} --node nodeC"),
     );
-    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    c.c.sh(&format!("ag-box up {name} --node nodeC")).ok();
     assert_eq!(
-        c.b.sh(&format!(
+        c.c.sh(&format!(
             "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/two.txt {proj}/three.txt; ls -A {proj} | grep -c ag-box; true"
         ))
         .ok()
         .stdout(),
         "mounted\none\ntwo\nthree\n0\n"
     );
-    c.b.sh(&format!("ag-box park {name}; umount {proj}")).ok();
+    c.c.sh(&format!("ag-box park {name}; umount {proj}")).ok();
 }
 
 #[test]

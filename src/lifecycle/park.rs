@@ -1,4 +1,5 @@
-//! `park`: snapshot, stop the box, a final snapshot, release the lease.
+//! `park`: snapshot, stop the box, a final snapshot when the box wrote meanwhile, release the
+//! lease.
 
 use anyhow::Result;
 
@@ -7,10 +8,11 @@ use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, update};
 use crate::sys::copy_state::CopyState;
-use crate::sys::crash;
 use crate::sys::restic::short;
+use crate::sys::{crash, digest};
 
-/// Snapshot, stop, a final snapshot of what the stop wrote, release the lease.
+/// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
+/// the lease.
 pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     let _lock = w.lock(name, "park")?;
     let meta = w.tracked(name)?.meta;
@@ -22,19 +24,38 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
         return Err(not_up_here(name).into());
     }
     w.repo.ensure_repo()?;
+    let roots = snapshot::local_copy(&spec);
+    // The running copy as the snapshot begins: the same after the stop, it is all in the snapshot.
+    let before = if running {
+        Some(digest::of(&roots)?)
+    } else {
+        None
+    };
     // If this fails the lease stays ours and the box keeps running, untouched.
     let mut taken = snapshot::take(w, &meta, accept_partial)?;
     crash::point("park.after-snapshot");
     if taken.forked.is_none() && running {
         w.runtime.stop(&spec)?;
         crash::point("park.after-stop");
-        // A second, incremental snapshot keeps what the box wrote while it was being stopped.
-        let now = w.tracked(name)?.meta;
-        taken = snapshot::take(w, &now, accept_partial).map_err(|e| {
-            e.context(format!(
-                "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
-            ))
-        })?;
+        let after = digest::of(&roots)?;
+        if before.as_ref() == Some(&after) {
+            tracing::info!(
+                "box '{name}': nothing changed during its snapshot; it is the final one"
+            );
+            CopyState {
+                digest: Some(after),
+                ..CopyState::load(&w.config.state_dir, name)?
+            }
+            .save(&w.config.state_dir, name)?;
+        } else {
+            // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
+            let now = w.tracked(name)?.meta;
+            taken = snapshot::take(w, &now, accept_partial).map_err(|e| {
+                e.context(format!(
+                    "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
+                ))
+            })?;
+        }
     }
     if let Some(lost) = taken.forked {
         // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.

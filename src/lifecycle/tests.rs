@@ -27,6 +27,8 @@ use crate::sys::restic::Backup;
 struct FakeRuntime {
     active: RefCell<BTreeSet<String>>,
     fail_start: Cell<bool>,
+    /// A file the box writes as it is stopped (an agent saving its session).
+    written_on_stop: RefCell<Option<PathBuf>>,
 }
 
 impl BoxRuntime for FakeRuntime {
@@ -41,7 +43,11 @@ impl BoxRuntime for FakeRuntime {
         Ok(())
     }
     fn stop(&self, spec: &BoxSpec) -> Result<()> {
-        self.active.borrow_mut().remove(&spec.name);
+        if self.active.borrow_mut().remove(&spec.name)
+            && let Some(f) = self.written_on_stop.borrow().as_ref()
+        {
+            fs::write(f, "saved while stopping")?;
+        }
         Ok(())
     }
 }
@@ -536,4 +542,33 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.in_place_calls.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
+fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let before = n.repo.next.get();
+    park::park(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.repo.next.get(), before + 1, "one scan");
+    let copy = n.copy();
+    assert_eq!(copy.snapshot, n.meta().last_snapshot.map(|s| s.id));
+    assert!(copy.digest.is_some(), "the copy is known to equal it");
+
+    let flushed = n.project().join("flushed.txt");
+    *n.runtime.written_on_stop.borrow_mut() = Some(flushed.clone());
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let before = n.repo.next.get();
+    park::park(&n.world(), "demo", false).unwrap();
+    assert_eq!(
+        n.repo.next.get(),
+        before + 2,
+        "a final snapshot after the stop"
+    );
+    let last = n.meta().last_snapshot.unwrap().id;
+    assert_eq!(
+        n.repo.file(&last, &flushed).as_deref(),
+        Some("saved while stopping")
+    );
 }

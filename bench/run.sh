@@ -1,0 +1,87 @@
+#!/bin/bash
+# bench/run.sh -- the benchmark table of issue 10, one run on the rig (root): each row gives
+# ag-box's seconds, the reference's and their ratio.
+#  - The reference project (bench/reference-project.py: 20,000 files, 300 MB, 50 MB of agent
+#    sessions) migrated nodeA -> nodeB (park + up) beside plain restic (an incremental backup
+#    and a restore of the same paths into a repository of their own) and beside rsync over ssh.
+#  - The second migration, nodeB -> nodeA after a 1% change, with nodeA holding its older copy
+#    (restored in place), beside rsync of the delta; re-`up` on a node whose copy is current.
+#  - `ls` and `status` with 200 records (bench/store.sh) and `snapshot --active` of 10 boxes
+#    against the largest alone (bench/snapshot-active.sh).
+# Both nodes run Debian 13's restic here (as installed by tests/rig.sh install), so both
+# migrations use the same restic.
+set -euo pipefail
+trap 'echo "bench/run.sh: failed at line $LINENO" >&2' ERR
+cd "$(dirname "$0")/.."
+command -v rsync >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q rsync >/dev/null
+tests/rig.sh install
+cargo build --release -q
+rows=$(mktemp)
+trap 'tests/rig.sh down; rm -f "$rows"' EXIT
+tests/rig.sh up nodeA nodeB
+for n in nodeA nodeB; do
+  d=$(tests/rig.sh dir $n)
+  install -m 755 target/release/ag-box "$d/opt-box/bin/ag-box"
+  install -m 755 /opt/restic-trixie/usr/bin/restic "$d/opt-box/bin/restic"
+  install -m 755 bench/reference-project.py "$d/root/reference-project.py"
+done
+on() { local n=$1; shift; tests/rig.sh exec "$n" bash -c "$*"; }
+t() { # t NODE SCRIPT -> seconds
+  local s e; s=$(date +%s.%N); on "$1" "$2" >/dev/null 2>&1 || { echo "bench/run.sh: step failed on $1: $2" >&2; exit 1; }
+  e=$(date +%s.%N); echo "$e - $s" | bc
+}
+row() { # row CASE AGBOX_S REFERENCE REFERENCE_S
+  local ratio=-; [ -z "$4" ] || ratio=$(printf '%.2f' "$(echo "$2 / $4" | bc -l)")
+  printf '%-52s %8.2f  %-44s %8s %6s\n' "$1" "$2" "${3:--}" "${4:+$(printf '%.2f' "$4")}" "$ratio" >> "$rows"
+}
+
+SESS=/root/.claude/projects/-root-ref
+HOME_SESS=/var/lib/ag-box/homes/ref/.claude/projects/-root-ref
+on nodeA "python3 /root/reference-project.py make /root/ref $SESS && ag-box init >/dev/null 2>&1"
+size=$(on nodeA "du -sh /root/ref | cut -f1; find /root/ref -type f | wc -l; du -sh $SESS | cut -f1" | paste -sd' ')
+on nodeA "ag-box track ref >/dev/null 2>&1 && ag-box up ref --node nodeA >/dev/null 2>&1"
+
+# First migration: A -> B, B holding nothing.
+park1=$(t nodeA "ag-box park ref")
+up1=$(t nodeB "ag-box up ref --node nodeB")
+plain="export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/plain RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test"
+on nodeA "$plain; restic init -q && restic backup -q --host plain /root/ref $SESS"
+incr=$(t nodeA "$plain; restic backup -q --host plain /root/ref $SESS")
+restore=$(t nodeB "$plain; restic restore -q latest --host plain --target /root/plain-restore")
+rsync1=$(t nodeB "mkdir -p /root/rsync-copy && rsync -a --delete nodeA:/root/ref nodeA:$SESS /root/rsync-copy/")
+row "first migration: park on A" "$park1" "restic backup, incremental" "$incr"
+row "first migration: up on B (restore)" "$up1" "restic restore" "$restore"
+row "first migration: park + up" "$(echo "$park1 + $up1" | bc)" "restic backup + restore" "$(echo "$incr + $restore" | bc)"
+row "first migration: park + up" "$(echo "$park1 + $up1" | bc)" "rsync over ssh (all)" "$rsync1"
+
+# Second migration: B -> A after a 1% change, A holding its older copy (and so does rsync's).
+on nodeA "mkdir -p /root/rsync-copy && cp -a /root/ref $SESS /root/rsync-copy/"
+on nodeB "python3 /root/reference-project.py change /root/ref $HOME_SESS"
+park2=$(t nodeB "ag-box park ref")
+up2=$(t nodeA "ag-box up ref --node nodeA")
+rsync2=$(t nodeA "rsync -a --delete nodeB:/root/ref nodeB:$HOME_SESS /root/rsync-copy/")
+on nodeA "diff -rq /root/ref /root/rsync-copy/ref >/dev/null" ||
+  { echo "bench/run.sh: the second migration and rsync disagree" >&2; exit 1; }
+on nodeA "ag-box park ref >/dev/null 2>&1"
+reup=$(t nodeA "ag-box up ref --node nodeA")
+on nodeA "ag-box park ref >/dev/null 2>&1"
+row "second migration: park on B" "$park2" "first migration: park" "$park1"
+row "second migration: up on A (in place)" "$up2" "first migration: up (goal <= 0.25)" "$up1"
+row "second migration: park + up" "$(echo "$park2 + $up2" | bc)" "rsync over ssh of the delta (goal <= 3)" "$rsync2"
+row "re-up on a node whose copy is current" "$reup" "" ""
+tests/rig.sh down >/dev/null 2>&1
+
+# ls / status with 200 records; snapshot --active of 10 boxes. Their own scripts boot the rig.
+bench/store.sh 200 5 | awk -v f="$rows" '
+  /^loopback store/ { printf "%-52s %8.2f  %-44s %8s %6s\n", "ls, 200 records, loopback store", $3, "goal", "0.15", sprintf("%.2f", $3 / 0.15) >> f
+                      printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "status, 200 records, loopback store", $5, "ls (goal <= 1.5)", $3, $5 / $3 >> f }
+  /^50 ms away \(/  { printf "%-52s %8.2f  %-44s %8s %6s\n", "ls, 200 records, store 50 ms away", $8, "goal", "1.50", sprintf("%.2f", $8 / 1.5) >> f
+                      printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "status, 200 records, store 50 ms away", $10, "ls (goal <= 1.5)", $8, $10 / $8 >> f }'
+bench/snapshot-active.sh 10 3 | awk -v f="$rows" '
+  /largest box alone/ { alone = $NF }
+  /--active of all/   { all = $NF }
+  END { printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "snapshot --active, 10 boxes", all, "the largest box alone (goal <= 1.5)", alone, all / alone >> f }'
+
+echo "reference project: $size (files, sessions); restic $(/opt/restic-trixie/usr/bin/restic version | cut -d' ' -f2) on both nodes; $(nproc) cores"
+printf '%-52s %8s  %-44s %8s %6s\n' case ag-box reference seconds ratio
+cat "$rows"
