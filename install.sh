@@ -4,7 +4,8 @@
 #   install.sh              installs here: /opt/box/bin/ag-box (+ symlink /usr/local/bin/ag-box),
 #                           /etc/box/tmux-inner.conf, /etc/box/egress-allow.txt (kept when the
 #                           node has one: the shipped copy goes beside it as .dist), /etc/base-flake/, /opt/box/{exclude.txt,
-#                           env.example,nodes.example}, the box-snapshot (hourly) and box-prune
+#                           env.example,nodes.example}, completions for bash, zsh and fish, man
+#                           pages in /usr/local/share/man/man1, the box-snapshot (hourly) and box-prune
 #                           (daily) units and timers when systemd is PID 1, and sysctl
 #                           dev.tty.legacy_tiocsti=0; on Debian it apt-gets the tools ag-box runs
 #                           (bwrap restic tmux ssh ip unshare) and fails naming any that is still missing.
@@ -151,7 +152,15 @@ install_files() {
   cp -R base-flake/. /etc/base-flake/
   chmod -R u=rwX,go=rX /etc/base-flake
   install -d -m 700 "${BOX_CONFIG_DIR:-${HOME:-/root}/.config/box}"
-  log "installed /opt/box/bin/ag-box (+ /usr/local/bin/ag-box), /etc/box/{tmux-inner.conf,egress-allow.txt}, /etc/base-flake, /opt/box/{exclude.txt,env.example,nodes.example}"
+  # Completion scripts ask the binary back on every <Tab> (box names come from the store);
+  # they and the man pages come from the binary's own definitions, so they match it.
+  install -d -m 755 /usr/share/bash-completion/completions /usr/share/zsh/vendor-completions \
+    /usr/share/fish/vendor_completions.d /usr/local/share/man/man1
+  COMPLETE=bash /opt/box/bin/ag-box > /usr/share/bash-completion/completions/ag-box
+  COMPLETE=zsh /opt/box/bin/ag-box > /usr/share/zsh/vendor-completions/_ag-box
+  COMPLETE=fish /opt/box/bin/ag-box > /usr/share/fish/vendor_completions.d/ag-box.fish
+  /opt/box/bin/ag-box __man /usr/local/share/man/man1
+  log "installed /opt/box/bin/ag-box (+ /usr/local/bin/ag-box), /etc/box/{tmux-inner.conf,egress-allow.txt}, /etc/base-flake, /opt/box/{exclude.txt,env.example,nodes.example}, shell completions (bash, zsh, fish), man pages (man ag-box)"
 }
 
 install_units() {

@@ -1,8 +1,11 @@
-//! Command-line types (clap only; no behaviour).
+//! Command-line types (clap only; no behaviour but where box names come from for completion).
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use clap_complete::ArgValueCandidates;
+
+use crate::commands::completion::box_names;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +39,7 @@ pub enum Cmd {
     /// Start a box on this node, restoring its newest snapshot when needed
     #[command(after_help = "Example: ag-box up myproj")]
     Up {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Node to start it on (default: this node)
         #[arg(long)]
@@ -50,6 +54,7 @@ pub enum Cmd {
     /// Run one command inside the box
     #[command(after_help = "Example: ag-box exec myproj -- git status")]
     Exec {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -57,6 +62,7 @@ pub enum Cmd {
     /// Snapshot the box, stop it and release this node
     #[command(after_help = "Example: ag-box park myproj")]
     Park {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Count a snapshot restic could not read every file for (or of an empty project)
         #[arg(long)]
@@ -65,6 +71,32 @@ pub enum Cmd {
     /// Snapshot one box, or every active box on this node (renewing leases)
     #[command(after_help = "Example: ag-box snapshot --active")]
     Snapshot(SnapshotArgs),
+    /// A box's snapshots, newest first (time, node, epoch, what each added); --events adds
+    /// who did what to it (up, park, take-over, fork, set, drop, rollback)
+    #[command(after_help = "Example: ag-box history myproj --events")]
+    History {
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+        #[arg(long)]
+        json: bool,
+        /// Interleave the box's lifecycle events
+        #[arg(long)]
+        events: bool,
+    },
+    /// Put a box back to an earlier snapshot (the state it replaces is snapshotted first and
+    /// named, so the rollback can be undone); --to restores a copy elsewhere instead
+    #[command(
+        after_help = "Example: ag-box rollback myproj 1a2b3c4d   (ids: 'ag-box history myproj')"
+    )]
+    Rollback {
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+        /// The snapshot's id (at least its first 4 hex digits)
+        snapshot: String,
+        /// Restore the snapshot under this new directory for a look; the box is not touched
+        #[arg(long)]
+        to: Option<PathBuf>,
+    },
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]
     Status {
@@ -93,6 +125,7 @@ pub enum Cmd {
     /// Delete a box's snapshots and record (never its local files), after typing its name
     #[command(after_help = "Example: ag-box drop oldproj   (or --yes in scripts)")]
     Drop {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Do not ask for the name (for scripts)
         #[arg(long)]
@@ -104,6 +137,7 @@ pub enum Cmd {
         after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
     )]
     Set {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         #[arg(required = true)]
         settings: Vec<String>,
@@ -111,6 +145,7 @@ pub enum Cmd {
     /// A box's network policy and the egress proxy's recent decisions on this node
     #[command(after_help = "Example: ag-box egress myproj --follow")]
     Egress {
+        #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         #[arg(long)]
         json: bool,
@@ -127,6 +162,8 @@ pub enum Cmd {
     /// Check the store and create the restic repository (idempotent)
     #[command(after_help = "Example: ag-box init")]
     Init,
+    #[command(name = "__man", hide = true)]
+    Man { dir: PathBuf },
     #[command(name = "__probe", hide = true)]
     Probe,
     #[command(name = "__anchor", hide = true)]
@@ -192,6 +229,7 @@ pub enum GlobalsAction {
 #[derive(Debug, Args)]
 #[group(id = "which", required = true, multiple = false, args = ["name", "active"])]
 pub struct SnapshotArgs {
+    #[arg(add = ArgValueCandidates::new(box_names))]
     pub name: Option<String>,
     /// Every box running on this node
     #[arg(long)]

@@ -56,6 +56,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             accept_partial,
         } => commands::park::run(&name, accept_partial),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
+        Cmd::History { name, json, events } => commands::history::run(&name, json, events),
+        Cmd::Rollback { name, snapshot, to } => {
+            commands::rollback::run(&name, &snapshot, to.as_deref())
+        }
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
         Cmd::Globals { action } => commands::globals::run(action),
@@ -63,6 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Drop { name, yes } => commands::drop::run(&name, yes),
         Cmd::Set { name, settings } => commands::set::run(&name, &settings),
         Cmd::Probe => commands::probe::run(),
+        Cmd::Man { dir } => commands::completion::man(&dir),
         Cmd::Egress {
             name, apply: true, ..
         } => commands::egress::apply(&name),
@@ -120,6 +125,7 @@ fn exit_with(code: i32) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    commands::completion::answer_if_asked();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -211,16 +211,13 @@ fn missing_tools_exit_4_and_change_nothing() {
         1,
         "box 'tooltest' is not up on this node",
     );
-    assert_code(
-        &run(&n, "ag-box exec tooltest -- true"),
-        1,
-        "is not up on this node",
-    );
-    assert_code(
-        &run(&n, "ag-box attach tooltest"),
-        1,
-        "is not up on this node",
-    );
+    for verb in ["exec tooltest -- true", "attach tooltest"] {
+        assert_code(
+            &run(&n, &format!("ag-box {verb}")),
+            1,
+            "box 'tooltest' is parked (no node runs it); hint: start it with 'ag-box up tooltest'",
+        );
+    }
     assert_eq!(world(&n), parked);
     assert_code(&run(&n, "ag-box track tooltest"), 2, "already tracked");
     assert_eq!(world(&n), parked);

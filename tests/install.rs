@@ -140,7 +140,7 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     // succeeds and says why it did nothing.
     let ls = a.sh("ag-box ls --json").ok().stdout();
     let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
-    for row in boxes.as_array().unwrap() {
+    for row in boxes["boxes"].as_array().unwrap() {
         if row["running_here"] == true {
             a.sh(&format!("ag-box park {}", row["name"].as_str().unwrap()))
                 .ok();
@@ -157,6 +157,28 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     let name = "inst";
     c.parked_box(name);
     let _park = Parks(a, name);
+    // Completion in bash: verbs, then box names from the store; the man pages are there.
+    let complete = |words: &str| {
+        a.sh(&format!(
+            "source /usr/share/bash-completion/completions/ag-box
+             COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_TYPE=9
+             _clap_complete_ag_box ag-box \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"
+             printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        ))
+        .ok()
+        .stdout()
+    };
+    assert_eq!(complete("ag-box pa"), "park\n");
+    assert!(
+        complete("ag-box attach ''").lines().any(|l| l == name),
+        "{name} not completed"
+    );
+    a.sh(
+        "grep -q '^.TH ag-box-up 1' /usr/local/share/man/man1/ag-box-up.1 && \
+          test -s /usr/share/zsh/vendor-completions/_ag-box && \
+          test -s /usr/share/fish/vendor_completions.d/ag-box.fish",
+    )
+    .ok();
     a.sh(&format!("ag-box up {name} --node nodeA")).ok();
     let before = renewed_at(&c, name);
     std::thread::sleep(Duration::from_millis(2100));

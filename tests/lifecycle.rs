@@ -60,6 +60,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     assert_code(&t.sh(&format!("ag-box up {name}")), 0, "already up");
     let status: serde_json::Value =
         serde_json::from_str(&t.sh("ag-box status --json --deep").ok().stdout()).unwrap();
+    assert_eq!(status["schema_version"], 1);
     assert_eq!(
         status["runtime"],
         if t.systemd() { "systemd" } else { "direct" }
@@ -211,7 +212,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     assert_code(
         &t.sh(&format!("ag-box exec {name} -- true")),
         1,
-        "is not up on this node",
+        "is parked (no node runs it)",
     );
     let ls = t.sh("ag-box ls --json").ok().stdout();
     assert!(ls.contains("\"lease\": null"), "{ls}");

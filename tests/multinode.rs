@@ -267,8 +267,8 @@ fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
     let out = c.a.sh_env(&env, "ag-box track norepo");
     assert_code(&out, 1, "does not exist; hint: run 'ag-box init'");
     assert_eq!(
-        c.a.sh_env(&env, "ag-box ls --json").ok().stdout().trim(),
-        "[]",
+        c.a.sh_env(&env, "ag-box ls --json").ok().stdout(),
+        "{\n  \"schema_version\": 1,\n  \"boxes\": []\n}\n",
         "a failed track left a record"
     );
 
@@ -294,8 +294,8 @@ fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
     std::thread::sleep(std::time::Duration::from_secs(2));
     let ls: serde_json::Value =
         serde_json::from_str(&c.b.sh_env(&env, "ag-box ls --json").ok().stdout()).unwrap();
-    assert_eq!(ls[0]["lease"]["node"], "nodeA");
-    assert_eq!(ls[0]["lease_stale"], true);
+    assert_eq!(ls["boxes"][0]["lease"]["node"], "nodeA");
+    assert_eq!(ls["boxes"][0]["lease_stale"], true);
     assert!(
         c.b.sh_env(&env, "ag-box ls")
             .ok()

@@ -1,4 +1,5 @@
-//! Snapshot progress is drawn on stderr when it is a terminal, and only then.
+//! Snapshot progress is drawn on stderr as a bar when it is a terminal; otherwise (the journal,
+//! a timer) it is a line every few seconds.
 
 mod common;
 
@@ -26,10 +27,17 @@ fn snapshot_progress_only_on_a_terminal() {
         tty.contains(&format!("snapshot {name} [")),
         "no progress bar on a terminal:\n{tty}"
     );
-    let piped = host.sh(&format!("ag-box snapshot {name} 2>&1 | cat"));
+    // Off a terminal: lines, as often as AG_BOX_PROGRESS_EVERY allows (enough data to take a
+    // while), and no bar.
+    let piped = host.sh_env(
+        &[("AG_BOX_PROGRESS_EVERY", "0")],
+        &format!("head -c 150M /dev/urandom > home/{name}/big; ag-box snapshot {name} 2>&1 | cat"),
+    );
+    let said = piped.ok().stdout();
+    assert!(!said.contains(&format!("snapshot {name} [")), "{said}");
     assert!(
-        !piped.ok().stdout().contains(&format!("snapshot {name} [")),
-        "{}",
-        piped.stdout()
+        said.lines()
+            .any(|l| l.starts_with(&format!("ag-box: snapshot {name}: ")) && l.contains("% (")),
+        "no progress line off a terminal:\n{said}"
     );
 }

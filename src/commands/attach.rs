@@ -1,9 +1,9 @@
-//! `attach <name>`: the box's tmux session, created if needed. The tmux client runs inside the
+//! `attach <name>`: the box's tmux session, created if needed (on the node running the box). The tmux client runs inside the
 //! box as the client user, so nothing the box's server asks of it reaches the host.
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, not_up_here, require_tools};
+use super::{Ctx, follow, require_tools};
 use crate::error::ChildExit;
 use crate::sys::cmd;
 use crate::sys::enter::Sandbox;
@@ -14,7 +14,7 @@ pub fn run(name: &str) -> Result<()> {
     require_tools(&["nsenter"])?;
     let spec = ctx.spec(&meta);
     if !ctx.runtime.is_active(&spec) {
-        return Err(not_up_here(name).into());
+        return follow::to_holder(&ctx, &meta, "attach", &["attach", name]);
     }
     if std::env::var_os("TMUX").is_some() {
         tracing::warn!(

@@ -8,7 +8,7 @@ use super::{Ctx, require_tools};
 use crate::error::{Code, UserError};
 use crate::plan::restic::{box_tag, forget_args};
 use crate::store::meta::Meta;
-use crate::store::{self, Step, update};
+use crate::store::{self, Step, events, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::crash;
 
@@ -115,6 +115,22 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         .into());
     }
     CopyState::remove(&ctx.config.state_dir, name)?;
+    // Its history goes with its snapshots; the one line left says who dropped it, and when.
+    let history = ctx.store.events(name).and_then(|old| {
+        let keys: Vec<String> = old.into_iter().map(|(k, _)| k).collect();
+        ctx.store.delete_events(name, &keys)
+    });
+    if let Err(e) = history {
+        tracing::warn!("box '{name}': its events were not all deleted: {e:#}");
+    }
+    ctx.record_event(
+        name,
+        events::Step {
+            verb: "drop",
+            detail: Some(format!("{} snapshots deleted", ids.len())),
+            ..Default::default()
+        },
+    );
     say!(
         "dropped box '{name}': its record and {} snapshots are deleted; the files at {} are kept",
         ids.len(),

@@ -1,9 +1,9 @@
-//! `exec <name> -- <cmd...>`: one command inside the running box, as its user, exit code
-//! passed through.
+//! `exec <name> -- <cmd...>`: one command inside the running box (on the node running it), as
+//! its user, exit code passed through.
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, not_up_here, require_tools};
+use super::{Ctx, follow, require_tools};
 use crate::error::ChildExit;
 use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, runtime};
@@ -14,7 +14,11 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     require_tools(&["nsenter"])?;
     let spec = ctx.spec(&meta);
     if !ctx.runtime.is_active(&spec) {
-        return Err(not_up_here(name).into());
+        let args: Vec<&str> = ["exec", name, "--"]
+            .into_iter()
+            .chain(command.iter().map(String::as_str))
+            .collect();
+        return follow::to_holder(&ctx, &meta, "exec", &args);
     }
     let sandbox = Sandbox::open(&spec, ctx.runtime)?;
     runtime::join_cgroups_of(sandbox.pid);

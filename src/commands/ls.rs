@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::Ctx;
+use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
 use crate::store::lease;
 use crate::store::meta::Meta;
@@ -17,6 +17,12 @@ struct Row {
     lease_stale: bool,
     /// The mode in force (the record's, else this node's `BOX_NETWORK`).
     network_mode: Mode,
+}
+
+#[derive(Serialize)]
+struct Listing<'a> {
+    schema_version: u32,
+    boxes: &'a [Row],
 }
 
 pub fn run(json: bool) -> Result<()> {
@@ -35,7 +41,11 @@ pub fn run(json: bool) -> Result<()> {
         })
         .collect();
     if json {
-        out!("{}", serde_json::to_string_pretty(&rows)?);
+        let listing = Listing {
+            schema_version: JSON_SCHEMA_VERSION,
+            boxes: &rows,
+        };
+        out!("{}", serde_json::to_string_pretty(&listing)?);
         return Ok(());
     }
     if rows.is_empty() {

@@ -1,15 +1,19 @@
 //! One thin file per verb: load, plan, print, execute.
 
 pub mod attach;
+pub mod completion;
 pub mod drop;
 pub mod egress;
 pub mod exec;
+pub mod follow;
 pub mod globals;
+pub mod history;
 pub mod init;
 pub mod ls;
 pub mod park;
 pub mod probe;
 pub mod prune;
+pub mod rollback;
 pub mod set;
 pub mod snapshot;
 pub mod status;
@@ -28,13 +32,17 @@ use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
-use crate::store::{MetaStore, Stored, get_existing};
+use crate::store::{MetaStore, Stored, events, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::cmd;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 
 pub use crate::lifecycle::RUN_ROOT;
+
+/// The layout version of every `--json` output (`ls`, `status`, `history`): raised when a
+/// field changes meaning or goes away, not when one is added.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// What every verb works with on this node.
 pub struct Ctx {
@@ -70,6 +78,11 @@ impl Ctx {
             store,
             runtime,
         })
+    }
+
+    /// Add a step to box `name`'s history (never failing the step).
+    pub fn record_event(&self, name: &str, step: events::Step) {
+        events::record(self.store.as_ref(), &self.config.node, name, step);
     }
 
     pub fn restic(&self) -> Result<Restic> {

@@ -1,4 +1,5 @@
-//! `prune [--dry-run]`: retention per box and for globals, then one `restic prune`.
+//! `prune [--dry-run]`: retention per box and for globals, then one `restic prune`; each box's
+//! history trimmed to its newest events.
 
 use std::time::SystemTime;
 
@@ -7,6 +8,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_args};
 use crate::plan::retention::{self, Snap};
+use crate::store::events;
 use crate::sys::crash;
 use crate::sys::restic::short;
 
@@ -38,9 +40,9 @@ pub fn run(dry_run: bool) -> Result<()> {
     let all = restic.snapshots(None)?;
     let policy = ctx.config.retention;
     let now = SystemTime::now();
-    let mut groups: Vec<(String, String, Option<String>)> = ctx
-        .store
-        .list()?
+    let records = ctx.store.list()?;
+    let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
+    let mut groups: Vec<(String, String, Option<String>)> = records
         .into_iter()
         .map(|m| {
             (
@@ -85,5 +87,21 @@ pub fn run(dry_run: bool) -> Result<()> {
     }
     restic.prune()?;
     say!("pruned the repository");
+    trim_events(&ctx, &boxes);
     Ok(())
+}
+
+/// Each box keeps its newest [`events::KEEP`] events.
+fn trim_events(ctx: &Ctx, boxes: &[String]) {
+    for name in boxes {
+        let trimmed = ctx.store.events(name).and_then(|all| {
+            let old = events::beyond(all.into_iter().map(|(k, _)| k).collect(), events::KEEP);
+            ctx.store.delete_events(name, &old).map(|()| old.len())
+        });
+        match trimmed {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("box '{name}': removed its {n} oldest events"),
+            Err(e) => tracing::warn!("box '{name}': its old events were not trimmed: {e:#}"),
+        }
+    }
 }

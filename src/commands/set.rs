@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::{Ctx, egress};
-use crate::store::{Step, update};
+use crate::store::{Step, events, update};
 
 pub fn run(name: &str, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -16,6 +16,14 @@ pub fn run(name: &str, assignments: &[String]) -> Result<()> {
         }
         Ok(Step::Write(next.clone(), next))
     })?;
+    ctx.record_event(
+        name,
+        events::Step {
+            verb: "set",
+            detail: Some(assignments.join(" ")),
+            ..Default::default()
+        },
+    );
     let network = meta.network(ctx.config.network);
     let allow = if meta.allow.is_empty() {
         "none".to_string()

@@ -5,8 +5,8 @@ use std::process::Command;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::Ctx;
 use super::ls::network_label;
+use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
 use crate::store::lease;
 use crate::sys::atomic;
@@ -15,6 +15,7 @@ use crate::sys::{cmd, egress_log};
 
 #[derive(Serialize)]
 struct Status {
+    schema_version: u32,
     node: String,
     version: &'static str,
     store: String,
@@ -123,6 +124,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
     };
     let active = ctx.active_boxes()?;
     let s = Status {
+        schema_version: JSON_SCHEMA_VERSION,
         node: ctx.config.node.clone(),
         version: env!("CARGO_PKG_VERSION"),
         store: ctx.store.describe(),

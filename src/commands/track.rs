@@ -7,9 +7,9 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::plan::{names, project};
-use crate::store;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
+use crate::store::{self, events};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
 
@@ -91,6 +91,16 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         .and_then(|()| crate::lifecycle::snapshot::take(&ctx.world(&restic), &meta, false));
     match taken {
         Ok(t) => {
+            ctx.record_event(
+                name,
+                events::Step {
+                    verb: "track",
+                    epoch: Some(epoch),
+                    snapshot: Some(&t.snapshot.id),
+                    detail: Some(format!("at {}", project.display())),
+                    ..Default::default()
+                },
+            );
             let pin = pinned
                 .map(|n| format!(", pinned to {n} (.auth-secret present)"))
                 .unwrap_or_default();

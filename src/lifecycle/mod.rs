@@ -4,6 +4,7 @@
 //! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
 
 pub mod park;
+pub mod rollback;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use anyhow::Result;
 use super::{World, not_up_here, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
-use crate::store::{Step, update};
+use crate::store::{Step, events, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
 use crate::sys::{crash, digest};
@@ -86,6 +86,17 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
         ..CopyState::load(&w.config.state_dir, name)?
     }
     .save(&w.config.state_dir, name)?;
+    events::record(
+        w.store,
+        &here,
+        name,
+        events::Step {
+            verb: "park",
+            epoch: Some(epoch),
+            snapshot: Some(&snapshot.id),
+            ..Default::default()
+        },
+    );
     out!("{name} {}", snapshot.id);
     say!(
         "parked box '{name}' (snapshot {}); this node is free of it",

@@ -9,6 +9,7 @@ use super::{World, not_up_here};
 use crate::error::UserError;
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::plan::sandbox::BoxSpec;
+use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
@@ -140,6 +141,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
     let paths = spec.paths.clone();
     let backup = w.repo.backup(&meta.name, &backup_args(&spec))?;
     crash::point("snapshot.after-backup");
+    let added = (backup.files_added, backup.bytes_added);
     let id = backup.id;
     if !backup.unreadable.is_empty() && !accept_partial {
         let why = format!(
@@ -182,6 +184,18 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
             short(&snapshot.id)
         );
     }
+    events::record(
+        w.store,
+        node,
+        &meta.name,
+        events::Step {
+            verb: if forked.is_some() { "fork" } else { "snapshot" },
+            epoch: Some(epoch),
+            snapshot: Some(&snapshot.id),
+            added: Some(added),
+            ..Default::default()
+        },
+    );
     CopyState {
         snapshot: forked.is_none().then(|| snapshot.id.clone()),
         paths: paths.clone(),

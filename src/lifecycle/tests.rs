@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
-use super::{BoxRuntime, Repo, World, park, snapshot, up};
+use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::sandbox::BoxSpec;
@@ -127,6 +127,8 @@ impl Repo for FakeRepo {
         Ok(Backup {
             id,
             unreadable: self.unreadable.take(),
+            files_added: 1,
+            bytes_added: 10,
         })
     }
     fn restore(&self, id: &str, target: &Path) -> Result<()> {
@@ -571,4 +573,57 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
         n.repo.file(&last, &flushed).as_deref(),
         Some("saved while stopping")
     );
+}
+
+#[test]
+fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_names() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "v2 by the agent");
+    let replaced = rollback::rollback(&n.world(), "demo", &first).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
+    assert!(n.runtime.active.borrow().contains("demo"), "started again");
+    assert_eq!(n.meta().last_snapshot.unwrap().id, first.id);
+    assert_eq!(
+        n.repo
+            .file(&replaced, &n.project().join("f.txt"))
+            .as_deref(),
+        Some("v2 by the agent")
+    );
+    assert!(n.repo.forks.borrow().is_empty());
+    let undo = SnapshotRef {
+        id: replaced,
+        ..first
+    };
+    rollback::rollback(&n.world(), "demo", &undo).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v2 by the agent"));
+    assert!(!n.copy().stale);
+}
+
+#[test]
+fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "v2");
+    park::park(&n.world(), "demo", false).unwrap();
+    let second = n.meta().last_snapshot.unwrap().id;
+    let replaced = rollback::rollback(&n.world(), "demo", &first).unwrap();
+    assert_eq!(replaced, second);
+    let meta = n.meta();
+    assert_eq!(
+        (meta.lease, meta.last_snapshot.map(|s| s.id)),
+        (None, Some(first.id))
+    );
+    assert_eq!(
+        n.read("f.txt").as_deref(),
+        Some("v2"),
+        "nothing changes until an up"
+    );
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
+    assert!(n.repo.forks.borrow().is_empty());
 }

@@ -10,7 +10,7 @@ use super::{World, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{Step, update};
+use crate::store::{Step, events, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, interrupt, restore};
@@ -147,6 +147,31 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
         return Err(e);
     }
     finish(w, name);
+    let (epoch, taken_from) = match &held {
+        Held::Fresh { epoch, previous } => (*epoch, previous.as_ref().filter(|l| l.node != here)),
+        Held::Already { epoch } => (*epoch, None),
+    };
+    events::record(
+        w.store,
+        &here,
+        name,
+        events::Step {
+            verb: if taken_from.is_some() {
+                "take-over"
+            } else {
+                "up"
+            },
+            epoch: Some(epoch),
+            snapshot: meta.last_snapshot.as_ref().map(|s| s.id.as_str()),
+            detail: taken_from.map(|l| {
+                format!(
+                    "took the lease from node {} (epoch {}) by force",
+                    l.node, l.epoch
+                )
+            }),
+            ..Default::default()
+        },
+    );
     say!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
     Ok(())
 }
@@ -178,7 +203,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     copy.epoch = Some(epoch);
     copy.save(state_dir, &meta.name)?;
     // The copy is the box's newest only if the box ran here since this node took the lease.
-    let ran_here = matches!(held, Held::Already { .. }) && !interrupted;
+    let ran_here = matches!(held, Held::Already { .. }) && !interrupted && !copy.stale;
     let restore_from = match &meta.last_snapshot {
         Some(s) if ran_here => (!meta.path.exists()).then(|| {
             say!(
@@ -244,6 +269,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
             }
         };
         copy.restoring_to = None;
+        copy.stale = false;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.digest = None;

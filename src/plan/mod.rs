@@ -4,6 +4,7 @@ pub mod account;
 pub mod agent_home;
 pub mod egress;
 pub mod globals;
+pub mod history;
 pub mod names;
 pub mod project;
 pub mod restic;

@@ -233,6 +233,21 @@ pub struct SnapshotInfo {
     pub time: String,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// What the backup added (restic 0.17+).
+    #[serde(default)]
+    pub summary: Option<SnapshotSummary>,
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SnapshotSummary {
+    #[serde(default)]
+    pub files_new: u64,
+    #[serde(default)]
+    pub files_changed: u64,
+    #[serde(default)]
+    pub data_added: u64,
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@ use anyhow::{Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::sys::atomic;
 
 pub struct LocalStore {
     dir: PathBuf,
+    /// `<name>/<key>.json` per event.
+    events: PathBuf,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -27,6 +30,7 @@ impl LocalStore {
     pub fn new(state_dir: &Path) -> Self {
         LocalStore {
             dir: state_dir.join("meta"),
+            events: state_dir.join("events"),
         }
     }
 
@@ -101,6 +105,44 @@ impl MetaStore for LocalStore {
             }
             _ => Ok(Cas::Conflict),
         }
+    }
+
+    fn put_event(&self, name: &str, event: &Event) -> Result<()> {
+        let path = self.events.join(name).join(format!("{}.json", event.key()));
+        atomic::write(&path, &serde_json::to_vec(event)?, 0o644)
+    }
+
+    fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
+        let dir = self.events.join(name);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let path = entry?.path();
+            let Some(key) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            match fs::read(&path).map(|b| serde_json::from_slice::<Event>(&b)) {
+                Ok(Ok(event)) => out.push((key, event)),
+                _ => tracing::warn!("skipping the unreadable event {}", path.display()),
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+        for key in keys {
+            atomic::remove(&self.events.join(name).join(format!("{key}.json")))?;
+        }
+        Ok(())
     }
 
     fn list(&self) -> Result<Vec<Meta>> {

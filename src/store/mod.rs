@@ -1,5 +1,6 @@
 //! Box records: the `MetaStore` trait, its backends, and the compare-and-swap loop.
 
+pub mod events;
 pub mod lease;
 pub mod local;
 pub mod meta;
@@ -8,6 +9,7 @@ pub mod s3;
 use anyhow::{Result, bail};
 
 use crate::error::UserError;
+use events::Event;
 use meta::Meta;
 
 /// Opaque token of one stored version (an ETag on S3, a revision number locally).
@@ -36,6 +38,11 @@ pub trait MetaStore {
     fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas>;
     fn delete(&self, name: &str, expected: &Version) -> Result<Cas>;
     fn list(&self) -> Result<Vec<Meta>>;
+    /// Add a lifecycle event of box `name` (unconditionally: events never conflict).
+    fn put_event(&self, name: &str, event: &Event) -> Result<()>;
+    /// Box `name`'s events with their keys, oldest first.
+    fn events(&self, name: &str) -> Result<Vec<(String, Event)>>;
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()>;
     /// Does the backend refuse a second create of `probe_key`? (Leases depend on it.)
     fn conditional_writes(&self, probe_key: &str) -> Result<bool> {
         let _ = probe_key;
@@ -189,6 +196,15 @@ mod tests {
         }
         fn list(&self) -> Result<Vec<Meta>> {
             self.inner.list()
+        }
+        fn put_event(&self, name: &str, event: &Event) -> Result<()> {
+            self.inner.put_event(name, event)
+        }
+        fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
+            self.inner.events(name)
+        }
+        fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+            self.inner.delete_events(name, keys)
         }
     }
 

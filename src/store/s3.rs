@@ -16,6 +16,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use futures_util::StreamExt;
 use tokio::runtime::Runtime;
 
+use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::config::S3Config;
@@ -36,6 +37,11 @@ pub struct S3Store {
 
 fn key(name: &str) -> String {
     format!("boxes/{name}/meta.json")
+}
+
+/// Outside `boxes/`, so that events never lengthen the listing of records.
+fn events_prefix(name: &str) -> String {
+    format!("events/{name}/")
 }
 
 /// HTTP status of a failed call, when the server answered at all.
@@ -140,6 +146,55 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// Every key under `prefix`.
+    fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let resp = self
+                .rt
+                .block_on(
+                    self.client
+                        .list_objects_v2()
+                        .bucket(&self.bucket)
+                        .prefix(prefix)
+                        .set_continuation_token(token.clone())
+                        .send(),
+                )
+                .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            keys.extend(
+                resp.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_string)),
+            );
+            token = resp.next_continuation_token().map(str::to_string);
+            if token.is_none() {
+                return Ok(keys);
+            }
+        }
+    }
+
+    async fn fetch_event(&self, key: String) -> Result<(String, Event)> {
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        let bytes = resp
+            .body
+            .collect()
+            .await
+            .context("reading an event")?
+            .into_bytes();
+        let event = serde_json::from_slice(&bytes).with_context(|| format!("parsing {key}"))?;
+        Ok((key, event))
+    }
+}
+
 impl MetaStore for S3Store {
     fn describe(&self) -> String {
         format!("s3 {}/{}", self.endpoint, self.bucket)
@@ -241,6 +296,63 @@ impl MetaStore for S3Store {
             Err(e) if matches!(status(&e), Some(412) | Some(404)) => Ok(Cas::Conflict),
             Err(e) => Err(self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
         }
+    }
+
+    fn put_event(&self, name: &str, event: &Event) -> Result<()> {
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(format!("{}{}.json", events_prefix(name), event.key()))
+            .content_type("application/json")
+            .body(ByteStream::from(serde_json::to_vec(event)?));
+        self.rt
+            .block_on(req.send())
+            .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        Ok(())
+    }
+
+    fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
+        let prefix = events_prefix(name);
+        let keys = self.keys(&prefix)?;
+        let read: Vec<Result<(String, Event)>> = self.rt.block_on(
+            futures_util::stream::iter(keys.into_iter().map(|k| self.fetch_event(k)))
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        let mut out = Vec::new();
+        for r in read {
+            match r {
+                Ok((key, event)) => {
+                    let key = key.strip_prefix(&prefix).unwrap_or(&key);
+                    out.push((key.trim_end_matches(".json").to_string(), event));
+                }
+                Err(e) if e.is::<UserError>() => return Err(e),
+                Err(e) => tracing::warn!("skipping an unreadable event: {e:#}"),
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+        let prefix = events_prefix(name);
+        let deletes = keys.iter().map(|k| {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(format!("{prefix}{k}.json"))
+                .send()
+        });
+        let done: Vec<_> = self.rt.block_on(
+            futures_util::stream::iter(deletes)
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        for d in done {
+            d.map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        }
+        Ok(())
     }
 
     fn list(&self) -> Result<Vec<Meta>> {

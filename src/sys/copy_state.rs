@@ -36,6 +36,10 @@ pub struct CopyState {
     /// part new, and holds no unsaved work (it was kept as a fork first, or equalled a snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restoring_to: Option<String>,
+    /// A rollback pointed the box's record at an earlier snapshot: the next `up` here restores
+    /// it, even though the box ran here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

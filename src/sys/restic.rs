@@ -4,13 +4,14 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
+use crate::plan::history;
 use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version};
 use crate::sys::{atomic, cmd, host};
 
@@ -95,10 +96,9 @@ impl Restic {
         c.env("RESTIC_REPOSITORY", &self.repository);
         // Snapshot times in UTC ("...Z"), so they parse the same on every node.
         c.env("TZ", "UTC");
-        if host::stderr_is_terminal() {
-            // restic's --json status lines come once a minute unless asked for more.
-            c.env("RESTIC_PROGRESS_FPS", "4");
-        }
+        // restic's --json status lines come once a minute unless asked for more (a bar here,
+        // a line every few seconds off a terminal).
+        c.env("RESTIC_PROGRESS_FPS", "4");
         match &self.password {
             Password::Value(s) => c.env("RESTIC_PASSWORD", s.expose()),
             Password::File(p) => c.env("RESTIC_PASSWORD_FILE", p),
@@ -222,20 +222,14 @@ impl Restic {
 
     /// Run a planned `restic backup --json`; `label` names what is saved.
     pub fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
-        let bar = progress_bar(&format!("snapshot {label}"));
+        let mut progress = Progress::new(format!("snapshot {label}"));
         let mut summary = None;
         let result = self.run(args, &mut |line| match plan::parse_progress_line(line) {
-            Some(ProgressMessage::Status { percent_done, .. }) => {
-                if let Some(b) = &bar {
-                    b.set_position((percent_done * 100.0) as u64);
-                }
-            }
             Some(s @ ProgressMessage::Summary { .. }) => summary = Some(s),
-            _ => {}
+            Some(status) => progress.show(&status),
+            None => {}
         });
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
+        progress.finish();
         let unreadable = plan::unreadable_items(result?.as_deref().unwrap_or(""));
         match summary {
             Some(ProgressMessage::Summary {
@@ -258,10 +252,24 @@ impl Restic {
                 Ok(Backup {
                     id: snapshot_id,
                     unreadable,
+                    files_added: files_new + files_changed,
+                    bytes_added: data_added,
                 })
             }
             _ => anyhow::bail!("restic backup of {label} printed no snapshot id"),
         }
+    }
+
+    /// A restore, its progress shown as `label`.
+    fn run_with_progress(&self, args: &[String], label: String) -> Result<()> {
+        let mut progress = Progress::new(label);
+        let result = self.run(args, &mut |line| {
+            if let Some(status) = plan::parse_progress_line(line) {
+                progress.show(&status);
+            }
+        });
+        progress.finish();
+        result.map(|_| ())
     }
 
     pub fn forget(&self, args: &[String]) -> Result<()> {
@@ -274,21 +282,8 @@ impl Restic {
     }
 
     pub fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
-        let bar = progress_bar(&format!("restore {}", short(snapshot_id)));
-        if let Some(b) = &bar {
-            b.enable_steady_tick(Duration::from_millis(200));
-        }
-        let result = self.run(&plan::restore_args(snapshot_id, target), &mut |line| {
-            if let (Some(b), Some(ProgressMessage::Status { percent_done, .. })) =
-                (&bar, plan::parse_progress_line(line))
-            {
-                b.set_position((percent_done * 100.0) as u64);
-            }
-        });
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        result.map(|_| ())
+        let args = plan::restore_args(snapshot_id, target);
+        self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
     }
 
     /// Bring `path` to what snapshot `snapshot_id` holds there, in place (restic 0.17+).
@@ -299,19 +294,8 @@ impl Restic {
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],
     ) -> Result<()> {
-        let bar = progress_bar(&format!("restore {} in place", short(snapshot_id)));
         let args = plan::restore_in_place_args(snapshot_id, path, excludes, exclude_files);
-        let result = self.run(&args, &mut |line| {
-            if let (Some(b), Some(ProgressMessage::Status { percent_done, .. })) =
-                (&bar, plan::parse_progress_line(line))
-            {
-                b.set_position((percent_done * 100.0) as u64);
-            }
-        });
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        result.map(|_| ())
+        self.run_with_progress(&args, format!("restore {} in place", short(snapshot_id)))
     }
 
     /// The version of the restic binary in use: asked once, then remembered for as long as the
@@ -369,6 +353,9 @@ struct VersionSeen {
 pub struct Backup {
     pub id: String,
     pub unreadable: Vec<String>,
+    /// New and changed files, and the bytes they added to the repository.
+    pub files_added: u64,
+    pub bytes_added: u64,
 }
 
 impl crate::lifecycle::Repo for Restic {
@@ -399,17 +386,71 @@ pub fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
-fn progress_bar(label: &str) -> Option<ProgressBar> {
-    if !host::stderr_is_terminal() {
-        return None;
+/// A long restic run's progress: a bar on a terminal; otherwise (the journal, a timer, a pipe)
+/// one line every [`line_every`] at most.
+struct Progress {
+    label: String,
+    bar: Option<ProgressBar>,
+    last_line: Instant,
+}
+
+/// `AG_BOX_PROGRESS_EVERY` seconds (default 5) between progress lines off a terminal.
+fn line_every() -> Duration {
+    std::env::var("AG_BOX_PROGRESS_EVERY")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(5), Duration::from_secs_f64)
+}
+
+impl Progress {
+    fn new(label: String) -> Progress {
+        let bar = host::stderr_is_terminal().then(|| {
+            let bar = ProgressBar::new(100);
+            let style =
+                ProgressStyle::with_template("{spinner} {prefix} [{bar:30}] {pos}% {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_prefix(label.clone());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Progress {
+            label,
+            bar,
+            last_line: Instant::now(),
+        }
     }
-    let bar = ProgressBar::new(100);
-    let style = ProgressStyle::with_template("{spinner} {prefix} [{bar:30}] {pos}% {elapsed}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
-    bar.set_prefix(label.to_string());
-    bar.tick();
-    Some(bar)
+
+    fn show(&mut self, message: &ProgressMessage) {
+        let ProgressMessage::Status {
+            percent_done,
+            files_done,
+            bytes_done,
+            total_bytes,
+        } = *message
+        else {
+            return;
+        };
+        if let Some(b) = &self.bar {
+            b.set_position((percent_done * 100.0) as u64);
+        } else if self.last_line.elapsed() >= line_every() {
+            self.last_line = Instant::now();
+            say!(
+                "ag-box: {}: {:.0}% ({files_done} files, {} of {})",
+                self.label,
+                percent_done * 100.0,
+                history::size(bytes_done),
+                history::size(total_bytes)
+            );
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
 }
 
 fn write_new_password(path: &Path) -> Result<()> {

@@ -216,7 +216,7 @@ impl Drop for Host {
 pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
     let ls = t.sh("ag-box ls --json").ok().stdout();
     let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
-    boxes
+    boxes["boxes"]
         .as_array()
         .unwrap()
         .iter()

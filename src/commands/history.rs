@@ -1,0 +1,98 @@
+//! `history <name> [--json] [--events]`: the box's snapshots, newest first, and with `--events`
+//! who did what to it, when and where.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
+use crate::plan::history::{self, Entry};
+use crate::plan::restic::box_tag;
+use crate::sys::restic::short;
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    latest: Option<&'a str>,
+    entries: &'a [Entry],
+}
+
+pub fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let meta = ctx.tracked(name)?.meta;
+    require_tools(&["restic"])?;
+    let restic = ctx.restic()?;
+    restic.require_repo()?;
+    let snapshots = restic.snapshots(Some(&box_tag(name)))?;
+    let events: Vec<_> = ctx
+        .store
+        .events(name)?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    let latest = meta.last_snapshot.as_ref().map(|s| s.id.as_str());
+    let mut entries = history::entries(&snapshots, &events, latest);
+    if !with_events {
+        entries.retain(|e| matches!(e, Entry::Snapshot(_)));
+    }
+    if json {
+        let report = Report {
+            schema_version: JSON_SCHEMA_VERSION,
+            name,
+            latest,
+            entries: &entries,
+        };
+        out!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    if entries.is_empty() {
+        say!("box '{name}' has no snapshots yet");
+        return Ok(());
+    }
+    out!(
+        "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  WHAT",
+        "TIME",
+        "NODE",
+        "EPOCH",
+        "SNAPSHOT",
+        "FILES",
+        "ADDED"
+    );
+    let dash = || "-".to_string();
+    for e in &entries {
+        match e {
+            Entry::Snapshot(s) => out!(
+                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  {}{}",
+                s.time,
+                s.node.as_deref().unwrap_or("-"),
+                s.epoch.map_or_else(dash, |e| e.to_string()),
+                short(&s.id),
+                s.files_added.map_or_else(dash, |f| f.to_string()),
+                s.bytes_added.map_or_else(dash, history::size),
+                if s.fork { "fork snapshot" } else { "snapshot" },
+                if s.latest {
+                    " (latest: what 'up' restores)"
+                } else {
+                    ""
+                }
+            ),
+            Entry::Event(ev) => out!(
+                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  {} by {}{}",
+                ev.time,
+                ev.node,
+                ev.epoch.map_or_else(dash, |e| e.to_string()),
+                ev.snapshot.as_deref().map_or("-", short),
+                "",
+                "",
+                ev.verb,
+                ev.operator,
+                ev.detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `rollback`: make an earlier snapshot the box's latest. The state it replaces is a snapshot
+//! first (named, so a rollback is undone by rolling back to it). A parked box's record points
+//! at the earlier snapshot, which the next `up` anywhere restores; a box held here is stopped,
+//! snapshotted, pointed back, and started again on the restored copy.
+
+use std::time::SystemTime;
+
+use anyhow::Result;
+
+use super::{World, snapshot, up};
+use crate::error::{Code, UserError};
+use crate::store::lease::{self, LeaseLost};
+use crate::store::meta::SnapshotRef;
+use crate::store::{Step, events, update};
+use crate::sys::copy_state::CopyState;
+use crate::sys::crash;
+use crate::sys::restic::short;
+
+/// Roll box `name` back to `to`; returns the snapshot of the state it replaced.
+pub fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
+    let lock = w.lock(name, "rollback")?;
+    let meta = w.tracked(name)?.meta;
+    let here = w.config.node.clone();
+    let replaced = match &meta.lease {
+        None => {
+            let replaced = meta.last_snapshot.clone().map(|s| s.id);
+            point_back(w, name, to, None)?;
+            replaced
+        }
+        Some(l) if l.node == here => {
+            let spec = w.spec(&meta);
+            let running = w.runtime.is_active(&spec);
+            w.repo.ensure_repo()?;
+            if running {
+                w.runtime.stop(&spec)?;
+            }
+            // Stopped, so the snapshot is all of it and the copy is known to equal it.
+            let taken = snapshot::take(w, &meta, false).map_err(|e| {
+                e.context(format!(
+                    "box '{name}': the snapshot before the rollback failed; nothing was rolled back{}",
+                    if running { format!(" (the box is stopped: 'ag-box up {name}' starts it again)") } else { String::new() }
+                ))
+            })?;
+            if let Some(lost) = taken.forked {
+                return Err(lost_lease(name, &lost).into());
+            }
+            CopyState {
+                stale: true,
+                ..CopyState::load(&w.config.state_dir, name)?
+            }
+            .save(&w.config.state_dir, name)?;
+            crash::point("rollback.after-snapshot");
+            point_back(w, name, to, Some(taken.snapshot.epoch))?;
+            if running {
+                drop(lock);
+                up::up_here(w, name, false)?;
+            }
+            Some(taken.snapshot.id)
+        }
+        Some(l) => {
+            return Err(UserError::new(
+                Code::LeaseHeld,
+                format!("box '{name}' is up on node {}", l.node),
+                format!("run the rollback on {}, or park the box first", l.node),
+            )
+            .into());
+        }
+    };
+    let undo = replaced.as_deref().map_or(String::new(), |id| {
+        format!("; undo with 'ag-box rollback {name} {}'", short(id))
+    });
+    events::record(
+        w.store,
+        &here,
+        name,
+        events::Step {
+            verb: "rollback",
+            snapshot: Some(&to.id),
+            detail: Some(format!(
+                "to {} from {}{undo}",
+                short(&to.id),
+                replaced.as_deref().map_or("nothing", short)
+            )),
+            ..Default::default()
+        },
+    );
+    Ok(replaced.unwrap_or_default())
+}
+
+/// The record's latest snapshot becomes `to`: on a parked box (`held` None) only while it stays
+/// parked, on a box held here only while this node holds it.
+fn point_back(w: &World, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
+    let here = &w.config.node;
+    let now = SystemTime::now();
+    let refused = update(w.store, name, |m| {
+        Ok(match (held, &m.lease) {
+            (None, None) => Step::Write(
+                crate::store::meta::Meta {
+                    last_snapshot: Some(to.clone()),
+                    ..m.clone()
+                },
+                None,
+            ),
+            (None, Some(l)) => Step::Keep(Some(format!("node {} took it meanwhile", l.node))),
+            (Some(epoch), _) => {
+                match lease::renew(m, here, epoch, Some(to.clone()), now, w.config.lease_ttl) {
+                    Ok(next) => Step::Write(next, None),
+                    Err(lost) => Step::Keep(Some(lost_lease(name, &lost).to_string())),
+                }
+            }
+        })
+    })?;
+    match refused {
+        None => Ok(()),
+        Some(why) => Err(UserError::new(
+            Code::LeaseHeld,
+            format!("box '{name}' was not rolled back: {why}"),
+            "see 'ag-box ls', then run the rollback where the box is",
+        )
+        .into()),
+    }
+}
+
+fn lost_lease(name: &str, lost: &LeaseLost) -> UserError {
+    let holder = lost
+        .now_held_by
+        .as_ref()
+        .map_or("nobody".into(), |l| l.node.clone());
+    UserError::new(
+        Code::LeaseHeld,
+        format!(
+            "box '{name}' was taken over by {holder}; this node's files are kept as a fork snapshot"
+        ),
+        format!("run the rollback on {holder}"),
+    )
+}

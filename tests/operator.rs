@@ -1,0 +1,164 @@
+//! The operator's day on the rig: a box's history and events seen from any node, attach and exec
+//! that follow the box to the node it runs on.
+
+mod common;
+
+use common::{Checked, Cluster, Node, Target, assert_code};
+use serde_json::Value;
+
+fn history(n: &Node, name: &str) -> Value {
+    let out = n.sh(&format!("ag-box history {name} --events --json"));
+    serde_json::from_str(&out.ok().stdout()).unwrap()
+}
+
+/// The verbs of the events, newest first, repeats of one verb in a row counted once (a `park`
+/// takes one snapshot or two).
+fn verbs(h: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in h["entries"].as_array().unwrap() {
+        if e["kind"] == "event" {
+            let v = e["verb"].as_str().unwrap().to_string();
+            if out.last() != Some(&v) {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn history_shows_snapshots_and_a_force_take_over_from_both_nodes() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "hist";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    c.b.sh(&format!("ag-box up {name} --node nodeB --force"))
+        .ok();
+    // A's box runs on, its lease gone: its snapshot is a fork, and so is the one its park takes.
+    assert_code(&c.a.sh(&format!("ag-box snapshot {name}")), 3, "fork");
+    assert_code(&c.a.sh(&format!("ag-box park {name}")), 3, "taken over");
+    c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo b > b.txt' && ag-box park {name}"
+    ))
+    .ok();
+
+    let (ha, hb) = (history(&c.a, name), history(&c.b, name));
+    assert_eq!(ha, hb, "the same history from both nodes");
+    assert_eq!(ha["schema_version"], 1);
+    let mut seen = verbs(&ha);
+    if seen.last().map(String::as_str) == Some("drop") {
+        seen.pop(); // an earlier run's box of this name, dropped by `parked_box`
+    }
+    assert_eq!(
+        seen,
+        [
+            "park",
+            "snapshot",
+            "fork",
+            "take-over",
+            "up",
+            "park",
+            "snapshot",
+            "track",
+            "snapshot"
+        ]
+    );
+    let entries = ha["entries"].as_array().unwrap();
+    let take_over = entries.iter().find(|e| e["verb"] == "take-over").unwrap();
+    assert_eq!(take_over["node"], "nodeB");
+    assert!(
+        take_over["detail"]
+            .as_str()
+            .unwrap()
+            .contains("from node nodeA"),
+        "{take_over}"
+    );
+    let snaps: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "snapshot").collect();
+    let latest: Vec<&&Value> = snaps.iter().filter(|s| s["latest"] == true).collect();
+    let record = common::box_row(&c.a, name).unwrap();
+    assert_eq!(latest.len(), 1);
+    assert_eq!(latest[0]["id"], record["last_snapshot"]["id"]);
+    assert_eq!(
+        (
+            latest[0]["node"].as_str(),
+            snaps[0]["id"] == latest[0]["id"]
+        ),
+        (Some("nodeB"), true),
+        "the newest snapshot is B's park"
+    );
+    let forks: Vec<&&Value> = snaps.iter().filter(|s| s["fork"] == true).collect();
+    assert_eq!(forks.len(), 2, "{snaps:?}");
+    assert!(forks.iter().all(|f| f["node"] == "nodeA"));
+    assert!(
+        snaps
+            .iter()
+            .all(|s| s["files_added"].is_u64() && s["bytes_added"].is_u64()),
+        "what every snapshot added, on restic 0.14 too: {snaps:?}"
+    );
+    let text =
+        c.a.sh(&format!("ag-box history {name} --events"))
+            .ok()
+            .stdout();
+    assert!(
+        text.contains("take-over by root: took the lease from node nodeA (epoch")
+            && text.contains("(latest: what 'up' restores)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn attach_and_exec_follow_the_box_to_the_node_running_it() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "follow";
+    c.parked_box(name);
+    assert_code(
+        &c.b.sh(&format!("ag-box attach {name}")),
+        1,
+        &format!(
+            "box '{name}' is parked (no node runs it); hint: start it with 'ag-box up {name}'"
+        ),
+    );
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+
+    // exec on B runs in the box on A: arguments as typed, output and exit code passed back.
+    let out = c.b.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo \"a  b\" > from-b.txt; cat src/main.txt; exit 7'"
+    ));
+    assert_code(
+        &out,
+        7,
+        &format!("box '{name}' is up on node nodeA; running 'exec' there over ssh (nodeA)"),
+    );
+    assert_eq!(out.stdout(), "v1\n");
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/from-b.txt"))
+            .ok()
+            .stdout(),
+        "a  b\n"
+    );
+
+    // attach on B (a terminal from an outer tmux there): a client appears in the box on A.
+    c.b.sh(&format!(
+        "tmux -L outer-{name} kill-server 2>/dev/null
+         tmux -L outer-{name} new-session -d -x 120 -y 40 'ag-box attach {name} 2>/root/attach-{name}.err; sleep 30'"
+    ))
+    .ok();
+    let attached = c.a.sh(&format!(
+        "for i in $(seq 150); do ag-box exec {name} -- tmux -S /run/box/{name}/sock/tmux.sock list-clients | grep -q . && exit 0; sleep 0.1; done; exit 1"
+    ));
+    let said = c.b.sh(&format!(
+        "cat /root/attach-{name}.err; tmux -L outer-{name} kill-server; true"
+    ));
+    assert_eq!(
+        attached.code(),
+        0,
+        "no client attached from B: {}",
+        said.stdout()
+    );
+    assert!(
+        said.stdout().contains("running 'attach' there over ssh"),
+        "{}",
+        said.stdout()
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
