@@ -83,6 +83,20 @@ pub enum Cmd {
         #[arg(long)]
         events: bool,
     },
+    /// What changed between two snapshots, or between one (default: the latest) and the
+    /// working copy on this node
+    #[command(
+        after_help = "Example: ag-box diff myproj   (the working copy against the latest snapshot)"
+    )]
+    Diff {
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+        /// Snapshot ids: none, one (against the working copy), or two
+        #[arg(num_args = 0..=2)]
+        snapshots: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Put a box back to an earlier snapshot (the state it replaces is snapshotted first and
     /// named, so the rollback can be undone); --to restores a copy elsewhere instead
     #[command(
@@ -158,6 +172,17 @@ pub enum Cmd {
         /// Apply the record's policy to the box running here (what `set` does on its node)
         #[arg(long, conflicts_with_all = ["json", "follow"])]
         apply: bool,
+    },
+    /// Is this node set up right? Tools, runtime, config files, store, clock, repository and
+    /// its locks, the other nodes, timers, TIOCSTI, free space, agent CLIs; each failure with
+    /// its fix
+    #[command(after_help = "Example: ag-box doctor")]
+    Doctor {
+        #[arg(long)]
+        json: bool,
+        /// First remove the repository's stale locks (restic unlock)
+        #[arg(long)]
+        unlock: bool,
     },
     /// Check the store and create the restic repository (idempotent)
     #[command(after_help = "Example: ag-box init")]

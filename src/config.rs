@@ -102,6 +102,13 @@ pub struct Config {
     pub network: Mode,
 }
 
+/// Where the env and nodes files are: `$BOX_CONFIG_DIR`, else `~/.config/box`.
+pub fn config_dir(home: &Path) -> PathBuf {
+    std::env::var_os("BOX_CONFIG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".config/box"))
+}
+
 /// `KEY=VALUE` lines; `#` comments, blank lines, an optional `export ` and quotes allowed.
 pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
@@ -299,9 +306,7 @@ impl Config {
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/root"));
-        let config_dir = std::env::var_os("BOX_CONFIG_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".config/box"));
+        let config_dir = config_dir(&home);
         let file = read_env_file(&config_dir.join("env"))?;
         for key in file.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
             tracing::warn!("unknown key {key} in {}", config_dir.join("env").display());

@@ -57,11 +57,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => commands::park::run(&name, accept_partial),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
         Cmd::History { name, json, events } => commands::history::run(&name, json, events),
+        Cmd::Diff {
+            name,
+            snapshots,
+            json,
+        } => commands::diff::run(&name, &snapshots, json),
         Cmd::Rollback { name, snapshot, to } => {
             commands::rollback::run(&name, &snapshot, to.as_deref())
         }
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
+        Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
         Cmd::Globals { action } => commands::globals::run(action),
         Cmd::Prune { dry_run } => commands::prune::run(dry_run),
         Cmd::Drop { name, yes } => commands::drop::run(&name, yes),

@@ -344,10 +344,15 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         &format!("ag-box set {name} uid=1234 gid=1234 && ag-box park {name}"),
     )
     .ok();
-    let up = run(&n, &format!("ag-box up {name}"));
+    // The node's shared credentials go to the box user at its `up`; read at once, since any
+    // other box's `up` on this node (tests run side by side) hands them to its own user.
+    let up = run(
+        &n,
+        &format!("ag-box up {name} && stat -c %u:%g /root/.claude/.credentials.json"),
+    );
+    assert_eq!(up.ok().stdout(), "1234:1234\n");
     assert_eq!(
-        up.ok()
-            .stderr()
+        up.stderr()
             .matches("belongs to uid 1000; handing it to the box user (uid 1234, gid 1234)")
             .count(),
         1,
@@ -359,12 +364,12 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         run(
             &n,
             &format!(
-                "stat -c %u:%g /root/{name}/src/main.txt /root/{name}/new {state}/homes/{name}/.claude /root/.claude/.credentials.json"
+                "stat -c %u:%g /root/{name}/src/main.txt /root/{name}/new {state}/homes/{name}/.claude"
             )
         )
         .ok()
         .stdout(),
-        "1234:1234\n1234:1234\n1234:1234\n1234:1234\n"
+        "1234:1234\n1234:1234\n1234:1234\n"
     );
     run(
         &n,

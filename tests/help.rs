@@ -2,8 +2,9 @@
 
 use std::process::Command;
 
-const SPEC_COMMANDS: [&str; 11] = [
-    "ls", "track", "up", "attach", "exec", "park", "snapshot", "globals", "prune", "drop", "status",
+const SPEC_COMMANDS: [&str; 17] = [
+    "ls", "track", "up", "attach", "exec", "park", "snapshot", "globals", "prune", "drop",
+    "status", "history", "diff", "rollback", "set", "egress", "init",
 ];
 
 fn help(args: &[&str]) -> String {
@@ -35,7 +36,7 @@ fn help_lists_all_spec_commands_each_with_an_example() {
         assert!(help(&["globals", action]).contains("Example: ag-box globals"));
     }
     assert!(
-        !top.contains("__probe") && !top.contains("__anchor"),
+        !top.contains("__probe") && !top.contains("__anchor") && !top.contains("__man"),
         "hidden commands shown:\n{top}"
     );
 }

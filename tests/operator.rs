@@ -162,3 +162,116 @@ fn attach_and_exec_follow_the_box_to_the_node_running_it() {
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
+
+/// The id a `snapshot` or `park` printed (`<name> <id>`).
+fn printed_id(out: &std::process::Output) -> String {
+    out.stdout()
+        .split_whitespace()
+        .nth(1)
+        .expect("a snapshot id on stdout")
+        .to_string()
+}
+
+#[test]
+fn diff_and_rollback_of_a_running_box_and_the_undo_of_the_rollback() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "undo";
+    let a = &c.a;
+    c.parked_box(name);
+    let s1 = common::box_row(a, name).unwrap()["last_snapshot"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let exec = |script: &str| {
+        a.sh(&format!("ag-box exec {name} -- sh -c '{script}'"))
+            .ok()
+            .stdout()
+    };
+    a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    exec("echo v2 > src/main.txt; echo new > added.txt");
+    let s2 = printed_id(a.sh(&format!("ag-box snapshot {name}")).ok());
+    exec("rm added.txt; echo v3 > src/main.txt; echo big > big.txt");
+    let s3 = printed_id(a.sh(&format!("ag-box snapshot {name}")).ok());
+
+    let p = format!("/root/{name}");
+    let diff = a.sh(&format!("ag-box diff {name} {} {}", &s1[..8], &s2[..8]));
+    assert_eq!(
+        diff.ok().stdout(),
+        format!("+ {p}/added.txt  (4 B)\nM {p}/src/main.txt  (3 B -> 3 B)\n")
+    );
+    assert!(
+        diff.stderr().contains("1 added, 0 removed, 1 modified"),
+        "{}",
+        diff.stderr()
+    );
+    exec("echo wip > wip.txt");
+    let wip = a.sh(&format!("ag-box diff {name}"));
+    assert!(
+        wip.ok()
+            .stdout()
+            .lines()
+            .any(|l| l == format!("+ {p}/wip.txt  (4 B)"))
+            && wip.stderr().contains("to the working copy on nodeA"),
+        "{}{}",
+        wip.stdout(),
+        wip.stderr()
+    );
+    assert!(
+        !wip.stdout().contains(&format!("{p}/src/main.txt")),
+        "{}",
+        wip.stdout()
+    );
+
+    // The holder rolls the running box back to the first snapshot...
+    let back = a.sh(&format!("ag-box rollback {name} {}", &s1[..8]));
+    back.ok();
+    let undo_id = back
+        .stderr()
+        .split("'ag-box rollback undo ")
+        .nth(1)
+        .and_then(|s| s.split('\'').next())
+        .unwrap_or_else(|| panic!("no undo named:\n{}", back.stderr()))
+        .to_string();
+    assert!(c.active("nodeA", name), "started again");
+    assert_eq!(
+        exec("cat src/main.txt; ls"),
+        "v1\nsrc\n",
+        "the first snapshot's files, and only them"
+    );
+    // ... and undoes it: the state it replaced, work in no snapshot then included.
+    a.sh(&format!("ag-box rollback {name} {undo_id}")).ok();
+    assert_eq!(
+        exec("cat src/main.txt wip.txt; ls"),
+        "v3\nwip\nbig.txt\nsrc\nwip.txt\n"
+    );
+
+    // --to: a copy elsewhere, the box untouched.
+    a.sh(&format!(
+        "rm -rf /root/{name}-s2; ag-box rollback {name} {} --to /root/{name}-s2",
+        &s2[..8]
+    ))
+    .ok();
+    assert_eq!(
+        a.sh(&format!(
+            "cat /root/{name}-s2{p}/src/main.txt /root/{name}-s2{p}/added.txt; cat {p}/src/main.txt"
+        ))
+        .ok()
+        .stdout(),
+        "v2\nnew\nv3\n"
+    );
+    assert_code(
+        &a.sh(&format!(
+            "ag-box rollback {name} {} --to /root/{name}-s2",
+            &s3[..8]
+        )),
+        2,
+        "is not an empty directory",
+    );
+    let events = a
+        .sh(&format!("ag-box history {name} --events"))
+        .ok()
+        .stdout();
+    assert_eq!(events.matches(" rollback by ").count(), 2, "{events}");
+    a.sh(&format!("ag-box park {name}; rm -rf /root/{name}-s2"))
+        .ok();
+}

@@ -2,6 +2,8 @@
 
 pub mod attach;
 pub mod completion;
+pub mod diff;
+pub mod doctor;
 pub mod drop;
 pub mod egress;
 pub mod exec;

@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle;
-use crate::plan::restic::{SnapshotInfo, box_tag};
+use crate::plan::restic::SnapshotInfo;
 use crate::store::meta::SnapshotRef;
 use crate::sys::restic::{Restic, short};
 
@@ -18,7 +18,7 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
-    let target = find(&restic, name, snapshot)?;
+    let target = restic.find(name, snapshot)?;
     if let Some(dir) = to {
         return restore_elsewhere(&restic, name, &target, dir);
     }
@@ -46,32 +46,6 @@ fn tag<'a>(s: &'a SnapshotInfo, key: &str) -> Option<&'a str> {
     s.tags
         .iter()
         .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
-}
-
-/// The box's snapshot whose id starts with `prefix`.
-pub fn find(restic: &Restic, name: &str, prefix: &str) -> Result<SnapshotInfo> {
-    let hint = format!("'ag-box history {name}' lists its snapshots");
-    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(UserError::usage(
-            format!("'{prefix}' is not a snapshot id (at least 4 hex digits)"),
-            hint,
-        )
-        .into());
-    }
-    let mut found: Vec<SnapshotInfo> = restic
-        .snapshots(Some(&box_tag(name)))?
-        .into_iter()
-        .filter(|s| s.id.starts_with(prefix))
-        .collect();
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(UserError::usage(format!("box '{name}' has no snapshot {prefix}"), hint).into()),
-        n => Err(UserError::usage(
-            format!("{n} snapshots of box '{name}' start with {prefix}"),
-            "give more of the id",
-        )
-        .into()),
-    }
 }
 
 fn restore_elsewhere(restic: &Restic, name: &str, s: &SnapshotInfo, dir: &Path) -> Result<()> {

@@ -2,6 +2,8 @@
 
 pub mod account;
 pub mod agent_home;
+pub mod diff;
+pub mod doctor;
 pub mod egress;
 pub mod globals;
 pub mod history;

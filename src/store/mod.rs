@@ -48,6 +48,11 @@ pub trait MetaStore {
         let _ = probe_key;
         Ok(true)
     }
+    /// The store's clock, as it stamps a write of `probe_key` (None: the store is this node).
+    fn server_time(&self, probe_key: &str) -> Result<Option<std::time::SystemTime>> {
+        let _ = probe_key;
+        Ok(None)
+    }
     /// The backend is there and our credentials work.
     fn check_reachable(&self) -> Result<()> {
         Ok(())

@@ -233,6 +233,41 @@ impl MetaStore for S3Store {
         })
     }
 
+    fn server_time(&self, probe_key: &str) -> Result<Option<std::time::SystemTime>> {
+        self.rt.block_on(async {
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(probe_key)
+                .body(ByteStream::from_static(b"clock"))
+                .send()
+                .await
+                .map_err(|e| {
+                    self.unreachable("probe write", aws_sdk_s3::error::DisplayErrorContext(e))
+                })?;
+            let head = self
+                .client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(probe_key)
+                .send()
+                .await;
+            let _ = self
+                .client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(probe_key)
+                .send()
+                .await;
+            let head = head.map_err(|e| {
+                self.unreachable("probe read", aws_sdk_s3::error::DisplayErrorContext(e))
+            })?;
+            Ok(head
+                .last_modified()
+                .and_then(|t| std::time::SystemTime::try_from(*t).ok()))
+        })
+    }
+
     fn check_reachable(&self) -> Result<()> {
         self.rt
             .block_on(self.client.head_bucket().bucket(&self.bucket).send())

@@ -11,8 +11,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
+use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
-use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version};
+use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version, box_tag};
 use crate::sys::{atomic, cmd, host};
 
 enum Password {
@@ -331,6 +332,72 @@ impl Restic {
         Some(version)
     }
 
+    /// The box's snapshot whose id starts with `prefix`.
+    pub fn find(&self, name: &str, prefix: &str) -> Result<SnapshotInfo> {
+        let hint = format!("'ag-box history {name}' lists its snapshots");
+        if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(UserError::usage(
+                format!("'{prefix}' is not a snapshot id (at least 4 hex digits)"),
+                hint,
+            )
+            .into());
+        }
+        let mut found: Vec<SnapshotInfo> = self
+            .snapshots(Some(&box_tag(name)))?
+            .into_iter()
+            .filter(|s| s.id.starts_with(prefix))
+            .collect();
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 => {
+                Err(UserError::usage(format!("box '{name}' has no snapshot {prefix}"), hint).into())
+            }
+            n => Err(UserError::usage(
+                format!("{n} snapshots of box '{name}' start with {prefix}"),
+                "give more of the id",
+            )
+            .into()),
+        }
+    }
+
+    /// The files and symlinks snapshot `id` holds.
+    pub fn files(&self, id: &str) -> Result<Vec<FileEntry>> {
+        let mut files = Vec::new();
+        self.run(&["ls".into(), "--json".into(), id.into()], &mut |line| {
+            files.extend(diff::parse_ls_line(line));
+        })?;
+        Ok(files)
+    }
+
+    /// The repository's locks (`list locks`, then each one's JSON).
+    pub fn locks(&self) -> Result<Vec<LockInfo>> {
+        let mut ids = Vec::new();
+        self.run(
+            &["list".into(), "locks".into(), "--no-lock".into()],
+            &mut |l| ids.push(l.trim().to_string()),
+        )?;
+        let mut out = Vec::new();
+        for id in ids.iter().filter(|i| !i.is_empty()) {
+            let mut text = String::new();
+            // A lock can go away between the listing and the read: then it is not one.
+            let read = self.run(
+                &["cat".into(), "lock".into(), "--no-lock".into(), id.clone()],
+                &mut |l| text.push_str(l),
+            );
+            if read.is_ok()
+                && let Ok(lock) = serde_json::from_str::<LockInfo>(&text)
+            {
+                out.push(lock);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Remove stale locks only (restic's own judgement).
+    pub fn unlock(&self) -> Result<()> {
+        self.run(&["unlock".into()], &mut |_| {}).map(|_| ())
+    }
+
     pub fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {
         let mut text = String::new();
         self.run(&plan::snapshots_args(tag), &mut |l| {
@@ -347,6 +414,16 @@ struct VersionSeen {
     bin: PathBuf,
     stamp: (u64, i64, i64),
     version: Version,
+}
+
+/// One of `restic cat lock`'s fields.
+#[derive(Debug, serde::Deserialize)]
+pub struct LockInfo {
+    pub time: String,
+    #[serde(default)]
+    pub hostname: String,
+    #[serde(default)]
+    pub pid: i64,
 }
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).

@@ -1,0 +1,457 @@
+//! `doctor [--json] [--unlock]`: is this node set up right? One line per check (tools, runtime,
+//! config files, store, repository, peers, timers, TIOCSTI, free space, agent CLIs), each
+//! failure with its fix; exit 0 when nothing fails.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{Ctx, JSON_SCHEMA_VERSION};
+use crate::config;
+use crate::error::UserError;
+use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
+use crate::sys::cmd;
+
+const AGENT_CLIS: [&str; 4] = ["claude", "codex", "grok", "gemini"];
+/// restic's own age for a stale lock.
+const STALE_LOCK: Duration = Duration::from_secs(30 * 60);
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema_version: u32,
+    node: &'a str,
+    checks: &'a [Check],
+}
+
+pub fn run(json: bool, unlock: bool) -> Result<()> {
+    let mut checks = tools();
+    let ctx = match Ctx::load() {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            checks.push(fail(
+                "config",
+                format!("{e:#}"),
+                "fix the env file (see env.example), then run 'ag-box doctor' again",
+            ));
+            None
+        }
+    };
+    checks.extend(runtime());
+    checks.extend(config_files());
+    if let Some(ctx) = &ctx {
+        checks.extend(store(ctx));
+        checks.extend(repository(ctx, unlock));
+        checks.extend(peers_and_agents(ctx));
+        checks.push(free_space(&ctx.config.home));
+    }
+    checks.extend(timers());
+    checks.push(tiocsti());
+    let node = ctx.as_ref().map_or("?", |c| c.config.node.as_str());
+    if json {
+        let report = Report {
+            schema_version: JSON_SCHEMA_VERSION,
+            node,
+            checks: &checks,
+        };
+        out!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for c in &checks {
+            let status = match c.status {
+                Status::Ok => "ok",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            out!("{status:<5} {:<28} {}", c.check, c.detail);
+            if let Some(fix) = &c.fix {
+                out!("{:<34} fix: {fix}", "");
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    if failed > 0 {
+        return Err(UserError::failed(
+            format!("doctor: {failed} check(s) failed on node {node}"),
+            "apply each 'fix:' above, then run 'ag-box doctor' again",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The first line a tool prints about its version (some print it on stderr).
+fn first_line(tool: &str, args: &[&str]) -> Option<String> {
+    let path = cmd::which(tool)?;
+    let out = Command::new(path)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    Some(
+        String::from_utf8_lossy(&text)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string(),
+    )
+}
+
+fn tools() -> Vec<Check> {
+    [
+        ("bwrap", "--version", None),
+        ("restic", "version", Some((0, 14))),
+        ("tmux", "-V", Some((3, 2))),
+        ("ssh", "-V", None),
+        ("nsenter", "--version", None),
+        ("unshare", "--version", None),
+        ("ip", "-V", None),
+    ]
+    .into_iter()
+    .map(|(tool, arg, min)| {
+        let mut c = doctor::tool(tool, first_line(tool, &[arg]).as_deref(), min);
+        if tool == "restic" && c.status == Status::Ok {
+            let in_place = doctor::version_of(&c.detail).is_some_and(|v| v >= (0, 17));
+            c.detail.push_str(if in_place {
+                " (restores an older copy in place)"
+            } else {
+                " (restores through a staging copy; 0.17+ restores in place)"
+            });
+        }
+        c
+    })
+    .collect()
+}
+
+fn runtime() -> Vec<Check> {
+    let systemd = if Path::new("/run/systemd/system").exists() {
+        ok("runtime", "systemd is PID 1: boxes run as transient units")
+    } else {
+        warn(
+            "runtime",
+            "systemd is not PID 1: the direct runtime (no MemoryMax, no hourly timer)",
+            "run ag-box on a host booted with systemd for memory limits and hourly snapshots",
+        )
+    };
+    let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok();
+    let cgroup = match controllers {
+        Some(c) if c.split_whitespace().any(|x| x == "memory") => ok(
+            "cgroup",
+            "v2 with the memory controller: MemoryMax is enforced",
+        ),
+        Some(_) => warn(
+            "cgroup",
+            "v2 without the memory controller: MemoryMax is not enforced",
+            "enable the memory controller (cgroup_enable=memory on the kernel command line)",
+        ),
+        None => warn(
+            "cgroup",
+            "v1 (or hybrid): MemoryMax is applied as v1's memory limit, with less protection",
+            "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2",
+        ),
+    };
+    vec![systemd, cgroup]
+}
+
+fn config_files() -> Vec<Check> {
+    let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
+    let dir = config::config_dir(&home);
+    let me = nix::unistd::getuid().as_raw();
+    [("env", true), ("nodes", false)]
+        .into_iter()
+        .filter_map(|(file, secret)| {
+            let path = dir.join(file);
+            let meta = std::fs::metadata(&path).ok()?;
+            Some(doctor::config_file(
+                &path.display().to_string(),
+                meta.uid(),
+                meta.mode(),
+                me,
+                secret,
+            ))
+        })
+        .collect()
+}
+
+fn store(ctx: &Ctx) -> Vec<Check> {
+    let store = ctx.store.describe();
+    if let Err(e) = ctx.store.check_reachable() {
+        return vec![fail(
+            "store",
+            format!("{store}: {}", detail_of(&e)),
+            fix_of(&e),
+        )];
+    }
+    let mut out = vec![ok(
+        "store",
+        format!("{store}: reachable, credentials accepted"),
+    )];
+    let probe = format!("probe/doctor-{}-{}", ctx.config.node, std::process::id());
+    out.push(match ctx.store.conditional_writes(&probe) {
+        Ok(true) => ok("conditional writes", "honoured: leases are safe"),
+        Ok(false) => fail(
+            "conditional writes",
+            format!("{store} ignores If-None-Match/If-Match: a box could run on two nodes at once"),
+            "use an endpoint that honours them (Cloudflare R2, AWS S3)",
+        ),
+        Err(e) => fail("conditional writes", detail_of(&e), fix_of(&e)),
+    });
+    let before = SystemTime::now();
+    match ctx.store.server_time(&probe) {
+        Ok(Some(theirs)) => {
+            let mid = before + SystemTime::now().duration_since(before).unwrap_or_default() / 2;
+            let skew = match theirs.duration_since(mid) {
+                Ok(ahead) => ahead.as_secs_f64(),
+                Err(behind) => -behind.duration().as_secs_f64(),
+            };
+            out.push(doctor::clock(
+                skew.round() as i64,
+                ctx.config.lease_ttl.as_secs(),
+            ));
+        }
+        Ok(None) => {}
+        Err(e) => out.push(fail("clock", detail_of(&e), fix_of(&e))),
+    }
+    out
+}
+
+/// The hint of the innermost operator-facing error, as a check's fix.
+fn fix_of(e: &anyhow::Error) -> String {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<UserError>())
+        .last()
+        .and_then(|u| u.hint.clone())
+        .unwrap_or_else(|| "see the message".to_string())
+}
+
+/// The error's whole chain without its hint (the fix says it).
+fn detail_of(e: &anyhow::Error) -> String {
+    let (line, _) = crate::error::report(e);
+    line.split_once("; hint: ")
+        .map_or(line.clone(), |(d, _)| d.to_string())
+}
+
+fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
+    let restic = match ctx.restic() {
+        Ok(r) => r,
+        Err(e) => return vec![fail("repository", detail_of(&e), fix_of(&e))],
+    };
+    let repo = restic.describe().to_string();
+    match restic.exists() {
+        Ok(true) => {}
+        Ok(false) => {
+            return vec![fail(
+                "repository",
+                format!("{repo} does not exist"),
+                "run 'ag-box init'",
+            )];
+        }
+        Err(e) => return vec![fail("repository", detail_of(&e), fix_of(&e))],
+    }
+    let mut out = vec![ok("repository", format!("{repo}: reachable"))];
+    if unlock && let Err(e) = restic.unlock() {
+        out.push(fail(
+            "repository locks",
+            format!("restic unlock: {e:#}"),
+            "see the message",
+        ));
+    }
+    let here = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    out.push(match restic.locks() {
+        Ok(locks) => {
+            let stale: Vec<String> = locks
+                .iter()
+                .filter(|l| {
+                    let old = humantime::parse_rfc3339_weak(&l.time)
+                        .ok()
+                        .and_then(|t| SystemTime::now().duration_since(t).ok())
+                        .is_some_and(|age| age > STALE_LOCK);
+                    let dead_here = l.hostname == here
+                        && l.pid > 0
+                        && !Path::new(&format!("/proc/{}", l.pid)).exists();
+                    old || dead_here
+                })
+                .map(|l| format!("{} pid {} since {}", l.hostname, l.pid, l.time))
+                .collect();
+            if stale.is_empty() {
+                ok(
+                    "repository locks",
+                    format!("{} lock(s), none stale", locks.len()),
+                )
+            } else {
+                fail(
+                    "repository locks",
+                    format!("stale: {}", stale.join("; ")),
+                    "run 'ag-box doctor --unlock' (removes stale locks only)",
+                )
+            }
+        }
+        Err(e) => fail("repository locks", detail_of(&e), fix_of(&e)),
+    });
+    out
+}
+
+/// `<cli> --version` of each agent CLI here (None: not installed).
+fn agent_versions() -> Vec<(String, Option<String>)> {
+    AGENT_CLIS
+        .iter()
+        .map(|cli| (cli.to_string(), first_line(cli, &["--version"])))
+        .collect()
+}
+
+fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
+    let mine = format!("ag-box {}", env!("CARGO_PKG_VERSION"));
+    // One ssh per node, all at once: its ag-box version, then one line per agent CLI.
+    let script = format!(
+        "ag-box --version && for c in {}; do printf '%s ' $c; ($c --version 2>/dev/null || echo none) | head -1; done",
+        AGENT_CLIS.join(" ")
+    );
+    let peers: Vec<(&str, &str)> = ctx
+        .config
+        .nodes
+        .iter()
+        .filter(|n| n.name != ctx.config.node)
+        .filter_map(|n| Some((n.name.as_str(), n.ssh_alias.as_deref()?)))
+        .collect();
+    let answers: Vec<(String, Result<String, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = peers
+            .iter()
+            .map(|(node, alias)| {
+                let script = &script;
+                s.spawn(move || (node.to_string(), ssh(alias, script)))
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut out = Vec::new();
+    let mut theirs = Vec::new();
+    for (node, answer) in &answers {
+        let version = answer.as_deref().map(|t| t.lines().next().unwrap_or(""));
+        out.push(doctor::peer(node, version.map_err(String::as_str), &mine));
+        if let Ok(text) = answer {
+            let clis = text
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(' '))
+                .map(|(c, v)| (c.to_string(), (v != "none").then(|| v.to_string())))
+                .collect();
+            theirs.push((node.clone(), clis));
+        }
+    }
+    out.push(doctor::agents(&agent_versions(), &theirs));
+    out
+}
+
+fn ssh(alias: &str, script: &str) -> Result<String, String> {
+    let out = Command::new("ssh")
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            alias,
+            "--",
+            script,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running ssh: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(cmd::last_line(&String::from_utf8_lossy(&out.stderr)).to_string())
+    }
+}
+
+fn free_space(home: &Path) -> Check {
+    match nix::sys::statvfs::statvfs(home) {
+        Ok(s) => {
+            let block = s.fragment_size();
+            doctor::free_space(
+                &home.display().to_string(),
+                s.blocks_available() * block,
+                s.blocks() * block,
+            )
+        }
+        Err(e) => fail(
+            "free space",
+            format!("statvfs {}: {e}", home.display()),
+            "see the message",
+        ),
+    }
+}
+
+fn timers() -> Vec<Check> {
+    if !Path::new("/run/systemd/system").exists() {
+        return vec![];
+    }
+    ["box-snapshot", "box-prune"]
+        .into_iter()
+        .map(|unit| {
+            let check = format!("timer {unit}");
+            let enabled = first_line("systemctl", &["is-enabled", &format!("{unit}.timer")]);
+            if enabled.as_deref() != Some("enabled") {
+                return warn(
+                    &check,
+                    format!(
+                        "{unit}.timer is not enabled ({})",
+                        enabled.unwrap_or_default()
+                    ),
+                    "run install.sh (it installs and enables the timers)",
+                );
+            }
+            let result = first_line(
+                "systemctl",
+                &[
+                    "show",
+                    &format!("{unit}.service"),
+                    "-p",
+                    "Result",
+                    "--value",
+                ],
+            )
+            .unwrap_or_default();
+            if result == "success" {
+                ok(&check, "enabled; last run succeeded (or none yet)")
+            } else {
+                fail(
+                    &check,
+                    format!("enabled; last run: {result}"),
+                    format!("see 'journalctl -u {unit}.service' and fix what it says"),
+                )
+            }
+        })
+        .collect()
+}
+
+fn tiocsti() -> Check {
+    match std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti") {
+        Ok(v) if v.trim() == "0" => ok(
+            "TIOCSTI",
+            "dev.tty.legacy_tiocsti = 0: no typing into a terminal",
+        ),
+        Ok(v) => warn(
+            "TIOCSTI",
+            format!(
+                "dev.tty.legacy_tiocsti = {}: a process may type into its terminal",
+                v.trim()
+            ),
+            "sysctl -w dev.tty.legacy_tiocsti=0 (install.sh makes it permanent)",
+        ),
+        Err(_) => warn(
+            "TIOCSTI",
+            "this kernel (before 6.2) cannot turn TIOCSTI off",
+            "a 6.2 or newer kernel",
+        ),
+    }
+}

@@ -1,0 +1,295 @@
+//! `doctor`'s verdicts: each check's facts in, one line out (ok, warn or fail, and for anything
+//! not ok the exact fix). The facts are gathered by `commands::doctor`.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub check: String,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+pub fn ok(check: &str, detail: impl Into<String>) -> Check {
+    Check {
+        check: check.into(),
+        status: Status::Ok,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+pub fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        check: check.into(),
+        status: Status::Warn,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+pub fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        check: check.into(),
+        status: Status::Fail,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+/// The first `a.b` (or `a.b.c`) in a `--version` line, e.g. `tmux 3.3a` -> (3, 3).
+pub fn version_of(text: &str) -> Option<(u32, u32)> {
+    text.split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter_map(|w| {
+            let mut parts = w.split('.').filter(|p| !p.is_empty());
+            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .next()
+}
+
+/// A tool ag-box runs: missing, older than `min`, or fine.
+pub fn tool(name: &str, version_line: Option<&str>, min: Option<(u32, u32)>) -> Check {
+    let check = format!("tool {name}");
+    let Some(line) = version_line else {
+        return fail(
+            &check,
+            format!("{name} is not installed (or not on PATH)"),
+            "run install.sh (on Debian it apt-gets the tools), or install it by hand",
+        );
+    };
+    let line = line.trim();
+    match (min, version_of(line)) {
+        (Some(min), Some(v)) if v < min => fail(
+            &check,
+            format!("{line}: older than the {}.{} ag-box needs", min.0, min.1),
+            format!("upgrade {name} to {}.{} or newer", min.0, min.1),
+        ),
+        _ => ok(&check, line.to_string()),
+    }
+}
+
+/// A config file holding secrets (the env file) or naming hosts (the nodes file): owned by the
+/// user running ag-box, and writable by nobody else; the env file readable by nobody else.
+pub fn config_file(path: &str, owner: u32, mode: u32, me: u32, secret: bool) -> Check {
+    let check = format!("file {path}");
+    let loose = if secret { 0o077 } else { 0o022 };
+    let want = if secret { "600" } else { "644" };
+    if owner != me {
+        fail(
+            &check,
+            format!("owned by uid {owner}, not by the user running ag-box (uid {me})"),
+            format!("chown {me} {path}"),
+        )
+    } else if mode & loose != 0 {
+        fail(
+            &check,
+            format!(
+                "mode {:o}: {} by other users",
+                mode & 0o777,
+                if secret { "readable" } else { "writable" }
+            ),
+            format!("chmod {want} {path}"),
+        )
+    } else {
+        ok(&check, format!("mode {:o}", mode & 0o777))
+    }
+}
+
+/// Leases expire by the clock: a node whose clock is off from the store's takes or keeps
+/// leases at the wrong time.
+pub fn clock(skew_secs: i64, lease_ttl_secs: u64) -> Check {
+    let off = skew_secs.unsigned_abs();
+    let detail = format!("this node's clock is {skew_secs:+} s from the store's");
+    let fix = "run a time service (systemd-timesyncd, chrony) on every node";
+    if off >= lease_ttl_secs / 10 && off > 60 {
+        fail("clock", detail, fix)
+    } else if off > 5 {
+        warn("clock", detail, fix)
+    } else {
+        ok("clock", detail)
+    }
+}
+
+/// Room for a restore's staging copy beside the projects.
+pub fn free_space(path: &str, free: u64, total: u64) -> Check {
+    const GIB: u64 = 1 << 30;
+    let detail = format!(
+        "{:.1} GiB free of {:.1} GiB on the filesystem of {path}",
+        free as f64 / GIB as f64,
+        total as f64 / GIB as f64
+    );
+    let fix = format!(
+        "free space on the filesystem of {path}: a restore needs room for a staging copy of the box"
+    );
+    if free < GIB {
+        fail("free space", detail, fix)
+    } else if free < 5 * GIB || free * 10 < total {
+        warn("free space", detail, fix)
+    } else {
+        ok("free space", detail)
+    }
+}
+
+/// The same ag-box everywhere (a record written by a newer one may not be read by an older).
+pub fn peer(node: &str, answer: Result<&str, &str>, mine: &str) -> Check {
+    let check = format!("node {node}");
+    match answer {
+        Err(why) => fail(
+            &check,
+            format!("not reachable over ssh without a prompt: {why}"),
+            format!(
+                "check the nodes file's ssh alias for {node}, its key (ssh-copy-id) and known_hosts, then 'ssh -o BatchMode=yes <alias> true'"
+            ),
+        ),
+        Ok(theirs) if theirs.trim() != mine => fail(
+            &check,
+            format!("runs {} but this node runs {mine}", theirs.trim()),
+            "install the same ag-box on every node ('install.sh --to <alias>' from one source tree)",
+        ),
+        Ok(_) => ok(&check, format!("reachable over ssh, {mine}")),
+    }
+}
+
+/// Each agent CLI's `--version` line (None: not installed).
+pub type AgentVersions = Vec<(String, Option<String>)>;
+
+/// Agent CLIs here against other nodes': a session resumed with another version may not load.
+pub fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -> Check {
+    let installed: Vec<String> = here
+        .iter()
+        .filter_map(|(cli, v)| v.as_ref().map(|v| format!("{cli} {}", v.trim())))
+        .collect();
+    let mut differ = Vec::new();
+    for (node, theirs) in others {
+        for (cli, v) in theirs {
+            let mine = here
+                .iter()
+                .find(|(c, _)| c == cli)
+                .and_then(|(_, v)| v.as_deref());
+            if mine.map(str::trim) != v.as_deref().map(str::trim) {
+                differ.push(format!(
+                    "{cli}: {} here, {} on {node}",
+                    mine.map_or("none", str::trim),
+                    v.as_deref().map_or("none", str::trim)
+                ));
+            }
+        }
+    }
+    let detail = if installed.is_empty() {
+        "no agent CLI installed here".to_string()
+    } else {
+        installed.join(", ")
+    };
+    if differ.is_empty() {
+        ok("agent CLIs", detail)
+    } else {
+        warn(
+            "agent CLIs",
+            format!("{detail}; differ: {}", differ.join("; ")),
+            "install the same agent CLI versions on every node, so a resumed session loads",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn versions_from_version_lines() {
+        assert_eq!(version_of("tmux 3.3a"), Some((3, 3)));
+        assert_eq!(version_of("bubblewrap 0.8.0"), Some((0, 8)));
+        assert_eq!(
+            version_of("restic 0.18.0 compiled with go1.24.4"),
+            Some((0, 18))
+        );
+        assert_eq!(version_of("no digits"), None);
+        assert_eq!(
+            tool("tmux", Some("tmux 3.1c"), Some((3, 2))).status,
+            Status::Fail
+        );
+        assert_eq!(
+            tool("tmux", Some("tmux 3.3a"), Some((3, 2))),
+            ok("tool tmux", "tmux 3.3a")
+        );
+        assert_eq!(
+            tool("bwrap", None, None),
+            fail(
+                "tool bwrap",
+                "bwrap is not installed (or not on PATH)",
+                "run install.sh (on Debian it apt-gets the tools), or install it by hand"
+            )
+        );
+    }
+
+    #[test]
+    fn config_files_are_private() {
+        let f = "/root/.config/box/env";
+        assert_eq!(
+            config_file(f, 0, 0o100600, 0, true),
+            ok("file /root/.config/box/env", "mode 600")
+        );
+        assert_eq!(
+            config_file(f, 0, 0o100644, 0, true),
+            fail(
+                "file /root/.config/box/env",
+                "mode 644: readable by other users",
+                "chmod 600 /root/.config/box/env"
+            )
+        );
+        assert_eq!(config_file("/n", 0, 0o644, 0, false).status, Status::Ok);
+        assert_eq!(
+            config_file("/n", 0, 0o664, 0, false).fix.as_deref(),
+            Some("chmod 644 /n")
+        );
+        assert_eq!(
+            config_file("/n", 1000, 0o600, 0, true).fix.as_deref(),
+            Some("chown 0 /n")
+        );
+    }
+
+    #[test]
+    fn clocks_space_peers_and_agents() {
+        assert_eq!(clock(2, 7200).status, Status::Ok);
+        assert_eq!(clock(-30, 7200).status, Status::Warn);
+        assert_eq!(clock(900, 7200).status, Status::Fail);
+        const GIB: u64 = 1 << 30;
+        assert_eq!(free_space("/root", GIB / 2, 100 * GIB).status, Status::Fail);
+        assert_eq!(free_space("/root", 4 * GIB, 10 * GIB).status, Status::Warn);
+        assert_eq!(free_space("/root", 50 * GIB, 100 * GIB).status, Status::Ok);
+        assert_eq!(
+            peer("b", Ok("ag-box 0.1.0\n"), "ag-box 0.1.0").status,
+            Status::Ok
+        );
+        assert_eq!(
+            peer("b", Ok("ag-box 0.0.9"), "ag-box 0.1.0").detail,
+            "runs ag-box 0.0.9 but this node runs ag-box 0.1.0"
+        );
+        assert_eq!(peer("b", Err("timed out"), "x").status, Status::Fail);
+        let here = vec![
+            ("claude".to_string(), Some("2.1.197".to_string())),
+            ("codex".to_string(), None),
+        ];
+        let same = vec![("b".to_string(), here.clone())];
+        assert_eq!(agents(&here, &same), ok("agent CLIs", "claude 2.1.197"));
+        let other = vec![(
+            "b".to_string(),
+            vec![("claude".to_string(), Some("2.1.198".to_string()))],
+        )];
+        assert_eq!(
+            agents(&here, &other).detail,
+            "claude 2.1.197; differ: claude: 2.1.197 here, 2.1.198 on b"
+        );
+    }
+}
