@@ -50,7 +50,10 @@ pub enum Cmd {
     },
     /// Attach to the box's tmux session
     #[command(after_help = "Example: ag-box attach myproj")]
-    Attach { name: String },
+    Attach {
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+    },
     /// Run one command inside the box
     #[command(after_help = "Example: ag-box exec myproj -- git status")]
     Exec {
