@@ -397,15 +397,16 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
     .ok();
     // On C the project is a disk of its own, mounted there (empty).
     c.c.sh(&mount).ok();
-    c.c.sh(&format!("ag-box up {name} --node nodeC")).ok();
+    let up = c.c.sh(&format!("ag-box up {name} --node nodeC"));
+    up.ok();
     let seen = c
-        .b
+        .c
         .sh(&format!(
             "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/src/main.txt; ls -A {proj} | grep -c ag-box; true"
         ))
         .ok()
         .stdout();
-    assert_eq!(seen, "mounted\none\nv1\n0\n");
+    assert_eq!(seen, "mounted\none\nv1\n0\n", "up said:\n{}", up.stderr());
     c.c.sh(&format!(
         "ag-box exec {name} -- sh -c 'echo two > two.txt' && ag-box park {name}"
     ))

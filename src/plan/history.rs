@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::plan::restic::{FORK_TAG, SnapshotInfo};
+use crate::plan::restic::{FORK_TAG, SnapshotInfo, same_snapshot};
 use crate::store::events::Event;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,9 +44,9 @@ fn tag_value<'a>(tags: &'a [String], key: &str) -> Option<&'a str> {
 /// Newest first; events (when given) interleaved by time.
 pub fn entries(snapshots: &[SnapshotInfo], events: &[Event], latest: Option<&str>) -> Vec<Entry> {
     let recorded = |id: &str| {
-        events
-            .iter()
-            .find(|e| e.snapshot.as_deref() == Some(id) && e.files_added.is_some())
+        events.iter().find(|e| {
+            e.files_added.is_some() && e.snapshot.as_deref().is_some_and(|s| same_snapshot(s, id))
+        })
     };
     let mut out: Vec<Entry> = snapshots
         .iter()
@@ -67,7 +67,7 @@ pub fn entries(snapshots: &[SnapshotInfo], events: &[Event], latest: Option<&str
                 fork: s.tags.iter().any(|t| t == FORK_TAG),
                 files_added: added.0,
                 bytes_added: added.1,
-                latest: latest == Some(s.id.as_str()),
+                latest: latest.is_some_and(|l| same_snapshot(l, &s.id)),
             })
         })
         .collect();
@@ -139,7 +139,7 @@ mod tests {
     fn snapshots_newest_first_with_what_they_added_and_events_between() {
         let snaps = [
             snap(
-                "s1",
+                "s1000000ffff",
                 "2026-11-30T09:00:00.25Z",
                 &["box:x", "node:nodeA", "epoch:1"],
                 None,
@@ -151,14 +151,20 @@ mod tests {
                 Some((3, 4096)),
             ),
         ];
-        let park = event("2026-11-30T09:00:01.000000001Z", "park", Some("s1"), None);
+        // restic before 0.17 names a backup by its short id.
+        let park = event(
+            "2026-11-30T09:00:01.000000001Z",
+            "park",
+            Some("s1000000"),
+            None,
+        );
         let taken = event(
             "2026-11-30T09:00:00.5Z",
             "snapshot",
-            Some("s1"),
+            Some("s1000000"),
             Some((7, 900)),
         );
-        let rows = entries(&snaps, &[park.clone(), taken.clone()], Some("s1"));
+        let rows = entries(&snaps, &[park.clone(), taken.clone()], Some("s1000000"));
         assert_eq!(
             rows,
             [
@@ -175,7 +181,7 @@ mod tests {
                 Entry::Event(park),
                 Entry::Event(taken),
                 Entry::Snapshot(SnapshotRow {
-                    id: "s1".into(),
+                    id: "s1000000ffff".into(),
                     time: "2026-11-30T09:00:00.25Z".into(),
                     node: Some("nodeA".into()),
                     epoch: Some(1),

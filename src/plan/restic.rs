@@ -12,6 +12,13 @@ pub const FORK_TAG: &str = "fork";
 pub const GLOBALS_TAG: &str = "globals";
 const GLOBALS_HOST: &str = "ag-box-globals";
 
+/// Ids of one snapshot: equal, or one a prefix of the other with the shorter at least 8 chars
+/// (restic before 0.17 reports a backup's short id; listings give full ones).
+pub fn same_snapshot(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short == long || (short.len() >= 8 && long.starts_with(short))
+}
+
 pub fn box_tag(name: &str) -> String {
     format!("box:{name}")
 }

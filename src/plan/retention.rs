@@ -7,6 +7,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::plan::restic::same_snapshot;
+
 const DAY_SECS: i64 = 86_400;
 
 /// One restic snapshot, as far as retention cares.
@@ -78,21 +80,8 @@ fn week_bucket(t: SystemTime) -> i64 {
     (day_bucket(t) + 3).div_euclid(7)
 }
 
-/// `pinned` names this snapshot: equal, or one a prefix of the other with the shorter at least
-/// 8 chars (restic's short ids).
 fn is_pinned(id: &str, pinned: Option<&str>) -> bool {
-    let Some(p) = pinned else {
-        return false;
-    };
-    if id == p {
-        return true;
-    }
-    let (short, long) = if id.len() <= p.len() {
-        (id, p)
-    } else {
-        (p, id)
-    };
-    short.len() >= 8 && long.starts_with(short)
+    pinned.is_some_and(|p| same_snapshot(id, p))
 }
 
 /// Marks the newest non-fork snapshot of each of the `count` most recent distinct buckets.
