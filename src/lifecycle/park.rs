@@ -114,7 +114,7 @@ fn taken_over(name: &str, lost: LeaseLost, snapshot: &str) -> UserError {
             short(snapshot)
         ),
         format!(
-            "the box's latest state is on {holder}; 'restic restore {}' recovers this node's files",
+            "the box's latest state is on {holder}; 'ag-box rollback {name} {} --to <dir>' recovers this node's files beside it",
             short(snapshot)
         ),
     )
