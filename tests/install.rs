@@ -158,8 +158,8 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     c.parked_box(name);
     let _park = Parks(a, name);
     // Completion in bash: verbs, then box names from the store; the man pages are there.
-    let complete = |words: &str| {
-        a.sh(&format!(
+    let complete_with = |env: &[(&str, &str)], words: &str| {
+        a.sh_env(env, &format!(
             "source /usr/share/bash-completion/completions/ag-box
              COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_TYPE=9
              _clap_complete_ag_box ag-box \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"
@@ -168,10 +168,20 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
         .ok()
         .stdout()
     };
+    let complete = |words: &str| complete_with(&[], words);
     assert_eq!(complete("ag-box pa"), "park\n");
     assert!(
         complete("ag-box attach ''").lines().any(|l| l == name),
         "{name} not completed"
+    );
+    // The store out of reach: the names this node last listed, at once.
+    let offline = complete_with(
+        &[("BOX_S3_ENDPOINT", "http://10.200.0.1:5999")],
+        "ag-box up ''",
+    );
+    assert!(
+        offline.lines().any(|l| l == name),
+        "{name} not completed offline: {offline}"
     );
     a.sh(
         "grep -q '^.TH ag-box-up 1' /usr/local/share/man/man1/ag-box-up.1 && \

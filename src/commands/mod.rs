@@ -46,6 +46,24 @@ pub use crate::lifecycle::RUN_ROOT;
 /// field changes meaning or goes away, not when one is added.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
+/// Where this node keeps the records it last listed from the S3 store (None: the local store).
+pub fn record_cache_dir(config: &Config) -> Option<std::path::PathBuf> {
+    let bucket: String = config
+        .s3
+        .as_ref()?
+        .bucket
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    Some(config.state_dir.join("record-cache").join(bucket))
+}
+
 /// What every verb works with on this node.
 pub struct Ctx {
     pub config: Config,
@@ -57,23 +75,9 @@ impl Ctx {
     pub fn load() -> Result<Ctx> {
         let config = Config::load()?;
         let runtime = Runtime::select(config.runtime)?;
-        let store: Box<dyn MetaStore> = match &config.s3 {
-            Some(s3) => {
-                let bucket: String = s3
-                    .bucket
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
-                let cache = config.state_dir.join("record-cache").join(bucket);
-                Box::new(S3Store::new(s3, &cache)?)
-            }
-            None => Box::new(LocalStore::new(&config.state_dir)),
+        let store: Box<dyn MetaStore> = match (&config.s3, record_cache_dir(&config)) {
+            (Some(s3), Some(cache)) => Box::new(S3Store::new(s3, &cache)?),
+            _ => Box::new(LocalStore::new(&config.state_dir)),
         };
         Ok(Ctx {
             config,
