@@ -97,6 +97,53 @@ fn an_up_cut_off_at_any_step_is_finished_by_the_next_up() {
 }
 
 #[test]
+fn a_rollback_cut_off_leaves_the_box_at_one_state_or_the_other_and_the_next_up_starts_it() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-rollback";
+    let first = |c: &Cluster| {
+        common::box_row(&c.a, name).unwrap()["last_snapshot"]["id"]
+            .as_str()
+            .unwrap()[..8]
+            .to_string()
+    };
+    // Before the record moved: the box keeps its work and starts as it was.
+    c.parked_box(name);
+    let s1 = first(&c);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo work > src/main.txt'"
+    ))
+    .ok();
+    cut_at(
+        &c.a,
+        "rollback.after-snapshot",
+        &format!("ag-box rollback {name} {s1}"),
+    );
+    assert!(!c.active("nodeA", name));
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "work\n"
+    );
+    // After the record moved: the next up finishes the rollback.
+    cut_at(
+        &c.a,
+        "rollback.after-point-back",
+        &format!("ag-box rollback {name} {s1}"),
+    );
+    assert!(!c.active("nodeA", name));
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v1\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
 fn a_restore_in_place_cut_off_is_finished_by_the_next_up_without_a_fork() {
     let Some(c) = Cluster::get() else { return };
     let name = "cut-in-place";

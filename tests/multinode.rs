@@ -579,6 +579,41 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
 }
 
 #[test]
+fn symlinks_a_box_planted_in_its_copy_do_not_lead_a_restore_in_place_out_of_it() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "planted";
+    c.parked_box(name);
+    // On B (restic 0.17+), the agent plants symlinks to node paths where the box's next
+    // state has a dir and a file; B's copy keeps them when the box leaves.
+    c.b.sh(&format!(
+        "set -e; mkdir -p /root/victim-dir; echo victim > /root/victim-file; rm -f /root/victim-dir/f
+         ag-box up {name} --node nodeB
+         ag-box exec {name} -- sh -c 'ln -s /root/victim-dir sub; ln -s /root/victim-file file2'
+         ag-box park {name}"
+    ))
+    .ok();
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'rm sub file2; mkdir sub; echo new > sub/f; echo x > file2' && ag-box park {name}"
+    ))
+    .ok();
+    let up = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    assert!(up.ok().stderr().contains("in place"), "{}", up.stderr());
+    assert_eq!(
+        c.b.sh(&format!(
+            "cat /root/victim-file; ls -A /root/victim-dir; cd /root/{name}; \
+             test -L sub || test -L file2 && echo STILL-LINKS; cat sub/f file2"
+        ))
+        .ok()
+        .stdout(),
+        "victim\nnew\nx\n"
+    );
+    c.b.sh(&format!(
+        "ag-box park {name}; rm -rf /root/victim-dir /root/victim-file"
+    ))
+    .ok();
+}
+
+#[test]
 fn a_box_coming_back_to_a_node_is_restored_in_place_across_restic_versions() {
     let Some(c) = Cluster::get() else { return };
     // rig.sh gives nodeB Debian 13's restic and nodeA Debian 12's 0.14.

@@ -216,6 +216,11 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
         Some(s) => (!copy.is_current(&s.id)).then_some(s),
         None => None,
     };
+    if restore_from.is_none() && copy.stale {
+        // A rollback cut off before it moved the record: the copy is its latest after all.
+        copy.stale = false;
+        copy.save(state_dir, &meta.name)?;
+    }
     if let Some(s) = restore_from {
         // A restore in place cut off here left a mix of two snapshots, nothing unsaved.
         if copy.restoring_to.is_none() {
