@@ -1,19 +1,16 @@
 //! `diff <name> [<snapshot> [<snapshot>]]`: what changed between two snapshots, or between one
 //! (default: the box's latest) and the working copy on this node.
 
-use std::fs;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
 use crate::error::UserError;
-use crate::lifecycle::snapshot;
-use crate::plan::diff::{self, Change, Excludes, FileEntry, What};
+use crate::plan::diff::{self, Change, What};
 use crate::plan::history::size;
-use crate::plan::restic::ALWAYS_EXCLUDED;
-use crate::plan::sandbox::BoxSpec;
+use crate::plan::restic::{box_tag, find_snapshot};
 use crate::sys::restic::short;
+use crate::sys::working_copy;
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -31,8 +28,15 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
+    // The box's snapshots, listed once for every id given.
+    let listed = if snapshots.is_empty() {
+        Vec::new()
+    } else {
+        restic.snapshots(Some(&box_tag(name)))?
+    };
+    let id_of = |prefix: &str| find_snapshot(&listed, name, prefix).map(|s| s.id.clone());
     let from = match snapshots.first() {
-        Some(prefix) => restic.find(name, prefix)?.id,
+        Some(prefix) => id_of(prefix)?,
         None => meta
             .last_snapshot
             .as_ref()
@@ -47,7 +51,7 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
     let old = restic.files(&from)?;
     let (to, new) = match snapshots.get(1) {
         Some(prefix) => {
-            let id = restic.find(name, prefix)?.id;
+            let id = id_of(prefix)?;
             let files = restic.files(&id)?;
             (short(&id).to_string(), files)
         }
@@ -62,7 +66,7 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
             }
             (
                 format!("the working copy on {}", ctx.config.node),
-                working_copy(&spec)?,
+                working_copy::files(&spec)?,
             )
         }
     };
@@ -103,43 +107,4 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
         count(What::Modified)
     );
     Ok(())
-}
-
-/// The files and symlinks a snapshot of the box here would hold (as its excludes say).
-fn working_copy(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
-    let mut excludes = Excludes {
-        names: ALWAYS_EXCLUDED.iter().map(|s| s.to_string()).collect(),
-        paths: spec.agent_home.snapshot_excludes(),
-    };
-    for f in snapshot::exclude_files() {
-        excludes.add_file_lines(
-            &fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
-        );
-    }
-    let mut out = Vec::new();
-    let mut stack: Vec<std::path::PathBuf> = snapshot::local_copy(spec)
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect();
-    while let Some(path) = stack.pop() {
-        if excludes.matches(&path) {
-            continue;
-        }
-        let meta =
-            fs::symlink_metadata(&path).with_context(|| format!("reading {}", path.display()))?;
-        if meta.is_dir() {
-            for entry in
-                fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))?
-            {
-                stack.push(entry?.path());
-            }
-        } else if meta.is_file() || meta.is_symlink() {
-            out.push(FileEntry {
-                size: if meta.is_symlink() { 0 } else { meta.len() },
-                mtime: meta.modified().ok(),
-                path,
-            });
-        }
-    }
-    Ok(out)
 }

@@ -5,7 +5,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -17,8 +17,6 @@ use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
 use crate::sys::cmd;
 
 const AGENT_CLIS: [&str; 4] = ["claude", "codex", "grok", "gemini"];
-/// restic's own age for a stale lock.
-const STALE_LOCK: Duration = Duration::from_secs(30 * 60);
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -269,32 +267,19 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
         .unwrap_or_default();
     out.push(match restic.locks() {
         Ok(locks) => {
-            let stale: Vec<String> = locks
-                .iter()
-                .filter(|l| {
-                    let old = humantime::parse_rfc3339_weak(&l.time)
-                        .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok())
-                        .is_some_and(|age| age > STALE_LOCK);
-                    let dead_here = l.hostname == here
-                        && l.pid > 0
-                        && !Path::new(&format!("/proc/{}", l.pid)).exists();
-                    old || dead_here
+            let seen: Vec<doctor::Lock> = locks
+                .into_iter()
+                .map(|l| doctor::Lock {
+                    taken: humantime::parse_rfc3339_weak(&l.time).ok(),
+                    alive: l.hostname != here
+                        || l.pid <= 0
+                        || Path::new(&format!("/proc/{}", l.pid)).exists(),
+                    time: l.time,
+                    hostname: l.hostname,
+                    pid: l.pid,
                 })
-                .map(|l| format!("{} pid {} since {}", l.hostname, l.pid, l.time))
                 .collect();
-            if stale.is_empty() {
-                ok(
-                    "repository locks",
-                    format!("{} lock(s), none stale", locks.len()),
-                )
-            } else {
-                fail(
-                    "repository locks",
-                    format!("stale: {}", stale.join("; ")),
-                    "run 'ag-box doctor --unlock' (removes stale locks only)",
-                )
-            }
+            doctor::locks(&seen, SystemTime::now())
         }
         Err(e) => fail("repository locks", detail_of(&e), fix_of(&e)),
     });

@@ -25,8 +25,9 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
     let to = SnapshotRef {
         id: target.id.clone(),
         at: target.time.clone(),
-        node: tag(&target, "node").unwrap_or("?").to_string(),
-        epoch: tag(&target, "epoch")
+        node: target.tag("node").unwrap_or("?").to_string(),
+        epoch: target
+            .tag("epoch")
             .and_then(|e| e.parse().ok())
             .unwrap_or(0),
         paths: target.paths.clone(),
@@ -40,12 +41,6 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
         short(&replaced)
     );
     Ok(())
-}
-
-fn tag<'a>(s: &'a SnapshotInfo, key: &str) -> Option<&'a str> {
-    s.tags
-        .iter()
-        .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
 }
 
 fn restore_elsewhere(restic: &Restic, name: &str, s: &SnapshotInfo, dir: &Path) -> Result<()> {

@@ -1,6 +1,8 @@
 //! `doctor`'s verdicts: each check's facts in, one line out (ok, warn or fail, and for anything
 //! not ok the exact fix). The facts are gathered by `commands::doctor`.
 
+use std::time::{Duration, SystemTime};
+
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -44,6 +46,47 @@ pub fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> C
         status: Status::Fail,
         detail: detail.into(),
         fix: Some(fix.into()),
+    }
+}
+
+/// restic's own age for a stale lock.
+const STALE_LOCK: Duration = Duration::from_secs(30 * 60);
+
+/// A lock of the repository as `restic cat lock` shows it; `alive`: its process may still run
+/// (another host's, or this host's and still there).
+pub struct Lock {
+    pub time: String,
+    pub taken: Option<SystemTime>,
+    pub hostname: String,
+    pub pid: i64,
+    pub alive: bool,
+}
+
+/// Stale locks (restic's judgement: older than 30 minutes, or of a process gone from this host)
+/// stop prune and check until removed.
+pub fn locks(locks: &[Lock], now: SystemTime) -> Check {
+    let stale: Vec<String> = locks
+        .iter()
+        .filter(|l| {
+            let old = l
+                .taken
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > STALE_LOCK);
+            old || !l.alive
+        })
+        .map(|l| format!("{} pid {} since {}", l.hostname, l.pid, l.time))
+        .collect();
+    if stale.is_empty() {
+        ok(
+            "repository locks",
+            format!("{} lock(s), none stale", locks.len()),
+        )
+    } else {
+        fail(
+            "repository locks",
+            format!("stale: {}", stale.join("; ")),
+            "run 'ag-box doctor --unlock' (removes stale locks only)",
+        )
     }
 }
 
@@ -229,6 +272,30 @@ mod tests {
                 "tool bwrap",
                 "bwrap is not installed (or not on PATH)",
                 "run install.sh (on Debian it apt-gets the tools), or install it by hand"
+            )
+        );
+    }
+
+    #[test]
+    fn stale_locks_are_old_or_of_a_process_gone_from_here() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        let lock = |age: u64, alive: bool| Lock {
+            time: format!("t-{age}"),
+            taken: Some(now - Duration::from_secs(age)),
+            hostname: "a".into(),
+            pid: 7,
+            alive,
+        };
+        assert_eq!(
+            locks(&[lock(60, true)], now),
+            ok("repository locks", "1 lock(s), none stale")
+        );
+        assert_eq!(
+            locks(&[lock(60, true), lock(3600, true), lock(5, false)], now),
+            fail(
+                "repository locks",
+                "stale: a pid 7 since t-3600; a pid 7 since t-5",
+                "run 'ag-box doctor --unlock' (removes stale locks only)"
             )
         );
     }

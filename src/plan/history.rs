@@ -36,11 +36,6 @@ impl Entry {
     }
 }
 
-fn tag_value<'a>(tags: &'a [String], key: &str) -> Option<&'a str> {
-    tags.iter()
-        .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
-}
-
 /// Newest first; events (when given) interleaved by time.
 pub fn entries(snapshots: &[SnapshotInfo], events: &[Event], latest: Option<&str>) -> Vec<Entry> {
     let recorded = |id: &str| {
@@ -62,8 +57,8 @@ pub fn entries(snapshots: &[SnapshotInfo], events: &[Event], latest: Option<&str
             Entry::Snapshot(SnapshotRow {
                 id: s.id.clone(),
                 time: s.time.clone(),
-                node: tag_value(&s.tags, "node").map(str::to_string),
-                epoch: tag_value(&s.tags, "epoch").and_then(|e| e.parse().ok()),
+                node: s.tag("node").map(str::to_string),
+                epoch: s.tag("epoch").and_then(|e| e.parse().ok()),
                 fork: s.tags.iter().any(|t| t == FORK_TAG),
                 files_added: added.0,
                 bytes_added: added.1,

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::UserError;
+
 /// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
 /// restore into a mount point may have left in it).
 pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret", ".ag-box-restore", ".ag-box-previous"];
@@ -245,6 +247,45 @@ pub struct SnapshotInfo {
     pub summary: Option<SnapshotSummary>,
     #[serde(default)]
     pub paths: Vec<PathBuf>,
+}
+
+impl SnapshotInfo {
+    /// The value of its `key:value` tag (`node`, `epoch`).
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
+    }
+}
+
+/// The one of `snaps` (a box's) whose id starts with `prefix`, or why there is none.
+pub fn find_snapshot<'a>(
+    snaps: &'a [SnapshotInfo],
+    name: &str,
+    prefix: &str,
+) -> Result<&'a SnapshotInfo, UserError> {
+    let hint = format!("'ag-box history {name}' lists its snapshots");
+    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(UserError::usage(
+            format!("'{prefix}' is not a snapshot id (at least 4 hex digits)"),
+            hint,
+        ));
+    }
+    let found: Vec<&SnapshotInfo> = snaps.iter().filter(|s| s.id.starts_with(prefix)).collect();
+    match found[..] {
+        [one] => Ok(one),
+        [] => Err(UserError::usage(
+            format!("box '{name}' has no snapshot {prefix}"),
+            hint,
+        )),
+        _ => Err(UserError::usage(
+            format!(
+                "{} snapshots of box '{name}' start with {prefix}",
+                found.len()
+            ),
+            "give more of the id",
+        )),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

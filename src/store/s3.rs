@@ -147,9 +147,9 @@ impl S3Store {
 }
 
 impl S3Store {
-    /// Every key under `prefix`.
-    fn keys(&self, prefix: &str) -> Result<Vec<String>> {
-        let mut keys = Vec::new();
+    /// Every object under `prefix`: its key and ETag.
+    fn objects(&self, prefix: &str) -> Result<Vec<(String, Option<String>)>> {
+        let mut objects = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let resp = self
@@ -163,14 +163,14 @@ impl S3Store {
                         .send(),
                 )
                 .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-            keys.extend(
+            objects.extend(
                 resp.contents()
                     .iter()
-                    .filter_map(|o| o.key().map(str::to_string)),
+                    .filter_map(|o| Some((o.key()?.to_string(), o.e_tag().map(str::to_string)))),
             );
             token = resp.next_continuation_token().map(str::to_string);
             if token.is_none() {
-                return Ok(keys);
+                return Ok(objects);
             }
         }
     }
@@ -349,7 +349,7 @@ impl MetaStore for S3Store {
 
     fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
         let prefix = events_prefix(name);
-        let keys = self.keys(&prefix)?;
+        let keys: Vec<String> = self.objects(&prefix)?.into_iter().map(|(k, _)| k).collect();
         let read: Vec<Result<(String, Event)>> = self.rt.block_on(
             futures_util::stream::iter(keys.into_iter().map(|k| self.fetch_event(k)))
                 .buffer_unordered(READS_IN_FLIGHT)
@@ -392,32 +392,14 @@ impl MetaStore for S3Store {
 
     fn list(&self) -> Result<Vec<Meta>> {
         // (name, ETag) of every record
-        let mut listed: Vec<(String, Option<String>)> = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let resp = self
-                .rt
-                .block_on(
-                    self.client
-                        .list_objects_v2()
-                        .bucket(&self.bucket)
-                        .prefix("boxes/")
-                        .set_continuation_token(token.clone())
-                        .send(),
-                )
-                .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-            listed.extend(resp.contents().iter().filter_map(|o| {
-                let name = o
-                    .key()?
-                    .strip_prefix("boxes/")?
-                    .strip_suffix("/meta.json")?;
-                Some((name.to_string(), o.e_tag().map(str::to_string)))
-            }));
-            token = resp.next_continuation_token().map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
+        let listed: Vec<(String, Option<String>)> = self
+            .objects("boxes/")?
+            .into_iter()
+            .filter_map(|(key, etag)| {
+                let name = key.strip_prefix("boxes/")?.strip_suffix("/meta.json")?;
+                Some((name.to_string(), etag))
+            })
+            .collect();
         self.cache.keep_only(listed.iter().map(|(n, _)| n.as_str()));
         let mut out = Vec::new();
         let mut changed = Vec::new();

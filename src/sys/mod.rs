@@ -19,3 +19,4 @@ pub mod restic;
 pub mod restore;
 pub mod runtime;
 pub mod slices;
+pub mod working_copy;

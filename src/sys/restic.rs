@@ -334,30 +334,8 @@ impl Restic {
 
     /// The box's snapshot whose id starts with `prefix`.
     pub fn find(&self, name: &str, prefix: &str) -> Result<SnapshotInfo> {
-        let hint = format!("'ag-box history {name}' lists its snapshots");
-        if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(UserError::usage(
-                format!("'{prefix}' is not a snapshot id (at least 4 hex digits)"),
-                hint,
-            )
-            .into());
-        }
-        let mut found: Vec<SnapshotInfo> = self
-            .snapshots(Some(&box_tag(name)))?
-            .into_iter()
-            .filter(|s| s.id.starts_with(prefix))
-            .collect();
-        match found.len() {
-            1 => Ok(found.remove(0)),
-            0 => {
-                Err(UserError::usage(format!("box '{name}' has no snapshot {prefix}"), hint).into())
-            }
-            n => Err(UserError::usage(
-                format!("{n} snapshots of box '{name}' start with {prefix}"),
-                "give more of the id",
-            )
-            .into()),
-        }
+        let snaps = self.snapshots(Some(&box_tag(name)))?;
+        Ok(plan::find_snapshot(&snaps, name, prefix)?.clone())
     }
 
     /// The files and symlinks snapshot `id` holds.
