@@ -9,8 +9,9 @@ pub fn run() -> Result<()> {
     require_tools(&["restic"])?;
     ctx.store.check_reachable()?;
     let conditional = ctx.conditional_writes()?;
-    let restic = ctx.restic()?;
+    let mut restic = ctx.restic()?;
     let created = restic.init()?;
+    restic.add_node_key(ctx.store.as_ref(), &ctx.config.node);
     out!(
         "store:      {} (conditional writes: {})",
         ctx.store.describe(),

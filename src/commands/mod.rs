@@ -91,8 +91,11 @@ impl Ctx {
         events::record(self.store.as_ref(), &self.config.node, name, step);
     }
 
+    /// The repository, opened with this node's own key (added on first use).
     pub fn restic(&self) -> Result<Restic> {
-        Restic::new(&self.config)
+        let mut restic = Restic::new(&self.config)?;
+        restic.add_node_key(self.store.as_ref(), &self.config.node);
+        Ok(restic)
     }
 
     /// Does the store honour conditional writes? Probed once per store, cached in the state dir.

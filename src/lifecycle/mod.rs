@@ -17,6 +17,7 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::error::UserError;
 use crate::plan::agent_home::{self, AgentHome};
+use crate::plan::delta::Change;
 use crate::plan::egress::BoxPolicy;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
@@ -44,6 +45,10 @@ pub trait Repo {
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+    /// What changed from snapshot `from` to `to` (`restic diff`).
+    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>>;
+    /// Restore only `paths` (and what is below them) of a snapshot under `target`.
+    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
     /// Whether [`Repo::restore_path`] is available (restic 0.17+).
     fn restores_in_place(&self) -> bool;
     /// Bring `path` to what the snapshot holds there, changing only what differs; what the

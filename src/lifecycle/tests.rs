@@ -14,6 +14,7 @@ use pretty_assertions::assert_eq;
 use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
+use crate::plan::delta::Change;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::{self, timestamp};
 use crate::store::local::LocalStore;
@@ -65,6 +66,42 @@ struct FakeRepo {
     cut_in_place: Cell<bool>,
     /// (snapshot, path) of every restore in place.
     in_place_calls: RefCell<Vec<(String, PathBuf)>>,
+    /// `restic diff` fails (then the restore takes restic's own ways).
+    diff_fails: Cell<bool>,
+    /// The next restore of only some paths fails.
+    fetch_fails: Cell<bool>,
+    /// (snapshot, paths) of every restore of only some paths.
+    fetched: RefCell<Vec<(String, Vec<PathBuf>)>>,
+}
+
+/// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
+fn diff_trees(a: &Path, b: &Path, at: &Path, out: &mut Vec<Change>) {
+    let names = |d: &Path| -> BTreeSet<std::ffi::OsString> {
+        fs::read_dir(d)
+            .map(|r| r.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default()
+    };
+    for name in names(a).union(&names(b)) {
+        let (pa, pb) = (a.join(name), b.join(name));
+        let shown = |m: &fs::Metadata| {
+            let p = at.join(name).to_string_lossy().into_owned();
+            if m.is_dir() { format!("{p}/") } else { p }
+        };
+        match (fs::symlink_metadata(&pa).ok(), fs::symlink_metadata(&pb).ok()) {
+            (Some(ma), None) => out.push(Change::new(&shown(&ma), "-")),
+            (None, Some(mb)) => out.push(Change::new(&shown(&mb), "+")),
+            (Some(ma), Some(mb)) if ma.is_dir() && mb.is_dir() => {
+                diff_trees(&pa, &pb, &at.join(name), out)
+            }
+            (Some(ma), Some(mb)) if ma.is_dir() != mb.is_dir() => {
+                out.push(Change::new(&shown(&mb), "T"))
+            }
+            (Some(_), Some(mb)) if fs::read(&pa).ok() != fs::read(&pb).ok() => {
+                out.push(Change::new(&shown(&mb), "M"))
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Remove what is under `live` but not under `snap`, as restic's `--delete` does, but for the
@@ -143,6 +180,23 @@ impl Repo for FakeRepo {
         anyhow::ensure!(ok.success(), "restoring {id}");
         Ok(())
     }
+    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>> {
+        anyhow::ensure!(!self.diff_fails.get(), "restic diff: the connection was lost");
+        let mut out = Vec::new();
+        diff_trees(&self.tree(from), &self.tree(to), Path::new("/"), &mut out);
+        Ok(out)
+    }
+    fn restore_only(&self, id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        self.fetched
+            .borrow_mut()
+            .push((id.to_string(), paths.to_vec()));
+        anyhow::ensure!(!self.fetch_fails.take(), "restic restore: the connection was lost");
+        for p in paths {
+            let rel = p.strip_prefix("/").unwrap();
+            cp(&self.tree(id).join(rel), &target.join(rel));
+        }
+        Ok(())
+    }
     fn restores_in_place(&self) -> bool {
         self.in_place.get()
     }
@@ -205,6 +259,9 @@ impl Node {
                 in_place: Cell::new(false),
                 cut_in_place: Cell::new(false),
                 in_place_calls: RefCell::default(),
+                diff_fails: Cell::new(false),
+                fetch_fails: Cell::new(false),
+                fetched: RefCell::default(),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -272,8 +329,28 @@ impl Node {
             .join(self.project().strip_prefix("/").unwrap());
         fs::create_dir_all(&tree).unwrap();
         fs::write(tree.join("f.txt"), "elsewhere").unwrap();
+        self.point_at(&id);
+        id
+    }
+
+    /// Another node took the box's latest snapshot "there" from this node's last one, with
+    /// f.txt changed, old.txt removed and new/n.txt added.
+    fn changed_elsewhere(&self) {
+        let from = self.meta().last_snapshot.unwrap().id;
+        let there = self.repo.tree("there");
+        cp(&self.repo.tree(&from), &there);
+        let project = there.join(self.project().strip_prefix("/").unwrap());
+        fs::write(project.join("f.txt"), "elsewhere").unwrap();
+        let _ = fs::remove_file(project.join("old.txt"));
+        fs::create_dir_all(project.join("new")).unwrap();
+        fs::write(project.join("new/n.txt"), "added").unwrap();
+        self.point_at("there");
+    }
+
+    /// The box's latest snapshot is now `id`, taken elsewhere.
+    fn point_at(&self, id: &str) {
         let snapshot = SnapshotRef {
-            id: id.clone(),
+            id: id.to_string(),
             at: timestamp(SystemTime::now()),
             node: "there".into(),
             epoch: 7,
@@ -290,7 +367,6 @@ impl Node {
             ))
         })
         .unwrap();
-        id
     }
 
     fn set_lease(&self, lease: Option<Lease>) {
@@ -480,6 +556,7 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     let id = n.parked_elsewhere();
     n.write("gone-there.txt", "saved in the first snapshot only");
     n.repo.in_place.set(true);
+    n.repo.diff_fails.set(true);
     // The copy differs from what this node saved (gone-there.txt): kept as a fork first.
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
@@ -500,12 +577,72 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
 }
 
 #[test]
+fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
+    let n = Node::new();
+    fs::create_dir_all(n.project()).unwrap();
+    n.write("same.txt", "unchanged");
+    n.write("old.txt", "removed there");
+    n.write(".auth-secret", "this node's");
+    n.parked();
+    n.changed_elsewhere();
+    let same = fs::metadata(n.project().join("same.txt")).unwrap();
+    n.repo.in_place.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(
+        *n.repo.fetched.borrow(),
+        [(
+            "there".to_string(),
+            vec![n.project().join("f.txt"), n.project().join("new")]
+        )]
+    );
+    assert!(n.repo.forks.borrow().is_empty(), "the copy was what it saved");
+    assert!(n.repo.in_place_calls.borrow().is_empty());
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
+    assert_eq!(n.read("old.txt"), None);
+    assert_eq!(n.read(".auth-secret").as_deref(), Some("this node's"));
+    use std::os::unix::fs::MetadataExt;
+    let after = fs::metadata(n.project().join("same.txt")).unwrap();
+    assert_eq!(
+        (after.ino(), after.mtime_nsec()),
+        (same.ino(), same.mtime_nsec()),
+        "an unchanged file is not rewritten"
+    );
+    let copy = n.copy();
+    assert_eq!(
+        (copy.snapshot.as_deref(), copy.restoring_to),
+        (Some("there"), None)
+    );
+    assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
+    let n = Node::new();
+    n.parked();
+    n.changed_elsewhere();
+    n.repo.fetch_fails.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.repo.fetched.borrow().len(), 1, "tried");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
+    assert_eq!(n.copy().snapshot.as_deref(), Some("there"));
+    assert!(
+        !n.project()
+            .with_file_name(".demo.ag-box-restore")
+            .exists(),
+        "no staging left"
+    );
+}
+
+#[test]
 fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     let n = Node::new();
     n.parked();
     n.write("gone-there.txt", "in no snapshot of the box's latest");
     let id = n.parked_elsewhere();
     n.repo.in_place.set(true);
+    n.repo.diff_fails.set(true);
     n.repo.cut_in_place.set(true);
     let e = up::up_here(&n.world(), "demo", false).unwrap_err();
     assert!(

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
+use crate::plan::delta::{self, Delta};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
@@ -223,56 +224,13 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     }
     if let Some(s) = restore_from {
         // A restore in place cut off here left a mix of two snapshots, nothing unsaved.
-        if copy.restoring_to.is_none() {
-            keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?;
-        }
+        let equals = match copy.restoring_to {
+            None => keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?,
+            Some(_) => None,
+        };
         crash::point("up.after-fork");
         interrupt::check("the restore")?;
-        let paths = match in_place_paths(w, s, &roots) {
-            Some(paths) => {
-                say!(
-                    "restoring box '{}' from snapshot {} ({} by {}) in place: only what differs is written",
-                    meta.name,
-                    short(&s.id),
-                    s.at,
-                    s.node
-                );
-                copy.restoring_to = Some(s.id.clone());
-                copy.snapshot = None;
-                copy.digest = None;
-                copy.save(state_dir, &meta.name)?;
-                for path in &paths {
-                    w.repo
-                        .restore_path(
-                            &s.id,
-                            path,
-                            &spec.agent_home.snapshot_excludes(),
-                            &snapshot::exclude_files(),
-                        )
-                        .with_context(|| {
-                            format!(
-                                "restoring {} in place; the box stays stopped, and the next 'ag-box up {}' finishes it",
-                                path.display(),
-                                meta.name
-                            )
-                        })?;
-                    crash::point("restore.mid-in-place");
-                }
-                paths
-            }
-            None => {
-                say!(
-                    "restoring box '{}' from snapshot {} ({} by {})",
-                    meta.name,
-                    short(&s.id),
-                    s.at,
-                    s.node
-                );
-                restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
-                    agent_home::restored_paths(staging, &spec)
-                })?
-            }
-        };
+        let paths = restore_copy(w, meta, &mut copy, s, &roots, equals)?;
         copy.restoring_to = None;
         copy.stale = false;
         copy.snapshot = Some(s.id.clone());
@@ -311,23 +269,125 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
+/// Bring this node's copy to snapshot `s`, by the cheapest way open: write what changed since
+/// `equals` (the snapshot the copy is known to equal), else let restic 0.17+ restore in place,
+/// else restore into a staging dir and swap. Returns the paths now in place.
+fn restore_copy(
+    w: &World,
+    meta: &Meta,
+    copy: &mut CopyState,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+    equals: Option<String>,
+) -> Result<Vec<PathBuf>> {
+    let state_dir = &w.config.state_dir;
+    let name = &meta.name;
+    // From here the copy may be part old, part new, with nothing unsaved in it.
+    let begin = |copy: &mut CopyState| {
+        copy.restoring_to = Some(s.id.clone());
+        copy.snapshot = None;
+        copy.digest = None;
+        copy.save(state_dir, name)
+    };
+    let delta = equals.and_then(|from| Some((plan_delta(w, &from, s, roots)?, from)));
+    if let Some((delta, from)) = delta {
+        say!(
+            "restoring box '{name}' from snapshot {} ({} by {}): {} paths changed since snapshot {}, {} removed",
+            short(&s.id),
+            s.at,
+            s.node,
+            delta.fetch.len(),
+            short(&from),
+            delta.remove.len()
+        );
+        begin(copy)?;
+        match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta) {
+            Ok(()) => return Ok(s.paths.clone()),
+            Err(e) => tracing::warn!(
+                "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
+            ),
+        }
+    }
+    if let Some(paths) = in_place_paths(w, s, roots) {
+        say!(
+            "restoring box '{name}' from snapshot {} ({} by {}) in place: only what differs is written",
+            short(&s.id),
+            s.at,
+            s.node
+        );
+        begin(copy)?;
+        for path in &paths {
+            w.repo
+                .restore_path(
+                    &s.id,
+                    path,
+                    &w.spec(meta).agent_home.snapshot_excludes(),
+                    &snapshot::exclude_files(),
+                )
+                .with_context(|| {
+                    format!(
+                        "restoring {} in place; the box stays stopped, and the next 'ag-box up {name}' finishes it",
+                        path.display(),
+                    )
+                })?;
+            crash::point("restore.mid-in-place");
+        }
+        return Ok(paths);
+    }
+    say!(
+        "restoring box '{name}' from snapshot {} ({} by {})",
+        short(&s.id),
+        s.at,
+        s.node
+    );
+    let spec = w.spec(meta);
+    restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
+        agent_home::restored_paths(staging, &spec)
+    })
+}
+
+/// The snapshot holds exactly paths this node keeps, the project among them (held here).
+fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
+    roots.first().is_some_and(|project| {
+        s.paths.contains(project) && s.paths.iter().all(|p| roots.contains(p)) && project.is_dir()
+    })
+}
+
+/// What to change in a copy equal to snapshot `from` to make it `s`; None when restic's own
+/// restore must do (paths this node does not keep, too many changes, restic failed).
+fn plan_delta(w: &World, from: &str, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Delta> {
+    if !fits_roots(s, roots) {
+        return None;
+    }
+    match w.repo.changes(from, &s.id) {
+        Ok(changes) => delta::plan(&changes, roots),
+        Err(e) => {
+            tracing::warn!(
+                "could not list what changed from snapshot {} to {}: {e:#}",
+                short(from),
+                short(&s.id)
+            );
+            None
+        }
+    }
+}
+
 /// The paths to bring to snapshot `s` in place: when this node holds a copy of the project to
 /// change, the snapshot says which of the copy's paths it holds, and restic can (0.17+).
 fn in_place_paths(w: &World, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
-    let project = roots.first()?;
-    let fits = s.paths.contains(project) && s.paths.iter().all(|p| roots.contains(p));
-    (fits && project.is_dir() && w.repo.restores_in_place()).then(|| s.paths.clone())
+    (fits_roots(s, roots) && w.repo.restores_in_place()).then(|| s.paths.clone())
 }
 
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
-fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<()> {
+/// Returns the snapshot the copy now equals (None: there is no copy).
+fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<Option<String>> {
     let roots = snapshot::local_copy(&w.spec(meta));
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
-        return Ok(());
+        return Ok(None);
     }
     if copy.digest.is_some() && copy.digest == Some(digest::of(&roots)?) {
-        return Ok(());
+        return Ok(copy.snapshot.clone());
     }
     w.repo.ensure_repo()?;
     let id = snapshot::keep_as_fork(w, meta, epoch, copy.snapshot.clone()).with_context(|| {
@@ -341,7 +401,7 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
         meta.name,
         short(&id)
     );
-    Ok(())
+    Ok(Some(id))
 }
 
 /// A failed `up` must not leave the lease taken.

@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod agent_home;
+pub mod delta;
 pub mod diff;
 pub mod doctor;
 pub mod egress;
@@ -10,6 +11,7 @@ pub mod history;
 pub mod names;
 pub mod project;
 pub mod restic;
+pub mod restic_key;
 pub mod retention;
 pub mod sandbox;
 pub mod schedule;

@@ -53,6 +53,11 @@ pub trait MetaStore {
         let _ = probe_key;
         Ok(None)
     }
+    /// Add a key file to the restic repository that lives beside the records (`restic/keys/`).
+    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        let _ = (id, bytes);
+        anyhow::bail!("{} holds no restic repository", self.describe())
+    }
     /// The backend is there and our credentials work.
     fn check_reachable(&self) -> Result<()> {
         Ok(())
@@ -78,9 +83,7 @@ pub fn unknown_box(name: &str) -> UserError {
 /// A fresh operation id for one record write.
 fn op_id() -> String {
     let mut bytes = [0u8; 12];
-    let random = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
-    if random.is_err() {
+    if crate::sys::host::random_bytes(&mut bytes).is_err() {
         // Unique enough without entropy: this process, this instant.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

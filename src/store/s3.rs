@@ -347,6 +347,19 @@ impl MetaStore for S3Store {
         Ok(())
     }
 
+    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(format!("restic/keys/{id}"))
+            .body(ByteStream::from(bytes.to_vec()));
+        self.rt
+            .block_on(req.send())
+            .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        Ok(())
+    }
+
     fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
         let prefix = events_prefix(name);
         let keys: Vec<String> = self.objects(&prefix)?.into_iter().map(|(k, _)| k).collect();

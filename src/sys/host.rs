@@ -12,6 +12,14 @@ pub fn systemd_booted() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
+/// Fill `bytes` from the kernel's random source.
+pub fn random_bytes(bytes: &mut [u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, bytes))
+        .context("reading /dev/urandom")
+}
+
 pub fn stderr_is_terminal() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal()

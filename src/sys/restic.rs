@@ -1,6 +1,7 @@
 //! restic, shelled out: repository access, backup with progress, restore, listing.
 //! Secrets reach restic through its environment only.
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,9 +12,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
+use crate::plan::delta::{self, Change};
 use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
 use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version, box_tag};
+use crate::plan::restic_key;
+use crate::store::MetaStore;
 use crate::sys::{atomic, cmd, host};
 
 enum Password {
@@ -31,9 +35,26 @@ pub struct Restic {
     local_dir: Option<PathBuf>,
     /// Where the version of `bin` is remembered.
     version_cache: PathBuf,
+    /// This node's own key of the repository ([`restic_key`]), and where it is kept.
+    node_key: Option<NodeKey>,
+    node_key_file: PathBuf,
+    /// The node key was refused (removed from the repository): the operator's password serves.
+    node_key_refused: Cell<bool>,
 }
 
 const VERSION_CACHE: &str = "restic-version.json";
+const NODE_KEY: &str = "restic-node-key.json";
+
+/// A key of the repository that only this node uses; its password is random.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NodeKey {
+    repository: String,
+    id: String,
+    /// Never in argv or a log line, like the operator's.
+    password: String,
+}
+
+const WRONG_PASSWORD: &str = "wrong password or no key found";
 
 const LOCKED: &str = "repository is already locked";
 
@@ -62,7 +83,11 @@ impl Restic {
                 )),
                 local_dir: None,
                 version_cache: config.state_dir.join(VERSION_CACHE),
-            });
+                node_key: None,
+                node_key_file: config.state_dir.join(NODE_KEY),
+                node_key_refused: Cell::new(false),
+            }
+            .with_node_key());
         }
         let dir = config.state_dir.join("restic");
         let password = match &config.restic_password {
@@ -76,7 +101,87 @@ impl Restic {
             s3: None,
             local_dir: Some(dir),
             version_cache: config.state_dir.join(VERSION_CACHE),
-        })
+            node_key: None,
+            node_key_file: config.state_dir.join(NODE_KEY),
+            node_key_refused: Cell::new(false),
+        }
+        .with_node_key())
+    }
+
+    /// Use this node's key when it has one for this repository.
+    fn with_node_key(mut self) -> Restic {
+        self.node_key = std::fs::read(&self.node_key_file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<NodeKey>(&b).ok())
+            .filter(|k| k.repository == self.repository);
+        self
+    }
+
+    /// Give this node a key of its own ([`restic_key`]) unless it has one: restic then opens
+    /// the repository in milliseconds instead of half a second. The master key comes from
+    /// `restic cat masterkey` with the operator's password; the key file goes into the
+    /// repository's `keys/` (the bucket's `restic/keys/`, through `store`). Any failure leaves
+    /// the operator's password in use.
+    pub fn add_node_key(&mut self, store: &dyn MetaStore, node: &str) {
+        if self.node_key.is_some() {
+            return;
+        }
+        match self.make_node_key(store, node) {
+            Ok(Some(key)) => self.node_key = Some(key),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                "could not add this node's key to the restic repository (the operator's password serves): {e:#}"
+            ),
+        }
+    }
+
+    fn make_node_key(&self, store: &dyn MetaStore, node: &str) -> Result<Option<NodeKey>> {
+        let out = self
+            .command(&["cat".into(), "masterkey".into(), "--no-lock".into()])
+            .stdin(Stdio::null())
+            .output()
+            .context("running restic cat masterkey")?;
+        if !out.status.success() {
+            // No repository yet (before `ag-box init`): the key comes with a later command.
+            tracing::debug!("no node key yet: {}", cmd::last_line(&String::from_utf8_lossy(&out.stderr)));
+            return Ok(None);
+        }
+        let mut random = restic_key::Randomness {
+            salt: [0; 64],
+            iv: [0; 16],
+        };
+        let mut password = [0u8; 32];
+        for bytes in [&mut random.salt[..], &mut random.iv[..], &mut password[..]] {
+            host::random_bytes(bytes)?;
+        }
+        let password = restic_key::hex(&password);
+        let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let (id, bytes) =
+            restic_key::key_file(&out.stdout, password.as_bytes(), &random, &created, node)?;
+        match &self.local_dir {
+            Some(dir) => atomic::write(&dir.join("keys").join(&id), &bytes, 0o400)?,
+            None => store.put_repository_key(&id, &bytes)?,
+        }
+        let key = NodeKey {
+            repository: self.repository.clone(),
+            id,
+            password,
+        };
+        // Two first commands at once: the key that landed first serves (the other stays unused).
+        if !atomic::create_new(&self.node_key_file, &serde_json::to_vec(&key)?, 0o600)? {
+            return Ok(std::fs::read(&self.node_key_file)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok()));
+        }
+        tracing::info!(
+            "added this node's key {} to the restic repository",
+            short(&key.id)
+        );
+        Ok(Some(key))
+    }
+
+    fn node_key(&self) -> Option<&NodeKey> {
+        self.node_key.as_ref().filter(|_| !self.node_key_refused.get())
     }
 
     pub fn describe(&self) -> &str {
@@ -100,9 +205,13 @@ impl Restic {
         // restic's --json status lines come once a minute unless asked for more (a bar here,
         // a line every few seconds off a terminal).
         c.env("RESTIC_PROGRESS_FPS", "4");
-        match &self.password {
-            Password::Value(s) => c.env("RESTIC_PASSWORD", s.expose()),
-            Password::File(p) => c.env("RESTIC_PASSWORD_FILE", p),
+        c.env_remove("RESTIC_KEY_HINT");
+        match (self.node_key(), &self.password) {
+            (Some(key), _) => c
+                .env("RESTIC_PASSWORD", &key.password)
+                .env("RESTIC_KEY_HINT", &key.id),
+            (None, Password::Value(s)) => c.env("RESTIC_PASSWORD", s.expose()),
+            (None, Password::File(p)) => c.env("RESTIC_PASSWORD_FILE", p),
         };
         if let Some((key_id, secret, region)) = &self.s3 {
             c.env("AWS_ACCESS_KEY_ID", key_id.expose())
@@ -118,7 +227,7 @@ impl Restic {
             return Ok(dir.join("config").exists());
         }
         let out = self
-            .command(&["cat".into(), "config".into()])
+            .command(&["cat".into(), "config".into(), "--no-lock".into()])
             .stdin(Stdio::null())
             .output()
             .context("running restic cat config")?;
@@ -175,7 +284,8 @@ impl Restic {
     /// Run restic; on a stale lock, `restic unlock` (stale locks only) and try once more.
     /// Returns what restic said on stderr when a backup could not read everything (exit 3).
     fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<Option<String>> {
-        for attempt in 0..2 {
+        let mut unlocked = false;
+        loop {
             let mut child = self
                 .command(args)
                 .stdin(Stdio::null())
@@ -200,9 +310,18 @@ impl Restic {
             if code == 0 {
                 return Ok(None);
             }
-            if attempt == 0 && err_text.contains(LOCKED) {
+            if !unlocked && err_text.contains(LOCKED) {
                 tracing::warn!("restic repository is locked; removing stale locks and retrying");
                 cmd::output(&mut self.command(&["unlock".into()]))?;
+                unlocked = true;
+                continue;
+            }
+            if err_text.contains(WRONG_PASSWORD) && self.node_key().is_some() {
+                tracing::warn!(
+                    "the restic repository refused this node's key (removed?); using the operator's password"
+                );
+                self.node_key_refused.set(true);
+                atomic::remove(&self.node_key_file)?;
                 continue;
             }
             if missing_repository(&err_text) {
@@ -218,7 +337,6 @@ impl Restic {
                 cmd::last_line(&err_text)
             );
         }
-        bail!("restic {}: repository still locked after unlock", args[0])
     }
 
     /// Run a planned `restic backup --json`; `label` names what is saved.
@@ -341,7 +459,8 @@ impl Restic {
     /// The files and symlinks snapshot `id` holds.
     pub fn files(&self, id: &str) -> Result<Vec<FileEntry>> {
         let mut files = Vec::new();
-        self.run(&["ls".into(), "--json".into(), id.into()], &mut |line| {
+        let args = ["ls", "--json", "--no-lock", id].map(String::from);
+        self.run(&args, &mut |line| {
             files.extend(diff::parse_ls_line(line));
         })?;
         Ok(files)
@@ -422,6 +541,19 @@ impl crate::lifecycle::Repo for Restic {
     }
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
+    }
+    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>> {
+        let mut changes = Vec::new();
+        self.run(&delta::diff_args(from, to), &mut |line| {
+            changes.extend(delta::parse_diff_line(line));
+        })?;
+        Ok(changes)
+    }
+    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        self.run_with_progress(
+            &delta::fetch_args(snapshot_id, target, paths),
+            format!("restore {} (what changed)", short(snapshot_id)),
+        )
     }
     fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
@@ -513,10 +645,8 @@ fn write_new_password(path: &Path) -> Result<()> {
         return Ok(());
     }
     let mut bytes = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
-    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    host::random_bytes(&mut bytes)?;
+    let text = restic_key::hex(&bytes);
     // Never a half-written password: a concurrent first use keeps the one that landed first.
     if atomic::create_new(path, format!("{text}\n").as_bytes(), 0o600)? {
         tracing::warn!(

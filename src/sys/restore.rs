@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
+use crate::plan::delta::Delta;
 use crate::sys::{cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
@@ -134,10 +135,95 @@ pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
                 remove_any(&aside).with_context(|| format!("removing {}", aside.display()))?;
             }
         }
+        let staging = sibling(path, "restore");
+        remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
         let incoming = sibling(path, "incoming");
         remove_any(&incoming).with_context(|| format!("removing {}", incoming.display()))?;
     }
     Ok(())
+}
+
+/// Where a restore stages its tree: inside a project that is a mount point (so it keeps its
+/// filesystem), else beside it.
+fn staging_for(anchor: &Path) -> PathBuf {
+    if host::is_mount_point(anchor) {
+        anchor.join(INSIDE_RESTORE)
+    } else {
+        sibling(anchor, "restore")
+    }
+}
+
+/// Every dir between `root` and `path` is a dir, not a symlink (a box may have planted one to
+/// lead a write out of its copy).
+fn real_dirs_down_to(roots: &[PathBuf], path: &Path) -> Result<()> {
+    let root = roots
+        .iter()
+        .find(|r| path.starts_with(r))
+        .with_context(|| format!("{} is outside the box's copy", path.display()))?;
+    let mut dir = root.clone();
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    let mut parts: Vec<_> = rel.components().collect();
+    parts.pop();
+    for part in std::iter::once(None).chain(parts.into_iter().map(Some)) {
+        if let Some(p) = part {
+            dir.push(p);
+        }
+        let meta = fs::symlink_metadata(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?;
+        anyhow::ensure!(
+            meta.is_dir(),
+            "{} is not a directory in this node's copy",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Bring a copy that equals one snapshot to snapshot `id` by changing only `delta` (see
+/// `plan::delta`): what to fetch is restored into a staging dir first, and the copy is not
+/// touched until all of it is there; then removed paths go and fetched ones move in.
+pub fn restore_delta(
+    restic: &dyn Repo,
+    id: &str,
+    anchor: &Path,
+    roots: &[PathBuf],
+    delta: &Delta,
+) -> Result<()> {
+    let staging = staging_for(anchor);
+    remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
+    fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    let staged = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
+    let result = (|| -> Result<()> {
+        if !delta.fetch.is_empty() {
+            restic.restore_only(id, &staging, &delta.fetch)?;
+        }
+        for p in &delta.fetch {
+            fs::symlink_metadata(staged(p))
+                .with_context(|| format!("restic did not restore {}", p.display()))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = remove_any(&staging);
+        return Err(e.context(format!("fetching what changed in snapshot {id}")));
+    }
+    crash::point("restore.delta-staged");
+    for p in &delta.remove {
+        real_dirs_down_to(roots, p)?;
+        remove_any(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    for p in &delta.fetch {
+        real_dirs_down_to(roots, p)?;
+        let new = staged(p);
+        let replace_in_one_step = fs::symlink_metadata(p)
+            .is_ok_and(|old| !old.is_dir() && !fs::symlink_metadata(&new).is_ok_and(|n| n.is_dir()));
+        if !replace_in_one_step {
+            remove_any(p).with_context(|| format!("removing {}", p.display()))?;
+        }
+        move_into(&new, p)?;
+        crash::point("restore.mid-delta");
+    }
+    remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
 }
 
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
@@ -148,12 +234,7 @@ pub fn restore_in_place(
     anchor: &Path,
     paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
-    // A project that is a mount point keeps its filesystem: the staging tree goes inside it.
-    let staging = if host::is_mount_point(anchor) {
-        anchor.join(INSIDE_RESTORE)
-    } else {
-        sibling(anchor, "restore")
-    };
+    let staging = staging_for(anchor);
     if let Some(parent) = staging.parent() {
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
@@ -320,6 +401,12 @@ mod tests {
             fs::create_dir_all(target)?;
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
+        }
+        fn changes(&self, _: &str, _: &str) -> Result<Vec<crate::plan::delta::Change>> {
+            anyhow::bail!("not used")
+        }
+        fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
+            anyhow::bail!("not used")
         }
         fn restores_in_place(&self) -> bool {
             false

@@ -1,0 +1,195 @@
+//! A delta restore: bring a copy known to equal snapshot A to snapshot B by writing only what
+//! `restic diff A B` names, as rsync would, instead of letting restic look at every file.
+//!
+//! The changes become two lists of subtrees: those to remove, and those to fetch from B whole
+//! (restic restores a path's subtree when the path is included). A path whose ancestor is in
+//! either list is covered by it. A directory whose own metadata alone changed (its time, as
+//! children come and go) is left as it is.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// One change `restic diff --json --metadata` prints; dirs end with `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Change {
+    pub path: String,
+    pub modifier: String,
+}
+
+#[cfg(test)]
+impl Change {
+    pub fn new(path: &str, modifier: &str) -> Change {
+        Change {
+            path: path.into(),
+            modifier: modifier.into(),
+        }
+    }
+}
+
+/// The `change` lines of `restic diff --json`; other lines are statistics.
+pub fn parse_diff_line(line: &str) -> Option<Change> {
+    #[derive(Deserialize)]
+    struct Line {
+        message_type: String,
+        #[serde(flatten)]
+        change: Option<Change>,
+    }
+    let l: Line = serde_json::from_str(line).ok()?;
+    (l.message_type == "change").then_some(l.change).flatten()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Delta {
+    /// Removed in B: deleted from the copy.
+    pub remove: Vec<PathBuf>,
+    /// New, changed, or of another type in B: replaced by B's subtree.
+    pub fetch: Vec<PathBuf>,
+}
+
+/// More changes than this and restic's own restore is as quick (and the includes' argv long).
+pub const MAX_CHANGES: usize = 2000;
+
+/// What to do with the copy for `changes`; None when a change falls outside `roots` (the
+/// snapshots hold paths this node does not keep) or there are too many.
+pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
+    let mut delta = Delta::default();
+    for c in changes {
+        let is_dir = c.path.ends_with('/');
+        let path = PathBuf::from(c.path.trim_end_matches('/'));
+        if !roots.iter().any(|r| path.starts_with(r)) {
+            return None;
+        }
+        let m = c.modifier.as_str();
+        if m == "-" {
+            delta.remove.push(path);
+        } else if m.contains(['+', 'M', 'T']) || (m.contains('U') && !is_dir) {
+            delta.fetch.push(path);
+        }
+    }
+    delta.fetch = outermost(delta.fetch, &[]);
+    delta.remove = outermost(delta.remove, &delta.fetch);
+    (delta.fetch.len() + delta.remove.len() <= MAX_CHANGES).then_some(delta)
+}
+
+/// `paths` without those below another of them or below one of `covered`, sorted.
+fn outermost(mut paths: Vec<PathBuf>, covered: &[PathBuf]) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        let below = |q: &PathBuf| p.starts_with(q);
+        if !out.iter().any(below) && !covered.iter().any(below) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `restic restore <to> --target <staging> --include ...`: only the paths to fetch. No lock:
+/// the copy is not touched by it, so a concurrent prune can only make it fail.
+pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf]) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "restore".into(),
+        "--json".into(),
+        "--no-lock".into(),
+        to.into(),
+        "--target".into(),
+        staging.to_string_lossy().into_owned(),
+    ];
+    for p in fetch {
+        a.extend(["--include".into(), pattern(p)]);
+    }
+    a
+}
+
+/// `restic diff --json --metadata <from> <to>` (metadata: a file whose mode alone changed).
+pub fn diff_args(from: &str, to: &str) -> Vec<String> {
+    ["diff", "--json", "--metadata", "--no-lock", from, to]
+        .map(String::from)
+        .to_vec()
+}
+
+/// A path as a restic pattern that matches it alone (and what is below it).
+fn pattern(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        if matches!(c, '\\' | '*' | '?' | '[') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn paths(p: &[&str]) -> Vec<PathBuf> {
+        p.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn changes_become_outermost_subtrees() {
+        let changes = [
+            Change::new("/p/", "U"),
+            Change::new("/p/a", "M"),
+            Change::new("/p/mode-only", "U"),
+            Change::new("/p/d/", "U"),
+            Change::new("/p/gone/", "-"),
+            Change::new("/p/gone/g", "-"),
+            Change::new("/p/link/", "TU"),
+            Change::new("/p/link/x", "-"),
+            Change::new("/p/new/", "+"),
+            Change::new("/p/new/f", "+"),
+            Change::new("/h/.claude/s.jsonl", "M"),
+        ];
+        assert_eq!(
+            plan(&changes, &paths(&["/p", "/h"])),
+            Some(Delta {
+                remove: paths(&["/p/gone"]),
+                fetch: paths(&["/h/.claude/s.jsonl", "/p/a", "/p/link", "/p/mode-only", "/p/new"]),
+            })
+        );
+    }
+
+    #[test]
+    fn a_change_outside_the_roots_or_too_many_refuse_the_delta() {
+        assert_eq!(plan(&[Change::new("/elsewhere/f", "+")], &paths(&["/p"])), None);
+        let many: Vec<Change> = (0..=MAX_CHANGES)
+            .map(|i| Change::new(&format!("/p/f{i}"), "M"))
+            .collect();
+        assert_eq!(plan(&many, &paths(&["/p"])), None);
+        assert_eq!(plan(&many[1..], &paths(&["/p"])).map(|d| d.fetch.len()), Some(MAX_CHANGES));
+        // A root that is a prefix of another path's name is not its ancestor.
+        assert_eq!(plan(&[Change::new("/pp/f", "+")], &paths(&["/p"])), None);
+    }
+
+    #[test]
+    fn parses_restic_diff_json() {
+        let lines = [
+            r#"{"message_type":"change","path":"/src/we[i]rd*?/x\\y","modifier":"M"}"#,
+            r#"{"message_type":"statistics","source_snapshot":"a","target_snapshot":"b","changed_files":2}"#,
+            "not json",
+        ];
+        let parsed: Vec<Change> = lines.iter().filter_map(|l| parse_diff_line(l)).collect();
+        assert_eq!(parsed, [Change::new("/src/we[i]rd*?/x\\y", "M")]);
+    }
+
+    #[test]
+    fn fetch_argv_escapes_pattern_characters() {
+        assert_eq!(
+            fetch_args("abc", Path::new("/s"), &paths(&["/p/we[i]rd*?/x\\y", "/p/a"])),
+            [
+                "restore", "--json", "--no-lock", "abc", "--target", "/s", "--include",
+                "/p/we\\[i]rd\\*\\?/x\\\\y", "--include", "/p/a",
+            ]
+        );
+        assert_eq!(
+            diff_args("a", "b"),
+            ["diff", "--json", "--metadata", "--no-lock", "a", "b"]
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! A restic key file (restic's design document, "Keys, Encryption and MAC"): the repository's
+//! master key, encrypted with AES-256-CTR and authenticated with Poly1305-AES under keys that
+//! scrypt derives from a password.
+//!
+//! restic calibrates scrypt to about half a second at `init` and pays it on every run, which
+//! is most of what a restic command costs on a small delta. Each node gets a key of its own
+//! whose password is 256 random bits: guessing it is hopeless at any scrypt cost, so the cost
+//! is kept low. The operator's password keeps its own, calibrated key.
+
+use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
+use anyhow::{Context, Result};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// scrypt's cost for a random password: N = 2^12, r = 8, p = 1 (a few milliseconds).
+pub const LOG_N: u8 = 12;
+pub const R: u32 = 8;
+pub const P: u32 = 1;
+
+/// What restic stores under `keys/<id>` (its field names).
+#[derive(Serialize)]
+#[allow(non_snake_case)]
+struct KeyFile<'a> {
+    created: &'a str,
+    username: &'a str,
+    hostname: &'a str,
+    kdf: &'a str,
+    N: u64,
+    r: u32,
+    p: u32,
+    salt: String,
+    data: String,
+}
+
+/// The randomness a key file needs, drawn by the caller.
+pub struct Randomness {
+    pub salt: [u8; 64],
+    pub iv: [u8; 16],
+}
+
+/// The key file that opens the repository whose master key is `master` (the JSON `restic cat
+/// masterkey` prints) with `password`; returns its id (the SHA-256 of its bytes, as restic
+/// names files) and its bytes.
+pub fn key_file(
+    master: &[u8],
+    password: &[u8],
+    random: &Randomness,
+    created: &str,
+    hostname: &str,
+) -> Result<(String, Vec<u8>)> {
+    // Compact, as restic writes it; and a check that it is a master key at all.
+    let master: serde_json::Value =
+        serde_json::from_slice(master).context("parsing restic's master key")?;
+    anyhow::ensure!(
+        master["encrypt"].is_string() && master["mac"]["k"].is_string(),
+        "restic's master key lacks its fields"
+    );
+    let plain = serde_json::to_vec(&master)?;
+    let data = seal(&derive(password, &random.salt)?, &random.iv, &plain)?;
+    let file = KeyFile {
+        created,
+        username: "ag-box",
+        hostname,
+        kdf: "scrypt",
+        N: 1 << LOG_N,
+        r: R,
+        p: P,
+        salt: STANDARD.encode(random.salt),
+        data: STANDARD.encode(data),
+    };
+    let bytes = serde_json::to_vec(&file)?;
+    Ok((hex(&Sha256::digest(&bytes)), bytes))
+}
+
+/// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
+fn derive(password: &[u8], salt: &[u8]) -> Result<[u8; 64]> {
+    let params = scrypt::Params::new(LOG_N, R, P)
+        .map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
+    let mut out = [0u8; 64];
+    scrypt::scrypt(password, salt, &params, &mut out)
+        .map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;
+    Ok(out)
+}
+
+/// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout.
+fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
+    let mut ciphertext = plain.to_vec();
+    ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
+        .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
+        .apply_keystream(&mut ciphertext);
+    let tag = mac(&keys[32..48], &keys[48..64], iv, &ciphertext)?;
+    let mut out = Vec::with_capacity(16 + ciphertext.len() + 16);
+    out.extend_from_slice(iv);
+    out.extend_from_slice(&ciphertext);
+    out.extend_from_slice(&tag);
+    Ok(out)
+}
+
+/// Poly1305-AES: Poly1305 keyed with `r` and AES-128_k(nonce).
+fn mac(k: &[u8], r: &[u8], nonce: &[u8; 16], message: &[u8]) -> Result<[u8; 16]> {
+    let mut s = aes::Block::from(*nonce);
+    aes::Aes128::new_from_slice(k)
+        .map_err(|e| anyhow::anyhow!("AES-128: {e}"))?
+        .encrypt_block(&mut s);
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(r);
+    key[16..].copy_from_slice(&s);
+    let tag = poly1305::Poly1305::new_from_slice(&key)
+        .map_err(|e| anyhow::anyhow!("Poly1305: {e}"))?
+        .compute_unpadded(message);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&tag);
+    Ok(out)
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MASTER: &str = r#"{
+  "mac": {"k": "ZhbdPxHrjrINbQxOs8a27A==", "r": "5RlTC7CtqAOoATYAhEKcCQ=="},
+  "encrypt": "q9Bz4hM7Jrvhmu0ZK6c6lY2V4j1G3LwUa3y5O3bJ2fI="
+}"#;
+
+    fn random() -> Randomness {
+        Randomness {
+            salt: [7; 64],
+            iv: [9; 16],
+        }
+    }
+
+    #[test]
+    fn the_key_file_restic_reads() {
+        let (id, bytes) = key_file(
+            MASTER.as_bytes(),
+            b"secret",
+            &random(),
+            "2026-11-30T12:00:00Z",
+            "node-a",
+        )
+        .unwrap();
+        let file: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let data = STANDARD.decode(file["data"].as_str().unwrap()).unwrap();
+        let keys = derive(b"secret", &[7; 64]).unwrap();
+        let (iv, rest) = data.split_at(16);
+        let (ciphertext, tag) = rest.split_at(rest.len() - 16);
+        assert_eq!(
+            mac(&keys[32..48], &keys[48..64], &[9; 16], ciphertext).unwrap(),
+            tag,
+            "authenticated under the derived MAC key"
+        );
+        let mut plain = ciphertext.to_vec();
+        ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
+            .unwrap()
+            .apply_keystream(&mut plain);
+        let mut shown = file.clone();
+        shown["data"] = serde_json::Value::Null;
+        pretty_assertions::assert_eq!(
+            (
+                serde_json::from_slice::<serde_json::Value>(&plain).unwrap(),
+                shown,
+                id
+            ),
+            (
+                serde_json::from_str::<serde_json::Value>(MASTER).unwrap(),
+                serde_json::json!({
+                    "created": "2026-11-30T12:00:00Z", "username": "ag-box", "hostname": "node-a",
+                    "kdf": "scrypt", "N": 4096, "r": 8, "p": 1,
+                    "salt": STANDARD.encode([7u8; 64]), "data": null,
+                }),
+                hex(&Sha256::digest(&bytes)),
+            )
+        );
+    }
+
+    #[test]
+    fn poly1305_aes_of_the_published_example() {
+        // D. J. Bernstein, "The Poly1305-AES message-authentication code", appendix B, 2nd example.
+        let unhex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let k = unhex("ec074c835580741701425b623235add6");
+        let r = unhex("851fc40c3467ac0be05cc20404f3f700");
+        let nonce: [u8; 16] = unhex("fb447350c4e868c52ac3275cf9d4327e")
+            .try_into()
+            .unwrap();
+        let tag = mac(&k, &r, &nonce, &unhex("f3f6")).unwrap();
+        assert_eq!(hex(&tag), "f4c633c3044fc145f84f335cb81953de");
+    }
+
+    #[test]
+    fn not_a_master_key_is_refused() {
+        let err = key_file(b"{}", b"p", &random(), "t", "h").unwrap_err();
+        assert_eq!(err.to_string(), "restic's master key lacks its fields");
+    }
+}
