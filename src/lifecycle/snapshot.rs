@@ -44,6 +44,7 @@ fn backup_spec(
     epoch: u64,
     fork: bool,
     parent: Option<String>,
+    restored_from_parent: bool,
 ) -> BackupSpec {
     BackupSpec {
         name: box_spec.name.clone(),
@@ -51,6 +52,7 @@ fn backup_spec(
         epoch,
         fork,
         parent,
+        restored_from_parent,
         excludes: box_spec.agent_home.snapshot_excludes(),
         exclude_files: exclude_files(),
         paths: local_copy(box_spec)
@@ -62,8 +64,8 @@ fn backup_spec(
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
-pub fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, parent: Option<String>) -> Result<String> {
-    let spec = backup_spec(w, &w.spec(meta), epoch, true, parent);
+pub fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
+    let spec = backup_spec(w, &w.spec(meta), epoch, true, copy.snapshot.clone(), copy.restored);
     Ok(w.repo.backup(&meta.name, &backup_args(&spec))?.id)
 }
 
@@ -137,7 +139,8 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         .snapshot
         .clone()
         .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
-    let spec = backup_spec(w, &box_spec, epoch, !holding, parent);
+    let restored = copy.restored && copy.snapshot.is_some();
+    let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
     let backup = w.repo.backup(&meta.name, &backup_args(&spec))?;
     crash::point("snapshot.after-backup");
@@ -201,6 +204,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         paths: paths.clone(),
         epoch: Some(epoch),
         digest: digest.filter(|_| forked.is_none()),
+        restored: forked.is_some() && copy.restored,
         project_had_files: if forked.is_none() {
             had_files
         } else {

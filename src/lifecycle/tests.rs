@@ -72,6 +72,8 @@ struct FakeRepo {
     fetch_fails: Cell<bool>,
     /// (snapshot, paths) of every restore of only some paths.
     fetched: RefCell<Vec<(String, Vec<PathBuf>)>>,
+    /// The argv of the last backup.
+    last_backup: RefCell<Vec<String>>,
 }
 
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
@@ -152,6 +154,7 @@ impl Repo for FakeRepo {
     fn backup(&self, _: &str, args: &[String]) -> Result<Backup> {
         let n = self.next.get() + 1;
         self.next.set(n);
+        *self.last_backup.borrow_mut() = args.to_vec();
         let id = format!("snap{n}");
         let paths = args.iter().skip_while(|a| *a != "--").skip(1);
         for p in paths {
@@ -262,6 +265,7 @@ impl Node {
                 diff_fails: Cell::new(false),
                 fetch_fails: Cell::new(false),
                 fetched: RefCell::default(),
+                last_backup: RefCell::default(),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -614,6 +618,19 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
         (Some("there"), None)
     );
     assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
+    let n = Node::new();
+    n.parked();
+    n.changed_elsewhere();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let ignores_inodes = || n.repo.last_backup.borrow().contains(&"--ignore-inode".into());
+    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    assert!(ignores_inodes(), "restored files all have new inodes");
+    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    assert!(!ignores_inodes(), "its parent was taken of these very files");
 }
 
 #[test]

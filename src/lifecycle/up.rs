@@ -233,6 +233,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
         let paths = restore_copy(w, meta, &mut copy, s, &roots, equals)?;
         copy.restoring_to = None;
         copy.stale = false;
+        copy.restored = true;
         copy.snapshot = Some(s.id.clone());
         copy.paths = paths;
         copy.digest = None;
@@ -390,7 +391,7 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
         return Ok(copy.snapshot.clone());
     }
     w.repo.ensure_repo()?;
-    let id = snapshot::keep_as_fork(w, meta, epoch, copy.snapshot.clone()).with_context(|| {
+    let id = snapshot::keep_as_fork(w, meta, epoch, copy).with_context(|| {
         format!(
             "box '{}': keeping this node's copy before the restore failed; nothing was replaced",
             meta.name

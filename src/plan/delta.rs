@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// One change `restic diff --json --metadata` prints; dirs end with `/`.
+/// One change `restic diff --json` prints; dirs end with `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Change {
     pub path: String,
@@ -56,11 +56,14 @@ pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
     let mut delta = Delta::default();
     for c in changes {
         let is_dir = c.path.ends_with('/');
+        let m = c.modifier.as_str();
+        if is_dir && m == "U" {
+            continue;
+        }
         let path = PathBuf::from(c.path.trim_end_matches('/'));
         if !roots.iter().any(|r| path.starts_with(r)) {
             return None;
         }
-        let m = c.modifier.as_str();
         if m == "-" {
             delta.remove.push(path);
         } else if m.contains(['+', 'M', 'T']) || (m.contains('U') && !is_dir) {
@@ -103,9 +106,10 @@ pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf]) -> Vec<String> {
     a
 }
 
-/// `restic diff --json --metadata <from> <to>` (metadata: a file whose mode alone changed).
+/// `restic diff --json <from> <to>`: content, type, added and removed. (Not `--metadata`: it
+/// flags every file saved on another node, whose inode and ctime differ.)
 pub fn diff_args(from: &str, to: &str) -> Vec<String> {
-    ["diff", "--json", "--metadata", "--no-lock", from, to]
+    ["diff", "--json", "--no-lock", from, to]
         .map(String::from)
         .to_vec()
 }
@@ -134,6 +138,7 @@ mod tests {
     #[test]
     fn changes_become_outermost_subtrees() {
         let changes = [
+            Change::new("/", "U"),
             Change::new("/p/", "U"),
             Change::new("/p/a", "M"),
             Change::new("/p/mode-only", "U"),
@@ -189,7 +194,7 @@ mod tests {
         );
         assert_eq!(
             diff_args("a", "b"),
-            ["diff", "--json", "--metadata", "--no-lock", "a", "b"]
+            ["diff", "--json", "--no-lock", "a", "b"]
         );
     }
 }

@@ -37,6 +37,9 @@ pub struct BackupSpec {
     pub epoch: u64,
     pub fork: bool,
     pub parent: Option<String>,
+    /// The copy was restored from `parent` on this node: every inode and ctime differs from
+    /// the parent's, so only size and mtime tell a changed file (as rsync judges).
+    pub restored_from_parent: bool,
     /// Paths never snapshotted (the shared agent files' mount points in the agent home).
     pub excludes: Vec<PathBuf>,
     pub exclude_files: Vec<PathBuf>,
@@ -61,6 +64,9 @@ pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
     }
     if let Some(p) = &spec.parent {
         a.extend(["--parent".into(), p.clone()]);
+        if spec.restored_from_parent {
+            a.push("--ignore-inode".into());
+        }
     }
     for pattern in ALWAYS_EXCLUDED {
         a.extend(["--exclude".into(), (*pattern).into()]);
@@ -313,6 +319,7 @@ mod tests {
             epoch: 4,
             fork: true,
             parent: Some("abc123".into()),
+            restored_from_parent: true,
             excludes: vec!["/var/lib/ag-box/homes/demo/.codex/auth.json".into()],
             exclude_files: vec!["/opt/box/exclude.txt".into()],
             paths: vec!["/root/demo".into(), "/var/lib/ag-box/homes/demo".into()],
@@ -322,7 +329,7 @@ mod tests {
             [
                 "backup", "--json", "--host", "ag-box-demo",
                 "--tag", "box:demo", "--tag", "node:nodeA", "--tag", "epoch:4", "--tag", "fork",
-                "--parent", "abc123", "--exclude", ".auth-secret",
+                "--parent", "abc123", "--ignore-inode", "--exclude", ".auth-secret",
                 "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",
                 "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
@@ -339,6 +346,7 @@ mod tests {
             epoch: 1,
             fork: false,
             parent: None,
+            restored_from_parent: true,
             excludes: vec![],
             exclude_files: vec![],
             paths: vec!["/p".into()],

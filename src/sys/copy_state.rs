@@ -24,6 +24,10 @@ pub struct CopyState {
     /// snapshot of a running box). A copy whose digest differs may hold work in no snapshot.
     #[serde(default)]
     pub digest: Option<String>,
+    /// The copy was written by a restore of `snapshot` here, so its files' inodes and ctimes
+    /// are not those the snapshot recorded (the next snapshot compares size and mtime only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restored: bool,
     /// The project held files when it last equalled `snapshot` (an empty project then is a
     /// missing disk, not a project emptied on purpose). None: not known (older state).
     #[serde(default)]
