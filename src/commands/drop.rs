@@ -9,7 +9,7 @@ use crate::error::{Code, UserError};
 use crate::plan::restic::{box_tag, forget_args};
 use crate::store::meta::Meta;
 use crate::store::{self, Step, events, update};
-use crate::sys::copy_state::CopyState;
+use crate::sys::copy_state::{CopyManifest, CopyState};
 use crate::sys::crash;
 
 fn confirm(name: &str) -> Result<()> {
@@ -115,6 +115,8 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         .into());
     }
     CopyState::remove(&ctx.config.state_dir, name)?;
+    CopyManifest::remove(&ctx.config.state_dir, name)?;
+    ctx.store.put_delta(name, None)?;
     // Its history goes with its snapshots; the one line left says who dropped it, and when.
     let history = ctx.store.events(name).and_then(|old| {
         let keys: Vec<String> = old.into_iter().map(|(k, _)| k).collect();

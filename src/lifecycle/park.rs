@@ -33,11 +33,13 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     };
     // If this fails the lease stays ours and the box keeps running, untouched.
     let mut taken = snapshot::take(w, &meta, accept_partial)?;
+    // The stopped copy's manifest, as its final snapshot holds it.
+    let mut final_manifest = None;
     crash::point("park.after-snapshot");
     if taken.forked.is_none() && running {
         w.runtime.stop(&spec)?;
         crash::point("park.after-stop");
-        let after = digest::of(&roots)?;
+        let (after, manifest) = digest::walk(&roots)?;
         if before.as_ref() == Some(&after) {
             tracing::info!(
                 "box '{name}': nothing changed during its snapshot; it is the final one"
@@ -47,6 +49,7 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
                 ..CopyState::load(&w.config.state_dir, name)?
             }
             .save(&w.config.state_dir, name)?;
+            final_manifest = Some(manifest);
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
             let now = w.tracked(name)?.meta;
@@ -63,6 +66,11 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
         CopyState::default().save(&w.config.state_dir, name)?;
         return Err(taken_over(name, lost, &taken.snapshot.id).into());
     }
+    let final_manifest = match final_manifest {
+        Some(m) => m,
+        None => digest::walk(&roots)?.1,
+    };
+    snapshot::publish_changes(w, &spec, &taken.snapshot.id, final_manifest);
     crash::point("park.before-release");
     let snapshot = taken.snapshot;
     let epoch = snapshot.epoch;

@@ -7,15 +7,17 @@ use anyhow::Result;
 
 use super::{World, not_up_here};
 use crate::error::UserError;
+use crate::plan::delta::{self, Manifest, Published};
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
+use crate::sys::copy_state::CopyManifest;
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
-use crate::sys::{crash, digest};
+use crate::sys::{crash, digest, working_copy};
 
 pub struct Taken {
     pub snapshot: SnapshotRef,
@@ -62,10 +64,62 @@ fn backup_spec(
     }
 }
 
+/// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
+/// name has none: then nothing is remembered, and the next park publishes nothing).
+pub fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>) {
+    let state = &w.config.state_dir;
+    let kept = match manifest {
+        Some(entries) => CopyManifest {
+            snapshot: id.to_string(),
+            entries,
+        }
+        .save(state, name),
+        None => CopyManifest::remove(state, name),
+    };
+    if let Err(e) = kept {
+        tracing::warn!("box '{name}': could not keep its copy's manifest: {e:#}");
+    }
+}
+
+/// As a park ends with snapshot `to` of the stopped copy (`after`: its manifest), publish what
+/// changed since the snapshot the copy last equalled here, for the next node that holds that
+/// one; then remember `after`. Only a warning when it fails: the next `up` diffs instead.
+pub fn publish_changes(w: &World, spec: &BoxSpec, to: &str, after: Option<Manifest>) {
+    let name = &spec.name;
+    let before = CopyManifest::load(&w.config.state_dir, name);
+    let published = (|| -> Result<()> {
+        let changes = match (&before, &after) {
+            (Some(b), Some(a)) => {
+                let excludes = working_copy::excludes(spec)?;
+                delta::between(&b.entries, a, &|p| excludes.matches(p)).map(|d| Published {
+                    from: b.snapshot.clone(),
+                    to: to.to_string(),
+                    fetch: d.fetch,
+                    remove: d.remove,
+                })
+            }
+            _ => None,
+        };
+        let bytes = changes.as_ref().map(serde_json::to_vec).transpose()?;
+        w.store.put_delta(name, bytes.as_deref())
+    })();
+    if let Err(e) = published {
+        tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");
+    }
+    keep_manifest(w, name, to, after);
+}
+
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
 pub fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
-    let spec = backup_spec(w, &w.spec(meta), epoch, true, copy.snapshot.clone(), copy.restored);
+    let spec = backup_spec(
+        w,
+        &w.spec(meta),
+        epoch,
+        true,
+        copy.snapshot.clone(),
+        copy.restored,
+    );
     Ok(w.repo.backup(&meta.name, &backup_args(&spec))?.id)
 }
 

@@ -14,7 +14,7 @@ use pretty_assertions::assert_eq;
 use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
-use crate::plan::delta::Change;
+use crate::plan::delta::{Change, Published};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::{self, timestamp};
 use crate::store::local::LocalStore;
@@ -89,7 +89,10 @@ fn diff_trees(a: &Path, b: &Path, at: &Path, out: &mut Vec<Change>) {
             let p = at.join(name).to_string_lossy().into_owned();
             if m.is_dir() { format!("{p}/") } else { p }
         };
-        match (fs::symlink_metadata(&pa).ok(), fs::symlink_metadata(&pb).ok()) {
+        match (
+            fs::symlink_metadata(&pa).ok(),
+            fs::symlink_metadata(&pb).ok(),
+        ) {
             (Some(ma), None) => out.push(Change::new(&shown(&ma), "-")),
             (None, Some(mb)) => out.push(Change::new(&shown(&mb), "+")),
             (Some(ma), Some(mb)) if ma.is_dir() && mb.is_dir() => {
@@ -184,7 +187,10 @@ impl Repo for FakeRepo {
         Ok(())
     }
     fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>> {
-        anyhow::ensure!(!self.diff_fails.get(), "restic diff: the connection was lost");
+        anyhow::ensure!(
+            !self.diff_fails.get(),
+            "restic diff: the connection was lost"
+        );
         let mut out = Vec::new();
         diff_trees(&self.tree(from), &self.tree(to), Path::new("/"), &mut out);
         Ok(out)
@@ -193,7 +199,10 @@ impl Repo for FakeRepo {
         self.fetched
             .borrow_mut()
             .push((id.to_string(), paths.to_vec()));
-        anyhow::ensure!(!self.fetch_fails.take(), "restic restore: the connection was lost");
+        anyhow::ensure!(
+            !self.fetch_fails.take(),
+            "restic restore: the connection was lost"
+        );
         for p in paths {
             let rel = p.strip_prefix("/").unwrap();
             cp(&self.tree(id).join(rel), &target.join(rel));
@@ -288,6 +297,12 @@ impl Node {
 
     fn read(&self, file: &str) -> Option<String> {
         fs::read_to_string(self.project().join(file)).ok()
+    }
+
+    /// A file in the project before it is first parked.
+    fn write_first(&self, file: &str, text: &str) {
+        fs::create_dir_all(self.project()).unwrap();
+        self.write(file, text);
     }
 
     fn write(&self, file: &str, text: &str) {
@@ -599,7 +614,10 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
             vec![n.project().join("f.txt"), n.project().join("new")]
         )]
     );
-    assert!(n.repo.forks.borrow().is_empty(), "the copy was what it saved");
+    assert!(
+        n.repo.forks.borrow().is_empty(),
+        "the copy was what it saved"
+    );
     assert!(n.repo.in_place_calls.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
@@ -621,16 +639,86 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
 }
 
 #[test]
+fn a_park_publishes_what_changed_since_the_restore_and_the_next_up_uses_it() {
+    let n = Node::new();
+    n.parked();
+    n.changed_elsewhere();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let restored = n.copy().snapshot.unwrap();
+    n.write("f.txt", "edited after the restore");
+    n.write("made.txt", "new here");
+    fs::remove_file(n.project().join("new/n.txt")).unwrap();
+    park::park(&n.world(), "demo", false).unwrap();
+    let parked = n.meta().last_snapshot.unwrap().id;
+    let published: Published =
+        serde_json::from_slice(&n.store.delta("demo").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        published,
+        Published {
+            from: restored,
+            to: parked.clone(),
+            fetch: vec![n.project().join("f.txt"), n.project().join("made.txt")],
+            remove: vec![n.project().join("new/n.txt")],
+        }
+    );
+}
+
+#[test]
+fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
+    let n = Node::new();
+    n.write_first("old.txt", "removed there");
+    n.parked();
+    let from = n.meta().last_snapshot.unwrap().id;
+    n.changed_elsewhere();
+    let published = Published {
+        from,
+        to: "there".into(),
+        fetch: vec![n.project().join("f.txt"), n.project().join("new")],
+        remove: vec![n.project().join("old.txt")],
+    };
+    n.store
+        .put_delta("demo", Some(&serde_json::to_vec(&published).unwrap()))
+        .unwrap();
+    n.repo.diff_fails.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(
+        *n.repo.fetched.borrow(),
+        [("there".to_string(), published.fetch.clone())]
+    );
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
+    assert_eq!(n.read("old.txt"), None);
+    // Published for another copy: not used (and restic diff failing, restored in full).
+    n.repo.fetched.borrow_mut().clear();
+    park::park(&n.world(), "demo", false).unwrap();
+    n.changed_elsewhere();
+    n.store
+        .put_delta("demo", Some(&serde_json::to_vec(&published).unwrap()))
+        .unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert!(n.repo.fetched.borrow().is_empty());
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
 fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
     up::up_here(&n.world(), "demo", false).unwrap();
-    let ignores_inodes = || n.repo.last_backup.borrow().contains(&"--ignore-inode".into());
+    let ignores_inodes = || {
+        n.repo
+            .last_backup
+            .borrow()
+            .contains(&"--ignore-inode".into())
+    };
     snapshot::take(&n.world(), &n.meta(), false).unwrap();
     assert!(ignores_inodes(), "restored files all have new inodes");
     snapshot::take(&n.world(), &n.meta(), false).unwrap();
-    assert!(!ignores_inodes(), "its parent was taken of these very files");
+    assert!(
+        !ignores_inodes(),
+        "its parent was taken of these very files"
+    );
 }
 
 #[test]
@@ -645,9 +733,7 @@ fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
     assert_eq!(n.copy().snapshot.as_deref(), Some("there"));
     assert!(
-        !n.project()
-            .with_file_name(".demo.ag-box-restore")
-            .exists(),
+        !n.project().with_file_name(".demo.ag-box-restore").exists(),
         "no staging left"
     );
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::delta::{self, Delta};
+use crate::plan::delta::{self, Delta, Published};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
@@ -254,10 +254,12 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     }
     agent_home::ensure(&spec)?;
     agent_home::reown_project(&spec)?;
-    if restore_from.is_some() {
+    if let Some(s) = restore_from {
         // As restored (and made ready): what the copy is when it equals that snapshot.
-        copy.digest = Some(digest::of(&roots)?);
+        let (digest, manifest) = digest::walk(&roots)?;
+        copy.digest = Some(digest);
         copy.save(state_dir, &meta.name)?;
+        snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
     }
     crash::point("up.before-start");
     interrupt::check("the start")?;
@@ -290,7 +292,11 @@ fn restore_copy(
         copy.digest = None;
         copy.save(state_dir, name)
     };
-    let delta = equals.and_then(|from| Some((plan_delta(w, &from, s, roots)?, from)));
+    let delta = equals.and_then(|from| {
+        let d =
+            published_delta(w, name, &from, s, roots).or_else(|| plan_delta(w, &from, s, roots))?;
+        Some((d, from))
+    });
     if let Some((delta, from)) = delta {
         say!(
             "restoring box '{name}' from snapshot {} ({} by {}): {} paths changed since snapshot {}, {} removed",
@@ -352,6 +358,32 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
     roots.first().is_some_and(|project| {
         s.paths.contains(project) && s.paths.iter().all(|p| roots.contains(p)) && project.is_dir()
     })
+}
+
+/// What the node that parked `s` published as changed since `from`, if that is the snapshot
+/// this node's copy equals.
+fn published_delta(
+    w: &World,
+    name: &str,
+    from: &str,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+) -> Option<Delta> {
+    if !fits_roots(s, roots) {
+        return None;
+    }
+    let bytes = match w.store.delta(name) {
+        Ok(b) => b?,
+        Err(e) => {
+            tracing::warn!(
+                "could not read what changed up to snapshot {}: {e:#}",
+                short(&s.id)
+            );
+            return None;
+        }
+    };
+    let published: Published = serde_json::from_slice(&bytes).ok()?;
+    delta::usable(&published, from, &s.id, roots)
 }
 
 /// What to change in a copy equal to snapshot `from` to make it `s`; None when restic's own

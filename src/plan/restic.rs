@@ -204,7 +204,9 @@ pub fn parse_version(text: &str) -> Option<Version> {
 /// All snapshots, or those of one tag. Listings take no lock: they change nothing, and the
 /// lock costs restic a fixed 200 ms wait.
 pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
-    let mut a = ["snapshots", "--json", "--no-lock"].map(String::from).to_vec();
+    let mut a = ["snapshots", "--json", "--no-lock"]
+        .map(String::from)
+        .to_vec();
     if let Some(t) = tag {
         a.extend(["--tag".into(), t.into()]);
     }

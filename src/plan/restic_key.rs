@@ -76,8 +76,8 @@ pub fn key_file(
 
 /// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 fn derive(password: &[u8], salt: &[u8]) -> Result<[u8; 64]> {
-    let params = scrypt::Params::new(LOG_N, R, P)
-        .map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
+    let params =
+        scrypt::Params::new(LOG_N, R, P).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
     let mut out = [0u8; 64];
     scrypt::scrypt(password, salt, &params, &mut out)
         .map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;

@@ -17,6 +17,8 @@ pub struct LocalStore {
     dir: PathBuf,
     /// `<name>/<key>.json` per event.
     events: PathBuf,
+    /// `<name>.json`: the published delta of each box.
+    deltas: PathBuf,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -31,6 +33,7 @@ impl LocalStore {
         LocalStore {
             dir: state_dir.join("meta"),
             events: state_dir.join("events"),
+            deltas: state_dir.join("deltas"),
         }
     }
 
@@ -136,6 +139,23 @@ impl MetaStore for LocalStore {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        let path = self.deltas.join(format!("{name}.json"));
+        match bytes {
+            Some(b) => atomic::write(&path, b, 0o644),
+            None => atomic::remove(&path),
+        }
+    }
+
+    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.deltas.join(format!("{name}.json"));
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
     }
 
     fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {

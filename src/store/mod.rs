@@ -53,6 +53,17 @@ pub trait MetaStore {
         let _ = probe_key;
         Ok(None)
     }
+    /// Publish what changed in box `name`'s copy up to its latest snapshot (`plan::delta::Published`),
+    /// or withdraw it (None).
+    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        let _ = (name, bytes);
+        Ok(())
+    }
+    /// What box `name`'s last parking node published.
+    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let _ = name;
+        Ok(None)
+    }
     /// Add a key file to the restic repository that lives beside the records (`restic/keys/`).
     fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
         let _ = (id, bytes);

@@ -383,6 +383,58 @@ impl MetaStore for S3Store {
         Ok(out)
     }
 
+    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        let key = format!("deltas/{name}.json");
+        match bytes {
+            Some(b) => self
+                .rt
+                .block_on(
+                    self.client
+                        .put_object()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .content_type("application/json")
+                        .body(ByteStream::from(b.to_vec()))
+                        .send(),
+                )
+                .map(|_| ())
+                .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
+            None => self
+                .rt
+                .block_on(
+                    self.client
+                        .delete_object()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .send(),
+                )
+                .map(|_| ())
+                .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
+    }
+
+    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let got = self.rt.block_on(
+            self.client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(format!("deltas/{name}.json"))
+                .send(),
+        );
+        let resp = match got {
+            Ok(r) => r,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+            Err(e) => {
+                return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
+            }
+        };
+        let bytes = self
+            .rt
+            .block_on(resp.body.collect())
+            .context("reading a published delta")?;
+        Ok(Some(bytes.into_bytes().to_vec()))
+    }
+
     fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
         let prefix = events_prefix(name);
         let deletes = keys.iter().map(|k| {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::plan::delta::Manifest;
 use crate::store::meta::Lease;
 use crate::sys::atomic;
 
@@ -50,6 +51,39 @@ pub struct CopyState {
 pub struct PendingUp {
     /// The lease the record held before that `up`.
     pub previous: Option<Lease>,
+}
+
+/// The manifest of a box's copy when it equalled a snapshot restored (or parked) here: what
+/// the next park compares the copy with to publish what changed.
+#[derive(Serialize, Deserialize)]
+pub struct CopyManifest {
+    pub snapshot: String,
+    pub entries: Manifest,
+}
+
+impl CopyManifest {
+    fn file(state_dir: &Path, name: &str) -> PathBuf {
+        state_dir
+            .join("local")
+            .join(format!("{name}.manifest.json"))
+    }
+
+    pub fn load(state_dir: &Path, name: &str) -> Option<CopyManifest> {
+        let bytes = fs::read(Self::file(state_dir, name)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
+        atomic::write(
+            &Self::file(state_dir, name),
+            &serde_json::to_vec(self)?,
+            0o600,
+        )
+    }
+
+    pub fn remove(state_dir: &Path, name: &str) -> Result<()> {
+        atomic::remove(&Self::file(state_dir, name))
+    }
 }
 
 fn file(state_dir: &Path, name: &str) -> PathBuf {

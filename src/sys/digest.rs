@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
+use crate::plan::delta::Manifest;
+
+/// An entry's metadata after its path: kind first.
 fn line(path: &Path, meta: &fs::Metadata) -> String {
     let kind = if meta.is_dir() {
         'd'
@@ -27,8 +30,7 @@ fn line(path: &Path, meta: &fs::Metadata) -> String {
     };
     let size = if meta.is_dir() { 0 } else { meta.size() };
     format!(
-        "{}\0{kind}\0{size}\0{}.{}\0{}.{}\0{}\0{:o}\0{}:{}\0{target}\n",
-        path.display(),
+        "{kind}\0{size}\0{}.{}\0{}.{}\0{}\0{:o}\0{}:{}\0{target}",
         meta.mtime(),
         meta.mtime_nsec(),
         meta.ctime(),
@@ -42,7 +44,14 @@ fn line(path: &Path, meta: &fs::Metadata) -> String {
 
 /// The digest of `roots` (missing ones count as missing).
 pub fn of(roots: &[PathBuf]) -> Result<String> {
+    Ok(walk(roots)?.0)
+}
+
+/// The digest of `roots`, and the manifest it was made of (None when a path is not UTF-8,
+/// which a manifest cannot name).
+pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
     let mut lines = Vec::new();
+    let mut manifest = Some(Manifest::new());
     for root in roots {
         let mut stack = vec![root.clone()];
         while let Some(path) = stack.pop() {
@@ -54,7 +63,12 @@ pub fn of(roots: &[PathBuf]) -> Result<String> {
                 }
                 Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
             };
-            lines.push(line(&path, &meta));
+            let entry = line(&path, &meta);
+            lines.push(format!("{}\0{entry}\n", path.display()));
+            manifest = manifest.and_then(|mut m| {
+                m.insert(path.to_str()?.to_string(), entry);
+                Some(m)
+            });
             if meta.is_dir() {
                 for entry in
                     fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))?
@@ -69,7 +83,8 @@ pub fn of(roots: &[PathBuf]) -> Result<String> {
     for l in &lines {
         hash.update(l.as_bytes());
     }
-    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    let digest = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((digest, manifest))
 }
 
 #[cfg(test)]

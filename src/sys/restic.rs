@@ -143,7 +143,10 @@ impl Restic {
             .context("running restic cat masterkey")?;
         if !out.status.success() {
             // No repository yet (before `ag-box init`): the key comes with a later command.
-            tracing::debug!("no node key yet: {}", cmd::last_line(&String::from_utf8_lossy(&out.stderr)));
+            tracing::debug!(
+                "no node key yet: {}",
+                cmd::last_line(&String::from_utf8_lossy(&out.stderr))
+            );
             return Ok(None);
         }
         let mut random = restic_key::Randomness {
@@ -181,7 +184,9 @@ impl Restic {
     }
 
     fn node_key(&self) -> Option<&NodeKey> {
-        self.node_key.as_ref().filter(|_| !self.node_key_refused.get())
+        self.node_key
+            .as_ref()
+            .filter(|_| !self.node_key_refused.get())
     }
 
     pub fn describe(&self) -> &str {

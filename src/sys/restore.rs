@@ -168,8 +168,8 @@ fn real_dirs_down_to(roots: &[PathBuf], path: &Path) -> Result<()> {
         if let Some(p) = part {
             dir.push(p);
         }
-        let meta = fs::symlink_metadata(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?;
+        let meta =
+            fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
         anyhow::ensure!(
             meta.is_dir(),
             "{} is not a directory in this node's copy",
@@ -197,10 +197,6 @@ pub fn restore_delta(
         if !delta.fetch.is_empty() {
             restic.restore_only(id, &staging, &delta.fetch)?;
         }
-        for p in &delta.fetch {
-            fs::symlink_metadata(staged(p))
-                .with_context(|| format!("restic did not restore {}", p.display()))?;
-        }
         Ok(())
     })();
     if let Err(e) = result {
@@ -213,10 +209,16 @@ pub fn restore_delta(
         remove_any(p).with_context(|| format!("removing {}", p.display()))?;
     }
     for p in &delta.fetch {
-        real_dirs_down_to(roots, p)?;
         let new = staged(p);
-        let replace_in_one_step = fs::symlink_metadata(p)
-            .is_ok_and(|old| !old.is_dir() && !fs::symlink_metadata(&new).is_ok_and(|n| n.is_dir()));
+        if fs::symlink_metadata(&new).is_err() {
+            // restic restored all it was asked: the snapshot does not hold it (excluded).
+            tracing::debug!("{} is in no snapshot; left as it is", p.display());
+            continue;
+        }
+        real_dirs_down_to(roots, p)?;
+        let replace_in_one_step = fs::symlink_metadata(p).is_ok_and(|old| {
+            !old.is_dir() && !fs::symlink_metadata(&new).is_ok_and(|n| n.is_dir())
+        });
         if !replace_in_one_step {
             remove_any(p).with_context(|| format!("removing {}", p.display()))?;
         }

@@ -1,4 +1,5 @@
-//! A box's working copy on this node, listed as a snapshot of it would hold it (for `diff`).
+//! A box's working copy on this node, listed as a snapshot of it would hold it (for `diff`,
+//! and for what a park publishes as changed).
 
 use std::fs;
 
@@ -9,8 +10,9 @@ use crate::plan::diff::{Excludes, FileEntry};
 use crate::plan::restic::ALWAYS_EXCLUDED;
 use crate::plan::sandbox::BoxSpec;
 
-/// The files and symlinks a snapshot of the box here would hold (as its excludes say).
-pub fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
+/// What a snapshot of the box leaves out: ag-box's own names, the agent home's shared files,
+/// and the exclude file's patterns that name no path.
+pub fn excludes(spec: &BoxSpec) -> Result<Excludes> {
     let mut excludes = Excludes {
         names: ALWAYS_EXCLUDED.iter().map(|s| s.to_string()).collect(),
         paths: spec.agent_home.snapshot_excludes(),
@@ -20,6 +22,12 @@ pub fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
             &fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
         );
     }
+    Ok(excludes)
+}
+
+/// The files and symlinks a snapshot of the box here would hold (as its excludes say).
+pub fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
+    let excludes = excludes(spec)?;
     let mut out = Vec::new();
     let mut stack: Vec<std::path::PathBuf> = snapshot::local_copy(spec)
         .into_iter()
