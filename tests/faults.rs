@@ -144,7 +144,7 @@ fn a_rollback_cut_off_leaves_the_box_at_one_state_or_the_other_and_the_next_up_s
 }
 
 #[test]
-fn a_restore_in_place_cut_off_is_finished_by_the_next_up_without_a_fork() {
+fn a_delta_restore_cut_off_is_finished_by_the_next_up_without_a_fork() {
     let Some(c) = Cluster::get() else { return };
     let name = "cut-in-place";
     // B (restic 0.17+, rig.sh) holds an older copy; A's snapshot is the box's latest.
@@ -157,9 +157,10 @@ fn a_restore_in_place_cut_off_is_finished_by_the_next_up_without_a_fork() {
         "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'rm gone.txt; echo from-a > a.txt' && ag-box park {name}"
     ))
     .ok();
+    // B's copy equals its last snapshot: what A changed since is all B writes, cut midway.
     cut_at(
         &c.b,
-        "restore.mid-in-place",
+        "restore.mid-delta",
         &format!("ag-box up {name} --node nodeB"),
     );
     assert!(!c.active("nodeB", name), "started on a half-restored copy");

@@ -299,7 +299,7 @@ fn restore_copy(
     });
     if let Some((delta, from)) = delta {
         say!(
-            "restoring box '{name}' from snapshot {} ({} by {}): {} paths changed since snapshot {}, {} removed",
+            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed",
             short(&s.id),
             s.at,
             s.node,
