@@ -614,7 +614,7 @@ fn symlinks_a_box_planted_in_its_copy_do_not_lead_a_restore_in_place_out_of_it()
 }
 
 #[test]
-fn a_box_coming_back_to_a_node_is_restored_in_place_across_restic_versions() {
+fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     let Some(c) = Cluster::get() else { return };
     // rig.sh gives nodeB Debian 13's restic and nodeA Debian 12's 0.14.
     let minor = |n: &Node| -> u32 {
@@ -637,10 +637,16 @@ fn a_box_coming_back_to_a_node_is_restored_in_place_across_restic_versions() {
          ag-box park {name}"
     ))
     .ok();
-    // A (0.14) restores B's snapshot (0.18) whole and changes the box.
+    // A (0.14) held the box's first snapshot: it writes only what B changed (B published it
+    // as it parked), and changes the box.
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
     up_a.ok();
-    assert!(!up_a.stderr().contains("in place"), "{}", up_a.stderr());
+    assert!(
+        up_a.stderr().contains("paths changed since snapshot")
+            && !up_a.stderr().contains("fork snapshot"),
+        "{}",
+        up_a.stderr()
+    );
     c.a.sh(&format!(
         "set -e; ag-box exec {name} -- sh -c 'rm doomed.txt; echo v2 > src/main.txt; echo new > added.txt'
          rm {sessions}/old.jsonl; echo '{{\"session\":2}}' >> {sessions}/s1.jsonl
@@ -665,7 +671,7 @@ fn a_box_coming_back_to_a_node_is_restored_in_place_across_restic_versions() {
         .stdout(),
         "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n"
     );
-    // And back to 0.14: B's snapshot restored whole on A.
+    // And back to 0.14 the same way.
     c.b.sh(&format!(
         "ag-box exec {name} -- sh -c 'echo v3 > src/main.txt' && ag-box park {name}"
     ))
