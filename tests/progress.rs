@@ -19,7 +19,7 @@ fn snapshot_progress_only_on_a_terminal() {
     // `script` gives the command a pseudo-terminal and records what it drew.
     let tty = host
         .sh(&format!(
-            "TERM=xterm script -qec 'ag-box snapshot {name}' /dev/null"
+            "echo changed > home/{name}/f1; TERM=xterm script -qec 'ag-box snapshot {name}' /dev/null"
         ))
         .ok()
         .stdout();

@@ -25,14 +25,10 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     }
     w.repo.ensure_repo()?;
     let roots = snapshot::local_copy(&spec);
-    // The running copy as the snapshot begins: the same after the stop, it is all in the snapshot.
-    let before = if running {
-        Some(digest::of(&roots)?)
-    } else {
-        None
-    };
     // If this fails the lease stays ours and the box keeps running, untouched.
     let mut taken = snapshot::take(w, &meta, accept_partial)?;
+    // The running copy as the snapshot began: the same after the stop, it is all in the snapshot.
+    let before = running.then(|| taken.digest_before.clone());
     // The stopped copy's manifest, as its final snapshot holds it.
     let mut final_manifest = None;
     crash::point("park.after-snapshot");
@@ -72,8 +68,8 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     };
     snapshot::publish_changes(w, &spec, &taken.snapshot.id, final_manifest);
     crash::point("park.before-release");
+    let epoch = taken.epoch;
     let snapshot = taken.snapshot;
-    let epoch = snapshot.epoch;
     let lost = update(w.store, name, |m| {
         Ok(
             match lease::release(m, &here, epoch, Some(snapshot.clone())) {

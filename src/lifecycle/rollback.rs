@@ -50,7 +50,7 @@ pub fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
             }
             .save(&w.config.state_dir, name)?;
             crash::point("rollback.after-snapshot");
-            point_back(w, name, to, Some(taken.snapshot.epoch))?;
+            point_back(w, name, to, Some(taken.epoch))?;
             crash::point("rollback.after-point-back");
             if running {
                 drop(lock);

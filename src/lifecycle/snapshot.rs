@@ -23,6 +23,10 @@ pub struct Taken {
     pub snapshot: SnapshotRef,
     /// Another node took the lease: the snapshot is tagged `fork` and `last_snapshot` did not move.
     pub forked: Option<LeaseLost>,
+    /// `sys::digest` of the copy as the snapshot began.
+    pub digest_before: String,
+    /// The lease epoch this node holds (the snapshot may be older, when nothing changed).
+    pub epoch: u64,
 }
 
 const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
@@ -183,12 +187,14 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
     let holding = ours == Some(epoch);
     let box_spec = w.spec(meta);
     let roots = local_copy(&box_spec);
+    let running = w.runtime.is_active(&box_spec);
+    let digest_before = digest::of(&roots)?;
+    if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
+        // Nothing to save: the lease is renewed with the snapshot it has.
+        return renew_only(w, meta, epoch, last, digest_before, accept_partial);
+    }
     // A stopped box does not change while it is saved: what is saved is what the digest says.
-    let digest = if w.runtime.is_active(&box_spec) {
-        None
-    } else {
-        Some(digest::of(&roots)?)
-    };
+    let digest = (!running).then(|| digest_before.clone());
     let parent = copy
         .snapshot
         .clone()
@@ -258,6 +264,9 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         paths: paths.clone(),
         epoch: Some(epoch),
         digest: digest.filter(|_| forked.is_none()),
+        running_digest: running
+            .then(|| digest_before.clone())
+            .filter(|_| forked.is_none()),
         restored: forked.is_some() && copy.restored,
         project_had_files: if forked.is_none() {
             had_files
@@ -267,5 +276,62 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         ..copy
     }
     .save(&w.config.state_dir, &meta.name)?;
-    Ok(Taken { snapshot, forked })
+    Ok(Taken {
+        snapshot,
+        forked,
+        digest_before,
+        epoch,
+    })
+}
+
+/// The box's last snapshot, when this copy is still what it saved: the copy equals it (as
+/// restored, or saved stopped), or is what it was as that snapshot of it running began.
+fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<SnapshotRef> {
+    let last = meta.last_snapshot.as_ref()?;
+    let same = copy.snapshot.as_deref() == Some(last.id.as_str())
+        && (copy.digest.as_deref() == Some(now) || copy.running_digest.as_deref() == Some(now));
+    same.then(|| last.clone())
+}
+
+fn renew_only(
+    w: &World,
+    meta: &Meta,
+    epoch: u64,
+    last: SnapshotRef,
+    digest_before: String,
+    accept_partial: bool,
+) -> Result<Taken> {
+    let node = &w.config.node;
+    let now = SystemTime::now();
+    let ttl = w.config.lease_ttl;
+    let forked = update(w.store, &meta.name, |m| {
+        Ok(
+            match lease::renew(m, node, epoch, m.last_snapshot.clone(), now, ttl) {
+                Ok(next) => Step::Write(next, None),
+                Err(lost) => Step::Keep(Some(lost)),
+            },
+        )
+    })?;
+    if forked.is_some() {
+        // Taken over meanwhile: a real snapshot keeps this node's files as a fork.
+        let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
+        CopyState {
+            digest: None,
+            running_digest: None,
+            ..copy
+        }
+        .save(&w.config.state_dir, &meta.name)?;
+        return take(w, meta, accept_partial);
+    }
+    tracing::info!(
+        "box '{}': unchanged since snapshot {}; lease renewed",
+        meta.name,
+        short(&last.id)
+    );
+    Ok(Taken {
+        snapshot: last,
+        forked: None,
+        digest_before,
+        epoch,
+    })
 }

@@ -355,15 +355,19 @@ impl Node {
     /// Another node took the box's latest snapshot "there" from this node's last one, with
     /// f.txt changed, old.txt removed and new/n.txt added.
     fn changed_elsewhere(&self) {
+        self.changed_elsewhere_as("there")
+    }
+
+    fn changed_elsewhere_as(&self, id: &str) {
         let from = self.meta().last_snapshot.unwrap().id;
-        let there = self.repo.tree("there");
+        let there = self.repo.tree(id);
         cp(&self.repo.tree(&from), &there);
         let project = there.join(self.project().strip_prefix("/").unwrap());
         fs::write(project.join("f.txt"), "elsewhere").unwrap();
         let _ = fs::remove_file(project.join("old.txt"));
         fs::create_dir_all(project.join("new")).unwrap();
         fs::write(project.join("new/n.txt"), "added").unwrap();
-        self.point_at("there");
+        self.point_at(id);
     }
 
     /// The box's latest snapshot is now `id`, taken elsewhere.
@@ -690,14 +694,38 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     assert_eq!(n.read("old.txt"), None);
     // Published for another copy: not used (and restic diff failing, restored in full).
     n.repo.fetched.borrow_mut().clear();
+    n.write("f.txt", "mine");
     park::park(&n.world(), "demo", false).unwrap();
-    n.changed_elsewhere();
+    n.changed_elsewhere_as("there-again");
     n.store
         .put_delta("demo", Some(&serde_json::to_vec(&published).unwrap()))
         .unwrap();
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
+fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    // The first up handed the project to the box user: that is a change.
+    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    let backups = n.repo.next.get();
+    let last = n.meta().last_snapshot.unwrap().id;
+    let renewed = n.meta().lease.unwrap().renewed_at;
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let taken = snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    assert_eq!((taken.snapshot.id, n.repo.next.get()), (last, backups));
+    assert_ne!(n.meta().lease.unwrap().renewed_at, renewed, "renewed");
+    // A change is saved; saved once, it is not saved again.
+    n.write("f.txt", "v2");
+    let taken = snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    assert_eq!(n.repo.next.get(), backups + 1);
+    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    assert_eq!(n.repo.next.get(), backups + 1, "unchanged since it began");
+    assert_eq!(n.meta().last_snapshot.unwrap().id, taken.snapshot.id);
 }
 
 #[test]
@@ -712,8 +740,10 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
             .borrow()
             .contains(&"--ignore-inode".into())
     };
+    n.write("f.txt", "work");
     snapshot::take(&n.world(), &n.meta(), false).unwrap();
     assert!(ignores_inodes(), "restored files all have new inodes");
+    n.write("f.txt", "more work");
     snapshot::take(&n.world(), &n.meta(), false).unwrap();
     assert!(
         !ignores_inodes(),
@@ -805,8 +835,8 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     park::park(&n.world(), "demo", false).unwrap();
     assert_eq!(
         n.repo.next.get(),
-        before + 2,
-        "a final snapshot after the stop"
+        before + 1,
+        "the running copy was saved already: one final snapshot after the stop"
     );
     let last = n.meta().last_snapshot.unwrap().id;
     assert_eq!(

@@ -10,7 +10,7 @@
 //! children come and go) is left as it is.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -142,7 +142,14 @@ pub fn between(
 /// A published delta, when it leads from `from` (what the copy here equals) to `to` and
 /// touches only `roots`.
 pub fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
-    let inside = |v: &[PathBuf]| v.iter().all(|x| roots.iter().any(|r| x.starts_with(r)));
+    let plain = |x: &PathBuf| {
+        x.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+    };
+    let inside = |v: &[PathBuf]| {
+        v.iter()
+            .all(|x| plain(x) && roots.iter().any(|r| x.starts_with(r)))
+    };
     (same_snapshot(&p.from, from)
         && same_snapshot(&p.to, to)
         && inside(&p.fetch)

@@ -40,7 +40,10 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
         fs::rename(&staging, &ah.root)
             .with_context(|| format!("moving {} into place", ah.root.display()))?;
     }
-    fs::set_permissions(&ah.root, fs::Permissions::from_mode(0o700))?;
+    // Only when it differs: a chmod moves the ctime, and the copy's digest with it.
+    if fs::symlink_metadata(&ah.root)?.mode() & 0o7777 != 0o700 {
+        fs::set_permissions(&ah.root, fs::Permissions::from_mode(0o700))?;
+    }
     give_if_foreign(&ah.root, spec.ids)?;
     for rel in crate::plan::agent_home::OWN_DIRS {
         make_owned(&ah.root, &ah.root.join(rel), true, spec.ids)?;

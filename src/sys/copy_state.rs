@@ -25,6 +25,10 @@ pub struct CopyState {
     /// snapshot of a running box). A copy whose digest differs may hold work in no snapshot.
     #[serde(default)]
     pub digest: Option<String>,
+    /// `sys::digest` of the copy as the last snapshot of the running box began: the same now,
+    /// the copy is what that snapshot saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_digest: Option<String>,
     /// The copy was written by a restore of `snapshot` here, so its files' inodes and ctimes
     /// are not those the snapshot recorded (the next snapshot compares size and mtime only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -354,7 +354,8 @@ impl Cluster {
             n.sh(&format!(
                 "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null; umount /run/netns/box-{name} 2>/dev/null; \
                  rm -rf /run/netns/box-{name} /root/{name} /root/.claude/projects/-root-{name} \
-                 /var/lib/ag-box/local/{name}.json /var/lib/ag-box/homes/{name}; true"
+                 /var/lib/ag-box/local/{name}.json /var/lib/ag-box/local/{name}.manifest.json \
+                 /var/lib/ag-box/homes/{name}; true"
             ))
             .ok();
         }
