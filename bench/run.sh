@@ -5,7 +5,8 @@
 #    sessions) migrated nodeA -> nodeB (park + up) beside plain restic (an incremental backup
 #    and a restore of the same paths into a repository of their own) and beside rsync over ssh.
 #  - The second migration, nodeB -> nodeA after a 1% change, with nodeA holding its older copy
-#    (restored in place), beside rsync of the delta; re-`up` on a node whose copy is current.
+#    (only what B published as changed is fetched), beside rsync of the delta; re-`up` on a node
+#    whose copy is current.
 #  - `ls` and `status` with 200 records (bench/store.sh) and `snapshot --active` of 10 boxes
 #    against the largest alone (bench/snapshot-active.sh).
 # Both nodes run Debian 13's restic here (as installed by tests/rig.sh install), so both
@@ -40,6 +41,8 @@ HOME_SESS=/var/lib/ag-box/homes/ref/.claude/projects/-root-ref
 on nodeA "python3 /root/reference-project.py make /root/ref $SESS && ag-box init >/dev/null 2>&1"
 size=$(on nodeA "du -sh /root/ref | cut -f1; find /root/ref -type f | wc -l; du -sh $SESS | cut -f1" | paste -sd' ')
 on nodeA "ag-box track ref >/dev/null 2>&1 && ag-box up ref --node nodeA >/dev/null 2>&1"
+# nodeB has used the repository before (its own restic key is made on a node's first use).
+on nodeB "ag-box init >/dev/null 2>&1"
 
 # First migration: A -> B, B holding nothing.
 park1=$(t nodeA "ag-box park ref")
@@ -65,9 +68,16 @@ on nodeA "diff -rq /root/ref /root/rsync-copy/ref >/dev/null" ||
 on nodeA "ag-box park ref >/dev/null 2>&1"
 reup=$(t nodeA "ag-box up ref --node nodeA")
 on nodeA "ag-box park ref >/dev/null 2>&1"
+# Third migration: the same, but what B published is gone (a park cut off before it got to
+# publish): A asks restic diff what changed.
+on nodeB "ag-box up ref --node nodeB >/dev/null 2>&1 && python3 /root/reference-project.py change /root/ref $HOME_SESS && ag-box park ref >/dev/null 2>&1"
+on nodeA "curl -sf -X DELETE http://10.200.0.1:5001/agent-boxes/deltas/ref.json"
+up3=$(t nodeA "ag-box up ref --node nodeA")
+on nodeA "ag-box park ref >/dev/null 2>&1"
 row "second migration: park on B" "$park2" "first migration: park" "$park1"
-row "second migration: up on A (in place)" "$up2" "first migration: up (goal <= 0.25)" "$up1"
+row "second migration: up on A (what B published)" "$up2" "first migration: up (goal <= 0.25)" "$up1"
 row "second migration: park + up" "$(echo "$park2 + $up2" | bc)" "rsync over ssh of the delta (goal <= 3)" "$rsync2"
+row "third migration: up on A (restic diff)" "$up3" "first migration: up" "$up1"
 row "re-up on a node whose copy is current" "$reup" "" ""
 tests/rig.sh down >/dev/null 2>&1
 

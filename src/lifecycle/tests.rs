@@ -729,6 +729,25 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
 }
 
 #[test]
+fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "work");
+    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    // The node went down with the box; another took it and parked a newer state.
+    n.runtime.active.borrow_mut().clear();
+    n.changed_elsewhere();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert!(
+        n.repo.forks.borrow().is_empty(),
+        "the copy is in a snapshot"
+    );
+    assert_eq!(n.repo.fetched.borrow().len(), 1, "only what changed");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
 fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     let n = Node::new();
     n.parked();

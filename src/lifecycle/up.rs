@@ -419,7 +419,9 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
     }
-    if copy.digest.is_some() && copy.digest == Some(digest::of(&roots)?) {
+    // As last saved stopped or restored, or as the last snapshot of it running began.
+    let now = Some(digest::of(&roots)?);
+    if copy.snapshot.is_some() && (copy.digest == now || copy.running_digest == now) {
         return Ok(copy.snapshot.clone());
     }
     w.repo.ensure_repo()?;
