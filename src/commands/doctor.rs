@@ -15,6 +15,7 @@ use crate::config;
 use crate::error::UserError;
 use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
 use crate::sys::cmd;
+use crate::sys::restic::short;
 
 const AGENT_CLIS: [&str; 4] = ["claude", "codex", "grok", "gemini"];
 
@@ -254,6 +255,14 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
         Err(e) => return vec![fail("repository", detail_of(&e), fix_of(&e))],
     }
     let mut out = vec![ok("repository", format!("{repo}: reachable"))];
+    out.push(match restic.node_key_id() {
+        Some(id) => ok("restic key", format!("this node's own ({})", short(id))),
+        None => warn(
+            "restic key",
+            "this node has no key of its own: every restic command derives the key of RESTIC_PASSWORD (about half a second)",
+            "run 'ag-box init' on this node (it adds one)",
+        ),
+    });
     if unlock && let Err(e) = restic.unlock() {
         out.push(fail(
             "repository locks",

@@ -183,6 +183,11 @@ impl Restic {
         Ok(Some(key))
     }
 
+    /// The id of this node's own key, when it opens the repository.
+    pub fn node_key_id(&self) -> Option<&str> {
+        self.node_key().map(|k| k.id.as_str())
+    }
+
     fn node_key(&self) -> Option<&NodeKey> {
         self.node_key
             .as_ref()
