@@ -685,3 +685,45 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
+
+#[test]
+fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces_it() {
+    let Some(c) = Cluster::get() else { return };
+    const KEY_FILE: &str = "/var/lib/ag-box/restic-node-key.json";
+    // nodeC's keys in the repository, as the operator's password lists them.
+    let keys = || -> Vec<String> {
+        let listed =
+            c.c.sh(&format!("{RESTIC_ENV}; restic key list --json --no-lock"))
+                .ok()
+                .stdout();
+        let all: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+        all.iter()
+            .filter(|k| k["userName"] == "ag-box" && k["hostName"] == "nodeC")
+            .map(|k| k["id"].as_str().unwrap()[..8].to_string())
+            .collect()
+    };
+    let own = || -> String {
+        let text = c.c.sh(&format!("cat {KEY_FILE}")).ok().stdout();
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        file["id"].as_str().unwrap()[..8].to_string()
+    };
+    c.c.sh("ag-box init").ok();
+    let first = own();
+    assert_eq!(keys(), [first.clone()]);
+    // Reinstalled (its state lost): a new key, and the old one is gone.
+    c.c.sh(&format!("rm {KEY_FILE}; ag-box init")).ok();
+    let second = own();
+    assert_ne!(second, first);
+    assert_eq!(keys(), [second.clone()]);
+    // Its key removed from the repository: the operator's password serves, then a new key.
+    c.c.sh(&format!("{RESTIC_ENV}; restic key remove {second}"))
+        .ok();
+    let init = c.c.sh("ag-box init");
+    assert!(
+        init.ok().stderr().contains("refused this node's key"),
+        "{}",
+        init.stderr()
+    );
+    c.c.sh("ag-box init").ok();
+    assert_eq!(keys(), [own()]);
+}

@@ -11,7 +11,7 @@ use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use anyhow::{Context, Result};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// scrypt's cost for a random password: N = 2^12, r = 8, p = 1 (a few milliseconds).
@@ -115,6 +115,38 @@ fn mac(k: &[u8], r: &[u8], nonce: &[u8; 16], message: &[u8]) -> Result<[u8; 16]>
     Ok(out)
 }
 
+/// The plain-text part of a key file.
+#[derive(Deserialize)]
+struct KeyMeta {
+    #[serde(default)]
+    created: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    hostname: String,
+}
+
+/// Of the repository's key files (id, JSON): the key to try the operator's password on first
+/// (the oldest not made by ag-box: restic gives up after trying 20 keys without a hint), and
+/// the keys ag-box made earlier for `node` (a reinstalled node's, to remove).
+pub fn sort_keys(keys: &[(String, Vec<u8>)], node: &str) -> (Option<String>, Vec<String>) {
+    let mut metas: Vec<(&str, KeyMeta)> = keys
+        .iter()
+        .filter_map(|(id, b)| Some((id.as_str(), serde_json::from_slice(b).ok()?)))
+        .collect();
+    metas.sort_by(|a, b| a.1.created.cmp(&b.1.created));
+    let operator = metas
+        .iter()
+        .find(|(_, m)| m.username != "ag-box")
+        .map(|(id, _)| id.to_string());
+    let earlier = metas
+        .iter()
+        .filter(|(_, m)| m.username == "ag-box" && m.hostname == node)
+        .map(|(id, _)| id.to_string())
+        .collect();
+    (operator, earlier)
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -195,6 +227,29 @@ mod tests {
             .unwrap();
         let tag = mac(&k, &r, &nonce, &unhex("f3f6")).unwrap();
         assert_eq!(hex(&tag), "f4c633c3044fc145f84f335cb81953de");
+    }
+
+    #[test]
+    fn the_operators_key_and_a_nodes_earlier_ones() {
+        let key = |id: &str, created: &str, user: &str, host: &str| {
+            let json = serde_json::json!({"created": created, "username": user, "hostname": host});
+            (id.to_string(), serde_json::to_vec(&json).unwrap())
+        };
+        let keys = [
+            key("n1", "2026-01-02T00:00:00Z", "ag-box", "node-a"),
+            key("op2", "2026-01-03T00:00:00Z", "root", "vm"),
+            key("op1", "2026-01-01T00:00:00Z", "root", "vm"),
+            key("n2", "2026-01-04T00:00:00Z", "ag-box", "node-b"),
+            key("n3", "2026-01-05T00:00:00Z", "ag-box", "node-a"),
+            ("garbage".to_string(), b"not json".to_vec()),
+        ];
+        assert_eq!(
+            sort_keys(&keys, "node-a"),
+            (
+                Some("op1".to_string()),
+                vec!["n1".to_string(), "n3".to_string()]
+            )
+        );
     }
 
     #[test]

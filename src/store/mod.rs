@@ -69,6 +69,14 @@ pub trait MetaStore {
         let _ = (id, bytes);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
+    /// The repository's key files (their names and JSON: the metadata in them is plain text).
+    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        anyhow::bail!("{} holds no restic repository", self.describe())
+    }
+    fn delete_repository_key(&self, id: &str) -> Result<()> {
+        let _ = id;
+        anyhow::bail!("{} holds no restic repository", self.describe())
+    }
     /// The backend is there and our credentials work.
     fn check_reachable(&self) -> Result<()> {
         Ok(())

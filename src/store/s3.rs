@@ -62,6 +62,9 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
     }
 }
 
+/// Where restic keeps the repository's key files in the bucket.
+const REPOSITORY_KEYS: &str = "restic/keys/";
+
 impl S3Store {
     pub fn new(cfg: &S3Config, cache_dir: &Path) -> Result<S3Store> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -352,7 +355,7 @@ impl MetaStore for S3Store {
             .client
             .put_object()
             .bucket(&self.bucket)
-            .key(format!("restic/keys/{id}"))
+            .key(format!("{REPOSITORY_KEYS}{id}"))
             .body(ByteStream::from(bytes.to_vec()));
         self.rt
             .block_on(req.send())
@@ -381,6 +384,47 @@ impl MetaStore for S3Store {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let keys: Vec<String> = self
+            .objects(REPOSITORY_KEYS)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
+            futures_util::stream::iter(keys.into_iter().map(|key| async move {
+                let resp = self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(&key)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e))
+                    })?;
+                let bytes = resp.body.collect().await.context("reading a key file")?;
+                let id = key.trim_start_matches(REPOSITORY_KEYS).to_string();
+                Ok((id, bytes.into_bytes().to_vec()))
+            }))
+            .buffer_unordered(READS_IN_FLIGHT)
+            .collect(),
+        );
+        read.into_iter().collect()
+    }
+
+    fn delete_repository_key(&self, id: &str) -> Result<()> {
+        self.rt
+            .block_on(
+                self.client
+                    .delete_object()
+                    .bucket(&self.bucket)
+                    .key(format!("{REPOSITORY_KEYS}{id}"))
+                    .send(),
+            )
+            .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        Ok(())
     }
 
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {

@@ -40,6 +40,8 @@ pub struct Restic {
     node_key_file: PathBuf,
     /// The node key was refused (removed from the repository): the operator's password serves.
     node_key_refused: Cell<bool>,
+    /// The key the operator's password is tried on first.
+    operator_hint: Option<String>,
 }
 
 const VERSION_CACHE: &str = "restic-version.json";
@@ -86,6 +88,7 @@ impl Restic {
                 node_key: None,
                 node_key_file: config.state_dir.join(NODE_KEY),
                 node_key_refused: Cell::new(false),
+                operator_hint: None,
             }
             .with_node_key());
         }
@@ -104,6 +107,7 @@ impl Restic {
             node_key: None,
             node_key_file: config.state_dir.join(NODE_KEY),
             node_key_refused: Cell::new(false),
+            operator_hint: None,
         }
         .with_node_key())
     }
@@ -123,15 +127,57 @@ impl Restic {
     /// repository's `keys/` (the bucket's `restic/keys/`, through `store`). Any failure leaves
     /// the operator's password in use.
     pub fn add_node_key(&mut self, store: &dyn MetaStore, node: &str) {
-        if self.node_key.is_some() {
+        if self.node_key().is_some() {
             return;
         }
+        let keys = match self.repository_keys(store) {
+            Ok(keys) => keys,
+            Err(e) => {
+                // No repository yet (before `ag-box init`): the key comes with a later command.
+                tracing::debug!("no node key yet: {e:#}");
+                return;
+            }
+        };
+        let (operator, earlier) = restic_key::sort_keys(&keys, node);
+        self.operator_hint = operator;
         match self.make_node_key(store, node) {
-            Ok(Some(key)) => self.node_key = Some(key),
+            Ok(Some(key)) => {
+                // A reinstalled node's keys: unused, and restic tries 20 keys at most.
+                for id in earlier.iter().filter(|id| **id != key.id) {
+                    if let Err(e) = self.delete_repository_key(store, id) {
+                        tracing::warn!(
+                            "could not remove this node's earlier key {}: {e:#}",
+                            short(id)
+                        );
+                    }
+                }
+                self.node_key = Some(key);
+                self.node_key_refused.set(false);
+            }
             Ok(None) => {}
             Err(e) => tracing::warn!(
                 "could not add this node's key to the restic repository (the operator's password serves): {e:#}"
             ),
+        }
+    }
+
+    fn repository_keys(&self, store: &dyn MetaStore) -> Result<Vec<(String, Vec<u8>)>> {
+        let Some(dir) = &self.local_dir else {
+            return store.repository_keys();
+        };
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir.join("keys")).context("listing the repository's keys")? {
+            let entry = entry?;
+            let id = entry.file_name().to_string_lossy().into_owned();
+            out.push((id, std::fs::read(entry.path())?));
+        }
+        Ok(out)
+    }
+
+    fn delete_repository_key(&self, store: &dyn MetaStore, id: &str) -> Result<()> {
+        match &self.local_dir {
+            Some(dir) => atomic::remove(&dir.join("keys").join(id)),
+            None => store.delete_repository_key(id),
         }
     }
 
@@ -223,6 +269,9 @@ impl Restic {
             (None, Password::Value(s)) => c.env("RESTIC_PASSWORD", s.expose()),
             (None, Password::File(p)) => c.env("RESTIC_PASSWORD_FILE", p),
         };
+        if let (None, Some(hint)) = (self.node_key(), &self.operator_hint) {
+            c.env("RESTIC_KEY_HINT", hint);
+        }
         if let Some((key_id, secret, region)) = &self.s3 {
             c.env("AWS_ACCESS_KEY_ID", key_id.expose())
                 .env("AWS_SECRET_ACCESS_KEY", secret.expose())
@@ -236,11 +285,7 @@ impl Restic {
         if let Some(dir) = &self.local_dir {
             return Ok(dir.join("config").exists());
         }
-        let out = self
-            .command(&["cat".into(), "config".into(), "--no-lock".into()])
-            .stdin(Stdio::null())
-            .output()
-            .context("running restic cat config")?;
+        let out = self.output(&["cat".into(), "config".into(), "--no-lock".into()])?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.success() {
             true => Ok(true),
@@ -291,6 +336,37 @@ impl Restic {
         )
     }
 
+    /// Run restic for its output (what it said, in full), falling back to the operator's
+    /// password when this node's key is refused.
+    fn output(&self, args: &[String]) -> Result<std::process::Output> {
+        loop {
+            let out = self
+                .command(args)
+                .stdin(Stdio::null())
+                .output()
+                .with_context(|| format!("running restic {}", args[0]))?;
+            if out.status.success()
+                || !self.refused_node_key(&String::from_utf8_lossy(&out.stderr))?
+            {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Whether restic's `stderr` says this node's key no longer opens the repository (removed
+    /// from it); then it is forgotten, and the operator's password serves from here on.
+    fn refused_node_key(&self, stderr: &str) -> Result<bool> {
+        if !stderr.contains(WRONG_PASSWORD) || self.node_key().is_none() {
+            return Ok(false);
+        }
+        tracing::warn!(
+            "the restic repository refused this node's key (removed?); using the operator's password"
+        );
+        self.node_key_refused.set(true);
+        atomic::remove(&self.node_key_file)?;
+        Ok(true)
+    }
+
     /// Run restic; on a stale lock, `restic unlock` (stale locks only) and try once more.
     /// Returns what restic said on stderr when a backup could not read everything (exit 3).
     fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<Option<String>> {
@@ -326,12 +402,7 @@ impl Restic {
                 unlocked = true;
                 continue;
             }
-            if err_text.contains(WRONG_PASSWORD) && self.node_key().is_some() {
-                tracing::warn!(
-                    "the restic repository refused this node's key (removed?); using the operator's password"
-                );
-                self.node_key_refused.set(true);
-                atomic::remove(&self.node_key_file)?;
+            if self.refused_node_key(&err_text)? {
                 continue;
             }
             if missing_repository(&err_text) {
