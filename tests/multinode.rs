@@ -709,12 +709,12 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     };
     c.c.sh("ag-box init").ok();
     let first = own();
-    assert_eq!(keys(), [first.clone()]);
+    assert_eq!(keys(), vec![first.clone()]);
     // Reinstalled (its state lost): a new key, and the old one is gone.
     c.c.sh(&format!("rm {KEY_FILE}; ag-box init")).ok();
     let second = own();
     assert_ne!(second, first);
-    assert_eq!(keys(), [second.clone()]);
+    assert_eq!(keys(), vec![second.clone()]);
     // Its key removed from the repository: the operator's password serves, then a new key.
     c.c.sh(&format!("{RESTIC_ENV}; restic key remove {second}"))
         .ok();
