@@ -10,6 +10,7 @@ use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
 use crate::store::lease;
 use crate::sys::atomic;
+use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 use crate::sys::{cmd, egress_log};
 
@@ -129,7 +130,8 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         version: env!("CARGO_PKG_VERSION"),
         store: ctx.store.describe(),
         conditional_writes,
-        repository: ctx.restic()?.describe().to_string(),
+        // Named only: no need to open it (or to give this node a key of its own).
+        repository: Restic::new(&ctx.config)?.describe().to_string(),
         snapshots,
         snapshots_counted_at,
         snapshots_error,

@@ -48,33 +48,60 @@ pub fn of(roots: &[PathBuf]) -> Result<String> {
 }
 
 /// The digest of `roots`, and the manifest it was made of (None when a path is not UTF-8,
-/// which a manifest cannot name).
+/// which a manifest cannot name). The tree is read by a few threads: it is all `lstat` and
+/// `getdents`, and a copy of 20,000 files takes a tenth of a second on one core.
 pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
-    let mut lines = Vec::new();
+    let mut seen = Vec::new();
+    // Breadth first until there is work enough to share out.
+    let width = std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .min(4);
+    let mut frontier: Vec<PathBuf> = roots.to_vec();
+    let mut rounds = 0;
+    while !frontier.is_empty() && frontier.len() < 16 * width && rounds < 3 {
+        let mut next = Vec::new();
+        for path in frontier {
+            visit(path, &mut seen, &mut next)?;
+        }
+        frontier = next;
+        rounds += 1;
+    }
+    let mut shares: Vec<Vec<PathBuf>> = vec![Vec::new(); width];
+    for (i, path) in frontier.into_iter().enumerate() {
+        shares[i % width].push(path);
+    }
+    let found: Vec<Result<Vec<Seen>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|share| s.spawn(move || walk_below(share)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a tree walk panicked")))
+            })
+            .collect()
+    });
+    for f in found {
+        seen.extend(f?);
+    }
+    Ok(summed(seen))
+}
+
+/// The digest of what a walk saw (in any order), and its manifest.
+fn summed(seen: Vec<Seen>) -> (String, Option<Manifest>) {
     let mut manifest = Some(Manifest::new());
-    for root in roots {
-        let mut stack = vec![root.clone()];
-        while let Some(path) = stack.pop() {
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    lines.push(format!("{}\0missing\n", path.display()));
-                    continue;
-                }
-                Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-            };
-            let entry = line(&path, &meta);
-            lines.push(format!("{}\0{entry}\n", path.display()));
-            manifest = manifest.and_then(|mut m| {
-                m.insert(path.to_str()?.to_string(), entry);
-                Some(m)
-            });
-            if meta.is_dir() {
-                for entry in
-                    fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))?
-                {
-                    stack.push(entry?.path());
-                }
+    let mut lines: Vec<String> = Vec::with_capacity(seen.len());
+    for (path, entry) in seen {
+        match entry {
+            None => lines.push(format!("{}\0missing\n", path.display())),
+            Some(entry) => {
+                lines.push(format!("{}\0{entry}\n", path.display()));
+                manifest = manifest.and_then(|mut m| {
+                    m.insert(path.to_str()?.to_string(), entry);
+                    Some(m)
+                });
             }
         }
     }
@@ -84,12 +111,59 @@ pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
         hash.update(l.as_bytes());
     }
     let digest = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    Ok((digest, manifest))
+    (digest, manifest)
+}
+
+/// A path and its metadata line (None: it is missing).
+type Seen = (PathBuf, Option<String>);
+
+/// Record `path`; a dir's entries go onto `below`.
+fn visit(path: PathBuf, seen: &mut Vec<Seen>, below: &mut Vec<PathBuf>) -> Result<()> {
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            seen.push((path, None));
+            return Ok(());
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if meta.is_dir() {
+        for entry in fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))? {
+            below.push(entry?.path());
+        }
+    }
+    let entry = line(&path, &meta);
+    seen.push((path, Some(entry)));
+    Ok(())
+}
+
+fn walk_below(mut stack: Vec<PathBuf>) -> Result<Vec<Seen>> {
+    let mut seen = Vec::new();
+    while let Some(path) = stack.pop() {
+        visit(path, &mut seen, &mut stack)?;
+    }
+    Ok(seen)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_see_what_one_walk_sees() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        for d in 0..60 {
+            fs::create_dir_all(root.join(format!("d{d}/sub"))).unwrap();
+            fs::write(root.join(format!("d{d}/sub/f")), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
+        let roots = vec![root, dir.path().join("absent")];
+        let (digest, manifest) = walk(&roots).unwrap();
+        let (one, one_manifest) = summed(walk_below(roots).unwrap());
+        assert_eq!((digest, manifest.unwrap().len()), (one, 182));
+        assert!(one_manifest.is_some());
+    }
 
     #[test]
     fn a_change_anywhere_changes_the_digest() {

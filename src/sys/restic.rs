@@ -486,6 +486,42 @@ impl Restic {
         self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
     }
 
+    /// Restore only `paths` of a snapshot under `target`, by several restic processes side by
+    /// side (`plan::delta::fetch_batches`). Each writes files of its own; dirs they share are
+    /// made by whichever comes first.
+    pub fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        let width = std::thread::available_parallelism().map_or(2, usize::from);
+        let batches = delta::fetch_batches(paths, width);
+        for wave in batches.chunks(width) {
+            let mut children = Vec::new();
+            for batch in wave {
+                let child = self
+                    .command(&delta::fetch_args(snapshot_id, target, batch))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("running restic restore")?;
+                children.push(child);
+            }
+            let mut failed = None;
+            for child in children {
+                let out = child.wait_with_output().context("waiting for restic")?;
+                if !out.status.success() && failed.is_none() {
+                    failed = Some(format!(
+                        "restic restore failed (exit {}): {}",
+                        cmd::exit_code(out.status),
+                        cmd::last_line(&String::from_utf8_lossy(&out.stderr))
+                    ));
+                }
+            }
+            if let Some(why) = failed {
+                bail!(why);
+            }
+        }
+        Ok(())
+    }
+
     /// Bring `path` to what snapshot `snapshot_id` holds there, in place (restic 0.17+).
     pub fn restore_path(
         &self,
@@ -631,10 +667,7 @@ impl crate::lifecycle::Repo for Restic {
         Ok(changes)
     }
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
-        self.run_with_progress(
-            &delta::fetch_args(snapshot_id, target, paths),
-            format!("restore {} (what changed)", short(snapshot_id)),
-        )
+        Restic::restore_only(self, snapshot_id, target, paths)
     }
     fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
