@@ -12,6 +12,8 @@ cargo build --release -q
 trap 'tests/rig.sh down' EXIT
 tests/rig.sh up nodeA
 install -m 755 target/release/ag-box "$(tests/rig.sh dir nodeA)/opt-box/bin/ag-box"
+# Debian 13's restic, as bench/run.sh uses (before 0.18, restic runs side by side can stall).
+install -m 755 /opt/restic-trixie/usr/bin/restic "$(tests/rig.sh dir nodeA)/opt-box/bin/restic"
 on() { tests/rig.sh exec nodeA bash -c "$1"; }
 on "ag-box init >/dev/null 2>&1"
 for i in $(seq "$BOXES"); do

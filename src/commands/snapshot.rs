@@ -11,6 +11,7 @@ use super::{Ctx, egress};
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::take;
+use crate::plan::restic::Version;
 use crate::sys::{cmd, host};
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
@@ -27,7 +28,16 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     restic.ensure_repo()?;
     if boxes.len() > 1 {
         let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
-        return conclude(&names, snapshot_in_parallel(&names, args.accept_partial)?);
+        let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
+        let width = if side_by_side {
+            4 * std::thread::available_parallelism().map_or(2, usize::from)
+        } else {
+            1
+        };
+        return conclude(
+            &names,
+            snapshot_in_parallel(&names, width, args.accept_partial)?,
+        );
     }
     let world = ctx.world(&restic);
     let mut outcomes = Vec::new();
@@ -68,10 +78,15 @@ enum Outcome {
     Failed,
 }
 
-/// Every box at once, as many at a time as there are cores: each by `ag-box snapshot <box>`
-/// of its own (its own lock, renew and restic), its output passed on as it ends.
-fn snapshot_in_parallel(names: &[String], accept_partial: bool) -> Result<Vec<Outcome>> {
-    let width = std::thread::available_parallelism().map_or(2, usize::from);
+/// Every box, `width` at a time: each by `ag-box snapshot <box>` of its own (its own lock,
+/// renew and restic), its output passed on as it ends. A snapshot spends most of its time
+/// waiting (on the store, and on restic's lock check), so four per core with a restic that can
+/// run side by side; one at a time with an older one.
+fn snapshot_in_parallel(
+    names: &[String],
+    width: usize,
+    accept_partial: bool,
+) -> Result<Vec<Outcome>> {
     let exe = host::own_exe();
     let mut outcomes = vec![Outcome::Failed; names.len()];
     let mut running: Vec<(usize, std::process::Child)> = Vec::new();

@@ -180,6 +180,12 @@ impl Version {
     pub fn restores_in_place(self) -> bool {
         self >= Version(0, 17, 0)
     }
+
+    /// Before 0.18, restic retried for up to a minute to load a lock that another restic had
+    /// removed between listing and loading it (restic #1523): restic runs side by side stall.
+    pub fn runs_side_by_side(self) -> bool {
+        self >= Version(0, 18, 0)
+    }
 }
 
 impl std::fmt::Display for Version {
@@ -474,6 +480,7 @@ mod tests {
 
     #[test]
     fn versions_and_what_they_can_do() {
+        assert!(!Version(0, 17, 3).runs_side_by_side() && Version(0, 18, 0).runs_side_by_side());
         let v = |t| parse_version(t);
         assert_eq!(
             v("restic 0.14.0 compiled with go1.19.8 on linux/amd64"),
