@@ -87,7 +87,11 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
         ..CopyState::default()
     }
     .save(&ctx.config.state_dir, name)?;
-    let taken = crate::sys::agent_home::ensure(&ctx.spec(&meta))
+    // Handed to the box user before the first snapshot, which so holds the owner every later
+    // one has (an `up` that did it would move every file's ctime: restic reads them all again).
+    let spec = ctx.spec(&meta);
+    let taken = crate::sys::agent_home::ensure(&spec)
+        .and_then(|()| crate::sys::agent_home::reown_project(&spec))
         .and_then(|()| crate::lifecycle::snapshot::take(&ctx.world(&restic), &meta, false));
     match taken {
         Ok(t) => {
