@@ -285,7 +285,7 @@ fn a_snapshot_restic_could_not_read_whole_is_refused_unless_accepted() {
          real=$(command -v restic)
          printf '#!/bin/sh\\n\"%s\" \"$@\" || exit $?\\ncase \"$1\" in backup) echo \"error: open {base}/home/{name}/secret.db: permission denied\" >&2; exit 3;; esac\\n' \"$real\" > shim/restic
          chmod +x shim/restic
-         ag-box track {name} && ag-box up {name}"
+         ag-box track {name} && ag-box up {name} && echo more >> home/{name}/f"
     ))
     .ok();
     let shimmed = format!("export PATH={base}/shim:$PATH; ");
