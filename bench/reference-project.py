@@ -44,8 +44,8 @@ def make(project, sessions):
                 written += f.write(line)
 
 
-def change(project, sessions):
-    r = random.Random(7)
+def change(project, sessions, seed=7):
+    r = random.Random(seed)
     every = list(paths(project))
     for p in r.sample(every, FILES // 100):
         size = os.path.getsize(p)
@@ -57,4 +57,7 @@ def change(project, sessions):
 
 if __name__ == "__main__":
     verb, project, sessions = sys.argv[1:4]
-    {"make": make, "change": change}[verb](project, sessions)
+    if verb == "change" and len(sys.argv) > 4:
+        change(project, sessions, int(sys.argv[4]))  # another 1%
+    else:
+        {"make": make, "change": change}[verb](project, sessions)
