@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""bench/reference-project.py make|change PROJECT SESSIONS -- the benchmark's reference project,
+"""bench/reference-project.py make|change PROJECT SESSIONS [SEED] -- the benchmark's reference project,
 the same on every run: `make` writes 20,000 files (300 MB, half random bytes, half text) under
 PROJECT and 50 MB of agent sessions (JSON lines) under SESSIONS; `change` rewrites 1% of the
-files and appends to one session."""
+files (which 1%, and with what, SEED says: default 7) and appends to one session."""
 import os
 import random
 import sys
