@@ -97,9 +97,15 @@ pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
             delta.fetch.push(path);
         }
     }
-    delta.fetch = outermost(delta.fetch, &[]);
-    delta.remove = outermost(delta.remove, &delta.fetch);
-    (delta.fetch.len() + delta.remove.len() <= MAX_CHANGES).then_some(delta)
+    bounded(delta.fetch, delta.remove)
+}
+
+/// The outermost of `fetch` and of `remove` (less what a fetch covers); None past
+/// [`MAX_CHANGES`].
+fn bounded(fetch: Vec<PathBuf>, remove: Vec<PathBuf>) -> Option<Delta> {
+    let fetch = outermost(fetch, &[]);
+    let remove = outermost(remove, &fetch);
+    (fetch.len() + remove.len() <= MAX_CHANGES).then_some(Delta { remove, fetch })
 }
 
 /// `paths` without those below another of them or below one of `covered`, sorted.
@@ -155,9 +161,7 @@ pub fn between(
     let kept = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
         paths.into_iter().filter(|p| !excluded(p)).collect()
     };
-    delta.fetch = outermost(kept(delta.fetch), &[]);
-    delta.remove = outermost(kept(delta.remove), &delta.fetch);
-    (delta.fetch.len() + delta.remove.len() <= MAX_CHANGES).then_some(delta)
+    bounded(kept(delta.fetch), kept(delta.remove))
 }
 
 /// A published delta, when it leads from `from` (what the copy here equals) to `to` and

@@ -179,22 +179,66 @@ impl S3Store {
     }
 
     async fn fetch_event(&self, key: String) -> Result<(String, Event)> {
-        let resp = self
+        let bytes = self
+            .get_bytes(&key)
+            .await?
+            .with_context(|| format!("{key} is gone"))?;
+        let event = serde_json::from_slice(&bytes).with_context(|| format!("parsing {key}"))?;
+        Ok((key, event))
+    }
+
+    /// An object's bytes, unconditionally (None: there is none).
+    async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let resp = match self
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(&key)
+            .key(key)
             .send()
             .await
-            .map_err(|e| self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        {
+            Ok(r) => r,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
+            }
+        };
         let bytes = resp
             .body
             .collect()
             .await
-            .context("reading an event")?
-            .into_bytes();
-        let event = serde_json::from_slice(&bytes).with_context(|| format!("parsing {key}"))?;
-        Ok((key, event))
+            .with_context(|| format!("reading {key}"))?;
+        Ok(Some(bytes.into_bytes().to_vec()))
+    }
+
+    /// Write an object unconditionally (events, keys, deltas never conflict).
+    fn put_bytes(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        self.rt
+            .block_on(
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .body(ByteStream::from(bytes))
+                    .send(),
+            )
+            .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        Ok(())
+    }
+
+    fn delete_key(&self, key: &str) -> Result<()> {
+        self.rt
+            .block_on(
+                self.client
+                    .delete_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send(),
+            )
+            .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        Ok(())
     }
 }
 
@@ -337,30 +381,12 @@ impl MetaStore for S3Store {
     }
 
     fn put_event(&self, name: &str, event: &Event) -> Result<()> {
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(format!("{}{}.json", events_prefix(name), event.key()))
-            .content_type("application/json")
-            .body(ByteStream::from(serde_json::to_vec(event)?));
-        self.rt
-            .block_on(req.send())
-            .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        Ok(())
+        let key = format!("{}{}.json", events_prefix(name), event.key());
+        self.put_bytes(&key, serde_json::to_vec(event)?)
     }
 
     fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(format!("{REPOSITORY_KEYS}{id}"))
-            .body(ByteStream::from(bytes.to_vec()));
-        self.rt
-            .block_on(req.send())
-            .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        Ok(())
+        self.put_bytes(&format!("{REPOSITORY_KEYS}{id}"), bytes.to_vec())
     }
 
     fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
@@ -394,19 +420,12 @@ impl MetaStore for S3Store {
             .collect();
         let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
             futures_util::stream::iter(keys.into_iter().map(|key| async move {
-                let resp = self
-                    .client
-                    .get_object()
-                    .bucket(&self.bucket)
-                    .key(&key)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e))
-                    })?;
-                let bytes = resp.body.collect().await.context("reading a key file")?;
+                let bytes = self
+                    .get_bytes(&key)
+                    .await?
+                    .with_context(|| format!("{key} is gone"))?;
                 let id = key.trim_start_matches(REPOSITORY_KEYS).to_string();
-                Ok((id, bytes.into_bytes().to_vec()))
+                Ok((id, bytes))
             }))
             .buffer_unordered(READS_IN_FLIGHT)
             .collect(),
@@ -415,68 +434,20 @@ impl MetaStore for S3Store {
     }
 
     fn delete_repository_key(&self, id: &str) -> Result<()> {
-        self.rt
-            .block_on(
-                self.client
-                    .delete_object()
-                    .bucket(&self.bucket)
-                    .key(format!("{REPOSITORY_KEYS}{id}"))
-                    .send(),
-            )
-            .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        Ok(())
+        self.delete_key(&format!("{REPOSITORY_KEYS}{id}"))
     }
 
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
         let key = format!("deltas/{name}.json");
         match bytes {
-            Some(b) => self
-                .rt
-                .block_on(
-                    self.client
-                        .put_object()
-                        .bucket(&self.bucket)
-                        .key(key)
-                        .content_type("application/json")
-                        .body(ByteStream::from(b.to_vec()))
-                        .send(),
-                )
-                .map(|_| ())
-                .map_err(|e| self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
-            None => self
-                .rt
-                .block_on(
-                    self.client
-                        .delete_object()
-                        .bucket(&self.bucket)
-                        .key(key)
-                        .send(),
-                )
-                .map(|_| ())
-                .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
+            Some(b) => self.put_bytes(&key, b.to_vec()),
+            None => self.delete_key(&key),
         }
     }
 
     fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let got = self.rt.block_on(
-            self.client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(format!("deltas/{name}.json"))
-                .send(),
-        );
-        let resp = match got {
-            Ok(r) => r,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
-            Err(e) => {
-                return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
-            }
-        };
-        let bytes = self
-            .rt
-            .block_on(resp.body.collect())
-            .context("reading a published delta")?;
-        Ok(Some(bytes.into_bytes().to_vec()))
+        self.rt
+            .block_on(self.get_bytes(&format!("deltas/{name}.json")))
     }
 
     fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
