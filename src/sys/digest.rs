@@ -89,28 +89,30 @@ pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
     Ok(summed(seen))
 }
 
-/// The digest of what a walk saw (in any order), and its manifest.
+/// The digest of what a walk saw (in any order), and its manifest. The digest is the SHA-256 of
+/// every `path\0line\n` (or `path\0missing\n`) in byte order; sorting by path gives that order
+/// (no path holds a NUL), without a string per line.
 fn summed(seen: Vec<Seen>) -> (String, Option<Manifest>) {
-    let mut manifest = Some(Manifest::new());
-    let mut lines: Vec<String> = Vec::with_capacity(seen.len());
-    for (path, entry) in seen {
-        match entry {
-            None => lines.push(format!("{}\0missing\n", path.display())),
-            Some(entry) => {
-                lines.push(format!("{}\0{entry}\n", path.display()));
-                manifest = manifest.and_then(|mut m| {
-                    m.insert(path.to_str()?.to_string(), entry);
-                    Some(m)
-                });
-            }
-        }
-    }
-    lines.sort();
+    let utf8 = seen.iter().all(|(p, _)| p.to_str().is_some());
+    let mut keyed: Vec<(String, Option<String>)> = seen
+        .into_iter()
+        .map(|(p, e)| (p.to_string_lossy().into_owned(), e))
+        .collect();
+    keyed.sort_unstable();
     let mut hash = Sha256::new();
-    for l in &lines {
-        hash.update(l.as_bytes());
+    for (path, entry) in &keyed {
+        hash.update(path.as_bytes());
+        hash.update(b"\0");
+        hash.update(entry.as_deref().unwrap_or("missing").as_bytes());
+        hash.update(b"\n");
     }
     let digest = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let manifest = utf8.then(|| {
+        keyed
+            .into_iter()
+            .filter_map(|(path, entry)| Some((path, entry?)))
+            .collect()
+    });
     (digest, manifest)
 }
 
@@ -163,6 +165,28 @@ mod tests {
         let (one, one_manifest) = summed(walk_below(roots).unwrap());
         assert_eq!((digest, manifest.unwrap().len()), (one, 182));
         assert!(one_manifest.is_some());
+    }
+
+    #[test]
+    fn the_digest_is_the_hash_of_the_sorted_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        for d in ["a", "a-b", "a/b", "ab", "a.b/c"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+            fs::write(root.join(d).join("f"), d).unwrap();
+        }
+        let roots = vec![root, dir.path().join("absent")];
+        let seen = walk_below(roots.clone()).unwrap();
+        let mut lines: Vec<String> = seen
+            .iter()
+            .map(|(p, e)| format!("{}\0{}\n", p.display(), e.as_deref().unwrap_or("missing")))
+            .collect();
+        lines.sort();
+        let defined: String = Sha256::digest(lines.concat().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(of(&roots).unwrap(), defined);
     }
 
     #[test]
