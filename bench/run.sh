@@ -73,7 +73,7 @@ on nodeA "ag-box park ref >/dev/null 2>&1"
 # Third migration: the same, but what B published is gone (a park cut off before it got to
 # publish): A asks restic diff what changed.
 on nodeB "ag-box up ref --node nodeB >/dev/null 2>&1 && python3 /root/reference-project.py change /root/ref $HOME_SESS 3 && ag-box park ref >/dev/null 2>&1"
-ip netns exec box-nodeA /opt/moto/bin/python -c "import boto3; boto3.client('s3', endpoint_url='http://10.200.0.1:5001', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1').delete_object(Bucket='agent-boxes', Key='deltas/ref.json')"
+ip netns exec box-nodeA /opt/moto/bin/python -c "import boto3; boto3.client('s3', endpoint_url='http://10.200.0.1:5001', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1').delete_object(Bucket='agent-boxes', Key='deltas/ref.bundle')"
 up3=$(t nodeA "ag-box up ref --node nodeA")
 on nodeA "ag-box park ref >/dev/null 2>&1"
 row "second migration: park on B" "$park2" "first migration: park" "$park1"

@@ -643,6 +643,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     up_a.ok();
     assert!(
         up_a.stderr().contains("paths changed since snapshot")
+            && up_a.stderr().contains("as nodeB published them")
             && !up_a.stderr().contains("fork snapshot"),
         "{}",
         up_a.stderr()
@@ -657,7 +658,9 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     let up_b = c.b.sh(&format!("ag-box up {name} --node nodeB"));
     up_b.ok();
     assert!(
-        up_b.stderr().contains("in place") && !up_b.stderr().contains("fork snapshot"),
+        up_b.stderr().contains("in place")
+            && up_b.stderr().contains("as nodeA published them")
+            && !up_b.stderr().contains("fork snapshot"),
         "{}",
         up_b.stderr()
     );
@@ -671,17 +674,25 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         .stdout(),
         "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n"
     );
-    // And back to 0.14 the same way.
+    // And back to 0.14 the same way, but through restic: a hard link travels only there.
     c.b.sh(&format!(
-        "ag-box exec {name} -- sh -c 'echo v3 > src/main.txt' && ag-box park {name}"
+        "ag-box exec {name} -- sh -c 'echo v3 > src/main.txt; ln src/main.txt hard.txt' && ag-box park {name}"
     ))
     .ok();
-    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    assert!(
+        up_a.ok().stderr().contains("paths changed since snapshot")
+            && !up_a.stderr().contains("as nodeB published them"),
+        "{}",
+        up_a.stderr()
+    );
     assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v3\n"
+        c.a.sh(&format!(
+            "cd /root/{name}; cat src/main.txt hard.txt; stat -c %h hard.txt"
+        ))
+        .ok()
+        .stdout(),
+        "v3\nv3\n2\n"
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
 }

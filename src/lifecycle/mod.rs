@@ -49,6 +49,8 @@ pub trait Repo {
     fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>>;
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
+    /// The repository's master key, as `plan::restic_key::master_keys` holds it.
+    fn master_key(&self) -> Result<[u8; 64]>;
     /// Whether [`Repo::restore_path`] is available (restic 0.17+).
     fn restores_in_place(&self) -> bool;
     /// Bring `path` to what the snapshot holds there, changing only what differs; what the

@@ -1,12 +1,13 @@
 //! Snapshot a box's local copy and renew its lease, or keep it as a fork.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Result;
 
 use super::{World, not_up_here};
 use crate::error::UserError;
+use crate::plan::bundle;
 use crate::plan::delta::{self, Manifest, Published};
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::plan::sandbox::BoxSpec;
@@ -14,10 +15,11 @@ use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, update};
+use crate::sys::bundle as sys_bundle;
 use crate::sys::copy_state::CopyManifest;
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
-use crate::sys::{crash, digest, working_copy};
+use crate::sys::{crash, digest, host, working_copy};
 
 pub struct Taken {
     pub snapshot: SnapshotRef,
@@ -87,25 +89,39 @@ pub fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>
 
 /// As a park ends with snapshot `to` of the stopped copy (`after`: its manifest), publish what
 /// changed since the snapshot the copy last equalled here, for the next node that holds that
-/// one; then remember `after`. Only a warning when it fails: the next `up` diffs instead.
+/// one, with the contents when they can travel in the bundle; then remember `after`. Only a
+/// warning when it fails: the next `up` diffs instead.
 pub fn publish_changes(w: &World, spec: &BoxSpec, to: &str, after: Option<Manifest>) {
     let name = &spec.name;
     let before = CopyManifest::load(&w.config.state_dir, name);
     let published = (|| -> Result<()> {
-        let changes = match (&before, &after) {
-            (Some(b), Some(a)) => {
-                let excludes = working_copy::excludes(spec)?;
-                delta::between(&b.entries, a, &|p| excludes.matches(p)).map(|d| Published {
-                    from: b.snapshot.clone(),
-                    to: to.to_string(),
-                    fetch: d.fetch,
-                    remove: d.remove,
-                })
-            }
-            _ => None,
+        let (Some(b), Some(a)) = (&before, &after) else {
+            return w.store.put_delta(name, None);
         };
-        let bytes = changes.as_ref().map(serde_json::to_vec).transpose()?;
-        w.store.put_delta(name, bytes.as_deref())
+        let excludes = working_copy::excludes(spec)?;
+        let excluded = |p: &Path| excludes.matches(p);
+        let Some(d) = delta::between(&b.entries, a, &excluded) else {
+            return w.store.put_delta(name, None);
+        };
+        let published = Published {
+            from: b.snapshot.clone(),
+            to: to.to_string(),
+            fetch: d.fetch,
+            remove: d.remove,
+        };
+        // Without the contents when a pattern could leave out what restic would.
+        let contents = if excludes.unfollowed {
+            None
+        } else {
+            sys_bundle::collect(&published.fetch, a, &excluded).unwrap_or_else(|e| {
+                tracing::debug!("box '{name}': the changes travel without their contents: {e:#}");
+                None
+            })
+        };
+        let mut iv = [0u8; 16];
+        host::random_bytes(&mut iv)?;
+        let sealed = bundle::seal(&w.repo.master_key()?, &iv, &published, contents.as_ref())?;
+        w.store.put_delta(name, Some(&sealed))
     })();
     if let Err(e) = published {
         tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");

@@ -14,6 +14,7 @@ use pretty_assertions::assert_eq;
 use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
+use crate::plan::bundle::{self, Contents, Item, Kind};
 use crate::plan::delta::{Change, Published};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::{self, timestamp};
@@ -52,6 +53,9 @@ impl BoxRuntime for FakeRuntime {
         Ok(())
     }
 }
+
+/// The fake repository's master key.
+const MASTER_KEY: [u8; 64] = [7; 64];
 
 /// Snapshots as copies of the saved paths under `dir/<id>/`.
 struct FakeRepo {
@@ -212,6 +216,9 @@ impl Repo for FakeRepo {
     fn restores_in_place(&self) -> bool {
         self.in_place.get()
     }
+    fn master_key(&self) -> Result<[u8; 64]> {
+        Ok(MASTER_KEY)
+    }
     fn restore_path(&self, id: &str, path: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
         self.in_place_calls
             .borrow_mut()
@@ -368,6 +375,17 @@ impl Node {
         fs::create_dir_all(project.join("new")).unwrap();
         fs::write(project.join("new/n.txt"), "added").unwrap();
         self.point_at(id);
+    }
+
+    /// Publish `published` as the parking node would, sealed with the repository's key.
+    fn publish(&self, published: &Published, contents: Option<&Contents>) {
+        let sealed = bundle::seal(&MASTER_KEY, &[1; 16], published, contents).unwrap();
+        self.store.put_delta("demo", Some(&sealed)).unwrap();
+    }
+
+    /// What was published last, opened.
+    fn published(&self) -> (Published, Option<Contents>) {
+        bundle::open(&MASTER_KEY, &self.store.delta("demo").unwrap().unwrap()).unwrap()
     }
 
     /// The box's latest snapshot is now `id`, taken elsewhere.
@@ -643,7 +661,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
 }
 
 #[test]
-fn a_park_publishes_what_changed_since_the_restore_and_the_next_up_uses_it() {
+fn a_park_publishes_what_changed_since_the_restore_with_the_contents() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
@@ -654,8 +672,7 @@ fn a_park_publishes_what_changed_since_the_restore_and_the_next_up_uses_it() {
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
     park::park(&n.world(), "demo", false).unwrap();
     let parked = n.meta().last_snapshot.unwrap().id;
-    let published: Published =
-        serde_json::from_slice(&n.store.delta("demo").unwrap().unwrap()).unwrap();
+    let (published, contents) = n.published();
     assert_eq!(
         published,
         Published {
@@ -665,6 +682,32 @@ fn a_park_publishes_what_changed_since_the_restore_and_the_next_up_uses_it() {
             remove: vec![n.project().join("new/n.txt")],
         }
     );
+    let contents = contents.unwrap();
+    let items: Vec<(PathBuf, Kind)> = contents
+        .items
+        .iter()
+        .map(|i| (i.path.clone(), i.kind.clone()))
+        .collect();
+    assert_eq!(
+        (items, String::from_utf8(contents.data).unwrap()),
+        (
+            vec![
+                (n.project().join("f.txt"), Kind::File { size: 24 }),
+                (n.project().join("made.txt"), Kind::File { size: 8 }),
+            ],
+            "edited after the restorenew here".to_string()
+        )
+    );
+}
+
+/// What `changed_elsewhere` changed, as the parking node would publish it from `from`.
+fn published_change(n: &Node, from: String) -> Published {
+    Published {
+        from,
+        to: "there".into(),
+        fetch: vec![n.project().join("f.txt"), n.project().join("new")],
+        remove: vec![n.project().join("old.txt")],
+    }
 }
 
 #[test]
@@ -674,15 +717,8 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     n.parked();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere();
-    let published = Published {
-        from,
-        to: "there".into(),
-        fetch: vec![n.project().join("f.txt"), n.project().join("new")],
-        remove: vec![n.project().join("old.txt")],
-    };
-    n.store
-        .put_delta("demo", Some(&serde_json::to_vec(&published).unwrap()))
-        .unwrap();
+    let published = published_change(&n, from);
+    n.publish(&published, None);
     n.repo.diff_fails.set(true);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(
@@ -697,12 +733,72 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     n.write("f.txt", "mine");
     park::park(&n.world(), "demo", false).unwrap();
     n.changed_elsewhere_as("there-again");
-    n.store
-        .put_delta("demo", Some(&serde_json::to_vec(&published).unwrap()))
-        .unwrap();
+    n.publish(&published, None);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
+fn published_contents_are_written_without_restic_unless_altered() {
+    let n = Node::new();
+    n.write_first("old.txt", "removed there");
+    n.parked();
+    let from = n.meta().last_snapshot.unwrap().id;
+    n.changed_elsewhere();
+    let published = published_change(&n, from);
+    let item = |path: PathBuf, kind: Kind| Item {
+        path,
+        kind,
+        mode: 0o640,
+        uid: 0,
+        gid: 0,
+        mtime: 1_700_000_000,
+        mtime_nsec: 5,
+    };
+    let contents = Contents {
+        items: vec![
+            item(n.project().join("f.txt"), Kind::File { size: 9 }),
+            item(n.project().join("new"), Kind::Dir),
+            item(n.project().join("new/n.txt"), Kind::File { size: 5 }),
+        ],
+        data: b"elsewhereadded".to_vec(),
+    };
+    n.publish(&published, Some(&contents));
+    n.repo.diff_fails.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert!(n.repo.fetched.borrow().is_empty(), "restic fetched nothing");
+    assert!(n.repo.forks.borrow().is_empty());
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
+    assert_eq!(n.read("old.txt"), None);
+    use std::os::unix::fs::MetadataExt;
+    let f = fs::metadata(n.project().join("f.txt")).unwrap();
+    assert_eq!(
+        (f.mode() & 0o7777, f.mtime(), f.mtime_nsec()),
+        (0o640, 1_700_000_000, 5)
+    );
+    // Altered in the bucket: refused, and restic's own restore serves.
+    n.write("f.txt", "mine");
+    park::park(&n.world(), "demo", false).unwrap();
+    let from = n.meta().last_snapshot.unwrap().id;
+    n.changed_elsewhere_as("there-again");
+    let mut sealed = bundle::seal(
+        &MASTER_KEY,
+        &[1; 16],
+        &Published {
+            to: "there-again".into(),
+            ..published_change(&n, from)
+        },
+        Some(&contents),
+    )
+    .unwrap();
+    sealed[40] ^= 1;
+    n.store.put_delta("demo", Some(&sealed)).unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert!(n.repo.fetched.borrow().is_empty(), "not from the bundle");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.copy().snapshot.as_deref(), Some("there-again"));
 }
 
 #[test]

@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::delta::{self, Delta, Published};
+use crate::plan::bundle::{self, Contents};
+use crate::plan::delta::{self, Delta};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
@@ -296,22 +297,27 @@ fn restore_copy(
     let full = std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1");
     let equals = equals.filter(|_| !full);
     let delta = equals.and_then(|from| {
-        let d =
-            published_delta(w, name, &from, s, roots).or_else(|| plan_delta(w, &from, s, roots))?;
-        Some((d, from))
+        let (d, contents) = published_delta(w, name, &from, s, roots)
+            .or_else(|| plan_delta(w, &from, s, roots).map(|d| (d, None)))?;
+        Some((d, contents, from))
     });
-    if let Some((delta, from)) = delta {
+    if let Some((delta, contents, from)) = delta {
         say!(
-            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed",
+            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed{}",
             short(&s.id),
             s.at,
             s.node,
             delta.fetch.len(),
             short(&from),
-            delta.remove.len()
+            delta.remove.len(),
+            if contents.is_some() {
+                format!("; their contents as {} published them", s.node)
+            } else {
+                String::new()
+            }
         );
         begin(copy)?;
-        match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta) {
+        match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta, contents.as_ref()) {
             Ok(()) => return Ok(s.paths.clone()),
             Err(e) => tracing::warn!(
                 "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
@@ -364,14 +370,14 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 }
 
 /// What the node that parked `s` published as changed since `from`, if that is the snapshot
-/// this node's copy equals.
+/// this node's copy equals, with the contents when they came along.
 fn published_delta(
     w: &World,
     name: &str,
     from: &str,
     s: &SnapshotRef,
     roots: &[PathBuf],
-) -> Option<Delta> {
+) -> Option<(Delta, Option<Contents>)> {
     if !fits_roots(s, roots) {
         return None;
     }
@@ -385,8 +391,21 @@ fn published_delta(
             return None;
         }
     };
-    let published: Published = serde_json::from_slice(&bytes).ok()?;
-    delta::usable(&published, from, &s.id, roots)
+    let opened = w
+        .repo
+        .master_key()
+        .and_then(|keys| bundle::open(&keys, &bytes));
+    let (published, contents) = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(
+                "box '{name}': what was published as changed up to snapshot {} is not used: {e:#}",
+                short(&s.id)
+            );
+            return None;
+        }
+    };
+    Some((delta::usable(&published, from, &s.id, roots)?, contents))
 }
 
 /// What to change in a copy equal to snapshot `from` to make it `s`; None when restic's own

@@ -63,13 +63,17 @@ pub const MAX_CHANGES: usize = 1000;
 const INCLUDES_PER_FETCH: usize = 200;
 
 /// The paths to fetch (sorted) in consecutive runs, one restic process each, run side by side
-/// `width` at a time: as many runs as fill every wave (a wave of fewer runs than cores leaves
-/// cores idle while the run length is the same), each with at most [`INCLUDES_PER_FETCH`]
-/// includes. Consecutive paths share their dirs, so each process walks only its part of the
-/// tree.
+/// `width` at a time. Up to [`INCLUDES_PER_FETCH`] paths go in one run: two processes load the
+/// repository's index twice, and only paths one process restores keep their hard links. Past
+/// that, as many runs as fill every wave (a wave of fewer runs than cores leaves cores idle
+/// while the run length is the same), each with at most that many includes. Consecutive paths
+/// share their dirs, so each process walks only its part of the tree.
 pub fn fetch_batches(fetch: &[PathBuf], width: usize) -> Vec<Vec<PathBuf>> {
     if fetch.is_empty() {
         return Vec::new();
+    }
+    if fetch.len() <= INCLUDES_PER_FETCH {
+        return vec![fetch.to_vec()];
     }
     let width = width.max(1);
     let waves = fetch.len().div_ceil(INCLUDES_PER_FETCH * width);
@@ -362,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn fetches_fill_every_core_in_every_wave_with_at_most_two_hundred_includes_each() {
+    fn up_to_two_hundred_fetches_in_one_run_past_that_every_core_in_every_wave() {
         let p: Vec<PathBuf> = (0..450)
             .map(|i| PathBuf::from(format!("/p/{i:03}")))
             .collect();
@@ -371,14 +375,10 @@ mod tests {
         assert_eq!(sizes(fetch_batches(&p[..201], 2)), [101, 100]);
         assert_eq!(sizes(fetch_batches(&p[..400], 2)), [200, 200]);
         assert_eq!(sizes(fetch_batches(&p[..201], 4)), [51, 51, 51, 48]);
-        assert_eq!(sizes(fetch_batches(&p[..10], 2)), [5, 5]);
-        assert_eq!(sizes(fetch_batches(&p[..10], 0)), [10]);
-        assert_eq!(sizes(fetch_batches(&p[..1], 4)), [1]);
+        assert_eq!(sizes(fetch_batches(&p[..201], 0)), [101, 100]);
+        assert_eq!(sizes(fetch_batches(&p[..200], 2)), [200]);
         assert_eq!(sizes(fetch_batches(&[], 4)), Vec::<usize>::new());
-        assert_eq!(
-            fetch_batches(&p[..3], 2),
-            [p[..2].to_vec(), p[2..3].to_vec()]
-        );
+        assert_eq!(fetch_batches(&p[..3], 2), [p[..3].to_vec()]);
     }
 
     #[test]

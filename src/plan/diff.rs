@@ -93,17 +93,24 @@ fn change(what: What, path: &Path, old_size: Option<u64>, new_size: Option<u64>)
 pub struct Excludes {
     pub names: Vec<String>,
     pub paths: Vec<PathBuf>,
+    /// An exclude file had patterns with a `/`, which [`Excludes::matches`] does not follow.
+    pub unfollowed: bool,
 }
 
 impl Excludes {
     /// The lines of an exclude file (comments and blank lines skipped).
     pub fn add_file_lines(&mut self, text: &str) {
-        self.names.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains('/'))
-                .map(str::to_string),
-        );
+        let patterns = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        for pattern in patterns {
+            if pattern.contains('/') {
+                self.unfollowed = true;
+            } else {
+                self.names.push(pattern.to_string());
+            }
+        }
     }
 
     pub fn matches(&self, path: &Path) -> bool {
@@ -193,9 +200,13 @@ mod tests {
         let mut ex = Excludes {
             names: vec![".auth-secret".into()],
             paths: vec!["/h/.codex/auth.json".into()],
+            unfollowed: false,
         };
-        ex.add_file_lines("# comment\n__pycache__\n*.pyc\nsub/dir\n\n");
+        ex.add_file_lines("# comment\n__pycache__\n*.pyc\n\n");
+        assert!(!ex.unfollowed);
+        ex.add_file_lines("sub/dir\n");
         assert_eq!(ex.names, [".auth-secret", "__pycache__", "*.pyc"]);
+        assert!(ex.unfollowed, "a pattern with a '/'");
         let m = |p: &str| ex.matches(Path::new(p));
         assert_eq!(
             [

@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod agent_home;
+pub mod bundle;
 pub mod delta;
 pub mod diff;
 pub mod doctor;

@@ -6,6 +6,9 @@
 //! is most of what a restic command costs on a small delta. Each node gets a key of its own
 //! whose password is 256 random bits: guessing it is hopeless at any scrypt cost, so the cost
 //! is kept low. The operator's password keeps its own, calibrated key.
+//!
+//! The same sealing under the master key itself protects what ag-box keeps beside the
+//! repository (`plan::bundle`).
 
 use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use anyhow::{Context, Result};
@@ -84,8 +87,60 @@ fn derive(password: &[u8], salt: &[u8]) -> Result<[u8; 64]> {
     Ok(out)
 }
 
+/// The repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
+/// [`seal`] and [`open`] take: the AES-256 key, then the MAC's `k` and `r`.
+pub fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
+    #[derive(Deserialize)]
+    struct Mac {
+        k: String,
+        r: String,
+    }
+    #[derive(Deserialize)]
+    struct Master {
+        mac: Mac,
+        encrypt: String,
+    }
+    let m: Master = serde_json::from_slice(master).context("parsing restic's master key")?;
+    let mut out = [0u8; 64];
+    for (range, field) in [(0..32, &m.encrypt), (32..48, &m.mac.k), (48..64, &m.mac.r)] {
+        let bytes = STANDARD
+            .decode(field)
+            .context("decoding restic's master key")?;
+        anyhow::ensure!(
+            bytes.len() == range.len(),
+            "restic's master key has a part of the wrong length"
+        );
+        out[range].copy_from_slice(&bytes);
+    }
+    Ok(out)
+}
+
+/// What [`seal`] made with `keys`, after checking its MAC; an altered or foreign one is an
+/// error.
+pub fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
+    anyhow::ensure!(sealed.len() >= 32, "too short to be sealed");
+    let (iv, rest) = sealed.split_at(16);
+    let (ciphertext, tag) = rest.split_at(rest.len() - 16);
+    let iv: [u8; 16] = iv.try_into()?;
+    let expected = mac(&keys[32..48], &keys[48..64], &iv, ciphertext)?;
+    // Compared in constant time: nothing about the right tag leaks through timing.
+    let differs = expected
+        .iter()
+        .zip(tag)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    anyhow::ensure!(
+        differs == 0,
+        "its MAC does not match (altered, or sealed with another repository's key)"
+    );
+    let mut plain = ciphertext.to_vec();
+    ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], &iv)
+        .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
+        .apply_keystream(&mut plain);
+    Ok(plain)
+}
+
 /// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout.
-fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
+pub fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
     let mut ciphertext = plain.to_vec();
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
@@ -249,6 +304,35 @@ mod tests {
                 Some("op1".to_string()),
                 vec!["n1".to_string(), "n3".to_string()]
             )
+        );
+    }
+
+    #[test]
+    fn sealed_with_the_master_key_opens_only_unaltered() {
+        let keys = master_keys(MASTER.as_bytes()).unwrap();
+        assert_eq!(
+            (keys[0], keys[32], keys[48]),
+            (0xab, 0x66, 0xe5),
+            "encrypt, mac.k, mac.r in that order"
+        );
+        let sealed = seal(&keys, &[3; 16], b"what changed").unwrap();
+        assert_eq!(open(&keys, &sealed).unwrap(), b"what changed");
+        let mut altered = sealed.clone();
+        altered[20] ^= 1;
+        let mut other = keys;
+        other[50] ^= 1;
+        let refused = |keys: &[u8; 64], bytes: &[u8]| open(keys, bytes).unwrap_err().to_string();
+        assert_eq!(
+            [
+                refused(&keys, &altered),
+                refused(&other, &sealed),
+                refused(&keys, &sealed[..20])
+            ],
+            [
+                "its MAC does not match (altered, or sealed with another repository's key)",
+                "its MAC does not match (altered, or sealed with another repository's key)",
+                "too short to be sealed",
+            ]
         );
     }
 

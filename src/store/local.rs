@@ -142,7 +142,7 @@ impl MetaStore for LocalStore {
     }
 
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
-        let path = self.deltas.join(format!("{name}.json"));
+        let path = self.deltas.join(format!("{name}.bundle"));
         match bytes {
             Some(b) => atomic::write(&path, b, 0o644),
             None => atomic::remove(&path),
@@ -150,7 +150,7 @@ impl MetaStore for LocalStore {
     }
 
     fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let path = self.deltas.join(format!("{name}.json"));
+        let path = self.deltas.join(format!("{name}.bundle"));
         match fs::read(&path) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -438,7 +438,7 @@ impl MetaStore for S3Store {
     }
 
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
-        let key = format!("deltas/{name}.json");
+        let key = format!("deltas/{name}.bundle");
         match bytes {
             Some(b) => self.put_bytes(&key, b.to_vec()),
             None => self.delete_key(&key),
@@ -447,7 +447,7 @@ impl MetaStore for S3Store {
 
     fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
         self.rt
-            .block_on(self.get_bytes(&format!("deltas/{name}.json")))
+            .block_on(self.get_bytes(&format!("deltas/{name}.bundle")))
     }
 
     fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {

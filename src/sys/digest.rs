@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::plan::delta::Manifest;
 
 /// An entry's metadata after its path: kind first.
-fn line(path: &Path, meta: &fs::Metadata) -> String {
+pub fn line(path: &Path, meta: &fs::Metadata) -> String {
     let kind = if meta.is_dir() {
         'd'
     } else if meta.is_symlink() {

@@ -38,6 +38,8 @@ pub struct Restic {
     /// This node's own key of the repository ([`restic_key`]), and where it is kept.
     node_key: Option<NodeKey>,
     node_key_file: PathBuf,
+    /// Where the repository's master key is kept once read (`bundle`s are sealed with it).
+    master_key_file: PathBuf,
     /// The node key was refused (removed from the repository): the operator's password serves.
     node_key_refused: Cell<bool>,
     /// The key the operator's password is tried on first.
@@ -46,6 +48,15 @@ pub struct Restic {
 
 const VERSION_CACHE: &str = "restic-version.json";
 const NODE_KEY: &str = "restic-node-key.json";
+const MASTER_KEY: &str = "restic-master-key.json";
+
+/// The repository's master key as `restic cat masterkey` printed it. It is no more than the
+/// node key's password already gives, and kept as closely (mode 600, outside every box).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MasterKey {
+    repository: String,
+    key: serde_json::Value,
+}
 
 /// A key of the repository that only this node uses; its password is random.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -87,6 +98,7 @@ impl Restic {
                 version_cache: config.state_dir.join(VERSION_CACHE),
                 node_key: None,
                 node_key_file: config.state_dir.join(NODE_KEY),
+                master_key_file: config.state_dir.join(MASTER_KEY),
                 node_key_refused: Cell::new(false),
                 operator_hint: None,
             }
@@ -106,6 +118,7 @@ impl Restic {
             version_cache: config.state_dir.join(VERSION_CACHE),
             node_key: None,
             node_key_file: config.state_dir.join(NODE_KEY),
+            master_key_file: config.state_dir.join(MASTER_KEY),
             node_key_refused: Cell::new(false),
             operator_hint: None,
         }
@@ -227,6 +240,32 @@ impl Restic {
             short(&key.id)
         );
         Ok(Some(key))
+    }
+
+    /// The repository's master key ([`restic_key::master_keys`]): read once with `restic cat
+    /// masterkey`, then kept in the state dir.
+    pub fn master_key(&self) -> Result<[u8; 64]> {
+        let kept = std::fs::read(&self.master_key_file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<MasterKey>(&b).ok())
+            .filter(|k| k.repository == self.repository);
+        if let Some(k) = kept {
+            return restic_key::master_keys(&serde_json::to_vec(&k.key)?);
+        }
+        let out = self.output(&["cat".into(), "masterkey".into(), "--no-lock".into()])?;
+        if !out.status.success() {
+            bail!(
+                "restic cat masterkey failed: {}",
+                cmd::last_line(&String::from_utf8_lossy(&out.stderr))
+            );
+        }
+        let keys = restic_key::master_keys(&out.stdout)?;
+        let kept = MasterKey {
+            repository: self.repository.clone(),
+            key: serde_json::from_slice(&out.stdout)?,
+        };
+        atomic::write(&self.master_key_file, &serde_json::to_vec(&kept)?, 0o600)?;
+        Ok(keys)
     }
 
     /// The id of this node's own key, when it opens the repository.
@@ -671,6 +710,9 @@ impl crate::lifecycle::Repo for Restic {
     }
     fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
+    }
+    fn master_key(&self) -> Result<[u8; 64]> {
+        Restic::master_key(self)
     }
     fn restore_path(
         &self,

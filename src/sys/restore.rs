@@ -8,8 +8,9 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
+use crate::plan::bundle::Contents;
 use crate::plan::delta::Delta;
-use crate::sys::{cmd, crash, host};
+use crate::sys::{bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -188,12 +189,27 @@ pub fn restore_delta(
     anchor: &Path,
     roots: &[PathBuf],
     delta: &Delta,
+    contents: Option<&Contents>,
 ) -> Result<()> {
     let staging = staging_for(anchor);
-    remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
-    fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    let clear = || -> Result<()> {
+        remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
+        fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))
+    };
+    clear()?;
     let staged = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
     let result = (|| -> Result<()> {
+        if let Some(c) = contents {
+            match bundle::unpack(&staging, c) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(
+                        "writing the published changes failed ({e:#}); fetching them through restic"
+                    );
+                    clear()?;
+                }
+            }
+        }
         if !delta.fetch.is_empty() {
             restic.restore_only(id, &staging, &delta.fetch)?;
         }
@@ -412,6 +428,9 @@ mod tests {
         }
         fn restores_in_place(&self) -> bool {
             false
+        }
+        fn master_key(&self) -> Result<[u8; 64]> {
+            anyhow::bail!("not used")
         }
         fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
             anyhow::bail!("not used")

@@ -16,6 +16,7 @@ pub fn excludes(spec: &BoxSpec) -> Result<Excludes> {
     let mut excludes = Excludes {
         names: ALWAYS_EXCLUDED.iter().map(|s| s.to_string()).collect(),
         paths: spec.agent_home.snapshot_excludes(),
+        unfollowed: false,
     };
     for f in snapshot::exclude_files() {
         excludes.add_file_lines(
