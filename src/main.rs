@@ -133,16 +133,21 @@ fn exit_with(code: i32) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     commands::completion::answer_if_asked();
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(sys::host::stderr_is_terminal())
-        .without_time()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("AG_BOX_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        );
+    // Asked for (AG_BOX_LOG=debug), lines carry the seconds since start: where time goes.
+    if std::env::var_os("AG_BOX_LOG").is_some() {
+        logs.with_timer(tracing_subscriber::fmt::time::uptime())
+            .init();
+    } else {
+        logs.without_time().init();
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -7,7 +7,7 @@ use super::{World, not_up_here, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, events, update};
-use crate::sys::copy_state::CopyState;
+use crate::sys::copy_state::{CopyManifest, CopyState};
 use crate::sys::restic::short;
 use crate::sys::{crash, digest};
 
@@ -25,8 +25,16 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     }
     w.repo.ensure_repo()?;
     let roots = snapshot::local_copy(&spec);
-    // If this fails the lease stays ours and the box keeps running, untouched.
-    let mut taken = snapshot::take(w, &meta, accept_partial)?;
+    // If this fails the lease stays ours and the box keeps running, untouched. The manifest
+    // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
+    let (taken, kept_manifest) = std::thread::scope(|s| {
+        let kept = s.spawn(|| CopyManifest::load(&w.config.state_dir, name));
+        (
+            snapshot::take(w, &meta, accept_partial),
+            kept.join().ok().flatten(),
+        )
+    });
+    let mut taken = taken?;
     // The running copy as the snapshot began: the same after the stop, it is all in the snapshot.
     let before = running.then(|| taken.digest_before.clone());
     // The stopped copy's manifest, as its final snapshot holds it.
@@ -36,6 +44,7 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
         w.runtime.stop(&spec)?;
         crash::point("park.after-stop");
         let (after, manifest) = digest::walk(&roots)?;
+        tracing::debug!("box '{name}': walked its stopped copy");
         if before.as_ref() == Some(&after) {
             tracing::info!(
                 "box '{name}': nothing changed during its snapshot; it is the final one"
@@ -66,7 +75,8 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
         Some(m) => m,
         None => digest::walk(&roots)?.1,
     };
-    snapshot::publish_changes(w, &spec, &taken.snapshot.id, final_manifest);
+    snapshot::publish_changes(w, &spec, &taken.snapshot.id, kept_manifest, final_manifest);
+    tracing::debug!("box '{name}': published what changed");
     crash::point("park.before-release");
     let epoch = taken.epoch;
     let snapshot = taken.snapshot;

@@ -88,12 +88,17 @@ pub fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>
 }
 
 /// As a park ends with snapshot `to` of the stopped copy (`after`: its manifest), publish what
-/// changed since the snapshot the copy last equalled here, for the next node that holds that
-/// one, with the contents when they can travel in the bundle; then remember `after`. Only a
-/// warning when it fails: the next `up` diffs instead.
-pub fn publish_changes(w: &World, spec: &BoxSpec, to: &str, after: Option<Manifest>) {
+/// changed since the snapshot the copy last equalled here (`before`, as kept then), for the
+/// next node that holds that one, with the contents when they can travel in the bundle; then
+/// remember `after`. Only a warning when it fails: the next `up` diffs instead.
+pub fn publish_changes(
+    w: &World,
+    spec: &BoxSpec,
+    to: &str,
+    before: Option<CopyManifest>,
+    after: Option<Manifest>,
+) {
     let name = &spec.name;
-    let before = CopyManifest::load(&w.config.state_dir, name);
     let published = (|| -> Result<()> {
         let (Some(b), Some(a)) = (&before, &after) else {
             return w.store.put_delta(name, None);
@@ -121,6 +126,17 @@ pub fn publish_changes(w: &World, spec: &BoxSpec, to: &str, after: Option<Manife
         let mut iv = [0u8; 16];
         host::random_bytes(&mut iv)?;
         let sealed = bundle::seal(&w.repo.master_key()?, &iv, &published, contents.as_ref())?;
+        tracing::debug!(
+            "box '{name}': {} changed and {} removed paths sealed ({} bytes, contents {})",
+            published.fetch.len(),
+            published.remove.len(),
+            sealed.len(),
+            if contents.is_some() {
+                "included"
+            } else {
+                "left to restic"
+            }
+        );
         w.store.put_delta(name, Some(&sealed))
     })();
     if let Err(e) = published {
@@ -205,6 +221,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
     let roots = local_copy(&box_spec);
     let running = w.runtime.is_active(&box_spec);
     let digest_before = digest::of(&roots)?;
+    tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
         // Nothing to save: the lease is renewed with the snapshot it has.
         return renew_only(w, meta, epoch, last, digest_before, accept_partial);

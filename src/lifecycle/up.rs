@@ -258,6 +258,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     if let Some(s) = restore_from {
         // As restored (and made ready): what the copy is when it equals that snapshot.
         let (digest, manifest) = digest::walk(&roots)?;
+        tracing::debug!("box '{}': walked its restored copy", meta.name);
         copy.digest = Some(digest);
         copy.save(state_dir, &meta.name)?;
         snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
@@ -443,6 +444,7 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
     }
     // As last saved stopped or restored, or as the last snapshot of it running began.
     let now = Some(digest::of(&roots)?);
+    tracing::debug!("box '{}': walked its copy", meta.name);
     if copy.snapshot.is_some() && (copy.digest == now || copy.running_digest == now) {
         return Ok(copy.snapshot.clone());
     }

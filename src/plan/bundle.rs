@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::plan::delta::Published;
 use crate::plan::restic_key;
 
-/// Contents of more bytes than this are left to restic.
-pub const MAX_CONTENT_BYTES: u64 = 64 << 20;
+/// Contents of more bytes than this are left to restic: a bundle is held in memory (twice, as
+/// it is sealed), and past a few megabytes restic's fixed cost matters little.
+pub const MAX_CONTENT_BYTES: u64 = 16 << 20;
 
 /// One entry of the contents, with the metadata restic would restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -224,6 +224,10 @@ impl Restic {
             Some(dir) => atomic::write(&dir.join("keys").join(&id), &bytes, 0o400)?,
             None => store.put_repository_key(&id, &bytes)?,
         }
+        // The master key is at hand: kept now, a first park need not ask restic for it.
+        if let Err(e) = self.keep_master_key(&out.stdout) {
+            tracing::debug!("not keeping the master key: {e:#}");
+        }
         let key = NodeKey {
             repository: self.repository.clone(),
             id,
@@ -259,10 +263,15 @@ impl Restic {
                 cmd::last_line(&String::from_utf8_lossy(&out.stderr))
             );
         }
-        let keys = restic_key::master_keys(&out.stdout)?;
+        self.keep_master_key(&out.stdout)
+    }
+
+    /// Keep the master key `restic cat masterkey` printed; returns its keys.
+    fn keep_master_key(&self, printed: &[u8]) -> Result<[u8; 64]> {
+        let keys = restic_key::master_keys(printed)?;
         let kept = MasterKey {
             repository: self.repository.clone(),
-            key: serde_json::from_slice(&out.stdout)?,
+            key: serde_json::from_slice(printed)?,
         };
         atomic::write(&self.master_key_file, &serde_json::to_vec(&kept)?, 0o600)?;
         Ok(keys)

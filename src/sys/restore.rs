@@ -219,6 +219,7 @@ pub fn restore_delta(
         let _ = remove_any(&staging);
         return Err(e.context(format!("fetching what changed in snapshot {id}")));
     }
+    tracing::debug!("staged what changed in {}", staging.display());
     crash::point("restore.delta-staged");
     for p in &delta.remove {
         real_dirs_down_to(roots, p)?;
@@ -241,6 +242,7 @@ pub fn restore_delta(
         move_into(&new, p)?;
         crash::point("restore.mid-delta");
     }
+    tracing::debug!("moved what changed into place");
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
 }
 
