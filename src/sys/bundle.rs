@@ -276,4 +276,32 @@ mod tests {
         );
         assert!(none(&[p.join("absent")], &manifest), "gone");
     }
+
+    #[test]
+    fn a_file_with_extended_attributes_is_left_to_restic() {
+        let (_dir, p, _) = copy();
+        let file = std::ffi::CString::new(p.join("a.txt").to_str().unwrap()).unwrap();
+        // SAFETY: valid NUL-terminated name and value, with their lengths.
+        let set = unsafe {
+            nix::libc::lsetxattr(
+                file.as_ptr(),
+                c"user.origin".as_ptr(),
+                b"web".as_ptr().cast(),
+                3,
+                0,
+            )
+        };
+        assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+        let manifest = digest::walk(std::slice::from_ref(&p)).unwrap().1.unwrap();
+        assert!(
+            collect(&[p.join("a.txt")], &manifest, &secret)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            collect(&[p.join("new")], &manifest, &secret)
+                .unwrap()
+                .is_some()
+        );
+    }
 }
