@@ -61,7 +61,9 @@ row "first migration: park + up" "$(echo "$park1 + $up1" | bc)" "rsync over ssh 
 
 # Second migration: B -> A after a 1% change, A holding its older copy (and so does rsync's).
 on nodeA "mkdir -p /root/rsync-copy && cp -a /root/ref $SESS /root/rsync-copy/"
-on nodeB "python3 /root/reference-project.py change /root/ref $HOME_SESS"
+# The copies above written out before the clock starts: their dirty pages would stall the
+# fsyncs of the steps measured next (all nodes share this kernel).
+on nodeB "python3 /root/reference-project.py change /root/ref $HOME_SESS && sync"
 park2=$(t nodeB "ag-box park ref")
 up2=$(t nodeA "ag-box up ref --node nodeA")
 rsync2=$(t nodeA "rsync -a --delete nodeB:/root/ref nodeB:$HOME_SESS /root/rsync-copy/")
