@@ -55,9 +55,12 @@ fn add(
     let kind = if meta.is_dir() {
         Kind::Dir
     } else if meta.is_symlink() {
-        Kind::Symlink {
-            target: fs::read_link(path).with_context(|| format!("reading {}", path.display()))?,
+        let target = fs::read_link(path).with_context(|| format!("reading {}", path.display()))?;
+        if target.to_str().is_none() {
+            // A bundle's header is JSON: names must be UTF-8.
+            return Ok(false);
         }
+        Kind::Symlink { target }
     } else if meta.is_file() && meta.nlink() == 1 {
         Kind::File { size: meta.len() }
     } else {
@@ -275,6 +278,14 @@ mod tests {
             "differs from the manifest"
         );
         assert!(none(&[p.join("absent")], &manifest), "gone");
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        symlink(odd, p.join("odd-link")).unwrap();
+        let odd_manifest = digest::walk(std::slice::from_ref(&p)).unwrap().1.unwrap();
+        assert!(
+            none(&[p.join("odd-link")], &odd_manifest),
+            "a target not UTF-8"
+        );
     }
 
     #[test]
