@@ -737,4 +737,23 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     );
     c.c.sh("ag-box init").ok();
     assert_eq!(keys(), [own()]);
+    // The master key kept beside the node key goes with it when it is refused (the repository
+    // may be a new one at the same address), and is kept again with the next key.
+    const MASTER_KEY_FILE: &str = "/var/lib/ag-box/restic-master-key.json";
+    let kept = || {
+        c.c.sh(&format!("test -s {MASTER_KEY_FILE}"))
+            .status
+            .success()
+    };
+    assert!(kept());
+    c.c.sh(&format!("{RESTIC_ENV}; restic key remove {}", own()))
+        .ok();
+    let doctor = c.c.sh("ag-box doctor");
+    assert!(
+        doctor.stderr().contains("refused this node's key") && !kept(),
+        "{}",
+        doctor.stderr()
+    );
+    c.c.sh("ag-box init").ok();
+    assert!(kept());
 }

@@ -412,6 +412,8 @@ impl Restic {
         );
         self.node_key_refused.set(true);
         atomic::remove(&self.node_key_file)?;
+        // The repository may be a new one at the same address: its master key is asked again.
+        atomic::remove(&self.master_key_file)?;
         Ok(true)
     }
 
