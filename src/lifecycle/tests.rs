@@ -710,16 +710,22 @@ fn published_change(n: &Node, from: String) -> Published {
     }
 }
 
-#[test]
-fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
-    let n = Node::new();
+/// A box parked here with `old.txt`, then changed elsewhere (restic diff failing); what the
+/// parking node would publish for it.
+fn parked_then_changed_elsewhere(n: &Node) -> Published {
     n.write_first("old.txt", "removed there");
     n.parked();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere();
-    let published = published_change(&n, from);
-    n.publish(&published, None);
     n.repo.diff_fails.set(true);
+    published_change(n, from)
+}
+
+#[test]
+fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
+    let n = Node::new();
+    let published = parked_then_changed_elsewhere(&n);
+    n.publish(&published, None);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
@@ -742,11 +748,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
 #[test]
 fn published_contents_are_written_without_restic_unless_altered() {
     let n = Node::new();
-    n.write_first("old.txt", "removed there");
-    n.parked();
-    let from = n.meta().last_snapshot.unwrap().id;
-    n.changed_elsewhere();
-    let published = published_change(&n, from);
+    let published = parked_then_changed_elsewhere(&n);
     let item = |path: PathBuf, kind: Kind| Item {
         path,
         kind,
@@ -765,7 +767,6 @@ fn published_contents_are_written_without_restic_unless_altered() {
         data: b"elsewhereadded".to_vec(),
     };
     n.publish(&published, Some(&contents));
-    n.repo.diff_fails.set(true);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.fetched.borrow().is_empty(), "restic fetched nothing");
     assert!(n.repo.forks.borrow().is_empty());

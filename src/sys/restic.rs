@@ -536,9 +536,9 @@ impl Restic {
         self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
     }
 
-    /// Restore only `paths` of a snapshot under `target`, by several restic processes side by
-    /// side (`plan::delta::fetch_batches`). Each writes files of its own; dirs they share are
-    /// made by whichever comes first.
+    /// Restore only `paths` of a snapshot under `target`: by one restic process, or past a few
+    /// hundred paths by several side by side (`plan::delta::fetch_batches`). Each writes files
+    /// of its own; dirs they share are made by whichever comes first.
     pub fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         let width = std::thread::available_parallelism().map_or(2, usize::from);
         let batches = delta::fetch_batches(paths, width);
