@@ -122,6 +122,13 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
           systemctl is-active -q box-snapshot.timer box-prune.timer",
     )
     .ok();
+    // systemd took the spread (a misspelt key is only a warning in the journal).
+    assert_eq!(
+        a.sh("systemctl show -p RandomizedDelayUSec -p FixedRandomDelay box-snapshot.timer")
+            .ok()
+            .stdout(),
+        "RandomizedDelayUSec=15min\nFixedRandomDelay=yes\n"
+    );
     a.sh("test -f /etc/box/tmux-inner.conf && test -f /etc/base-flake/flake.nix && \
           { grep -qx api.anthropic.com /etc/box/egress-allow.txt || \
             grep -qx api.anthropic.com /etc/box/egress-allow.txt.dist; } && \
