@@ -649,7 +649,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         up_a.stderr()
     );
     c.a.sh(&format!(
-        "set -e; ag-box exec {name} -- sh -c 'rm doomed.txt; echo v2 > src/main.txt; echo new > added.txt'
+        "set -e; ag-box exec {name} -- sh -c 'rm doomed.txt; echo v2 > src/main.txt; echo new > added.txt; chmod 700 src'
          rm {sessions}/old.jsonl; echo '{{\"session\":2}}' >> {sessions}/s1.jsonl
          ag-box park {name}"
     ))
@@ -659,6 +659,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     up_b.ok();
     assert!(
         up_b.stderr().contains("in place")
+            && up_b.stderr().contains("1 dir with another mode or owner")
             && up_b.stderr().contains("as nodeA published them")
             && !up_b.stderr().contains("fork snapshot"),
         "{}",
@@ -668,11 +669,11 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         c.b.sh(&format!(
             "cd /root/{name}; cat src/main.txt added.txt kept.txt .auth-secret __pycache__/c.pyc {sessions}/s1.jsonl
              for f in doomed.txt {sessions}/old.jsonl; do test -e $f && echo STILL-THERE $f; done
-             ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+             ls -a /root | grep -c '^\\.{name}\\.ag-box-'; stat -c %a src"
         ))
         .ok()
         .stdout(),
-        "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n"
+        "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n700\n"
     );
     // And back to 0.14 the same way, but through restic: a hard link travels only there.
     c.b.sh(&format!(

@@ -108,12 +108,7 @@ pub fn publish_changes(
         let Some(d) = delta::between(&b.entries, a, &excluded) else {
             return w.store.put_delta(name, None);
         };
-        let published = Published {
-            from: b.snapshot.clone(),
-            to: to.to_string(),
-            fetch: d.fetch,
-            remove: d.remove,
-        };
+        let published = Published::new(b.snapshot.clone(), to.to_string(), d);
         // Without the contents when a pattern could leave out what restic would.
         let contents = if excludes.unfollowed {
             None

@@ -15,7 +15,7 @@ use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
-use crate::plan::delta::{Change, Published};
+use crate::plan::delta::{Change, DirAttrs, Published};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::{self, timestamp};
 use crate::store::local::LocalStore;
@@ -680,6 +680,7 @@ fn a_park_publishes_what_changed_since_the_restore_with_the_contents() {
             to: parked.clone(),
             fetch: vec![n.project().join("f.txt"), n.project().join("made.txt")],
             remove: vec![n.project().join("new/n.txt")],
+            dirs: Vec::new(),
         }
     );
     let contents = contents.unwrap();
@@ -707,6 +708,7 @@ fn published_change(n: &Node, from: String) -> Published {
         to: "there".into(),
         fetch: vec![n.project().join("f.txt"), n.project().join("new")],
         remove: vec![n.project().join("old.txt")],
+        dirs: Vec::new(),
     }
 }
 
@@ -743,6 +745,51 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+}
+
+#[test]
+fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let n = Node::new();
+    fs::create_dir_all(n.project().join("keys")).unwrap();
+    let mut published = parked_then_changed_elsewhere(&n);
+    let me = fs::metadata(n.project()).unwrap();
+    let keys = DirAttrs {
+        path: n.project().join("keys"),
+        mode: 0o2750,
+        uid: me.uid(),
+        gid: me.gid(),
+    };
+    published.dirs = vec![keys.clone()];
+    n.publish(&published, None);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"), "the delta");
+    let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(mode(&n.project().join("keys")), 0o2750);
+    // The box put a symlink to a node dir where the dir was, and parked; the next delta names
+    // the dir again. Its mode lands nowhere; the up falls back to restoring the snapshot whole.
+    let victim = n.project().parent().unwrap().join("victim");
+    fs::create_dir_all(&victim).unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::remove_dir(n.project().join("keys")).unwrap();
+    std::os::unix::fs::symlink(&victim, n.project().join("keys")).unwrap();
+    park::park(&n.world(), "demo", false).unwrap();
+    let from = n.meta().last_snapshot.unwrap().id;
+    n.changed_elsewhere_as("there-again");
+    n.publish(
+        &Published {
+            to: "there-again".into(),
+            dirs: vec![DirAttrs {
+                mode: 0o777,
+                ..keys
+            }],
+            ..published_change(&n, from)
+        },
+        None,
+    );
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(mode(&victim), 0o700);
+    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
 }
 
 #[test]

@@ -304,13 +304,18 @@ fn restore_copy(
     });
     if let Some((delta, contents, from)) = delta {
         say!(
-            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed{}",
+            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed{}{}",
             short(&s.id),
             s.at,
             s.node,
             delta.fetch.len(),
             short(&from),
             delta.remove.len(),
+            match delta.dirs.len() {
+                0 => String::new(),
+                1 => ", 1 dir with another mode or owner".to_string(),
+                n => format!(", {n} dirs with another mode or owner"),
+            },
             if contents.is_some() {
                 format!("; their contents as {} published them", s.node)
             } else {

@@ -167,6 +167,7 @@ mod tests {
             to: "bbbb".into(),
             fetch: fetch.iter().map(PathBuf::from).collect(),
             remove: vec!["/p/gone".into()],
+            dirs: Vec::new(),
         }
     }
 

@@ -6,8 +6,10 @@
 //!
 //! The changes become two lists of subtrees: those to remove, and those to fetch from B whole
 //! (restic restores a path's subtree when the path is included). A path whose ancestor is in
-//! either list is covered by it. A directory whose own metadata alone changed (its time, as
-//! children come and go) is left as it is.
+//! either list is covered by it. A directory whose own mode or owner changed gets them set
+//! where the parking node published them ([`Published::dirs`]); `restic diff` does not say
+//! which of a dir's metadata changed (its time does as children come and go), so a delta from
+//! it leaves dirs as they are.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -51,6 +53,17 @@ pub struct Delta {
     pub remove: Vec<PathBuf>,
     /// New, changed, or of another type in B: replaced by B's subtree.
     pub fetch: Vec<PathBuf>,
+    /// Dirs in both whose mode or owner changed (outside what is fetched): set as in B.
+    pub dirs: Vec<DirAttrs>,
+}
+
+/// A dir's mode (permission bits) and owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirAttrs {
+    pub path: PathBuf,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// More changes than this and restic's own restore is as quick: restic matches every include
@@ -104,15 +117,21 @@ pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
             delta.fetch.push(path);
         }
     }
-    bounded(delta.fetch, delta.remove)
+    bounded(delta.fetch, delta.remove, Vec::new())
 }
 
-/// The outermost of `fetch` and of `remove` (less what a fetch covers); None past
-/// [`MAX_CHANGES`].
-fn bounded(fetch: Vec<PathBuf>, remove: Vec<PathBuf>) -> Option<Delta> {
+/// The outermost of `fetch` and of `remove` (less what a fetch covers), and the `dirs` no fetch
+/// covers; None past [`MAX_CHANGES`].
+fn bounded(fetch: Vec<PathBuf>, remove: Vec<PathBuf>, mut dirs: Vec<DirAttrs>) -> Option<Delta> {
     let fetch = outermost(fetch, &[]);
     let remove = outermost(remove, &fetch);
-    (fetch.len() + remove.len() <= MAX_CHANGES).then_some(Delta { remove, fetch })
+    dirs.retain(|d| !fetch.iter().any(|f| d.path.starts_with(f)));
+    dirs.sort_by(|a, b| a.path.cmp(&b.path));
+    (fetch.len() + remove.len() + dirs.len() <= MAX_CHANGES).then_some(Delta {
+        remove,
+        fetch,
+        dirs,
+    })
 }
 
 /// `paths` without those below another of them or below one of `covered`, sorted.
@@ -140,12 +159,27 @@ pub struct Published {
     pub to: String,
     pub fetch: Vec<PathBuf>,
     pub remove: Vec<PathBuf>,
+    /// Absent in what versions before it published.
+    #[serde(default)]
+    pub dirs: Vec<DirAttrs>,
+}
+
+impl Published {
+    pub fn new(from: String, to: String, delta: Delta) -> Published {
+        Published {
+            from,
+            to,
+            fetch: delta.fetch,
+            remove: delta.remove,
+            dirs: delta.dirs,
+        }
+    }
 }
 
 /// What changed in a copy from manifest `before` to `after`: entries added, removed, of
-/// another kind, or files and symlinks whose metadata differ (a dir's own metadata changes as
-/// children come and go: its children tell). `excluded` paths are in no snapshot. None when
-/// there are too many changes.
+/// another kind, files and symlinks whose metadata differ, and dirs whose mode or owner differ
+/// (a dir's times change as children come and go: its children tell). `excluded` paths are in
+/// no snapshot. None when there are too many changes.
 pub fn between(
     before: &Manifest,
     after: &Manifest,
@@ -156,7 +190,13 @@ pub fn between(
     for (path, new) in after {
         match before.get(path) {
             Some(old) if old == new => {}
-            Some(old) if kind(old) == Some('d') && kind(new) == Some('d') => {}
+            Some(old) if kind(old) == Some('d') && kind(new) == Some('d') => {
+                if let Some(d) = dir_attrs(path, new)
+                    && dir_attrs(path, old).as_ref() != Some(&d)
+                {
+                    delta.dirs.push(d);
+                }
+            }
             _ => delta.fetch.push(PathBuf::from(path)),
         }
     }
@@ -168,7 +208,21 @@ pub fn between(
     let kept = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
         paths.into_iter().filter(|p| !excluded(p)).collect()
     };
-    bounded(kept(delta.fetch), kept(delta.remove))
+    delta.dirs.retain(|d| !excluded(&d.path));
+    bounded(kept(delta.fetch), kept(delta.remove), delta.dirs)
+}
+
+/// A dir's mode and owner from its manifest value (`sys::digest::line`: kind, size, mtime,
+/// ctime, inode, mode in octal, uid:gid, ...).
+fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
+    let fields: Vec<&str> = value.split('\0').collect();
+    let (uid, gid) = fields.get(6)?.split_once(':')?;
+    Some(DirAttrs {
+        path: PathBuf::from(path),
+        mode: u32::from_str_radix(fields.get(5)?, 8).ok()? & 0o7777,
+        uid: uid.parse().ok()?,
+        gid: gid.parse().ok()?,
+    })
 }
 
 /// A published delta, when it leads from `from` (what the copy here equals) to `to` and
@@ -178,18 +232,17 @@ pub fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<
         x.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
     };
-    let inside = |v: &[PathBuf]| {
-        v.iter()
-            .all(|x| plain(x) && roots.iter().any(|r| x.starts_with(r)))
-    };
+    let inside = |x: &PathBuf| plain(x) && roots.iter().any(|r| x.starts_with(r));
     (same_snapshot(&p.from, from)
         && same_snapshot(&p.to, to)
-        && inside(&p.fetch)
-        && inside(&p.remove)
-        && p.fetch.len() + p.remove.len() <= MAX_CHANGES)
+        && p.fetch.iter().all(inside)
+        && p.remove.iter().all(inside)
+        && p.dirs.iter().all(|d| inside(&d.path))
+        && p.fetch.len() + p.remove.len() + p.dirs.len() <= MAX_CHANGES)
         .then(|| Delta {
             remove: p.remove.clone(),
             fetch: p.fetch.clone(),
+            dirs: p.dirs.clone(),
         })
 }
 
@@ -258,6 +311,7 @@ mod tests {
         assert_eq!(
             plan(&changes, &paths(&["/p", "/h"])),
             Some(Delta {
+                dirs: Vec::new(),
                 remove: paths(&["/p/gone"]),
                 fetch: paths(&[
                     "/h/.claude/s.jsonl",
@@ -326,6 +380,7 @@ mod tests {
             Some(Delta {
                 remove: paths(&["/p/gone"]),
                 fetch: paths(&["/p/a", "/p/link", "/p/new"]),
+                dirs: Vec::new(),
             })
         );
         let many: Manifest = (0..=MAX_CHANGES)
@@ -334,18 +389,70 @@ mod tests {
         assert_eq!(between(&Manifest::new(), &many, &|_| false), None);
     }
 
+    /// A dir's manifest value as `sys::digest::line` writes it.
+    fn dir(time: u32, mode: &str, owner: &str) -> String {
+        format!("d\x000\x00{time}.0\x00{time}.0\x007\x00{mode}\x00{owner}\x00")
+    }
+
+    #[test]
+    fn a_dirs_mode_or_owner_travels_and_its_times_do_not() {
+        let before = manifest(&[
+            ("/p", &dir(1, "40755", "1000:1000")),
+            ("/p/keys", &dir(1, "40755", "1000:1000")),
+            ("/p/theirs", &dir(1, "40755", "1000:1000")),
+            ("/p/touched", &dir(1, "40755", "1000:1000")),
+            ("/p/swapped", &dir(1, "40755", "1000:1000")),
+            ("/p/swapped/sub", &dir(1, "40755", "1000:1000")),
+            ("/p/.auth-secret", &dir(1, "40700", "0:0")),
+        ]);
+        let after = manifest(&[
+            ("/p", &dir(2, "40755", "1000:1000")),
+            ("/p/keys", &dir(2, "42700", "1000:1000")),
+            ("/p/theirs", &dir(1, "40755", "1001:1000")),
+            ("/p/touched", &dir(3, "40755", "1000:1000")),
+            ("/p/swapped", "f\x001"),
+            ("/p/.auth-secret", &dir(1, "40755", "0:0")),
+        ]);
+        let excluded = |p: &Path| p.ends_with(".auth-secret");
+        let attrs = |path: &str, mode, uid| DirAttrs {
+            path: path.into(),
+            mode,
+            uid,
+            gid: 1000,
+        };
+        assert_eq!(
+            between(&before, &after, &excluded),
+            Some(Delta {
+                remove: paths(&[]),
+                fetch: paths(&["/p/swapped"]),
+                dirs: vec![
+                    attrs("/p/keys", 0o2700, 1000),
+                    attrs("/p/theirs", 0o755, 1001)
+                ],
+            })
+        );
+    }
+
     #[test]
     fn a_published_delta_serves_only_the_copy_it_starts_from() {
+        let keys = DirAttrs {
+            path: "/p/keys".into(),
+            mode: 0o700,
+            uid: 0,
+            gid: 0,
+        };
         let p = Published {
             from: "aaaa1111bbbb".into(),
             to: "cccc2222dddd".into(),
             fetch: paths(&["/p/a"]),
             remove: paths(&["/h/x"]),
+            dirs: vec![keys.clone()],
         };
         let roots = paths(&["/p", "/h"]);
         let delta = Delta {
             remove: paths(&["/h/x"]),
             fetch: paths(&["/p/a"]),
+            dirs: vec![keys.clone()],
         };
         assert_eq!(usable(&p, "aaaa1111", "cccc2222dddd", &roots), Some(delta));
         assert_eq!(
@@ -362,6 +469,32 @@ mod tests {
             usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"])),
             None,
             "outside"
+        );
+        let dir_outside = Published {
+            dirs: vec![DirAttrs {
+                path: "/etc".into(),
+                ..keys
+            }],
+            ..p.clone()
+        };
+        assert_eq!(
+            usable(&dir_outside, "aaaa1111", "cccc2222", &roots),
+            None,
+            "a dir outside"
+        );
+        let dir_above = Published {
+            dirs: vec![DirAttrs {
+                path: "/p/../etc".into(),
+                mode: 0o777,
+                uid: 0,
+                gid: 0,
+            }],
+            ..p
+        };
+        assert_eq!(
+            usable(&dir_above, "aaaa1111", "cccc2222", &roots),
+            None,
+            "a dir named through .."
         );
     }
 

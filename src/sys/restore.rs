@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
 use crate::plan::bundle::Contents;
-use crate::plan::delta::Delta;
+use crate::plan::delta::{Delta, DirAttrs};
 use crate::sys::{bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
@@ -242,8 +242,31 @@ pub fn restore_delta(
         move_into(&new, p)?;
         crash::point("restore.mid-delta");
     }
+    for d in &delta.dirs {
+        real_dirs_down_to(roots, &d.path)?;
+        set_dir_attrs(d)?;
+    }
     tracing::debug!("moved what changed into place");
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
+}
+
+/// Give a dir of the copy its mode and owner, through a handle that cannot follow a symlink
+/// planted in its place. A dir the copy lacks (excluded here) is left alone.
+fn set_dir_attrs(d: &DirAttrs) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = match fs::File::options()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_DIRECTORY)
+        .open(&d.path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("opening dir {}", d.path.display())),
+    };
+    // The owner first: a chown clears the set-id bits the mode may carry.
+    std::os::unix::fs::fchown(&dir, Some(d.uid), Some(d.gid))
+        .and_then(|()| dir.set_permissions(fs::Permissions::from_mode(d.mode)))
+        .with_context(|| format!("setting the mode and owner of {}", d.path.display()))
 }
 
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
