@@ -750,3 +750,90 @@ fn every_record_operation_survives_every_fault() {
     }
     set_faults(&c.a, "[]");
 }
+
+/// nodeB's `restic prune` (the daily timer's), held still while it holds the repository's
+/// exclusive lock; let go (and ended) when dropped.
+struct HeldPrune<'a>(&'a Node);
+
+impl<'a> HeldPrune<'a> {
+    fn start(n: &'a Node) -> HeldPrune<'a> {
+        // Through the proxy, slowed, so its lock is seen before it is done; then stopped.
+        n.sh(&format!(
+            "curl -sf -X POST -d '{{\"ms\": 150}}' {PROXY}/__latency"
+        ))
+        .ok();
+        let held = HeldPrune(n);
+        n.sh(&format!(
+            "{RESTIC_ENV} RESTIC_REPOSITORY=s3:{PROXY}/agent-boxes/restic
+             setsid -f sh -c 'echo $$ > /tmp/held-prune.pid; exec restic prune' </dev/null >/tmp/held-prune.log 2>&1
+             {RESTIC_ENV}
+             for i in $(seq 100); do
+               test -n \"$(restic list locks --no-lock)\" && exec kill -STOP $(cat /tmp/held-prune.pid)
+               sleep 0.1
+             done
+             echo no lock; cat /tmp/held-prune.log; exit 1"
+        ))
+        .ok();
+        n.sh(&format!(
+            "curl -sf -X POST -d '{{\"ms\": 0}}' {PROXY}/__latency"
+        ))
+        .ok();
+        held
+    }
+
+    /// Let it go on in `seconds`.
+    fn go_on_in(&self, seconds: u32) {
+        self.0
+            .sh(&format!(
+                "setsid -f sh -c 'sleep {seconds}; kill -CONT $(cat /tmp/held-prune.pid)' </dev/null >/dev/null 2>&1"
+            ))
+            .ok();
+    }
+}
+
+impl Drop for HeldPrune<'_> {
+    fn drop(&mut self) {
+        self.0.sh(&format!(
+            "curl -sf -X POST -d '{{\"ms\": 0}}' {PROXY}/__latency; p=$(cat /tmp/held-prune.pid)
+             kill -CONT $p; for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; kill $p"
+        ));
+    }
+}
+
+#[test]
+fn a_snapshot_waits_for_another_nodes_prune_then_says_who_holds_the_repository() {
+    let Some(c) = Cluster::get_alone() else {
+        return;
+    };
+    let name = "lock-wait";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo 1 > w.txt'"
+    ))
+    .ok();
+    let prune = HeldPrune::start(&c.b);
+    let out = c.a.sh_env(
+        &[("BOX_LOCK_WAIT", "2s")],
+        &format!("ag-box snapshot {name}"),
+    );
+    assert_code(&out, 1, "the repository is locked exclusively by PID");
+    assert!(
+        out.stderr().contains(" on nodeB by root")
+            && out
+                .stderr()
+                .contains("waited 2s; BOX_LOCK_WAIT sets how long"),
+        "{}",
+        out.stderr()
+    );
+    // Waiting long enough, it goes on once the prune has ended.
+    prune.go_on_in(3);
+    let out = c.a.sh_env(
+        &[("BOX_LOCK_WAIT", "2m")],
+        &format!("ag-box snapshot {name}"),
+    );
+    assert_code(&out, 0, "waiting up to 2m for it");
+    c.b.sh("test -z \"$(cat /tmp/held-prune.log | grep -i fatal)\"")
+        .ok();
+    drop(prune);
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}

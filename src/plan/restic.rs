@@ -102,6 +102,24 @@ pub fn unreadable_items(stderr: &str) -> Vec<String> {
 }
 
 /// The global agent files of the push node; `paths` are those that exist.
+/// Who holds the repository's lock, when restic could not take it: from its error, "locked
+/// exclusively by PID 11 on nodeB by root (UID 0, GID 0), since 2026-11-30 18:40:00".
+pub fn lock_holder(stderr: &str) -> Option<String> {
+    let mut lines = stderr
+        .lines()
+        .skip_while(|l| !l.contains("repository is already locked"));
+    let first = lines.next()?;
+    let who = first[first.find("locked ")?..].trim_end();
+    let since = lines
+        .next()
+        .and_then(|l| l.strip_prefix("lock was created at "))
+        .and_then(|l| l.split(" (").next());
+    Some(match since {
+        Some(t) => format!("{who}, since {t}"),
+        None => who.to_string(),
+    })
+}
+
 pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
     let mut a: Vec<String> = [
         "backup",
@@ -476,6 +494,23 @@ mod tests {
                 "--exclude-file", "/opt/box/exclude.txt",
             ]
         );
+    }
+
+    #[test]
+    fn who_holds_the_lock_restic_could_not_take() {
+        let refused = "unable to create lock in backend: repository is already locked exclusively by PID 11 on nodeB by root (UID 0, GID 0)\nlock was created at 2026-11-30 18:40:00 (5.2s ago)\nstorage ID 1a2b3c4d\nthe `unlock` command can be used to remove stale locks\n";
+        assert_eq!(
+            lock_holder(refused).as_deref(),
+            Some(
+                "locked exclusively by PID 11 on nodeB by root (UID 0, GID 0), since 2026-11-30 18:40:00"
+            )
+        );
+        assert_eq!(
+            lock_holder("Fatal: repository is already locked by PID 7 on a by b (UID 1, GID 1)")
+                .as_deref(),
+            Some("locked by PID 7 on a by b (UID 1, GID 1)")
+        );
+        assert_eq!(lock_holder("Fatal: wrong password or no key found\n"), None);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Restic {
     node_key_refused: Cell<bool>,
     /// The key the operator's password is tried on first.
     operator_hint: Option<String>,
+    /// How long a command waits for a lock another restic holds (`BOX_LOCK_WAIT`).
+    lock_wait: Duration,
 }
 
 const VERSION_CACHE: &str = "restic-version.json";
@@ -68,8 +70,6 @@ struct NodeKey {
 }
 
 const WRONG_PASSWORD: &str = "wrong password or no key found";
-
-const LOCKED: &str = "repository is already locked";
 
 fn missing_repository(stderr: &str) -> bool {
     stderr.contains("Is there a repository at the following location?")
@@ -101,6 +101,7 @@ impl Restic {
                 master_key_file: config.state_dir.join(MASTER_KEY),
                 node_key_refused: Cell::new(false),
                 operator_hint: None,
+                lock_wait: config.lock_wait,
             }
             .with_node_key());
         }
@@ -121,6 +122,7 @@ impl Restic {
             master_key_file: config.state_dir.join(MASTER_KEY),
             node_key_refused: Cell::new(false),
             operator_hint: None,
+            lock_wait: config.lock_wait,
         }
         .with_node_key())
     }
@@ -417,10 +419,14 @@ impl Restic {
         Ok(true)
     }
 
-    /// Run restic; on a stale lock, `restic unlock` (stale locks only) and try once more.
+    /// Run restic. When another restic holds the lock it needs: `restic unlock` (stale locks
+    /// only) and try again, then again while the lock is held, for up to `BOX_LOCK_WAIT` (another
+    /// node's daily prune holds the repository whole for a while).
     /// Returns what restic said on stderr when a backup could not read everything (exit 3).
     fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<Option<String>> {
         let mut unlocked = false;
+        let mut waiting: Option<Instant> = None;
+        let mut pause = Duration::from_secs(1);
         loop {
             let mut child = self
                 .command(args)
@@ -446,10 +452,32 @@ impl Restic {
             if code == 0 {
                 return Ok(None);
             }
-            if !unlocked && err_text.contains(LOCKED) {
-                tracing::warn!("restic repository is locked; removing stale locks and retrying");
-                cmd::output(&mut self.command(&["unlock".into()]))?;
-                unlocked = true;
+            if let Some(holder) = plan::lock_holder(&err_text) {
+                if !unlocked {
+                    tracing::warn!(
+                        "restic repository is locked; removing stale locks and retrying"
+                    );
+                    cmd::output(&mut self.command(&["unlock".into()]))?;
+                    unlocked = true;
+                    continue;
+                }
+                let wait = humantime::format_duration(self.lock_wait);
+                let since = *waiting.get_or_insert_with(|| {
+                    say!("the restic repository is {holder}; waiting up to {wait} for it");
+                    Instant::now()
+                });
+                let left = self.lock_wait.saturating_sub(since.elapsed());
+                if left.is_zero() {
+                    return Err(UserError::failed(
+                        format!("restic {}: the repository is {holder}", args[0]),
+                        format!(
+                            "that is another node's prune or snapshot, or one cut off (restic counts a lock stale after 30 minutes); run the command again later (waited {wait}; BOX_LOCK_WAIT sets how long)"
+                        ),
+                    )
+                    .into());
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(Duration::from_secs(15));
                 continue;
             }
             if self.refused_node_key(&err_text)? {
