@@ -129,6 +129,17 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
             .stdout(),
         "RandomizedDelayUSec=15min\nFixedRandomDelay=yes\n"
     );
+    for unit in ["box-snapshot.service", "box-prune.service"] {
+        assert_eq!(
+            a.sh(&format!(
+                "systemctl show -p Nice -p OOMScoreAdjust -p IOSchedulingPriority {unit}"
+            ))
+            .ok()
+            .stdout(),
+            "OOMScoreAdjust=500\nNice=10\nIOSchedulingPriority=7\n",
+            "{unit}"
+        );
+    }
     a.sh("test -f /etc/box/tmux-inner.conf && test -f /etc/base-flake/flake.nix && \
           { grep -qx api.anthropic.com /etc/box/egress-allow.txt || \
             grep -qx api.anthropic.com /etc/box/egress-allow.txt.dist; } && \
