@@ -572,6 +572,15 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     );
     assert_ne!(renewed(kept), before, "the kept box's lease was renewed");
     assert_eq!(c.holder(taken).as_deref(), Some("nodeA"));
+    // The most memory one of its processes took (an ag-box or a restic), for the next width.
+    let peak: u64 =
+        c.b.sh("cat /var/lib/ag-box/snapshot-peak-memory")
+            .ok()
+            .stdout()
+            .trim()
+            .parse()
+            .unwrap();
+    assert!(peak > 16 << 20, "{peak} bytes");
     for (node, name) in [(&c.b, kept), (&c.b, taken), (&c.a, taken)] {
         node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
             .ok();

@@ -12,7 +12,7 @@ use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::take;
 use crate::plan::restic::Version;
-use crate::sys::{cmd, host};
+use crate::sys::{atomic, cmd, host};
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -29,15 +29,24 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     if boxes.len() > 1 {
         let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
         let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
+        let peak_file = ctx.config.state_dir.join(PEAK_MEMORY);
         let width = if side_by_side {
-            4 * std::thread::available_parallelism().map_or(2, usize::from)
+            width(
+                std::thread::available_parallelism().map_or(2, usize::from),
+                available_memory(),
+                std::fs::read_to_string(&peak_file)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok()),
+            )
         } else {
             1
         };
-        return conclude(
-            &names,
-            snapshot_in_parallel(&names, width, args.accept_partial)?,
-        );
+        tracing::debug!("{} boxes, {width} at a time", names.len());
+        let outcomes = snapshot_in_parallel(&names, width, args.accept_partial)?;
+        if let Err(e) = keep_peak_memory(&peak_file) {
+            tracing::warn!("keeping the memory a snapshot took: {e:#}");
+        }
+        return conclude(&names, outcomes);
     }
     let world = ctx.world(&restic);
     let mut outcomes = Vec::new();
@@ -144,6 +153,38 @@ fn snapshot_in_parallel(
     Ok(outcomes)
 }
 
+/// Where `snapshot --active` keeps the most memory (bytes) one of its processes took, restic
+/// with the repository's whole index in memory being the largest.
+const PEAK_MEMORY: &str = "snapshot-peak-memory";
+
+/// How many snapshots run at once: four per core (they mostly wait), but no more than half the
+/// memory available holds, each an ag-box and its restic at the most one process took the last
+/// time (`peak`): the agents keep theirs.
+fn width(cores: usize, available: Option<u64>, peak: Option<u64>) -> usize {
+    let by_cores = 4 * cores.max(1);
+    match (available, peak.filter(|p| *p > 0)) {
+        (Some(available), Some(peak)) => {
+            let fit = available / 2 / (2 * peak);
+            by_cores.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
+        }
+        _ => by_cores,
+    }
+}
+
+fn available_memory() -> Option<u64> {
+    let mut sys = sysinfo::System::new().ok()?;
+    sys.refresh_memory();
+    Some(sys.available_memory()).filter(|m| *m > 0)
+}
+
+/// Keep the most memory one of the finished snapshots' processes (and theirs) took.
+fn keep_peak_memory(file: &std::path::Path) -> Result<()> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let kib = getrusage(UsageWho::RUSAGE_CHILDREN)?.max_rss();
+    let bytes = u64::try_from(kib).unwrap_or(0) * 1024;
+    atomic::write(file, format!("{bytes}\n").as_bytes(), 0o644)
+}
+
 /// The sizes of the waves `count` snapshots run in, at most `width` each: as few as that allows,
 /// as even as can be (one short wave at the end would leave cores idle).
 fn waves(count: usize, width: usize) -> Vec<usize> {
@@ -185,7 +226,19 @@ fn conclude(names: &[String], outcomes: Vec<Outcome>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::waves;
+    use super::{waves, width};
+
+    #[test]
+    fn four_per_core_within_half_the_memory_available() {
+        const MB: u64 = 1 << 20;
+        assert_eq!(width(2, Some(4096 * MB), None), 8, "no figure yet");
+        assert_eq!(width(2, None, Some(100 * MB)), 8, "no memory figure");
+        assert_eq!(width(2, Some(4096 * MB), Some(100 * MB)), 8);
+        assert_eq!(width(2, Some(2000 * MB), Some(100 * MB)), 5);
+        assert_eq!(width(4, Some(8000 * MB), Some(100 * MB)), 16);
+        assert_eq!(width(2, Some(100 * MB), Some(150 * MB)), 1, "one at least");
+        assert_eq!(width(2, Some(1000 * MB), Some(0)), 8);
+    }
 
     #[test]
     fn waves_are_few_and_even() {
