@@ -572,15 +572,19 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     );
     assert_ne!(renewed(kept), before, "the kept box's lease was renewed");
     assert_eq!(c.holder(taken).as_deref(), Some("nodeA"));
-    // The most memory one of its processes took (an ag-box or a restic), for the next width.
-    let peak: u64 =
-        c.b.sh("cat /var/lib/ag-box/snapshot-peak-memory")
+    // What the run measured, for the next to plan by: the most memory one of its processes
+    // took (an ag-box or a restic), and each box's seconds.
+    let last: serde_json::Value = serde_json::from_str(
+        &c.b.sh("cat /var/lib/ag-box/snapshot-last-run.json")
             .ok()
-            .stdout()
-            .trim()
-            .parse()
-            .unwrap();
-    assert!(peak > 16 << 20, "{peak} bytes");
+            .stdout(),
+    )
+    .unwrap();
+    let peak = last["peak_memory"].as_u64().unwrap();
+    assert!(peak > 16 << 20, "{last}");
+    for name in [kept, taken] {
+        assert!(last["seconds"][name].as_f64().unwrap() > 0.0, "{last}");
+    }
     for (node, name) in [(&c.b, kept), (&c.b, taken), (&c.a, taken)] {
         node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
             .ok();

@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -11,7 +11,9 @@ use super::{Ctx, egress};
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::take;
+use crate::plan::active::{self, LastRun};
 use crate::plan::restic::Version;
+use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
@@ -28,25 +30,7 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     restic.ensure_repo()?;
     if boxes.len() > 1 {
         let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
-        let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
-        let peak_file = ctx.config.state_dir.join(PEAK_MEMORY);
-        let width = if side_by_side {
-            width(
-                std::thread::available_parallelism().map_or(2, usize::from),
-                available_memory(),
-                std::fs::read_to_string(&peak_file)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok()),
-            )
-        } else {
-            1
-        };
-        tracing::debug!("{} boxes, {width} at a time", names.len());
-        let outcomes = snapshot_in_parallel(&names, width, args.accept_partial)?;
-        if let Err(e) = keep_peak_memory(&peak_file) {
-            tracing::warn!("keeping the memory a snapshot took: {e:#}");
-        }
-        return conclude(&names, outcomes);
+        return snapshot_active(&ctx, &restic, &names, args.accept_partial);
     }
     let world = ctx.world(&restic);
     let mut outcomes = Vec::new();
@@ -80,6 +64,48 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     conclude(&names, outcomes)
 }
 
+/// Several boxes: ordered and run side by side as `plan::active` says, by what the last run
+/// measured; then what this one measured is kept for the next.
+fn snapshot_active(
+    ctx: &Ctx,
+    restic: &Restic,
+    names: &[String],
+    accept_partial: bool,
+) -> Result<()> {
+    let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
+    let last_file = ctx.config.state_dir.join(LAST_RUN);
+    let last: LastRun = std::fs::read(&last_file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let width = if side_by_side {
+        active::width(
+            std::thread::available_parallelism().map_or(2, usize::from),
+            available_memory(),
+            Some(last.peak_memory),
+        )
+    } else {
+        1
+    };
+    let ordered = active::order(names, &last);
+    tracing::debug!(
+        "{} boxes, {width} at a time: {}",
+        names.len(),
+        ordered.join(" ")
+    );
+    let (outcomes, seconds) = snapshot_in_parallel(&ordered, width, accept_partial)?;
+    let measured = peak_memory().map(|peak_memory| LastRun {
+        peak_memory,
+        seconds: ordered.iter().cloned().zip(seconds).collect(),
+    });
+    if let Err(e) =
+        measured.and_then(|m| atomic::write(&last_file, &serde_json::to_vec(&m)?, 0o644))
+    {
+        tracing::warn!("keeping what this run measured: {e:#}");
+    }
+    conclude(&ordered, outcomes)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Taken,
@@ -87,24 +113,26 @@ enum Outcome {
     Failed,
 }
 
-/// Every box, in [`waves`] of at most `width`: each by `ag-box snapshot <box>` of its own (its
-/// own lock, renew and restic), its output passed on as it ends. A snapshot spends most of its
-/// time waiting (on the store, and on restic's lock check), so four per core with a restic that
-/// can run side by side; one at a time with an older one.
+/// Every box, in [`active::waves`] of at most `width`: each by `ag-box snapshot <box>` of its
+/// own (its own lock, renew and restic), its output passed on as it ends; with a restic before
+/// 0.18, one at a time.
 ///
 /// A wave starts only when the one before it has ended. restic checks the other locks as it
 /// takes its own, and a lock removed between its listing and its reading costs that check five
 /// seconds (restic #1523, still so in 0.19): with a sliding window, a box starting as another
 /// ends did so in about one run in five on the rig.
+///
+/// Returns each box's outcome and the seconds it took.
 fn snapshot_in_parallel(
     names: &[String],
     width: usize,
     accept_partial: bool,
-) -> Result<Vec<Outcome>> {
+) -> Result<(Vec<Outcome>, Vec<f64>)> {
     let exe = host::own_exe();
     let mut outcomes = vec![Outcome::Failed; names.len()];
-    let mut running: Vec<(usize, std::process::Child)> = Vec::new();
-    let mut waves = waves(names.len(), width).into_iter();
+    let mut seconds = vec![0.0; names.len()];
+    let mut running: Vec<(usize, Instant, std::process::Child)> = Vec::new();
+    let mut waves = active::waves(names.len(), width).into_iter();
     let mut next = 0;
     while next < names.len() || !running.is_empty() {
         if running.is_empty()
@@ -122,16 +150,17 @@ fn snapshot_in_parallel(
                 let child = c
                     .spawn()
                     .with_context(|| format!("starting the snapshot of box '{}'", names[next]))?;
-                running.push((next, child));
+                running.push((next, Instant::now(), child));
                 next += 1;
             }
         }
         std::thread::sleep(Duration::from_millis(50));
         let mut still = Vec::new();
-        for (i, mut child) in running {
+        for (i, started, mut child) in running {
             match child.try_wait()? {
-                None => still.push((i, child)),
+                None => still.push((i, started, child)),
                 Some(status) => {
+                    seconds[i] = started.elapsed().as_secs_f64();
                     let mut text = String::new();
                     if let Some(mut o) = child.stdout.take() {
                         let _ = o.read_to_string(&mut text);
@@ -150,26 +179,11 @@ fn snapshot_in_parallel(
         }
         running = still;
     }
-    Ok(outcomes)
+    Ok((outcomes, seconds))
 }
 
-/// Where `snapshot --active` keeps the most memory (bytes) one of its processes took, restic
-/// with the repository's whole index in memory being the largest.
-const PEAK_MEMORY: &str = "snapshot-peak-memory";
-
-/// How many snapshots run at once: four per core (they mostly wait), but no more than half the
-/// memory available holds, each an ag-box and its restic at the most one process took the last
-/// time (`peak`): the agents keep theirs.
-fn width(cores: usize, available: Option<u64>, peak: Option<u64>) -> usize {
-    let by_cores = 4 * cores.max(1);
-    match (available, peak.filter(|p| *p > 0)) {
-        (Some(available), Some(peak)) => {
-            let fit = available / 2 / (2 * peak);
-            by_cores.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
-        }
-        _ => by_cores,
-    }
-}
+/// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).
+const LAST_RUN: &str = "snapshot-last-run.json";
 
 fn available_memory() -> Option<u64> {
     let mut sys = sysinfo::System::new().ok()?;
@@ -177,24 +191,11 @@ fn available_memory() -> Option<u64> {
     Some(sys.available_memory()).filter(|m| *m > 0)
 }
 
-/// Keep the most memory one of the finished snapshots' processes (and theirs) took.
-fn keep_peak_memory(file: &std::path::Path) -> Result<()> {
+/// The most memory one of the finished snapshots' processes (and theirs) took.
+fn peak_memory() -> Result<u64> {
     use nix::sys::resource::{UsageWho, getrusage};
     let kib = getrusage(UsageWho::RUSAGE_CHILDREN)?.max_rss();
-    let bytes = u64::try_from(kib).unwrap_or(0) * 1024;
-    atomic::write(file, format!("{bytes}\n").as_bytes(), 0o644)
-}
-
-/// The sizes of the waves `count` snapshots run in, at most `width` each: as few as that allows,
-/// as even as can be (one short wave at the end would leave cores idle).
-fn waves(count: usize, width: usize) -> Vec<usize> {
-    if count == 0 {
-        return Vec::new();
-    }
-    let n = count.div_ceil(width.max(1));
-    (0..n)
-        .map(|i| count / n + usize::from(i < count % n))
-        .collect()
+    Ok(u64::try_from(kib).unwrap_or(0) * 1024)
 }
 
 /// The exit of a run over `names`: failures first, then a split brain (the hourly timer's unit
@@ -222,32 +223,4 @@ fn conclude(names: &[String], outcomes: Vec<Outcome>) -> Result<()> {
         .into());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{waves, width};
-
-    #[test]
-    fn four_per_core_within_half_the_memory_available() {
-        const MB: u64 = 1 << 20;
-        assert_eq!(width(2, Some(4096 * MB), None), 8, "no figure yet");
-        assert_eq!(width(2, None, Some(100 * MB)), 8, "no memory figure");
-        assert_eq!(width(2, Some(4096 * MB), Some(100 * MB)), 8);
-        assert_eq!(width(2, Some(2000 * MB), Some(100 * MB)), 5);
-        assert_eq!(width(4, Some(8000 * MB), Some(100 * MB)), 16);
-        assert_eq!(width(2, Some(100 * MB), Some(150 * MB)), 1, "one at least");
-        assert_eq!(width(2, Some(1000 * MB), Some(0)), 8);
-    }
-
-    #[test]
-    fn waves_are_few_and_even() {
-        assert_eq!(waves(0, 8), Vec::<usize>::new());
-        assert_eq!(waves(3, 8), vec![3]);
-        assert_eq!(waves(8, 8), vec![8]);
-        assert_eq!(waves(10, 8), vec![5, 5]);
-        assert_eq!(waves(17, 8), vec![6, 6, 5]);
-        assert_eq!(waves(3, 1), vec![1, 1, 1]);
-        assert_eq!(waves(2, 0), vec![1, 1]);
-    }
 }

@@ -1,6 +1,7 @@
 //! Pure planning code: no I/O, clock or environment. Everything here is unit-tested by value.
 
 pub mod account;
+pub mod active;
 pub mod agent_home;
 pub mod bundle;
 pub mod delta;

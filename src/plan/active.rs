@@ -1,0 +1,100 @@
+//! How `snapshot --active` runs the boxes up on a node: in what order, how many at once, in
+//! which waves. Each box's snapshot is a process of its own (an ag-box and its restic).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What the last run measured, for the next one to plan by.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LastRun {
+    /// The most memory (bytes) one of its processes took: a restic holds the repository's
+    /// whole index.
+    pub peak_memory: u64,
+    /// Seconds each box's snapshot took.
+    pub seconds: BTreeMap<String, f64>,
+}
+
+/// How many snapshots run at once: four per core (they mostly wait on the store and on
+/// restic's lock check), but no more than half the memory available holds, each an ag-box and
+/// its restic at the run's peak before: the agents keep theirs.
+pub fn width(cores: usize, available: Option<u64>, peak: Option<u64>) -> usize {
+    let by_cores = 4 * cores.max(1);
+    match (available, peak.filter(|p| *p > 0)) {
+        (Some(available), Some(peak)) => {
+            let fit = available / 2 / (2 * peak);
+            by_cores.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
+        }
+        _ => by_cores,
+    }
+}
+
+/// The boxes, longest first by what they took the last time (one not in it first of all: its
+/// first snapshot here may read everything). A wave lasts as long as its longest box, so the
+/// long ones share the first and the short ones the last.
+pub fn order(names: &[String], last: &LastRun) -> Vec<String> {
+    let mut ordered = names.to_vec();
+    let took = |n: &String| last.seconds.get(n).copied().unwrap_or(f64::INFINITY);
+    ordered.sort_by(|a, b| took(b).total_cmp(&took(a)).then_with(|| a.cmp(b)));
+    ordered
+}
+
+/// The sizes of the waves `count` snapshots run in, at most `width` each: as few as that allows,
+/// as even as can be (one short wave at the end would leave cores idle).
+pub fn waves(count: usize, width: usize) -> Vec<usize> {
+    if count == 0 {
+        return Vec::new();
+    }
+    let n = count.div_ceil(width.max(1));
+    (0..n)
+        .map(|i| count / n + usize::from(i < count % n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn four_per_core_within_half_the_memory_available() {
+        const MB: u64 = 1 << 20;
+        assert_eq!(width(2, Some(4096 * MB), None), 8, "no figure yet");
+        assert_eq!(width(2, None, Some(100 * MB)), 8, "no memory figure");
+        assert_eq!(width(2, Some(4096 * MB), Some(100 * MB)), 8);
+        assert_eq!(width(2, Some(2000 * MB), Some(100 * MB)), 5);
+        assert_eq!(width(4, Some(8000 * MB), Some(100 * MB)), 16);
+        assert_eq!(width(2, Some(100 * MB), Some(150 * MB)), 1, "one at least");
+        assert_eq!(width(2, Some(1000 * MB), Some(0)), 8);
+    }
+
+    #[test]
+    fn the_longest_first_and_a_new_box_before_them() {
+        let names: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        let last = LastRun {
+            peak_memory: 0,
+            seconds: [
+                ("a", 0.2),
+                ("b", 1.5),
+                ("c", 0.2),
+                ("e", 0.9),
+                ("gone", 9.0),
+            ]
+            .map(|(n, s)| (n.to_string(), s))
+            .into(),
+        };
+        assert_eq!(order(&names, &last), ["d", "b", "e", "a", "c"]);
+        assert_eq!(order(&names, &LastRun::default()), names);
+    }
+
+    #[test]
+    fn waves_are_few_and_even() {
+        assert_eq!(waves(0, 8), Vec::<usize>::new());
+        assert_eq!(waves(3, 8), vec![3]);
+        assert_eq!(waves(8, 8), vec![8]);
+        assert_eq!(waves(10, 8), vec![5, 5]);
+        assert_eq!(waves(17, 8), vec![6, 6, 5]);
+        assert_eq!(waves(3, 1), vec![1, 1, 1]);
+        assert_eq!(waves(2, 0), vec![1, 1]);
+    }
+}
