@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, require_tools};
 use crate::error::{Code, UserError};
-use crate::plan::restic::{box_tag, forget_args};
+use crate::plan::restic::{box_tag, forget_runs};
 use crate::store::meta::Meta;
 use crate::store::{self, Step, events, update};
 use crate::sys::copy_state::{CopyManifest, CopyState};
@@ -98,9 +98,10 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         .map(|s| s.id)
         .collect();
     if !ids.is_empty() {
-        restic
-            .forget(&forget_args(&ids))
-            .and_then(|_| restic.prune())
+        forget_runs(&ids)
+            .iter()
+            .try_for_each(|args| restic.forget(args))
+            .and_then(|()| restic.prune())
             .with_context(|| {
                 format!("box '{name}': deleting its snapshots failed; run 'ag-box drop {name} --yes' again")
             })?;

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 
 use super::{Ctx, require_tools};
-use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_args};
+use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_runs};
 use crate::plan::retention::{self, Snap};
 use crate::store::events;
 use crate::sys::crash;
@@ -82,7 +82,9 @@ pub fn run(dry_run: bool) -> Result<()> {
         return Ok(());
     }
     if !forget.is_empty() {
-        restic.forget(&forget_args(&forget))?;
+        for args in forget_runs(&forget) {
+            restic.forget(&args)?;
+        }
         crash::point("prune.after-forget");
     }
     restic.prune()?;

@@ -138,11 +138,19 @@ pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
     a
 }
 
-/// Forget the given snapshots (the space is freed by a later `prune`).
-pub fn forget_args(ids: &[String]) -> Vec<String> {
-    let mut a = vec!["forget".to_string()];
-    a.extend(ids.iter().cloned());
-    a
+/// Snapshot ids per `restic forget`, at most: 200 boxes snapshotted hourly add about 5,000 a
+/// day, and a prune that missed a week would pass past the kernel's 2 MB of arguments.
+const FORGET_PER_RUN: usize = 1000;
+
+/// Forget the given snapshots (the space is freed by a later `prune`): the argv of each run.
+pub fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
+    ids.chunks(FORGET_PER_RUN)
+        .map(|chunk| {
+            let mut a = vec!["forget".to_string()];
+            a.extend(chunk.iter().cloned());
+            a
+        })
+        .collect()
 }
 
 /// `--json`: restic 0.16+ reports progress like backup does; 0.14 accepts it and stays quiet.
@@ -469,9 +477,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            forget_args(&["a1".into(), "b2".into()]),
-            ["forget", "a1", "b2"]
+            forget_runs(&["a1".into(), "b2".into()]),
+            [["forget", "a1", "b2"]]
         );
+        let many: Vec<String> = (0..2500).map(|i| format!("{i:064x}")).collect();
+        let runs = forget_runs(&many);
+        assert_eq!(
+            runs.iter().map(Vec::len).collect::<Vec<_>>(),
+            [1001, 1001, 501]
+        );
+        assert_eq!(
+            runs.concat().iter().filter(|a| *a != "forget").count(),
+            2500
+        );
+        assert_eq!(runs[2][500], many[2499]);
     }
 
     #[test]
