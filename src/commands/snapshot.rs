@@ -117,10 +117,10 @@ enum Outcome {
 /// own (its own lock, renew and restic), its output passed on as it ends; with a restic before
 /// 0.18, one at a time.
 ///
-/// A wave starts only when the one before it has ended. restic checks the other locks as it
-/// takes its own, and a lock removed between its listing and its reading costs that check five
-/// seconds (restic #1523, still so in 0.19): with a sliding window, a box starting as another
-/// ends did so in about one run in five on the rig.
+/// A wave starts only when the one before it has ended (or is stuck: `active::next_wave_due`).
+/// restic checks the other locks as it takes its own, and a lock removed between its listing
+/// and its reading costs that check five seconds (restic #1523, still so in 0.19): with a
+/// sliding window, a box starting as another ends did so in about one run in five on the rig.
 ///
 /// Returns each box's outcome and the seconds it took.
 fn snapshot_in_parallel(
@@ -135,7 +135,8 @@ fn snapshot_in_parallel(
     let mut waves = active::waves(names.len(), width).into_iter();
     let mut next = 0;
     while next < names.len() || !running.is_empty() {
-        if running.is_empty()
+        let running_for: Vec<Duration> = running.iter().map(|(_, t, _)| t.elapsed()).collect();
+        if active::next_wave_due(&running_for)
             && let Some(size) = waves.next()
         {
             for _ in 0..size {

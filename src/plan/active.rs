@@ -2,6 +2,7 @@
 //! which waves. Each box's snapshot is a process of its own (an ag-box and its restic).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,16 @@ pub fn waves(count: usize, width: usize) -> Vec<usize> {
         .collect()
 }
 
+/// How long a wave's boxes may run before the next wave starts beside those still running.
+pub const STRAGGLER: Duration = Duration::from_secs(60);
+
+/// Whether the next wave starts, given how long each running snapshot has run: when none runs,
+/// or all have run past [`STRAGGLER`] (one stuck on the network must not hold back the boxes
+/// after it; its end may then cost a lock check in the next wave its five seconds).
+pub fn next_wave_due(running_for: &[Duration]) -> bool {
+    running_for.iter().all(|t| *t >= STRAGGLER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +96,18 @@ mod tests {
         };
         assert_eq!(order(&names, &last), ["d", "b", "e", "a", "c"]);
         assert_eq!(order(&names, &LastRun::default()), names);
+    }
+
+    #[test]
+    fn a_wave_waits_for_the_last_unless_all_left_are_stuck() {
+        let s = Duration::from_secs;
+        assert!(next_wave_due(&[]));
+        assert!(!next_wave_due(&[s(1), s(2)]));
+        assert!(
+            !next_wave_due(&[s(75), s(2)]),
+            "a new wave beside a straggler"
+        );
+        assert!(next_wave_due(&[s(60), s(75)]));
     }
 
     #[test]
