@@ -145,7 +145,8 @@ impl MetaStore for LocalStore {
         let path = self.deltas.join(format!("{name}.bundle"));
         match bytes {
             Some(b) => atomic::write(&path, b, 0o644),
-            None => atomic::remove(&path),
+            None => atomic::remove(&path)
+                .and_then(|()| atomic::remove(&self.deltas.join(format!("{name}.json")))),
         }
     }
 
@@ -196,6 +197,20 @@ mod tests {
 
     fn meta(name: &str) -> Meta {
         Meta::sample(name)
+    }
+
+    #[test]
+    fn a_withdrawn_delta_takes_what_older_versions_published_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        store.put_delta("b", Some(b"sealed")).unwrap();
+        let legacy = store.deltas.join("b.json");
+        fs::write(&legacy, "{}").unwrap();
+        assert_eq!(store.delta("b").unwrap().as_deref(), Some(&b"sealed"[..]));
+        store.put_delta("b", None).unwrap();
+        assert_eq!(store.delta("b").unwrap(), None);
+        assert!(!legacy.exists());
+        store.put_delta("b", None).unwrap();
     }
 
     #[test]

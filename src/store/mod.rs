@@ -54,7 +54,7 @@ pub trait MetaStore {
         Ok(None)
     }
     /// Publish what changed in box `name`'s copy up to its latest snapshot (`plan::delta::Published`),
-    /// or withdraw it (None).
+    /// or withdraw it (None), with what versions before sealed bundles published (`<name>.json`).
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
         let _ = (name, bytes);
         Ok(())

@@ -441,7 +441,9 @@ impl MetaStore for S3Store {
         let key = format!("deltas/{name}.bundle");
         match bytes {
             Some(b) => self.put_bytes(&key, b.to_vec()),
-            None => self.delete_key(&key),
+            None => self
+                .delete_key(&key)
+                .and_then(|()| self.delete_key(&format!("deltas/{name}.json"))),
         }
     }
 
