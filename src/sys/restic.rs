@@ -18,7 +18,7 @@ use crate::plan::history;
 use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version, box_tag};
 use crate::plan::restic_key;
 use crate::store::MetaStore;
-use crate::sys::{atomic, cmd, host};
+use crate::sys::{atomic, cmd, host, interrupt};
 
 enum Password {
     Value(Secret),
@@ -476,6 +476,8 @@ impl Restic {
                     )
                     .into());
                 }
+                // `up` notes Ctrl-C instead of dying: it stops waiting here.
+                interrupt::check("the repository's lock was free")?;
                 std::thread::sleep(pause.min(left));
                 pause = (pause * 2).min(Duration::from_secs(15));
                 continue;
