@@ -572,19 +572,25 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     );
     assert_ne!(renewed(kept), before, "the kept box's lease was renewed");
     assert_eq!(c.holder(taken).as_deref(), Some("nodeA"));
-    // What the run measured, for the next to plan by: the most memory one of its processes
-    // took (an ag-box or a restic), and each box's seconds.
-    let last: serde_json::Value = serde_json::from_str(
-        &c.b.sh("cat /var/lib/ag-box/snapshot-last-run.json")
+    // What the run measured, for the next to plan by and for `status`: each box's seconds, and
+    // the most memory one of its processes took (an ag-box or a restic).
+    let status: serde_json::Value =
+        serde_json::from_str(&c.b.sh("ag-box status --json").ok().stdout()).unwrap();
+    let last = &status["last_active_run"];
+    assert_eq!(last["boxes"], 2, "{last}");
+    assert!(
+        [kept, taken].contains(&last["longest_box"].as_str().unwrap())
+            && last["longest_seconds"].as_f64().unwrap() > 0.0
+            && last["peak_memory"].as_u64().unwrap() > 16 << 20,
+        "{last}"
+    );
+    assert!(
+        c.b.sh("ag-box status")
             .ok()
-            .stdout(),
-    )
-    .unwrap();
-    let peak = last["peak_memory"].as_u64().unwrap();
-    assert!(peak > 16 << 20, "{last}");
-    for name in [kept, taken] {
-        assert!(last["seconds"][name].as_f64().unwrap() > 0.0, "{last}");
-    }
+            .stdout()
+            .contains("last --active: "),
+        "status does not show the last run"
+    );
     for (node, name) in [(&c.b, kept), (&c.b, taken), (&c.a, taken)] {
         node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
             .ok();

@@ -2,8 +2,9 @@
 //! boxes at once, each in a process of its own.
 
 use std::io::Read;
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 
@@ -74,9 +75,8 @@ fn snapshot_active(
 ) -> Result<()> {
     let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
     let last_file = ctx.config.state_dir.join(LAST_RUN);
-    let last: LastRun = std::fs::read(&last_file)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+    let last = last_run(&ctx.config.state_dir)
+        .map(|(run, _)| run)
         .unwrap_or_default();
     let width = if side_by_side {
         active::width(
@@ -185,6 +185,13 @@ fn snapshot_in_parallel(
 
 /// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).
 const LAST_RUN: &str = "snapshot-last-run.json";
+
+/// What the last `--active` run here measured, and when it ended.
+pub fn last_run(state_dir: &Path) -> Option<(LastRun, SystemTime)> {
+    let path = state_dir.join(LAST_RUN);
+    let run = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+    Some((run, std::fs::metadata(&path).ok()?.modified().ok()?))
+}
 
 fn available_memory() -> Option<u64> {
     let mut sys = sysinfo::System::new().ok()?;

@@ -29,11 +29,39 @@ struct Status {
     snapshots_error: Option<String>,
     memory_max: Option<String>,
     timer: String,
+    /// What the last `snapshot --active` here measured (the hourly timer runs it).
+    last_active_run: Option<ActiveRun>,
     runtime: &'static str,
     nodes: Vec<String>,
     active_boxes: Vec<String>,
     /// Each active box's network mode and the refusals its proxy logged here.
     egress: Vec<BoxEgress>,
+}
+
+#[derive(Serialize)]
+struct ActiveRun {
+    at: String,
+    boxes: usize,
+    longest_box: Option<String>,
+    longest_seconds: Option<f64>,
+    /// Bytes: the most one of its processes (an ag-box or a restic) took.
+    peak_memory: u64,
+}
+
+fn last_active_run(ctx: &Ctx) -> Option<ActiveRun> {
+    let (run, at) = super::snapshot::last_run(&ctx.config.state_dir)?;
+    let longest = run
+        .seconds
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(name, s)| (name.clone(), *s));
+    Some(ActiveRun {
+        at: lease::timestamp(at),
+        boxes: run.seconds.len(),
+        longest_box: longest.as_ref().map(|l| l.0.clone()),
+        longest_seconds: longest.map(|l| l.1),
+        peak_memory: run.peak_memory,
+    })
 }
 
 #[derive(Serialize)]
@@ -137,6 +165,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         snapshots_error,
         memory_max: ctx.config.memory_max.clone(),
         timer: timer_state(ctx.runtime),
+        last_active_run: last_active_run(&ctx),
         runtime: ctx.runtime.label(),
         nodes: ctx.config.nodes.iter().map(|n| n.name.clone()).collect(),
         active_boxes: active.iter().map(|m| m.name.clone()).collect(),
@@ -184,6 +213,18 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
             .unwrap_or("none (BOX_MEMORY_MAX unset)")
     );
     out!("snapshot timer: {}", s.timer);
+    if let Some(r) = &s.last_active_run {
+        out!(
+            "last --active: {}, {} boxes{}, at most {} MiB per process",
+            r.at,
+            r.boxes,
+            match (&r.longest_box, r.longest_seconds) {
+                (Some(b), Some(t)) => format!(", longest {b} ({t:.1} s)"),
+                _ => String::new(),
+            },
+            r.peak_memory >> 20
+        );
+    }
     out!("runtime:       {}", s.runtime);
     if !s.nodes.is_empty() {
         out!("nodes:         {}", s.nodes.join(" "));
