@@ -95,8 +95,10 @@ bench/snapshot-active.sh 10 3 | awk -v f="$rows" '
   /largest box alone/ { alone = $NF }
   /--active of all/   { all = $NF }
   /so at least/       { floor = $NF }
+  /met a removed lock/ { stalls = $NF }
   END { printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "snapshot --active, 10 boxes", all, "the largest box alone (goal <= 1.5)", alone, all / alone >> f
-        printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  its CPU (ag-box, restic, S3 server) / cores", floor, "the largest box alone", alone, floor / alone >> f }'
+        printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  its CPU (ag-box, restic, S3 server) / cores", floor, "the largest box alone", alone, floor / alone >> f
+        printf "%-52s %8d  %-44s %8s %6s\n", "  restic lock checks meeting a removed lock (5 s)", stalls, "-", "", "" >> f }'
 
 echo "reference project: $size (files, sessions); restic $(/opt/restic-trixie/usr/bin/restic version | cut -d' ' -f2) on both nodes; $(nproc) cores"
 printf '%-52s %8s  %-44s %8s %6s\n' case ag-box reference seconds ratio
