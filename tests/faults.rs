@@ -314,6 +314,13 @@ fn set_faults(n: &Node, rules: &str) {
         .ok();
 }
 
+/// The proxy's added delay, each way, in ms (0 ends it).
+fn set_latency(n: &Node, ms: u32) -> std::process::Output {
+    n.sh(&format!(
+        "curl -sf -X POST -d '{{\"ms\": {ms}}}' {PROXY}/__latency"
+    ))
+}
+
 fn via_proxy(n: &Node, script: &str) -> std::process::Output {
     n.sh_env(&[("BOX_S3_ENDPOINT", PROXY)], script)
 }
@@ -758,10 +765,7 @@ struct HeldPrune<'a>(&'a Node);
 impl<'a> HeldPrune<'a> {
     fn start(n: &'a Node) -> HeldPrune<'a> {
         // Through the proxy, slowed, so its lock is seen before it is done; then stopped.
-        n.sh(&format!(
-            "curl -sf -X POST -d '{{\"ms\": 150}}' {PROXY}/__latency"
-        ))
-        .ok();
+        set_latency(n, 150).ok();
         let held = HeldPrune(n);
         n.sh(&format!(
             "{RESTIC_ENV} RESTIC_REPOSITORY=s3:{PROXY}/agent-boxes/restic
@@ -774,10 +778,7 @@ impl<'a> HeldPrune<'a> {
              echo no lock; cat /tmp/held-prune.log; exit 1"
         ))
         .ok();
-        n.sh(&format!(
-            "curl -sf -X POST -d '{{\"ms\": 0}}' {PROXY}/__latency"
-        ))
-        .ok();
+        set_latency(n, 0).ok();
         held
     }
 
@@ -793,10 +794,10 @@ impl<'a> HeldPrune<'a> {
 
 impl Drop for HeldPrune<'_> {
     fn drop(&mut self) {
-        self.0.sh(&format!(
-            "curl -sf -X POST -d '{{\"ms\": 0}}' {PROXY}/__latency; p=$(cat /tmp/held-prune.pid)
-             kill -CONT $p; for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; kill $p"
-        ));
+        // Unchecked: a panic here, while a failed test unwinds, would abort the run.
+        set_latency(self.0, 0);
+        self.0.sh("p=$(cat /tmp/held-prune.pid); kill -CONT $p
+             for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; kill $p");
     }
 }
 

@@ -74,15 +74,13 @@ fn snapshot_active(
     accept_partial: bool,
 ) -> Result<()> {
     let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
-    let last_file = ctx.config.state_dir.join(LAST_RUN);
-    let last = last_run(&ctx.config.state_dir)
-        .map(|(run, _)| run)
-        .unwrap_or_default();
+    let state_dir = &ctx.config.state_dir;
+    let last = last_run(state_dir).map(|(run, _)| run).unwrap_or_default();
     let width = if side_by_side {
         active::width(
             std::thread::available_parallelism().map_or(2, usize::from),
             available_memory(),
-            Some(last.peak_memory),
+            last.peak_memory,
         )
     } else {
         1
@@ -94,13 +92,16 @@ fn snapshot_active(
         ordered.join(" ")
     );
     let (outcomes, seconds) = snapshot_in_parallel(&ordered, width, accept_partial)?;
-    let measured = peak_memory().map(|peak_memory| LastRun {
-        peak_memory,
-        seconds: ordered.iter().cloned().zip(seconds).collect(),
+    let kept = peak_memory().and_then(|peak_memory| {
+        keep_last_run(
+            state_dir,
+            &LastRun {
+                peak_memory,
+                seconds: ordered.iter().cloned().zip(seconds).collect(),
+            },
+        )
     });
-    if let Err(e) =
-        measured.and_then(|m| atomic::write(&last_file, &serde_json::to_vec(&m)?, 0o644))
-    {
+    if let Err(e) = kept {
         tracing::warn!("keeping what this run measured: {e:#}");
     }
     conclude(&ordered, outcomes)
@@ -191,6 +192,10 @@ pub fn last_run(state_dir: &Path) -> Option<(LastRun, SystemTime)> {
     let path = state_dir.join(LAST_RUN);
     let run = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
     Some((run, std::fs::metadata(&path).ok()?.modified().ok()?))
+}
+
+fn keep_last_run(state_dir: &Path, run: &LastRun) -> Result<()> {
+    atomic::write(&state_dir.join(LAST_RUN), &serde_json::to_vec(run)?, 0o644)
 }
 
 fn available_memory() -> Option<u64> {

@@ -50,15 +50,11 @@ struct ActiveRun {
 
 fn last_active_run(ctx: &Ctx) -> Option<ActiveRun> {
     let (run, at) = super::snapshot::last_run(&ctx.config.state_dir)?;
-    let longest = run
-        .seconds
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(name, s)| (name.clone(), *s));
+    let longest = run.longest();
     Some(ActiveRun {
         at: lease::timestamp(at),
         boxes: run.seconds.len(),
-        longest_box: longest.as_ref().map(|l| l.0.clone()),
+        longest_box: longest.map(|l| l.0.to_string()),
         longest_seconds: longest.map(|l| l.1),
         peak_memory: run.peak_memory,
     })

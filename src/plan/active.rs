@@ -16,13 +16,23 @@ pub struct LastRun {
     pub seconds: BTreeMap<String, f64>,
 }
 
+impl LastRun {
+    /// The box that took longest, and its seconds.
+    pub fn longest(&self) -> Option<(&str, f64)> {
+        self.seconds
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(name, s)| (name.as_str(), *s))
+    }
+}
+
 /// How many snapshots run at once: four per core (they mostly wait on the store and on
 /// restic's lock check), but no more than half the memory available holds, each an ag-box and
-/// its restic at the run's peak before: the agents keep theirs.
-pub fn width(cores: usize, available: Option<u64>, peak: Option<u64>) -> usize {
+/// its restic at the run's peak before (0: none measured yet): the agents keep theirs.
+pub fn width(cores: usize, available: Option<u64>, peak: u64) -> usize {
     let by_cores = 4 * cores.max(1);
-    match (available, peak.filter(|p| *p > 0)) {
-        (Some(available), Some(peak)) => {
+    match available {
+        Some(available) if peak > 0 => {
             let fit = available / 2 / (2 * peak);
             by_cores.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
         }
@@ -70,13 +80,12 @@ mod tests {
     #[test]
     fn four_per_core_within_half_the_memory_available() {
         const MB: u64 = 1 << 20;
-        assert_eq!(width(2, Some(4096 * MB), None), 8, "no figure yet");
-        assert_eq!(width(2, None, Some(100 * MB)), 8, "no memory figure");
-        assert_eq!(width(2, Some(4096 * MB), Some(100 * MB)), 8);
-        assert_eq!(width(2, Some(2000 * MB), Some(100 * MB)), 5);
-        assert_eq!(width(4, Some(8000 * MB), Some(100 * MB)), 16);
-        assert_eq!(width(2, Some(100 * MB), Some(150 * MB)), 1, "one at least");
-        assert_eq!(width(2, Some(1000 * MB), Some(0)), 8);
+        assert_eq!(width(2, Some(4096 * MB), 0), 8, "no figure yet");
+        assert_eq!(width(2, None, 100 * MB), 8, "no memory figure");
+        assert_eq!(width(2, Some(4096 * MB), 100 * MB), 8);
+        assert_eq!(width(2, Some(2000 * MB), 100 * MB), 5);
+        assert_eq!(width(4, Some(8000 * MB), 100 * MB), 16);
+        assert_eq!(width(2, Some(100 * MB), 150 * MB), 1, "one at least");
     }
 
     #[test]
@@ -95,6 +104,7 @@ mod tests {
             .into(),
         };
         assert_eq!(order(&names, &last), ["d", "b", "e", "a", "c"]);
+        assert_eq!(last.longest(), Some(("gone", 9.0)));
         assert_eq!(order(&names, &LastRun::default()), names);
     }
 
