@@ -129,14 +129,17 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
             .stdout(),
         "RandomizedDelayUSec=15min\nFixedRandomDelay=yes\n"
     );
-    for unit in ["box-snapshot.service", "box-prune.service"] {
+    for (unit, timeout) in [
+        ("box-snapshot.service", "50min"),
+        ("box-prune.service", "6h"),
+    ] {
         assert_eq!(
             a.sh(&format!(
-                "systemctl show -p Nice -p OOMScoreAdjust -p IOSchedulingPriority {unit}"
+                "systemctl show -p Nice -p OOMScoreAdjust -p IOSchedulingPriority -p TimeoutStartUSec {unit}"
             ))
             .ok()
             .stdout(),
-            "OOMScoreAdjust=500\nNice=10\nIOSchedulingPriority=7\n",
+            format!("TimeoutStartUSec={timeout}\nOOMScoreAdjust=500\nNice=10\nIOSchedulingPriority=7\n"),
             "{unit}"
         );
     }

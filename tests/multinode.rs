@@ -776,4 +776,20 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     );
     c.c.sh("ag-box init").ok();
     assert!(kept());
+    // The same repository at another address (the fault proxy in front of the S3 server): one
+    // new key replaces the old, and the next command opens with it.
+    const BY_PROXY: &str = "BOX_S3_ENDPOINT=http://10.200.0.1:5002";
+    let before = own();
+    c.c.sh(&format!("{BY_PROXY} ag-box init")).ok();
+    let by_proxy = own();
+    assert_ne!(by_proxy, before);
+    assert_eq!(keys(), [by_proxy.clone()]);
+    let again = c.c.sh(&format!("{BY_PROXY} ag-box init"));
+    assert!(
+        !again.ok().stderr().contains("added this node's key"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!((own(), keys()), (by_proxy.clone(), vec![by_proxy]));
+    c.c.sh("ag-box init").ok();
 }

@@ -235,11 +235,19 @@ impl Restic {
             id,
             password,
         };
-        // Two first commands at once: the key that landed first serves (the other stays unused).
-        if !atomic::create_new(&self.node_key_file, &serde_json::to_vec(&key)?, 0o600)? {
-            return Ok(std::fs::read(&self.node_key_file)
+        let bytes = serde_json::to_vec(&key)?;
+        if !atomic::create_new(&self.node_key_file, &bytes, 0o600)? {
+            let kept = std::fs::read(&self.node_key_file)
                 .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok()));
+                .and_then(|b| serde_json::from_slice::<NodeKey>(&b).ok());
+            match kept {
+                // Two first commands at once: the key that landed first serves (the other
+                // stays unused).
+                Some(k) if k.repository == self.repository => return Ok(Some(k)),
+                // The key of the repository under another address (BOX_S3_ENDPOINT changed):
+                // kept, it would cost every later command a `restic cat masterkey` and a key.
+                _ => atomic::write(&self.node_key_file, &bytes, 0o600)?,
+            }
         }
         tracing::info!(
             "added this node's key {} to the restic repository",
