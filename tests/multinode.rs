@@ -783,7 +783,7 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     c.c.sh(&format!("{BY_PROXY} ag-box init")).ok();
     let by_proxy = own();
     assert_ne!(by_proxy, before);
-    assert_eq!(keys(), [by_proxy.clone()]);
+    assert_eq!(keys(), vec![by_proxy.clone()]);
     let again = c.c.sh(&format!("{BY_PROXY} ag-box init"));
     assert!(
         !again.ok().stderr().contains("added this node's key"),
