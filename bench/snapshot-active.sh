@@ -1,20 +1,28 @@
 #!/bin/bash
-# bench/snapshot-active.sh [BOXES] [ROUNDS] -- `ag-box snapshot --active` of BOXES (default 10) boxes
-# up on one node against a snapshot of the largest of them alone, on the rig (root). Boots nodeA;
-# box i holds i x 4 MB of fresh random files, and each round rewrites a tenth of every box first,
-# so every snapshot has new data to read and upload. Prints the mean of ROUNDS (default 3) rounds.
+# bench/snapshot-active.sh [BOXES] [ROUNDS] [MS] -- `ag-box snapshot --active` of BOXES (default 10)
+# boxes up on one node against a snapshot of the largest of them alone, on the rig (root). Boots
+# nodeA; box i holds i x 4 MB of fresh random files, and each round rewrites a tenth of every box
+# first, so every snapshot has new data to read and upload. Prints the mean of ROUNDS (default 3)
+# rounds. With MS, the store is reached through the rig's S3 fault proxy adding MS each way (R2
+# from a VPS is 20-80 ms away); the proxy is Python on the same cores.
 set -euo pipefail
 trap 'echo "bench/snapshot-active.sh: failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
 BOXES=${1:-10}
 ROUNDS=${2:-3}
+MS=${3:-0}
 cargo build --release -q
 trap 'tests/rig.sh down' EXIT
 tests/rig.sh up nodeA
 install -m 755 target/release/ag-box "$(tests/rig.sh dir nodeA)/opt-box/bin/ag-box"
 # Debian 13's restic, as bench/run.sh uses (before 0.18, restic runs side by side can stall).
 install -m 755 /opt/restic-trixie/usr/bin/restic "$(tests/rig.sh dir nodeA)/opt-box/bin/restic"
-on() { tests/rig.sh exec nodeA bash -c "$1"; }
+ENDPOINT=
+if [ "$MS" != 0 ]; then
+  ENDPOINT="export BOX_S3_ENDPOINT=http://10.200.0.1:5002;"
+  tests/rig.sh exec nodeA curl -sf -X POST -d "{\"ms\": $MS}" http://10.200.0.1:5002/__latency >/dev/null
+fi
+on() { tests/rig.sh exec nodeA bash -c "$ENDPOINT $1"; }
 on "ag-box init >/dev/null 2>&1"
 for i in $(seq "$BOXES"); do
   on "mkdir -p /srv/snap-$i && cd /srv/snap-$i && for f in \$(seq $((i * 4))); do head -c 1M /dev/urandom > f\$f; done
@@ -41,7 +49,7 @@ for r in $(seq "$ROUNDS"); do
   c=$(timed "ag-box snapshot snap-1")   # nothing new: the fixed cost of one snapshot
   alone=$(echo "$alone + $a" | bc); all=$(echo "$all + $b" | bc); small=$(echo "$small + $c" | bc)
 done
-printf '%-52s %8s\n' "case (mean of $ROUNDS, $(nproc) cores)" "seconds"
+printf '%-52s %8s\n' "case (mean of $ROUNDS, $(nproc) cores, store $((2 * MS)) ms away)" "seconds"
 printf '%-52s %8.2f\n' "snapshot of the smallest box, unchanged (fixed cost)" "$(echo "$small / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "snapshot of the largest box alone ($((BOXES * 4)) MB)" "$(echo "$alone / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "snapshot --active of all $BOXES boxes ($((BOXES * (BOXES + 1) * 2)) MB)" "$(echo "$all / $ROUNDS" | bc -l)"
