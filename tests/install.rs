@@ -135,11 +135,11 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     ] {
         assert_eq!(
             a.sh(&format!(
-                "systemctl show -p Nice -p OOMScoreAdjust -p IOSchedulingPriority -p TimeoutStartUSec {unit}"
+                "systemctl show -p Nice -p OOMScoreAdjust -p IOSchedulingPriority -p TimeoutStartUSec -p KillSignal {unit}"
             ))
             .ok()
             .stdout(),
-            format!("TimeoutStartUSec={timeout}\nOOMScoreAdjust=500\nNice=10\nIOSchedulingPriority=7\n"),
+            format!("TimeoutStartUSec={timeout}\nOOMScoreAdjust=500\nNice=10\nIOSchedulingPriority=7\nKillSignal=2\n"),
             "{unit}"
         );
     }
@@ -220,7 +220,68 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     );
     let after = renewed_at(&c, name);
     assert!(after > before, "renewed_at {before} -> {after}");
+    a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(&c, name);
     a.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// Ends the drop-in and the fault rule `stuck_snapshot_unit` sets, even when the test fails.
+struct Unstuck<'a>(&'a Node);
+
+impl Drop for Unstuck<'_> {
+    fn drop(&mut self) {
+        self.0.sh(&format!(
+            "rm -rf {DROP_IN}; systemctl daemon-reload; systemctl reset-failed box-snapshot.service
+             curl -sf -X POST http://10.200.0.1:5002/__faults -d '[]' >/dev/null; true"
+        ));
+    }
+}
+
+const DROP_IN: &str = "/run/systemd/system/box-snapshot.service.d";
+
+/// box-snapshot.service whose snapshot hangs (its restic's snapshot upload is held by the fault
+/// proxy, and the unit's start timeout is 3 s instead of 50 min): systemd ends it, the box runs
+/// on with its lease and last snapshot as they were, no restic lock is left, and the next run
+/// snapshots it.
+fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str) {
+    let a = &c.a;
+    let _unstuck = Unstuck(a);
+    a.sh(&format!(
+        "mkdir -p {DROP_IN} && printf '[Service]\nTimeoutStartSec=3s\nTimeoutStopSec=20s\nEnvironment=BOX_S3_ENDPOINT=http://10.200.0.1:5002\n' \
+           > {DROP_IN}/stuck.conf && systemctl daemon-reload
+         curl -sf -X POST http://10.200.0.1:5002/__faults -d \
+           '[{{\"method\":\"PUT\",\"path\":\"/agent-boxes/restic/snapshots/\",\"action\":\"stall_after\",\"seconds\":25,\"count\":1}}]' >/dev/null
+         ag-box exec {name} -- sh -c 'date > stuck.txt'"
+    ))
+    .ok();
+    let row = || common::box_row(a, name).unwrap_or_else(|| panic!("box {name} not in ls --json"));
+    let before = row();
+    let start = a.sh("systemctl start box-snapshot.service");
+    assert_ne!(start.code(), 0, "{}", start.stdout());
+    assert_eq!(
+        a.sh("systemctl show -p Result --value box-snapshot.service")
+            .ok()
+            .stdout()
+            .trim(),
+        "timeout"
+    );
+    let after = row();
+    assert_eq!(
+        (&after["lease"], &after["last_snapshot"]),
+        (&before["lease"], &before["last_snapshot"])
+    );
+    a.sh(&format!("systemctl is-active -q boxrun-{name}")).ok();
+    let locks = a
+        .sh("curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'")
+        .ok()
+        .stdout();
+    assert!(!locks.contains("<Key>"), "a restic lock was left: {locks}");
+    drop(_unstuck);
+    let journal = run_snapshot_unit(a, &format!("{name} "));
+    assert!(
+        journal.lines().any(|l| l.starts_with(&format!("{name} "))),
+        "no snapshot line for {name} in the journal after the stuck one:\n{journal}"
+    );
+    assert_ne!(row()["last_snapshot"], before["last_snapshot"]);
 }
 
 #[test]
