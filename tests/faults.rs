@@ -838,3 +838,56 @@ fn a_snapshot_waits_for_another_nodes_prune_then_says_who_holds_the_repository()
     drop(prune);
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
+
+/// `ag-box snapshot` told to stop (by SIGINT or SIGTERM, sent to it alone) while its restic's
+/// snapshot upload is held by the proxy: restic is told too and removes its lock before ag-box
+/// goes (Debian 12's restic does so on SIGINT only, and dies if ag-box has gone first); the box,
+/// its lease and last snapshot stay as they were.
+#[test]
+fn a_snapshot_told_to_stop_ends_its_restic_without_a_lock_left() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "told-stop";
+    c.parked_box(name);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let row = || common::box_row(&c.a, name).unwrap();
+    for signal in ["INT", "TERM"] {
+        c.a.sh(&format!(
+            "ag-box exec {name} -- sh -c 'date +%N > told.txt'"
+        ))
+        .ok();
+        let before = row();
+        let locks_before = common::restic_locks(&c.a);
+        set_faults(
+            &c.a,
+            r#"[{"method":"PUT","path":"/agent-boxes/restic/snapshots/","action":"stall_after","seconds":25,"count":1}]"#,
+        );
+        let out = via_proxy(
+            &c.a,
+            &format!(
+                "set -m  # its own process group, and SIGINT not ignored as a script's '&' has it
+                 ag-box snapshot {name} & pid=$!
+                 for i in $(seq 150); do curl -sf {PROXY}/__faults | grep -q '\"count\": 0' && break; sleep 0.1; done
+                 kill -{signal} $pid; wait $pid"
+            ),
+        );
+        set_faults(&c.a, "[]");
+        assert_code(
+            &out,
+            1,
+            &format!("interrupted by SIG{signal} before restic backup ended"),
+        );
+        let left: Vec<String> = common::restic_locks(&c.a)
+            .difference(&locks_before)
+            .cloned()
+            .collect();
+        assert!(left.is_empty(), "SIG{signal}: restic locks left: {left:?}");
+        let after = row();
+        assert_eq!(
+            (&after["lease"], &after["last_snapshot"]),
+            (&before["lease"], &before["last_snapshot"]),
+            "SIG{signal}"
+        );
+        assert!(c.active("nodeA", name), "SIG{signal}: the box stopped");
+    }
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}

@@ -255,6 +255,7 @@ fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str)
     .ok();
     let row = || common::box_row(a, name).unwrap_or_else(|| panic!("box {name} not in ls --json"));
     let before = row();
+    let locks_before = common::restic_locks(a);
     let start = a.sh("systemctl start box-snapshot.service");
     assert_ne!(start.code(), 0, "{}", start.stdout());
     assert_eq!(
@@ -270,11 +271,11 @@ fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str)
         (&before["lease"], &before["last_snapshot"])
     );
     a.sh(&format!("systemctl is-active -q boxrun-{name}")).ok();
-    let locks = a
-        .sh("curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'")
-        .ok()
-        .stdout();
-    assert!(!locks.contains("<Key>"), "a restic lock was left: {locks}");
+    let left: Vec<String> = common::restic_locks(a)
+        .difference(&locks_before)
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "restic locks left: {left:?}");
     drop(_unstuck);
     let journal = run_snapshot_unit(a, &format!("{name} "));
     assert!(

@@ -1,27 +1,61 @@
-//! Ctrl-C, `kill` and a dropped terminal during `up`: noted, not obeyed at once, so that `up`
-//! stops at the next step boundary and hands the lease back instead of dying half-way.
+//! SIGINT, SIGTERM and SIGHUP: noted instead of obeyed at once where dying would leave a mess.
+//! - `up` notes them from the start ([`arm`]), so that it stops at the next step boundary and
+//!   hands the lease back instead of dying half-way.
+//! - Every command notes them while a restic of its runs ([`Shield`]) and passes them on to that
+//!   restic as SIGINT: restic removes its repository lock on SIGINT (before 0.18, on SIGINT
+//!   only), and it says so on the pipe ag-box reads, so with ag-box gone first, that write would
+//!   kill it holding the lock. The command then stops as restic ends ([`check`]).
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use anyhow::Result;
-use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use nix::unistd::Pid;
 
 use crate::error::UserError;
 
+const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
 static CAUGHT: AtomicI32 = AtomicI32::new(0);
+/// `up` noted signals from its start: a shield ending leaves that as it is.
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// Shields up now: the last one to go gives the signals their default back.
+static SHIELDS: AtomicUsize = AtomicUsize::new(0);
+/// The restic processes running under a shield (0: a free slot).
+static RESTICS: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
 
 extern "C" fn note(signal: nix::libc::c_int) {
     CAUGHT.store(signal, Ordering::SeqCst);
+    for slot in &RESTICS {
+        let pid = slot.load(Ordering::SeqCst);
+        if pid > 0 {
+            // kill(2) is async-signal-safe; a restic already gone is no matter.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+        }
+    }
+}
+
+/// Which of [`SIGNALS`] ag-box was started with ignored (`nohup`, a script's `&`): a shield
+/// leaves those ignored.
+static IGNORED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+
+fn set(signal: Signal, handler: SigHandler) -> Option<SigHandler> {
+    let action = SigAction::new(handler, SaFlags::empty(), SigSet::empty());
+    // SAFETY: the handler only touches atomics and calls kill(2).
+    match unsafe { sigaction(signal, &action) } {
+        Ok(old) => Some(old.handler()),
+        Err(e) => {
+            tracing::debug!("not catching {signal}: {e}");
+            None
+        }
+    }
 }
 
 /// From here on SIGINT, SIGTERM and SIGHUP are noted for [`check`].
 pub fn arm() {
-    let action = SigAction::new(SigHandler::Handler(note), SaFlags::empty(), SigSet::empty());
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        // SAFETY: the handler only stores into an atomic.
-        if let Err(e) = unsafe { sigaction(signal, &action) } {
-            tracing::debug!("not catching {signal}: {e}");
-        }
+    ARMED.store(true, Ordering::SeqCst);
+    for signal in SIGNALS {
+        set(signal, SigHandler::Handler(note));
     }
 }
 
@@ -36,6 +70,51 @@ pub fn check(step: &str) -> Result<()> {
                 "run the command again when you are ready",
             )
             .into())
+        }
+    }
+}
+
+/// While it lives, signals are noted (not obeyed) and passed on to the restic it was told of.
+/// Made before the restic is started, so that no signal falls between the two.
+pub struct Shield {
+    slot: Option<usize>,
+}
+
+impl Shield {
+    pub fn new() -> Shield {
+        if SHIELDS.fetch_add(1, Ordering::SeqCst) == 0 && !ARMED.load(Ordering::SeqCst) {
+            for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
+                if set(*signal, SigHandler::Handler(note)) == Some(SigHandler::SigIgn) {
+                    ignored.store(true, Ordering::SeqCst);
+                    set(*signal, SigHandler::SigIgn);
+                }
+            }
+        }
+        Shield { slot: None }
+    }
+
+    /// The restic just started: a signal from here on reaches it too.
+    pub fn forward_to(&mut self, pid: u32) {
+        let Ok(pid) = i32::try_from(pid) else { return };
+        // More at once than slots: those restics still get what their process group gets.
+        self.slot = RESTICS.iter().position(|s| {
+            s.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
+    }
+}
+
+impl Drop for Shield {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            RESTICS[i].store(0, Ordering::SeqCst);
+        }
+        if SHIELDS.fetch_sub(1, Ordering::SeqCst) == 1 && !ARMED.load(Ordering::SeqCst) {
+            for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
+                if !ignored.load(Ordering::SeqCst) {
+                    set(*signal, SigHandler::SigDfl);
+                }
+            }
         }
     }
 }

@@ -398,11 +398,18 @@ impl Restic {
     /// password when this node's key is refused.
     fn output(&self, args: &[String]) -> Result<std::process::Output> {
         loop {
-            let out = self
+            let mut shield = interrupt::Shield::new();
+            let child = self
                 .command(args)
                 .stdin(Stdio::null())
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .with_context(|| format!("running restic {}", args[0]))?;
+            shield.forward_to(child.id());
+            let out = child.wait_with_output().context("waiting for restic")?;
+            drop(shield);
+            interrupt::check(&format!("restic {} ended", args[0]))?;
             if out.status.success()
                 || !self.refused_node_key(&String::from_utf8_lossy(&out.stderr))?
             {
@@ -436,6 +443,7 @@ impl Restic {
         let mut waiting: Option<Instant> = None;
         let mut pause = Duration::from_secs(1);
         loop {
+            let mut shield = interrupt::Shield::new();
             let mut child = self
                 .command(args)
                 .stdin(Stdio::null())
@@ -443,6 +451,7 @@ impl Restic {
                 .stderr(Stdio::piped())
                 .spawn()
                 .with_context(|| format!("running restic {}", args[0]))?;
+            shield.forward_to(child.id());
             let mut stderr = child.stderr.take().context("restic stderr")?;
             let err_reader = std::thread::spawn(move || {
                 let mut s = String::new();
@@ -456,6 +465,8 @@ impl Restic {
             }
             let status = child.wait().context("waiting for restic")?;
             let err_text = err_reader.join().unwrap_or_default();
+            drop(shield);
+            interrupt::check(&format!("restic {} ended", args[0]))?;
             let code = cmd::exit_code(status);
             if code == 0 {
                 return Ok(None);

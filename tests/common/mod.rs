@@ -213,6 +213,20 @@ impl Drop for Host {
 }
 
 /// A box's row of `ag-box ls --json` on a target.
+/// The restic locks in the rig's bucket, as the S3 server lists them.
+pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
+    let listed = t
+        .sh("curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'")
+        .ok()
+        .stdout();
+    listed
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|s| s.split("</Key>").next())
+        .map(String::from)
+        .collect()
+}
+
 pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
     let ls = t.sh("ag-box ls --json").ok().stdout();
     let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
