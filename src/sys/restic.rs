@@ -303,8 +303,12 @@ impl Restic {
     }
 
     fn command(&self, args: &[String]) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = Command::new(&self.bin);
         c.args(args);
+        // Ctrl-C and a terminal's hangup reach ag-box alone, which passes them on as SIGINT
+        // and outlives restic (`interrupt::Shield`); a SIGHUP would kill restic holding its lock.
+        c.process_group(0);
         for var in [
             "RESTIC_REPOSITORY",
             "RESTIC_PASSWORD",
@@ -594,6 +598,7 @@ impl Restic {
         for wave in batches.chunks(width) {
             let mut children = Vec::new();
             for batch in wave {
+                let mut shield = interrupt::Shield::new();
                 let child = self
                     .command(&delta::fetch_args(snapshot_id, target, batch))
                     .stdin(Stdio::null())
@@ -601,11 +606,13 @@ impl Restic {
                     .stderr(Stdio::piped())
                     .spawn()
                     .context("running restic restore")?;
-                children.push(child);
+                shield.forward_to(child.id());
+                children.push((shield, child));
             }
             let mut failed = None;
-            for child in children {
+            for (shield, child) in children {
                 let out = child.wait_with_output().context("waiting for restic")?;
+                drop(shield);
                 if !out.status.success() && failed.is_none() {
                     failed = Some(format!(
                         "restic restore failed (exit {}): {}",
@@ -614,6 +621,7 @@ impl Restic {
                     ));
                 }
             }
+            interrupt::check("restic restore ended")?;
             if let Some(why) = failed {
                 bail!(why);
             }
