@@ -395,7 +395,8 @@ fn an_up_told_to_stop_hands_the_lease_back() {
         let out = c.a.sh_env(
             &[("AG_BOX_PAUSE_AT", "up.after-lease")],
             &format!(
-                "ag-box up {name} --node nodeA & pid=$!; sleep 1; kill -{signal} $pid; wait $pid"
+                "set -m  # SIGINT not ignored, as a script's '&' has it
+                 ag-box up {name} --node nodeA & pid=$!; sleep 1; kill -{signal} $pid; wait $pid"
             ),
         );
         assert_code(
@@ -418,6 +419,19 @@ fn an_up_told_to_stop_hands_the_lease_back() {
         );
         c.a.sh(&format!("ag-box park {name}")).ok();
     }
+    // Started under nohup, a hangup does not stop it.
+    c.parked_box(name);
+    c.a.sh_env(
+        &[("AG_BOX_PAUSE_AT", "up.after-lease")],
+        &format!(
+            "set -m
+             nohup ag-box up {name} --node nodeA >/tmp/nohup-up.log 2>&1 & pid=$!; sleep 1; kill -HUP $pid; wait $pid"
+        ),
+    )
+    .ok();
+    assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
+    assert!(c.active("nodeA", name));
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
 #[test]

@@ -35,8 +35,8 @@ extern "C" fn note(signal: nix::libc::c_int) {
     }
 }
 
-/// Which of [`SIGNALS`] ag-box was started with ignored (`nohup`, a script's `&`): a shield
-/// leaves those ignored.
+/// Which of [`SIGNALS`] ag-box was started with ignored (`nohup`, a script's `&`): they stay
+/// ignored.
 static IGNORED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
 
 fn set(signal: Signal, handler: SigHandler) -> Option<SigHandler> {
@@ -51,11 +51,22 @@ fn set(signal: Signal, handler: SigHandler) -> Option<SigHandler> {
     }
 }
 
-/// From here on SIGINT, SIGTERM and SIGHUP are noted for [`check`].
+/// Notes [`SIGNALS`] from now on, but for those ag-box was started with ignored.
+fn note_all() {
+    for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
+        if set(*signal, SigHandler::Handler(note)) == Some(SigHandler::SigIgn) {
+            ignored.store(true, Ordering::SeqCst);
+            set(*signal, SigHandler::SigIgn);
+        }
+    }
+}
+
+/// From here on SIGINT, SIGTERM and SIGHUP are noted for [`check`] (unless ignored from the
+/// start: `nohup ag-box up` goes on after a hangup).
 pub fn arm() {
     ARMED.store(true, Ordering::SeqCst);
-    for signal in SIGNALS {
-        set(signal, SigHandler::Handler(note));
+    if SHIELDS.load(Ordering::SeqCst) == 0 {
+        note_all();
     }
 }
 
@@ -83,12 +94,7 @@ pub struct Shield {
 impl Shield {
     pub fn new() -> Shield {
         if SHIELDS.fetch_add(1, Ordering::SeqCst) == 0 && !ARMED.load(Ordering::SeqCst) {
-            for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
-                if set(*signal, SigHandler::Handler(note)) == Some(SigHandler::SigIgn) {
-                    ignored.store(true, Ordering::SeqCst);
-                    set(*signal, SigHandler::SigIgn);
-                }
-            }
+            note_all();
         }
         Shield { slot: None }
     }
