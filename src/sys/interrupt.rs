@@ -4,7 +4,8 @@
 //! - Every command notes them while a restic of its runs ([`Shield`]) and passes them on to that
 //!   restic as SIGINT: restic removes its repository lock on SIGINT (before 0.18, on SIGINT
 //!   only), and it says so on the pipe ag-box reads, so with ag-box gone first, that write would
-//!   kill it holding the lock. The command then stops as restic ends ([`check`]).
+//!   kill it holding the lock. The command then stops as restic ends ([`check`]). restic runs in
+//!   a process group of its own (`sys::restic`), so a terminal's Ctrl-C reaches ag-box alone.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
@@ -22,7 +23,7 @@ static ARMED: AtomicBool = AtomicBool::new(false);
 /// Shields up now: the last one to go gives the signals their default back.
 static SHIELDS: AtomicUsize = AtomicUsize::new(0);
 /// The restic processes running under a shield (0: a free slot).
-static RESTICS: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
+static RESTICS: [AtomicI32; 128] = [const { AtomicI32::new(0) }; 128];
 
 extern "C" fn note(signal: nix::libc::c_int) {
     CAUGHT.store(signal, Ordering::SeqCst);
@@ -102,7 +103,7 @@ impl Shield {
     /// The restic just started: a signal from here on reaches it too.
     pub fn forward_to(&mut self, pid: u32) {
         let Ok(pid) = i32::try_from(pid) else { return };
-        // More at once than slots: those restics still get what their process group gets.
+        // More at once than slots: those are not told (a unit's stop still reaches them).
         self.slot = RESTICS.iter().position(|s| {
             s.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
