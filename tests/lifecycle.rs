@@ -216,6 +216,8 @@ fn lifecycle(t: &dyn Target, name: &str) {
     );
     let ls = t.sh("ag-box ls --json").ok().stdout();
     assert!(ls.contains("\"lease\": null"), "{ls}");
+    // its network namespace is released with it
+    t.sh(&format!("test ! -e /run/netns/box-{name}")).ok();
 
     // wipe the project and the box's agent home; up restores both
     t.sh(&format!("rm -rf {proj} {own}")).ok();

@@ -217,7 +217,7 @@ impl Runtime {
                 // The supervisor's death takes bwrap and its pid namespace with it.
                 for signal in [Signal::SIGTERM, Signal::SIGKILL] {
                     let Some(pid) = supervisor_pid(&spec.run_dir) else {
-                        return Ok(());
+                        break;
                     };
                     let _ = kill(pid, signal);
                     let deadline = Instant::now() + STOP_TIMEOUT;

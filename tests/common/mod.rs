@@ -212,7 +212,6 @@ impl Drop for Host {
     }
 }
 
-/// A box's row of `ag-box ls --json` on a target.
 /// The restic locks in the rig's bucket, as the S3 server lists them.
 pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
     let listed = t
@@ -227,6 +226,7 @@ pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// A box's row of `ag-box ls --json` on a target.
 pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
     let ls = t.sh("ag-box ls --json").ok().stdout();
     let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
