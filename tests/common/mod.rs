@@ -200,11 +200,13 @@ impl Target for Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        // Stop any box this test left running, then remove its files.
+        // Stop any box this test left running and release its network namespace, then remove
+        // its files.
         let _ = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null; rm -rf \"$d\"; }}; done; true",
+                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null; rm -rf \"$d\"; }}; done
+                 for m in {0}/state/meta/*.json; do [ -e \"$m\" ] || continue; p=/run/netns/box-$(basename \"$m\" .json); umount -l \"$p\" 2>/dev/null; rm -f \"$p\"; done; true",
                 self.base.display()
             ))
             .status();
