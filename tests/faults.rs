@@ -890,10 +890,7 @@ fn a_snapshot_told_to_stop_ends_its_restic_without_a_lock_left() {
             1,
             &format!("interrupted by SIG{signal} before restic backup ended"),
         );
-        let left: Vec<String> = common::restic_locks(&c.a)
-            .difference(&locks_before)
-            .cloned()
-            .collect();
+        let left = common::restic_locks_added(&c.a, &locks_before);
         assert!(left.is_empty(), "SIG{signal}: restic locks left: {left:?}");
         let after = row();
         assert_eq!(

@@ -271,10 +271,7 @@ fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str)
         (&before["lease"], &before["last_snapshot"])
     );
     a.sh(&format!("systemctl is-active -q boxrun-{name}")).ok();
-    let left: Vec<String> = common::restic_locks(a)
-        .difference(&locks_before)
-        .cloned()
-        .collect();
+    let left = common::restic_locks_added(a, &locks_before);
     assert!(left.is_empty(), "restic locks left: {left:?}");
     drop(_unstuck);
     let journal = run_snapshot_unit(a, &format!("{name} "));

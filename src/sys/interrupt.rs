@@ -111,6 +111,15 @@ impl Shield {
     }
 }
 
+impl Shield {
+    /// Its restic has ended: signals are obeyed again, and one noted meanwhile stops the
+    /// command here.
+    pub fn end(self, step: &str) -> Result<()> {
+        drop(self);
+        check(step)
+    }
+}
+
 impl Drop for Shield {
     fn drop(&mut self) {
         if let Some(i) = self.slot {

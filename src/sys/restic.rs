@@ -412,8 +412,7 @@ impl Restic {
                 .with_context(|| format!("running restic {}", args[0]))?;
             shield.forward_to(child.id());
             let out = child.wait_with_output().context("waiting for restic")?;
-            drop(shield);
-            interrupt::check(&format!("restic {} ended", args[0]))?;
+            shield.end(&format!("restic {} ended", args[0]))?;
             if out.status.success()
                 || !self.refused_node_key(&String::from_utf8_lossy(&out.stderr))?
             {
@@ -469,8 +468,7 @@ impl Restic {
             }
             let status = child.wait().context("waiting for restic")?;
             let err_text = err_reader.join().unwrap_or_default();
-            drop(shield);
-            interrupt::check(&format!("restic {} ended", args[0]))?;
+            shield.end(&format!("restic {} ended", args[0]))?;
             let code = cmd::exit_code(status);
             if code == 0 {
                 return Ok(None);

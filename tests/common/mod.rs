@@ -214,6 +214,14 @@ impl Drop for Host {
     }
 }
 
+/// The restic locks there now that were not in `before` (`restic_locks`).
+pub fn restic_locks_added(
+    t: &dyn Target,
+    before: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    restic_locks(t).difference(before).cloned().collect()
+}
+
 /// The restic locks in the rig's bucket, as the S3 server lists them.
 pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
     let listed = t
