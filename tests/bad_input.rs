@@ -193,6 +193,21 @@ fn missing_tools_exit_4_and_change_nothing() {
         assert_code(&out, 4, &format!("required tool '{tool}' not found"));
         assert_eq!(world(&n), tracked, "after up without {tool}");
     }
+    // A bwrap that fails at the start: the up says what it said, and the box stays parked.
+    let path = path_without(&n, "bwrap");
+    run(
+        &n,
+        "printf '#!/bin/sh\\necho \"bwrap: Can not find source path /gone\" >&2\\nexit 1\\n' > /root/nobin-bwrap/bwrap
+         chmod +x /root/nobin-bwrap/bwrap",
+    )
+    .ok();
+    assert_code(
+        &run(&n, &format!("PATH={path} ag-box up tooltest")),
+        1,
+        "box 'tooltest' did not start (its tmux server or egress proxy never answered); \
+         it said: bwrap: Can not find source path /gone",
+    );
+    assert_eq!(world(&n), tracked, "after a bwrap that failed");
 
     // up twice: the second is a no-op; park twice: the second refuses and changes nothing
     run(&n, "ag-box up tooltest").ok();
@@ -268,7 +283,7 @@ fn a_second_command_on_a_busy_box_waits_then_names_the_holder() {
         &n,
         &format!(
             "printf \"'ag-box snapshot' (pid 42) since then\" > {state}/locks/locktest.lock
-             flock {state}/locks/locktest.lock sleep 3 >/dev/null 2>&1 &
+             flock {state}/locks/locktest.lock sleep 8 >/dev/null 2>&1 &
              sleep 0.5; BOX_LOCK_WAIT=1s ag-box up locktest"
         ),
     );
@@ -278,6 +293,11 @@ fn a_second_command_on_a_busy_box_waits_then_names_the_holder() {
         "box 'locktest' is busy on this node: 'ag-box snapshot' (pid 42) since then holds it",
     );
     assert_eq!(world(&n), before);
-    // Once the holder is gone, the same command goes through.
-    run(&n, "sleep 3; ag-box up locktest && ag-box park locktest").ok();
+    // Once the holder is gone, the same command goes through. (The holder holds long enough
+    // for a loaded machine to reach the first up's wait; this up waits it out.)
+    run(
+        &n,
+        "BOX_LOCK_WAIT=30s ag-box up locktest && ag-box park locktest",
+    )
+    .ok();
 }

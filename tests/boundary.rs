@@ -201,7 +201,8 @@ fn tampered_state_makes_exec_refuse_and_park_stop_only_the_box() {
     // process outside the box.
     let sentinel = run(
         &n,
-        "setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 0.2; pgrep -nx sleep",
+        // Its own pid (not the newest sleep: the host sees every node's processes).
+        "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!",
     )
     .ok()
     .stdout();
@@ -249,7 +250,7 @@ fn a_tampered_supervisor_pid_kills_nothing_else() {
     let out = host
         .sh(&format!(
             "real=$(cat /run/box/{name}/anchor.pid)
-             setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 0.2; s=$(pgrep -nx sleep)
+             setsid sleep 300 </dev/null >/dev/null 2>&1 & s=$!
              echo $s > /run/box/{name}/anchor.pid
              ag-box park {name} >/dev/null 2>&1; kill -0 $s && echo sentinel-alive; kill $s $real"
         ))

@@ -59,6 +59,13 @@ pub struct HomeBind {
     pub access: Access,
 }
 
+impl HomeBind {
+    /// One of the node's shared files (bound at its own path), not of the box's agent home.
+    pub fn is_node_file(&self) -> bool {
+        self.src == self.dest
+    }
+}
+
 /// The host side of a box's HOME: the node's home (shared files) and the box's agent home.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentHome {

@@ -10,7 +10,9 @@
 //!    box user, and the host's accounts stay unlisted.
 //! 3. A tmpfs HOME (handed to the box user by `__become`), then the HOME binds of
 //!    [`AgentHome::binds`], parents before children: the box's own agent dirs, the node's
-//!    credentials (read-write) and global config (read-only).
+//!    credentials (read-write) and global config (read-only). The node's files are bound with
+//!    `-try`: the operator's tools rewrite them at any time, and one gone at that instant should
+//!    leave the box without it rather than fail its start.
 //! 4. The project, read-write.
 //! 5. The box's socket dir (the only part of the run dir the box can write), the tmux config
 //!    and the ag-box binary, read-only. bwrap's info and the pids ag-box reads back stay in the
@@ -68,6 +70,8 @@ pub enum Mount {
         src: PathBuf,
         dest: PathBuf,
     },
+    /// A node file the box shares: skipped by bwrap if it is gone by then.
+    BindTry(PathBuf),
 }
 
 impl Mount {
@@ -76,7 +80,7 @@ impl Mount {
             Mount::Proc => "/proc".into(),
             Mount::Dev => "/dev".into(),
             Mount::Tmp => "/tmp".into(),
-            Mount::Tmpfs(p) | Mount::Dir(p) | Mount::RoBindTry(p) => p.clone(),
+            Mount::Tmpfs(p) | Mount::Dir(p) | Mount::RoBindTry(p) | Mount::BindTry(p) => p.clone(),
             Mount::Symlink { link, .. } => link.clone(),
             Mount::RoBind { dest, .. } | Mount::Bind { dest, .. } => dest.clone(),
         }
@@ -230,21 +234,22 @@ impl BoxSpec {
             dest: "/etc/group".into(),
         });
         m.push(Mount::Tmpfs(self.home().to_path_buf()));
-        m.extend(
-            self.agent_home
-                .binds(exists)
-                .into_iter()
-                .map(|b| match b.access {
-                    Access::ReadWrite => Mount::Bind {
-                        src: b.src,
-                        dest: b.dest,
-                    },
-                    Access::ReadOnly => Mount::RoBind {
-                        src: b.src,
-                        dest: b.dest,
-                    },
-                }),
-        );
+        m.extend(self.agent_home.binds(exists).into_iter().map(|b| {
+            match (b.access, b.is_node_file()) {
+                // The operator's tools rewrite these at any time (some by removing and
+                // writing anew): one gone at the start leaves the box without it, not down.
+                (Access::ReadWrite, true) => Mount::BindTry(b.dest),
+                (Access::ReadOnly, true) => Mount::RoBindTry(b.dest),
+                (Access::ReadWrite, false) => Mount::Bind {
+                    src: b.src,
+                    dest: b.dest,
+                },
+                (Access::ReadOnly, false) => Mount::RoBind {
+                    src: b.src,
+                    dest: b.dest,
+                },
+            }
+        }));
         m.push(Mount::Bind {
             src: self.project.clone(),
             dest: self.project.clone(),
@@ -316,6 +321,7 @@ impl BoxSpec {
                 Mount::RoBind { src, dest } => a.extend(["--ro-bind".into(), s(src), s(dest)]),
                 Mount::RoBindTry(p) => a.extend(["--ro-bind-try".into(), s(p), s(p)]),
                 Mount::Bind { src, dest } => a.extend(["--bind".into(), s(src), s(dest)]),
+                Mount::BindTry(p) => a.extend(["--bind-try".into(), s(p), s(p)]),
                 Mount::Symlink { target, link } => {
                     a.extend(["--symlink".into(), target.clone(), s(link)])
                 }
@@ -532,12 +538,48 @@ mod tests {
     }
 
     #[test]
+    fn the_nodes_shared_files_are_bound_if_still_there_over_the_boxs_own_dirs() {
+        let spec = spec();
+        let present = [
+            "/root/.claude/.credentials.json",
+            "/root/.claude/settings.json",
+        ];
+        let mounts = spec.mounts(|p| present.iter().any(|x| Path::new(x) == p));
+        let claude: Vec<Mount> = mounts
+            .into_iter()
+            .filter(|m| m.dest().starts_with("/root/.claude"))
+            .collect();
+        assert_eq!(
+            claude,
+            vec![
+                Mount::Bind {
+                    src: "/var/lib/ag-box/homes/demo/.claude".into(),
+                    dest: "/root/.claude".into()
+                },
+                Mount::BindTry("/root/.claude/.credentials.json".into()),
+                Mount::RoBindTry("/root/.claude/settings.json".into()),
+            ]
+        );
+        assert_eq!(
+            spec.bwrap_args(&claude[1..], 3)
+                .windows(3)
+                .filter(|w| w[0].ends_with("bind-try"))
+                .map(|w| w.join(" "))
+                .collect::<Vec<_>>(),
+            v(&[
+                "--bind-try /root/.claude/.credentials.json /root/.claude/.credentials.json",
+                "--ro-bind-try /root/.claude/settings.json /root/.claude/settings.json",
+            ])
+        );
+    }
+
+    #[test]
     fn nothing_of_the_host_home_but_the_shared_files_appears() {
         let spec = spec();
         let args = spec.bwrap_args(&spec.mounts(|_| true), 3);
         let sources: Vec<&String> = args
             .windows(3)
-            .filter(|w| w[0] == "--bind" || w[0] == "--ro-bind")
+            .filter(|w| w[0].starts_with("--bind") || w[0].starts_with("--ro-bind"))
             .map(|w| &w[1])
             .filter(|src| src.starts_with("/root/"))
             .collect();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
@@ -123,6 +123,7 @@ impl Runtime {
         nix: bool,
     ) -> Result<()> {
         let bwrap = cmd::require("bwrap")?;
+        let since = SystemTime::now();
         prepare_run_dir(spec, nix)?;
         match spec.netns() {
             Some(pin) => netns::create(&pin).map_err(|e| {
@@ -153,7 +154,7 @@ impl Runtime {
             }
             Runtime::Direct => spawn_supervisor(spec, &anchor, memory_max)?,
         }
-        self.wait_ready(spec)
+        self.wait_ready(spec, since)
     }
 
     /// The box's tmux server answers a client inside the box (never one on the host: a box
@@ -169,7 +170,7 @@ impl Runtime {
     }
 
     /// The box's tmux server answers, and so does its proxy when it has one.
-    fn wait_ready(self, spec: &BoxSpec) -> Result<()> {
+    fn wait_ready(self, spec: &BoxSpec, since: SystemTime) -> Result<()> {
         let started = Instant::now();
         while started.elapsed() < READY_TIMEOUT {
             let proxy_up = spec
@@ -192,15 +193,40 @@ impl Runtime {
             Runtime::Systemd => format!("see 'journalctl -u {}'", unit::unit_name(&spec.name)),
             Runtime::Direct => format!("see {}", spec.run_dir.join("anchor.log").display()),
         };
+        let said = self.last_words(spec, since);
         let _ = self.stop(spec);
         Err(UserError::failed(
             format!(
-                "box '{}' did not start (its tmux server or egress proxy never answered)",
-                spec.name
+                "box '{}' did not start (its tmux server or egress proxy never answered){}",
+                spec.name,
+                said.map(|l| format!("; it said: {l}")).unwrap_or_default()
             ),
             hint,
         )
         .into())
+    }
+
+    /// The last line the box's anchor (bwrap, tmux) wrote since `since`, if any: why it died.
+    fn last_words(self, spec: &BoxSpec, since: SystemTime) -> Option<String> {
+        let text = match self {
+            Runtime::Systemd => {
+                let secs = since.duration_since(UNIX_EPOCH).ok()?.as_secs();
+                // The unit's own output only (systemd's lines about it are its PID 1's).
+                let unit = format!("_SYSTEMD_UNIT={}.service", unit::unit_name(&spec.name));
+                cmd::output(Command::new(cmd::which("journalctl")?).args([
+                    "--no-pager",
+                    "-o",
+                    "cat",
+                    "-n",
+                    "20",
+                    &format!("--since=@{secs}"),
+                    &unit,
+                ]))
+                .ok()?
+            }
+            Runtime::Direct => fs::read_to_string(spec.run_dir.join("anchor.log")).ok()?,
+        };
+        Some(cmd::last_line(&text).to_string()).filter(|l| !l.is_empty())
     }
 
     /// Stop the box's whole process tree and wait until it is gone.
