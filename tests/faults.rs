@@ -386,6 +386,12 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
         .ok();
 }
 
+/// Shell that waits (up to 10 s) until the command whose stderr goes to `log` has reached its
+/// `AG_BOX_PAUSE_AT` point: a signal sent then lands in the pause, however slow the machine.
+fn at_pause(log: &str) -> String {
+    format!("for i in $(seq 200); do grep -qs 'pausing at' {log} && break; sleep 0.05; done")
+}
+
 #[test]
 fn an_up_told_to_stop_hands_the_lease_back() {
     let Some(c) = Cluster::get() else { return };
@@ -396,7 +402,10 @@ fn an_up_told_to_stop_hands_the_lease_back() {
             &[("AG_BOX_PAUSE_AT", "up.after-lease")],
             &format!(
                 "set -m  # SIGINT not ignored, as a script's '&' has it
-                 ag-box up {name} --node nodeA & pid=$!; sleep 1; kill -{signal} $pid; wait $pid"
+                 rm -f /tmp/stopped-up.err; ag-box up {name} --node nodeA 2>/tmp/stopped-up.err & pid=$!
+                 {}
+                 kill -{signal} $pid; wait $pid; rc=$?; cat /tmp/stopped-up.err >&2; exit $rc",
+                at_pause("/tmp/stopped-up.err")
             ),
         );
         assert_code(
@@ -425,7 +434,10 @@ fn an_up_told_to_stop_hands_the_lease_back() {
         &[("AG_BOX_PAUSE_AT", "up.after-lease")],
         &format!(
             "set -m
-             nohup ag-box up {name} --node nodeA >/tmp/nohup-up.log 2>&1 & pid=$!; sleep 1; kill -HUP $pid; wait $pid"
+             rm -f /tmp/nohup-up.log; nohup ag-box up {name} --node nodeA >/tmp/nohup-up.log 2>&1 & pid=$!
+             {}
+             kill -HUP $pid; wait $pid",
+            at_pause("/tmp/nohup-up.log")
         ),
     )
     .ok();

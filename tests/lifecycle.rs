@@ -39,6 +39,23 @@ fn lifecycle(t: &dyn Target, name: &str) {
     assert_eq!(row["path"], proj);
     assert!(row["pinned_node"].is_string(), "{row}");
 
+    // A bwrap that fails at the start (a stand-in that says why, as bwrap does): the up says
+    // what it said, and the box and its record stay as they were.
+    let bad = format!("{home}/badbin-{name}");
+    let failed = t.sh(&format!(
+        "mkdir -p {bad} && printf '#!/bin/sh\\necho \"bwrap: Can not find source path /gone\" >&2\\nexit 1\\n' > {bad}/bwrap
+         chmod +x {bad}/bwrap; PATH={bad}:$PATH ag-box up {name}; rc=$?; rm -rf {bad}; exit $rc"
+    ));
+    assert_code(
+        &failed,
+        1,
+        &format!(
+            "box '{name}' did not start (its tmux server or egress proxy never answered); \
+             it said: bwrap: Can not find source path /gone"
+        ),
+    );
+    assert_eq!(common::box_row(t, name).unwrap(), row);
+
     // up: unit active, tmux answers with session main in the project
     t.sh_env(&mem, &format!("ag-box up {name}")).ok();
     if t.systemd() {

@@ -179,11 +179,8 @@ impl Runtime {
             if proxy_up && self.answers(spec) {
                 return Ok(());
             }
-            // A unit that died early will not come back: stop waiting.
-            if self == Runtime::Systemd
-                && started.elapsed() > Duration::from_secs(1)
-                && !self.is_active(spec)
-            {
+            // A unit or supervisor that died early will not come back: stop waiting.
+            if started.elapsed() > Duration::from_secs(1) && !self.is_active(spec) {
                 break;
             }
             // Each probe is a process or two: a short pause answers an up sooner.
