@@ -184,9 +184,15 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
             "tmux -S /run/box/bnd/sock/tmux.sock detach-client -s main -E 'touch {marker}; id -un > /tmp/e-ran'"
         ),
     );
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(
+        inside(
+            &n,
+            name,
+            "for i in $(seq 100); do test -s /tmp/e-ran && break; sleep 0.1; done; cat /tmp/e-ran"
+        ),
+        "ag-box-client\n"
+    );
     assert_code(&run(&n, &format!("test -e {marker}")), 1, "");
-    assert_eq!(inside(&n, name, "cat /tmp/e-ran"), "ag-box-client\n");
     run(&n, &format!("tmux -L outer-{name} kill-server; true")).ok();
     run(&n, &format!("ag-box park {name}")).ok();
 }
