@@ -38,7 +38,10 @@ moto_log="${BOX_TEST_BASE:-/srv/boxtest}/moto.log"
 # and waited five seconds.
 vanished() { tail -n +"$(($1 + 1))" "$moto_log" | grep -c 'restic/locks/.* 404' || true; }
 s3_cpu() { awk -v t="$(getconf CLK_TCK)" '{ print ($14 + $15) / t }' "/proc/$moto_pid/stat"; }
-alone=0 all=0 small=0 cpu=0 s3=0 stalls=0
+# One run unmeasured first: each run plans how many snapshots run at once by what the run before
+# it measured, as the hourly runs do.
+churn; on "ag-box snapshot --active" >/dev/null 2>&1
+alone=0 all=0 small=0 cpu=0 s3=0 stalls=0 at_once=0 busy=0
 for r in $(seq "$ROUNDS"); do
   churn; a=$(timed "ag-box snapshot snap-$BOXES")
   churn; m=$(s3_cpu); lines=$(wc -l < "$moto_log")
@@ -46,6 +49,8 @@ for r in $(seq "$ROUNDS"); do
   s3=$(echo "$s3 + $(s3_cpu) - $m" | bc)
   stalls=$((stalls + $(vanished "$lines")))
   cpu=$(echo "$cpu + $(on "awk '{ print \$1 + \$2 }' /tmp/active.cpu")" | bc)
+  last=$(on "ag-box status --json" | python3 -c 'import json,sys; r=json.load(sys.stdin)["last_active_run"]; print(r["at_once"], r["cores_busy"])')
+  at_once=$(echo "$at_once + ${last% *}" | bc); busy=$(echo "$busy + ${last#* }" | bc -l)
   c=$(timed "ag-box snapshot snap-1")   # nothing new: the fixed cost of one snapshot
   alone=$(echo "$alone + $a" | bc); all=$(echo "$all + $b" | bc); small=$(echo "$small + $c" | bc)
 done
@@ -55,6 +60,8 @@ printf '%-52s %8.2f\n' "snapshot of the largest box alone ($((BOXES * 4)) MB)" "
 printf '%-52s %8.2f\n' "snapshot --active of all $BOXES boxes ($((BOXES * (BOXES + 1) * 2)) MB)" "$(echo "$all / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "ratio (goal: at most 1.5)" "$(echo "$all / $alone" | bc -l)"
 printf '%-52s %8d\n' "  restic lock checks that met a removed lock (5 s)" "$stalls"
+printf '%-52s %8.1f\n' "  snapshots at once" "$(echo "$at_once / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "  how busy the cores were (goal 0.75)" "$(echo "$busy / $ROUNDS" | bc -l)"
 # What bounds it from below on this machine: the CPU the run needs, spread over every core.
 printf '%-52s %8.2f\n' "  CPU of ag-box and restic during --active" "$(echo "$cpu / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "  CPU of the S3 server during --active" "$(echo "$s3 / $ROUNDS" | bc -l)"

@@ -572,8 +572,9 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     );
     assert_ne!(renewed(kept), before, "the kept box's lease was renewed");
     assert_eq!(c.holder(taken).as_deref(), Some("nodeA"));
-    // What the run measured, for the next to plan by and for `status`: each box's seconds, and
-    // the most memory one of its processes took (an ag-box or a restic).
+    // What the run measured, for the next to plan by and for `status`: each box's seconds, the
+    // most memory one of its processes took (an ag-box or a restic), how many ran at once and
+    // how busy the cores were.
     let status: serde_json::Value =
         serde_json::from_str(&c.b.sh("ag-box status --json").ok().stdout()).unwrap();
     let last = &status["last_active_run"];
@@ -581,7 +582,9 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     assert!(
         [kept, taken].contains(&last["longest_box"].as_str().unwrap())
             && last["longest_seconds"].as_f64().unwrap() > 0.0
-            && last["peak_memory"].as_u64().unwrap() > 16 << 20,
+            && last["peak_memory"].as_u64().unwrap() > 16 << 20
+            && last["at_once"] == 2
+            && (0.0..=1.0).contains(&last["cores_busy"].as_f64().unwrap()),
         "{last}"
     );
     assert!(

@@ -80,7 +80,7 @@ fn snapshot_active(
         active::width(
             std::thread::available_parallelism().map_or(2, usize::from),
             available_memory(),
-            last.peak_memory,
+            &last,
         )
     } else {
         1
@@ -91,13 +91,26 @@ fn snapshot_active(
         names.len(),
         ordered.join(" ")
     );
+    let mut cpus = sysinfo::System::new().ok();
+    if let Some(sys) = &mut cpus {
+        sys.refresh_cpu_usage();
+    }
     let (outcomes, seconds) = snapshot_in_parallel(&ordered, width, accept_partial)?;
+    let busy = cpus.map_or(0.0, |mut sys| {
+        sys.refresh_cpu_usage();
+        f64::from(sys.global_cpu_usage()) / 100.0
+    });
     let kept = peak_memory().and_then(|peak_memory| {
         keep_last_run(
             state_dir,
             &LastRun {
                 peak_memory,
                 seconds: ordered.iter().cloned().zip(seconds).collect(),
+                width: active::waves(ordered.len(), width)
+                    .first()
+                    .copied()
+                    .unwrap_or(0),
+                busy,
             },
         )
     });

@@ -46,6 +46,10 @@ struct ActiveRun {
     longest_seconds: Option<f64>,
     /// Bytes: the most one of its processes (an ag-box or a restic) took.
     peak_memory: u64,
+    /// The most snapshots that ran at once, and how busy all cores were meanwhile (0 to 1):
+    /// the next run plans its width by them.
+    at_once: usize,
+    cores_busy: f64,
 }
 
 fn last_active_run(ctx: &Ctx) -> Option<ActiveRun> {
@@ -57,6 +61,8 @@ fn last_active_run(ctx: &Ctx) -> Option<ActiveRun> {
         longest_box: longest.map(|l| l.0.to_string()),
         longest_seconds: longest.map(|l| l.1),
         peak_memory: run.peak_memory,
+        at_once: run.width,
+        cores_busy: run.busy,
     })
 }
 
@@ -211,9 +217,11 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
     out!("snapshot timer: {}", s.timer);
     if let Some(r) = &s.last_active_run {
         out!(
-            "last --active: {}, {} boxes{}, at most {} MiB per process",
+            "last --active: {}, {} boxes, {} at once (cores {:.0}% busy){}, at most {} MiB per process",
             r.at,
             r.boxes,
+            r.at_once,
+            r.cores_busy * 100.0,
             match (&r.longest_box, r.longest_seconds) {
                 (Some(b), Some(t)) => format!(", longest {b} ({t:.1} s)"),
                 _ => String::new(),

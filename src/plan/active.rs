@@ -14,6 +14,12 @@ pub struct LastRun {
     pub peak_memory: u64,
     /// Seconds each box's snapshot took.
     pub seconds: BTreeMap<String, f64>,
+    /// The most snapshots that ran at once (0: not measured, a file of an older ag-box).
+    #[serde(default)]
+    pub width: usize,
+    /// How busy all the node's cores were meanwhile, 0 to 1: its S3 server and agents count too.
+    #[serde(default)]
+    pub busy: f64,
 }
 
 impl LastRun {
@@ -26,17 +32,31 @@ impl LastRun {
     }
 }
 
-/// How many snapshots run at once: four per core (they mostly wait on the store and on
-/// restic's lock check), but no more than half the memory available holds, each an ag-box and
-/// its restic at the run's peak before (0: none measured yet): the agents keep theirs.
-pub fn width(cores: usize, available: Option<u64>, peak: u64) -> usize {
-    let by_cores = 4 * cores.max(1);
+/// How busy a run should keep the cores: busier, and the snapshots wait on each other for CPU
+/// (restic's lock check then meets locks removed as it reads them, restic #1523); idler, and
+/// they wait on the store one after the other.
+const BUSY_GOAL: f64 = 0.75;
+
+/// How many snapshots run at once. Four per core at first; then as many as the last run shows
+/// would keep the cores [`BUSY_GOAL`] busy: a store far away leaves them idle while each
+/// snapshot waits on it, so more run side by side; a store on the node (or busy agents) leaves
+/// room for fewer. Between one and eight per core, and no more than half the memory available
+/// holds, each an ag-box and its restic at the run's peak before: the agents keep theirs.
+pub fn width(cores: usize, available: Option<u64>, last: &LastRun) -> usize {
+    let cores = cores.max(1);
+    let by_cpu = if last.width > 0 && last.busy > 0.0 {
+        let scaled = (last.width as f64 * BUSY_GOAL / last.busy).round();
+        // In range, so the cast cannot truncate.
+        scaled.clamp(cores as f64, (8 * cores) as f64) as usize
+    } else {
+        4 * cores
+    };
     match available {
-        Some(available) if peak > 0 => {
-            let fit = available / 2 / (2 * peak);
-            by_cores.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
+        Some(available) if last.peak_memory > 0 => {
+            let fit = available / 2 / (2 * last.peak_memory);
+            by_cpu.min(usize::try_from(fit).unwrap_or(usize::MAX).max(1))
         }
-        _ => by_cores,
+        _ => by_cpu,
     }
 }
 
@@ -77,22 +97,64 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
+    fn ran(width: usize, busy: f64, peak_memory: u64) -> LastRun {
+        LastRun {
+            peak_memory,
+            width,
+            busy,
+            ..LastRun::default()
+        }
+    }
+
     #[test]
-    fn four_per_core_within_half_the_memory_available() {
+    fn four_per_core_at_first_within_half_the_memory_available() {
         const MB: u64 = 1 << 20;
-        assert_eq!(width(2, Some(4096 * MB), 0), 8, "no figure yet");
-        assert_eq!(width(2, None, 100 * MB), 8, "no memory figure");
-        assert_eq!(width(2, Some(4096 * MB), 100 * MB), 8);
-        assert_eq!(width(2, Some(2000 * MB), 100 * MB), 5);
-        assert_eq!(width(4, Some(8000 * MB), 100 * MB), 16);
-        assert_eq!(width(2, Some(100 * MB), 150 * MB), 1, "one at least");
+        let first = |peak| ran(0, 0.0, peak);
+        assert_eq!(width(2, Some(4096 * MB), &first(0)), 8, "no figure yet");
+        assert_eq!(width(2, None, &first(100 * MB)), 8, "no memory figure");
+        assert_eq!(width(2, Some(4096 * MB), &first(100 * MB)), 8);
+        assert_eq!(width(2, Some(2000 * MB), &first(100 * MB)), 5);
+        assert_eq!(width(4, Some(8000 * MB), &first(100 * MB)), 16);
+        assert_eq!(
+            width(2, Some(100 * MB), &first(150 * MB)),
+            1,
+            "one at least"
+        );
+        assert_eq!(
+            width(2, Some(2000 * MB), &ran(5, 0.1, 100 * MB)),
+            5,
+            "memory before CPU"
+        );
+    }
+
+    #[test]
+    fn then_as_many_as_keep_the_cores_three_quarters_busy() {
+        // A store far away: 5 at once kept 2 cores a quarter busy.
+        assert_eq!(width(2, None, &ran(5, 0.25, 0)), 15);
+        // A store on the node: 5 at once kept them all busy.
+        assert_eq!(width(2, None, &ran(5, 1.0, 0)), 4);
+        assert_eq!(
+            width(2, None, &ran(6, 0.75, 0)),
+            6,
+            "as busy as it should be"
+        );
+        assert_eq!(
+            width(2, None, &ran(5, 0.01, 0)),
+            16,
+            "eight per core at most"
+        );
+        assert_eq!(width(2, None, &ran(1, 1.0, 0)), 2, "one per core at least");
+        assert_eq!(
+            width(1, None, &ran(0, 0.5, 0)),
+            4,
+            "a run that measured no width"
+        );
     }
 
     #[test]
     fn the_longest_first_and_a_new_box_before_them() {
         let names: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
         let last = LastRun {
-            peak_memory: 0,
             seconds: [
                 ("a", 0.2),
                 ("b", 1.5),
@@ -102,6 +164,7 @@ mod tests {
             ]
             .map(|(n, s)| (n.to_string(), s))
             .into(),
+            ..LastRun::default()
         };
         assert_eq!(order(&names, &last), ["d", "b", "e", "a", "c"]);
         assert_eq!(last.longest(), Some(("gone", 9.0)));
