@@ -214,7 +214,10 @@ fn lifecycle(t: &dyn Target, name: &str) {
         "ag-box exec {name} -- sh -c 'echo {{}} > {sess}/s2-{name}.jsonl'"
     ))
     .ok();
-    t.sh(&format!("ag-box snapshot {name}")).ok();
+    let taken = t.sh(&format!("ag-box snapshot {name}")).ok().stdout();
+    // Nothing new since: the same snapshot, and the line says so.
+    let again = t.sh(&format!("ag-box snapshot {name}")).ok().stdout();
+    assert_eq!(again, format!("{} unchanged\n", taken.trim_end()));
 
     // park: the unit is gone and the lease released
     t.sh(&format!("ag-box park {name}")).ok();

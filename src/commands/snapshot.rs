@@ -17,6 +17,9 @@ use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
 
+/// Ends a box's line when it had nothing new: no snapshot was taken (nor a restic run).
+const UNCHANGED: &str = " unchanged";
+
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
@@ -46,12 +49,14 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         });
         match taken {
             Ok(t) => {
-                out!(
-                    "{} {}{}",
-                    meta.name,
-                    t.snapshot.id,
-                    if t.forked.is_some() { " fork" } else { "" }
-                );
+                let note = if t.forked.is_some() {
+                    " fork"
+                } else if t.unchanged {
+                    UNCHANGED
+                } else {
+                    ""
+                };
+                out!("{} {}{note}", meta.name, t.snapshot.id);
                 outcomes.push(if t.forked.is_some() {
                     Outcome::Forked
                 } else {
@@ -95,7 +100,7 @@ fn snapshot_active(
     if let Some(sys) = &mut cpus {
         sys.refresh_cpu_usage();
     }
-    let (outcomes, seconds) = snapshot_in_parallel(&ordered, width, accept_partial)?;
+    let (outcomes, seconds, backups) = snapshot_in_parallel(&ordered, width, accept_partial)?;
     let busy = cpus.map_or(0.0, |mut sys| {
         sys.refresh_cpu_usage();
         f64::from(sys.global_cpu_usage()) / 100.0
@@ -110,6 +115,7 @@ fn snapshot_active(
                     .first()
                     .copied()
                     .unwrap_or(0),
+                quickest_backup: backups.into_iter().reduce(f64::min),
                 busy,
             },
         )
@@ -136,15 +142,17 @@ enum Outcome {
 /// and its reading costs that check five seconds (restic #1523, still so in 0.19): with a
 /// sliding window, a box starting as another ends did so in about one run in five on the rig.
 ///
-/// Returns each box's outcome and the seconds it took.
+/// Returns each box's outcome and the seconds it took, and the seconds of those that ran a
+/// restic backup (they had something new).
 fn snapshot_in_parallel(
     names: &[String],
     width: usize,
     accept_partial: bool,
-) -> Result<(Vec<Outcome>, Vec<f64>)> {
+) -> Result<(Vec<Outcome>, Vec<f64>, Vec<f64>)> {
     let exe = host::own_exe();
     let mut outcomes = vec![Outcome::Failed; names.len()];
     let mut seconds = vec![0.0; names.len()];
+    let mut backups = Vec::new();
     let mut running: Vec<(usize, Instant, std::process::Child)> = Vec::new();
     let mut waves = active::waves(names.len(), width).into_iter();
     let mut next = 0;
@@ -180,7 +188,11 @@ fn snapshot_in_parallel(
                     if let Some(mut o) = child.stdout.take() {
                         let _ = o.read_to_string(&mut text);
                     }
-                    out!("{}", text.trim_end());
+                    let text = text.trim_end();
+                    out!("{text}");
+                    if status.success() && !text.ends_with(UNCHANGED) {
+                        backups.push(seconds[i]);
+                    }
                     outcomes[i] = match cmd::exit_code(status) {
                         0 => Outcome::Taken,
                         3 => Outcome::Forked,
@@ -194,7 +206,7 @@ fn snapshot_in_parallel(
         }
         running = still;
     }
-    Ok((outcomes, seconds))
+    Ok((outcomes, seconds, backups))
 }
 
 /// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).

@@ -29,6 +29,8 @@ pub struct Taken {
     pub digest_before: String,
     /// The lease epoch this node holds (the snapshot may be older, when nothing changed).
     pub epoch: u64,
+    /// Nothing changed since the box's last snapshot: none was taken, the lease was renewed.
+    pub unchanged: bool,
 }
 
 const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
@@ -309,6 +311,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
         forked,
         digest_before,
         epoch,
+        unchanged: false,
     })
 }
 
@@ -361,5 +364,6 @@ fn renew_only(
         forked: None,
         digest_before,
         epoch,
+        unchanged: true,
     })
 }

@@ -17,6 +17,10 @@ pub struct LastRun {
     /// The most snapshots that ran at once (0: not measured, a file of an older ag-box).
     #[serde(default)]
     pub width: usize,
+    /// Seconds of the quickest snapshot that ran a restic backup (a box with nothing new runs
+    /// none).
+    #[serde(default)]
+    pub quickest_backup: Option<f64>,
     /// How busy all the node's cores were meanwhile, 0 to 1: its S3 server and agents count too.
     #[serde(default)]
     pub busy: f64,
@@ -32,22 +36,25 @@ impl LastRun {
     }
 }
 
-/// How busy a run should keep the cores: busier, and the snapshots wait on each other for CPU
-/// (restic's lock check then meets locks removed as it reads them, restic #1523); idler, and
-/// they wait on the store one after the other.
-const BUSY_GOAL: f64 = 0.75;
+/// A run whose quickest snapshot took this long mostly waited on the store: its wave's lock
+/// checks were over long before the first of it ended.
+const WAITED_ON_THE_STORE: f64 = 1.0;
+/// A run whose cores were this busy had no CPU to spare for more at once.
+const BUSY: f64 = 0.75;
 
-/// How many snapshots run at once. Four per core at first; then as many as the last run shows
-/// would keep the cores [`BUSY_GOAL`] busy: a store far away leaves them idle while each
-/// snapshot waits on it, so more run side by side; a store on the node (or busy agents) leaves
-/// room for fewer. Between one and eight per core, and no more than half the memory available
-/// holds, each an ag-box and its restic at the run's peak before: the agents keep theirs.
+/// How many snapshots run at once. Four per core, and eight when the run before shows they
+/// mostly waited on the store (a store far away: its quickest backup took a second or more)
+/// with the cores idle enough ([`BUSY`]). Short backups many at once meet restic #1523: a
+/// restic that reads the locks as another removes its own waits five seconds, and the idle
+/// time that makes looks like room for more. No more than half the memory available holds,
+/// each an ag-box and its restic at the run's peak before: the agents keep theirs.
 pub fn width(cores: usize, available: Option<u64>, last: &LastRun) -> usize {
     let cores = cores.max(1);
-    let by_cpu = if last.width > 0 && last.busy > 0.0 {
-        let scaled = (last.width as f64 * BUSY_GOAL / last.busy).round();
-        // In range, so the cast cannot truncate.
-        scaled.clamp(cores as f64, (8 * cores) as f64) as usize
+    let waited = last
+        .quickest_backup
+        .is_some_and(|s| s >= WAITED_ON_THE_STORE);
+    let by_cpu = if waited && last.busy > 0.0 && last.busy < BUSY {
+        8 * cores
     } else {
         4 * cores
     };
@@ -97,19 +104,25 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    fn ran(width: usize, busy: f64, peak_memory: u64) -> LastRun {
+    /// A run whose boxes took `seconds`, with the cores `busy`.
+    fn ran(seconds: &[f64], busy: f64, peak_memory: u64) -> LastRun {
         LastRun {
             peak_memory,
-            width,
+            seconds: seconds
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("b{i}"), *s))
+                .collect(),
+            width: seconds.len(),
+            quickest_backup: seconds.iter().copied().reduce(f64::min),
             busy,
-            ..LastRun::default()
         }
     }
 
     #[test]
-    fn four_per_core_at_first_within_half_the_memory_available() {
+    fn four_per_core_within_half_the_memory_available() {
         const MB: u64 = 1 << 20;
-        let first = |peak| ran(0, 0.0, peak);
+        let first = |peak| ran(&[], 0.0, peak);
         assert_eq!(width(2, Some(4096 * MB), &first(0)), 8, "no figure yet");
         assert_eq!(width(2, None, &first(100 * MB)), 8, "no memory figure");
         assert_eq!(width(2, Some(4096 * MB), &first(100 * MB)), 8);
@@ -121,33 +134,43 @@ mod tests {
             "one at least"
         );
         assert_eq!(
-            width(2, Some(2000 * MB), &ran(5, 0.1, 100 * MB)),
+            width(2, Some(2000 * MB), &ran(&[1.6, 2.0], 0.3, 100 * MB)),
             5,
-            "memory before CPU"
+            "memory before the store"
         );
     }
 
     #[test]
-    fn then_as_many_as_keep_the_cores_three_quarters_busy() {
-        // A store far away: 5 at once kept 2 cores a quarter busy.
-        assert_eq!(width(2, None, &ran(5, 0.25, 0)), 15);
-        // A store on the node: 5 at once kept them all busy.
-        assert_eq!(width(2, None, &ran(5, 1.0, 0)), 4);
+    fn eight_per_core_when_the_snapshots_mostly_waited_on_the_store() {
+        assert_eq!(width(2, None, &ran(&[1.6, 2.9, 1.8], 0.56, 0)), 16);
         assert_eq!(
-            width(2, None, &ran(6, 0.75, 0)),
-            6,
-            "as busy as it should be"
+            width(2, None, &ran(&[0.4, 0.7, 5.6], 0.2, 0)),
+            8,
+            "quick ones, however idle a stall left the cores"
         );
         assert_eq!(
-            width(2, None, &ran(5, 0.01, 0)),
+            width(2, None, &ran(&[1.6, 2.9], 0.8, 0)),
+            8,
+            "no CPU to spare"
+        );
+        assert_eq!(
+            width(2, None, &ran(&[1.6, 2.9], 0.0, 0)),
+            8,
+            "how busy not measured"
+        );
+        let unchanged_too = LastRun {
+            quickest_backup: None,
+            ..ran(&[0.3, 0.4], 0.1, 0)
+        };
+        assert_eq!(width(2, None, &unchanged_too), 8, "no backup measured");
+        let unchanged_quick = LastRun {
+            quickest_backup: Some(1.6),
+            ..ran(&[0.3, 1.6, 2.0], 0.3, 0)
+        };
+        assert_eq!(
+            width(2, None, &unchanged_quick),
             16,
-            "eight per core at most"
-        );
-        assert_eq!(width(2, None, &ran(1, 1.0, 0)), 2, "one per core at least");
-        assert_eq!(
-            width(1, None, &ran(0, 0.5, 0)),
-            4,
-            "a run that measured no width"
+            "boxes with nothing new run no restic: their time does not count"
         );
     }
 
