@@ -103,7 +103,7 @@ for ms in 0 25; do
     END { printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "snapshot --active, 10 boxes" where, all, "the largest box alone (goal <= 1.5)", alone, all / alone >> f
           printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  its CPU (ag-box, restic, S3 server) / cores", floor, "the largest box alone", alone, floor / alone >> f
           printf "%-52s %8d  %-44s %8s %6s\n", "  restic lock checks meeting a removed lock (5 s)", stalls, "-", "", "" >> f
-          printf "%-52s %8.1f  %-44s %8.2f %6s\n", "  snapshots at once", at_once, "how busy the cores were (goal 0.75)", busy, "" >> f }'
+          printf "%-52s %8.1f  %-44s %8.2f %6s\n", "  snapshots at once", at_once, "how busy the cores were (wider under 0.75)", busy, "" >> f }'
 done
 
 echo "reference project: $size (files, sessions); restic $(/opt/restic-trixie/usr/bin/restic version | cut -d' ' -f2) on both nodes; $(nproc) cores"

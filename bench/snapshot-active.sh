@@ -61,7 +61,7 @@ printf '%-52s %8.2f\n' "snapshot --active of all $BOXES boxes ($((BOXES * (BOXES
 printf '%-52s %8.2f\n' "ratio (goal: at most 1.5)" "$(echo "$all / $alone" | bc -l)"
 printf '%-52s %8d\n' "  restic lock checks that met a removed lock (5 s)" "$stalls"
 printf '%-52s %8.1f\n' "  snapshots at once" "$(echo "$at_once / $ROUNDS" | bc -l)"
-printf '%-52s %8.2f\n' "  how busy the cores were (goal 0.75)" "$(echo "$busy / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "  how busy the cores were (8 per core under 0.75)" "$(echo "$busy / $ROUNDS" | bc -l)"
 # What bounds it from below on this machine: the CPU the run needs, spread over every core.
 printf '%-52s %8.2f\n' "  CPU of ag-box and restic during --active" "$(echo "$cpu / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "  CPU of the S3 server during --active" "$(echo "$s3 / $ROUNDS" | bc -l)"

@@ -177,7 +177,8 @@ fn snapshot_in_parallel(
                 next += 1;
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // A look costs a waitpid per snapshot; a run ends this much after its last snapshot.
+        std::thread::sleep(Duration::from_millis(10));
         let mut still = Vec::new();
         for (i, started, mut child) in running {
             match child.try_wait()? {
