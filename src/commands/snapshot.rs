@@ -11,14 +11,11 @@ use anyhow::{Context, Result};
 use super::{Ctx, egress};
 use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
-use crate::lifecycle::snapshot::take;
+use crate::lifecycle::snapshot::{Taken, take};
 use crate::plan::active::{self, LastRun};
 use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
-
-/// Ends a box's line when it had nothing new: no snapshot was taken (nor a restic run).
-const UNCHANGED: &str = " unchanged";
 
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -49,19 +46,9 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         });
         match taken {
             Ok(t) => {
-                let note = if t.forked.is_some() {
-                    " fork"
-                } else if t.unchanged {
-                    UNCHANGED
-                } else {
-                    ""
-                };
-                out!("{} {}{note}", meta.name, t.snapshot.id);
-                outcomes.push(if t.forked.is_some() {
-                    Outcome::Forked
-                } else {
-                    Outcome::Taken
-                });
+                let outcome = Outcome::of(&t);
+                out!("{} {}{}", meta.name, t.snapshot.id, outcome.note());
+                outcomes.push(outcome);
             }
             Err(e) => return Err(e),
         }
@@ -96,26 +83,23 @@ fn snapshot_active(
         names.len(),
         ordered.join(" ")
     );
-    let mut cpus = sysinfo::System::new().ok();
-    if let Some(sys) = &mut cpus {
-        sys.refresh_cpu_usage();
-    }
-    let (outcomes, seconds, backups) = snapshot_in_parallel(&ordered, width, accept_partial)?;
-    let busy = cpus.map_or(0.0, |mut sys| {
-        sys.refresh_cpu_usage();
-        f64::from(sys.global_cpu_usage()) / 100.0
-    });
+    let waves = active::waves(ordered.len(), width);
+    let (ran, busy) = with_cores_busy(|| snapshot_in_parallel(&ordered, &waves, accept_partial));
+    let (outcomes, seconds) = ran?;
+    let quickest_backup = outcomes
+        .iter()
+        .zip(&seconds)
+        .filter(|(o, _)| **o == Outcome::Taken)
+        .map(|(_, s)| *s)
+        .reduce(f64::min);
     let kept = peak_memory().and_then(|peak_memory| {
         keep_last_run(
             state_dir,
             &LastRun {
                 peak_memory,
                 seconds: ordered.iter().cloned().zip(seconds).collect(),
-                width: active::waves(ordered.len(), width)
-                    .first()
-                    .copied()
-                    .unwrap_or(0),
-                quickest_backup: backups.into_iter().reduce(f64::min),
+                width: waves.first().copied().unwrap_or(0),
+                quickest_backup,
                 busy,
             },
         )
@@ -129,11 +113,34 @@ fn snapshot_active(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Taken,
+    /// Nothing new since the box's last snapshot: none was taken (nor a restic run).
+    Unchanged,
     Forked,
     Failed,
 }
 
-/// Every box, in [`active::waves`] of at most `width`: each by `ag-box snapshot <box>` of its
+impl Outcome {
+    fn of(t: &Taken) -> Outcome {
+        if t.forked.is_some() {
+            Outcome::Forked
+        } else if t.unchanged {
+            Outcome::Unchanged
+        } else {
+            Outcome::Taken
+        }
+    }
+
+    /// What ends the box's line on stdout.
+    fn note(self) -> &'static str {
+        match self {
+            Outcome::Forked => " fork",
+            Outcome::Unchanged => " unchanged",
+            Outcome::Taken | Outcome::Failed => "",
+        }
+    }
+}
+
+/// Every box, in `waves` ([`active::waves`]): each by `ag-box snapshot <box>` of its
 /// own (its own lock, renew and restic), its output passed on as it ends; with a restic before
 /// 0.18, one at a time.
 ///
@@ -142,19 +149,17 @@ enum Outcome {
 /// and its reading costs that check five seconds (restic #1523, still so in 0.19): with a
 /// sliding window, a box starting as another ends did so in about one run in five on the rig.
 ///
-/// Returns each box's outcome and the seconds it took, and the seconds of those that ran a
-/// restic backup (they had something new).
+/// Returns each box's outcome and the seconds it took.
 fn snapshot_in_parallel(
     names: &[String],
-    width: usize,
+    waves: &[usize],
     accept_partial: bool,
-) -> Result<(Vec<Outcome>, Vec<f64>, Vec<f64>)> {
+) -> Result<(Vec<Outcome>, Vec<f64>)> {
     let exe = host::own_exe();
     let mut outcomes = vec![Outcome::Failed; names.len()];
     let mut seconds = vec![0.0; names.len()];
-    let mut backups = Vec::new();
     let mut running: Vec<(usize, Instant, std::process::Child)> = Vec::new();
-    let mut waves = active::waves(names.len(), width).into_iter();
+    let mut waves = waves.iter().copied();
     let mut next = 0;
     while next < names.len() || !running.is_empty() {
         let running_for: Vec<Duration> = running.iter().map(|(_, t, _)| t.elapsed()).collect();
@@ -191,10 +196,8 @@ fn snapshot_in_parallel(
                     }
                     let text = text.trim_end();
                     out!("{text}");
-                    if status.success() && !text.ends_with(UNCHANGED) {
-                        backups.push(seconds[i]);
-                    }
                     outcomes[i] = match cmd::exit_code(status) {
+                        0 if text.ends_with(Outcome::Unchanged.note()) => Outcome::Unchanged,
                         0 => Outcome::Taken,
                         3 => Outcome::Forked,
                         code => {
@@ -207,7 +210,7 @@ fn snapshot_in_parallel(
         }
         running = still;
     }
-    Ok((outcomes, seconds, backups))
+    Ok((outcomes, seconds))
 }
 
 /// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).
@@ -222,6 +225,20 @@ pub fn last_run(state_dir: &Path) -> Option<(LastRun, SystemTime)> {
 
 fn keep_last_run(state_dir: &Path, run: &LastRun) -> Result<()> {
     atomic::write(&state_dir.join(LAST_RUN), &serde_json::to_vec(run)?, 0o644)
+}
+
+/// `f`'s result, and how busy all the node's cores were while it ran (0 to 1; 0: unknown).
+fn with_cores_busy<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let mut cpus = sysinfo::System::new().ok();
+    if let Some(sys) = &mut cpus {
+        sys.refresh_cpu_usage();
+    }
+    let result = f();
+    let busy = cpus.map_or(0.0, |mut sys| {
+        sys.refresh_cpu_usage();
+        f64::from(sys.global_cpu_usage()) / 100.0
+    });
+    (result, busy)
 }
 
 fn available_memory() -> Option<u64> {
