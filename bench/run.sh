@@ -100,7 +100,11 @@ for ms in 0 25; do
     /met a removed lock/ { stalls = $NF }
     /snapshots at once/ { at_once = $NF }
     /how busy the cores/ { busy = $NF }
+    /plain restic backup of the largest/ { p_alone = $NF }
+    /plain restic backups of all/ { p_all = $NF }
     END { printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "snapshot --active, 10 boxes" where, all, "the largest box alone (goal <= 1.5)", alone, all / alone >> f
+          printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  10 plain restic backups side by side", p_all, "one plain restic backup, the largest box", p_alone, p_all / p_alone >> f
+          printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  snapshot --active, 10 boxes", all, "10 plain restic backups side by side", p_all, all / p_all >> f
           printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "  its CPU (ag-box, restic, S3 server) / cores", floor, "the largest box alone", alone, floor / alone >> f
           printf "%-52s %8d  %-44s %8s %6s\n", "  restic lock checks meeting a removed lock (5 s)", stalls, "-", "", "" >> f
           printf "%-52s %8.1f  %-44s %8.2f %6s\n", "  snapshots at once", at_once, "how busy the cores were (wider under 0.75)", busy, "" >> f }'

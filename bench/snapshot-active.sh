@@ -47,18 +47,42 @@ for r in $(seq "$ROUNDS"); do
   churn; m=$(s3_cpu); lines=$(wc -l < "$moto_log")
   b=$(timed "/usr/bin/time -f '%U %S' -o /tmp/active.cpu ag-box snapshot --active")
   s3=$(echo "$s3 + $(s3_cpu) - $m" | bc)
-  stalls=$((stalls + $(vanished "$lines")))
+  v=$(vanished "$lines"); stalls=$((stalls + v))
+  echo "round $r: alone $a, --active $b, lock reads that met a removed lock $v" >&2
   cpu=$(echo "$cpu + $(on "awk '{ print \$1 + \$2 }' /tmp/active.cpu")" | bc)
   last=$(on "ag-box status --json" | python3 -c 'import json,sys; r=json.load(sys.stdin)["last_active_run"]; print(r["at_once"], r["cores_busy"])')
   at_once=$(echo "$at_once + ${last% *}" | bc); busy=$(echo "$busy + ${last#* }" | bc -l)
   c=$(timed "ag-box snapshot snap-1")   # nothing new: the fixed cost of one snapshot
   alone=$(echo "$alone + $a" | bc); all=$(echo "$all + $b" | bc); small=$(echo "$small + $c" | bc)
 done
+# The same churn saved by plain restic backups with the node's key, outside ag-box: the largest
+# box alone, then every box side by side. Their ratio is what this store and restic allow ten
+# snapshots at once, whatever runs them.
+on "set -a; . /root/.config/box/env; set +a; $ENDPOINT
+  python3 - /var/lib/ag-box/restic-node-key.json > /root/plain.env <<'PY'
+import json, os, shlex, sys
+key = json.load(open(sys.argv[1]))
+env = {k: os.environ[k] for k in ('AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY')}
+env['RESTIC_REPOSITORY'] = 's3:%s/%s/restic' % (os.environ['BOX_S3_ENDPOINT'], os.environ['BOX_BUCKET'])
+env['RESTIC_PASSWORD'], env['RESTIC_KEY_HINT'] = key['password'], key['id']
+print('\\n'.join('export %s=%s' % (k, shlex.quote(v)) for k, v in env.items()))
+PY"
+plain=". /root/plain.env; b() { /opt/box/bin/restic backup -q --host plain --tag plain /srv/snap-\$1 >/dev/null; }"
+p_alone=0 p_all=0
+for r in $(seq "$ROUNDS"); do
+  churn; a=$(timed "$plain; b $BOXES")
+  churn; b=$(timed "$plain; for i in \$(seq $BOXES); do b \$i & done; wait")
+  echo "round $r: plain restic alone $a, side by side $b" >&2
+  p_alone=$(echo "$p_alone + $a" | bc); p_all=$(echo "$p_all + $b" | bc)
+done
 printf '%-52s %8s\n' "case (mean of $ROUNDS, $(nproc) cores, store $((2 * MS)) ms away)" "seconds"
 printf '%-52s %8.2f\n' "snapshot of the smallest box, unchanged (fixed cost)" "$(echo "$small / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "snapshot of the largest box alone ($((BOXES * 4)) MB)" "$(echo "$alone / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "snapshot --active of all $BOXES boxes ($((BOXES * (BOXES + 1) * 2)) MB)" "$(echo "$all / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "ratio (goal: at most 1.5)" "$(echo "$all / $alone" | bc -l)"
+printf '%-52s %8.2f\n' "plain restic backup of the largest box alone" "$(echo "$p_alone / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "plain restic backups of all $BOXES side by side" "$(echo "$p_all / $ROUNDS" | bc -l)"
+printf '%-52s %8.2f\n' "ratio (what this store and restic allow)" "$(echo "$p_all / $p_alone" | bc -l)"
 printf '%-52s %8d\n' "  restic lock checks that met a removed lock (5 s)" "$stalls"
 printf '%-52s %8.1f\n' "  snapshots at once" "$(echo "$at_once / $ROUNDS" | bc -l)"
 printf '%-52s %8.2f\n' "  how busy the cores were (8 per core under 0.75)" "$(echo "$busy / $ROUNDS" | bc -l)"

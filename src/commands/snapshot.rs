@@ -13,6 +13,7 @@ use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::{Taken, take};
 use crate::plan::active::{self, LastRun};
+use crate::plan::names;
 use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
@@ -20,40 +21,39 @@ use crate::sys::{atomic, cmd, host};
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
-    let boxes = match &args.name {
-        Some(name) => vec![ctx.tracked(name)?.meta],
-        None => ctx.active_boxes()?,
+    // The boxes running here, as this node's runtime knows them: each snapshot reads its own
+    // record, so no store read stands before the first one starts.
+    let names: Vec<String> = match &args.name {
+        Some(name) => vec![ctx.tracked(name)?.meta.name],
+        None => ctx
+            .running_here()
+            .into_iter()
+            .filter(|n| names::validate(n).is_ok())
+            .collect(),
     };
-    if boxes.is_empty() {
+    if names.is_empty() {
         say!("no active boxes on this node, skipping");
         return Ok(());
     }
     restic.ensure_repo()?;
-    if boxes.len() > 1 {
-        let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
+    if names.len() > 1 {
         return snapshot_active(&ctx, &restic, &names, args.accept_partial);
     }
     let world = ctx.world(&restic);
     let mut outcomes = Vec::new();
-    for meta in &boxes {
-        let taken = ctx.lock_box(&meta.name, "snapshot").and_then(|_lock| {
-            let current = ctx.tracked(&meta.name)?.meta;
+    for name in &names {
+        let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
+            let current = ctx.tracked(name)?;
             // A policy change that could not reach this node (it was unreachable) lands now.
-            if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current)) {
-                tracing::warn!("box '{}': network policy not applied: {e:#}", meta.name);
+            if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
+                tracing::warn!("box '{name}': network policy not applied: {e:#}");
             }
             take(&world, &current, args.accept_partial)
-        });
-        match taken {
-            Ok(t) => {
-                let outcome = Outcome::of(&t);
-                out!("{} {}{}", meta.name, t.snapshot.id, outcome.note());
-                outcomes.push(outcome);
-            }
-            Err(e) => return Err(e),
-        }
+        })?;
+        let outcome = Outcome::of(&taken);
+        out!("{name} {}{}", taken.snapshot.id, outcome.note());
+        outcomes.push(outcome);
     }
-    let names: Vec<String> = boxes.iter().map(|m| m.name.clone()).collect();
     conclude(&names, outcomes)
 }
 

@@ -92,7 +92,8 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
     let spec = ctx.spec(&meta);
     let taken = crate::sys::agent_home::ensure(&spec)
         .and_then(|()| crate::sys::agent_home::reown_project(&spec))
-        .and_then(|()| crate::lifecycle::snapshot::take(&ctx.world(&restic), &meta, false));
+        .and_then(|()| ctx.tracked(name))
+        .and_then(|stored| crate::lifecycle::snapshot::take(&ctx.world(&restic), &stored, false));
     match taken {
         Ok(t) => {
             ctx.record_event(

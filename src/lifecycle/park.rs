@@ -15,9 +15,10 @@ use crate::sys::{crash, digest};
 /// the lease.
 pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     let _lock = w.lock(name, "park")?;
-    let meta = w.tracked(name)?.meta;
+    let stored = w.tracked(name)?;
+    let meta = &stored.meta;
     let here = w.config.node.clone();
-    let spec = w.spec(&meta);
+    let spec = w.spec(meta);
     let running = w.runtime.is_active(&spec);
     let ours = meta.lease.as_ref().is_some_and(|l| l.node == here);
     if !running && !ours {
@@ -30,7 +31,7 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
     let (taken, kept_manifest) = std::thread::scope(|s| {
         let kept = s.spawn(|| CopyManifest::load(&w.config.state_dir, name));
         (
-            snapshot::take(w, &meta, accept_partial),
+            snapshot::take(w, &stored, accept_partial),
             kept.join().ok().flatten(),
         )
     });
@@ -57,7 +58,7 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
             final_manifest = Some(manifest);
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
-            let now = w.tracked(name)?.meta;
+            let now = w.tracked(name)?;
             taken = snapshot::take(w, &now, accept_partial).map_err(|e| {
                 e.context(format!(
                     "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"

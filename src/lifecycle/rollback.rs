@@ -19,7 +19,8 @@ use crate::sys::restic::short;
 /// Roll box `name` back to `to`; returns the snapshot of the state it replaced.
 pub fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
     let lock = w.lock(name, "rollback")?;
-    let meta = w.tracked(name)?.meta;
+    let stored = w.tracked(name)?;
+    let meta = &stored.meta;
     let here = w.config.node.clone();
     let replaced = match &meta.lease {
         None => {
@@ -28,14 +29,14 @@ pub fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
             replaced
         }
         Some(l) if l.node == here => {
-            let spec = w.spec(&meta);
+            let spec = w.spec(meta);
             let running = w.runtime.is_active(&spec);
             w.repo.ensure_repo()?;
             if running {
                 w.runtime.stop(&spec)?;
             }
             // Stopped, so the snapshot is all of it and the copy is known to equal it.
-            let taken = snapshot::take(w, &meta, false).map_err(|e| {
+            let taken = snapshot::take(w, &stored, false).map_err(|e| {
                 e.context(format!(
                     "box '{name}': the snapshot before the rollback failed; nothing was rolled back{}",
                     if running { format!(" (the box is stopped: 'ag-box up {name}' starts it again)") } else { String::new() }

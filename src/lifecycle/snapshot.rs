@@ -14,7 +14,7 @@ use crate::plan::sandbox::BoxSpec;
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
-use crate::store::{Step, update};
+use crate::store::{Step, Stored, update_from};
 use crate::sys::bundle as sys_bundle;
 use crate::sys::copy_state::CopyManifest;
 use crate::sys::copy_state::CopyState;
@@ -198,7 +198,8 @@ fn partial(name: &str, why: &str) -> UserError {
 /// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
 /// (unreadable files, a missing or emptied project) never becomes the box's latest unless
 /// `accept_partial`.
-pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
+pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+    let meta = &stored.meta;
     let node = &w.config.node;
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
     if !accept_partial && let Some(why) = partial_before(meta, &copy) {
@@ -221,7 +222,7 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
     tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
         // Nothing to save: the lease is renewed with the snapshot it has.
-        return renew_only(w, meta, epoch, last, digest_before, accept_partial);
+        return renew_only(w, stored, epoch, last, digest_before, accept_partial);
     }
     // A stopped box does not change while it is saved: what is saved is what the digest says.
     let digest = (!running).then(|| digest_before.clone());
@@ -254,7 +255,8 @@ pub fn take(w: &World, meta: &Meta, accept_partial: bool) -> Result<Taken> {
     };
     let forked = if holding {
         let ttl = w.config.lease_ttl;
-        update(w.store, &meta.name, |m| {
+        // The record as read before the backup: rewritten meanwhile, the write conflicts.
+        update_from(w.store, &meta.name, Some(stored.clone()), |m| {
             Ok(
                 match lease::renew(m, node, epoch, Some(snapshot.clone()), now, ttl) {
                     Ok(next) => Step::Write(next, None),
@@ -326,16 +328,17 @@ fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<Snap
 
 fn renew_only(
     w: &World,
-    meta: &Meta,
+    stored: &Stored,
     epoch: u64,
     last: SnapshotRef,
     digest_before: String,
     accept_partial: bool,
 ) -> Result<Taken> {
+    let meta = &stored.meta;
     let node = &w.config.node;
     let now = SystemTime::now();
     let ttl = w.config.lease_ttl;
-    let forked = update(w.store, &meta.name, |m| {
+    let forked = update_from(w.store, &meta.name, Some(stored.clone()), |m| {
         Ok(
             match lease::renew(m, node, epoch, m.last_snapshot.clone(), now, ttl) {
                 Ok(next) => Step::Write(next, None),
@@ -352,7 +355,7 @@ fn renew_only(
             ..copy
         }
         .save(&w.config.state_dir, &meta.name)?;
-        return take(w, meta, accept_partial);
+        return take(w, stored, accept_partial);
     }
     tracing::info!(
         "box '{}': unchanged since snapshot {}; lease renewed",

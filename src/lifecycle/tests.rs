@@ -317,7 +317,11 @@ impl Node {
     }
 
     fn meta(&self) -> Meta {
-        self.store.get("demo").unwrap().unwrap().meta
+        self.stored().meta
+    }
+
+    fn stored(&self) -> crate::store::Stored {
+        self.store.get("demo").unwrap().unwrap()
     }
 
     fn copy(&self) -> CopyState {
@@ -342,7 +346,7 @@ impl Node {
         .unwrap();
         let w = self.world();
         agent_home::ensure(&w.spec(&meta)).unwrap();
-        snapshot::take(&w, &meta, false).unwrap();
+        snapshot::take(&w, &self.stored(), false).unwrap();
         park::park(&w, "demo", false).unwrap();
     }
 
@@ -855,19 +859,19 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
     // The first up handed the project to the box user: that is a change.
-    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
     let backups = n.repo.next.get();
     let last = n.meta().last_snapshot.unwrap().id;
     let renewed = n.meta().lease.unwrap().renewed_at;
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let taken = snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    let taken = snapshot::take(&n.world(), &n.stored(), false).unwrap();
     assert_eq!((taken.snapshot.id, n.repo.next.get()), (last, backups));
     assert_ne!(n.meta().lease.unwrap().renewed_at, renewed, "renewed");
     // A change is saved; saved once, it is not saved again.
     n.write("f.txt", "v2");
-    let taken = snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    let taken = snapshot::take(&n.world(), &n.stored(), false).unwrap();
     assert_eq!(n.repo.next.get(), backups + 1);
-    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
     assert_eq!(n.repo.next.get(), backups + 1, "unchanged since it began");
     assert_eq!(n.meta().last_snapshot.unwrap().id, taken.snapshot.id);
 }
@@ -878,7 +882,7 @@ fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
     n.write("f.txt", "work");
-    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
     // The node went down with the box; another took it and parked a newer state.
     n.runtime.active.borrow_mut().clear();
     n.changed_elsewhere();
@@ -904,10 +908,10 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
             .contains(&"--ignore-inode".into())
     };
     n.write("f.txt", "work");
-    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
     assert!(ignores_inodes(), "restored files all have new inodes");
     n.write("f.txt", "more work");
-    snapshot::take(&n.world(), &n.meta(), false).unwrap();
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
     assert!(
         !ignores_inodes(),
         "its parent was taken of these very files"

@@ -150,11 +150,23 @@ pub fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bo
 pub fn update<T>(
     store: &dyn MetaStore,
     name: &str,
+    decide: impl FnMut(&Meta) -> Result<Step<T>>,
+) -> Result<T> {
+    update_from(store, name, None, decide)
+}
+
+/// `update`, deciding first on `read`, a record read earlier: a write on a version that moved
+/// on since conflicts and reads again, so it costs a round trip only when it changed.
+pub fn update_from<T>(
+    store: &dyn MetaStore,
+    name: &str,
+    mut read: Option<Stored>,
     mut decide: impl FnMut(&Meta) -> Result<Step<T>>,
 ) -> Result<T> {
     for _ in 0..MAX_ATTEMPTS {
-        let Some(stored) = store.get(name)? else {
-            return Err(unknown_box(name).into());
+        let stored = match read.take() {
+            Some(s) => s,
+            None => store.get(name)?.ok_or_else(|| unknown_box(name))?,
         };
         match decide(&stored.meta)? {
             Step::Keep(out) => return Ok(out),
@@ -296,5 +308,34 @@ mod tests {
         });
         assert!(out.is_err());
         assert_eq!(store.get("c").unwrap().unwrap().meta, before);
+    }
+
+    #[test]
+    fn an_update_from_a_record_that_moved_on_decides_again_on_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        create(&store, Meta::sample("d")).unwrap().unwrap();
+        let read = store.get("d").unwrap().unwrap();
+        let flip = |m: &Meta| {
+            Ok(Step::Write(
+                Meta {
+                    nix: !m.nix,
+                    ..m.clone()
+                },
+                m.nix,
+            ))
+        };
+        // Someone else wrote between our read and our write.
+        update(&store, "d", flip).unwrap();
+        let seen = update_from(&store, "d", Some(read.clone()), flip).unwrap();
+        assert_eq!(
+            (seen, store.get("d").unwrap().unwrap().meta.nix),
+            (true, false),
+            "decided on the record as it is now, not as it was read"
+        );
+        // Unchanged since the read, the write lands on it.
+        let read = store.get("d").unwrap().unwrap();
+        assert!(!update_from(&store, "d", Some(read), flip).unwrap());
+        assert!(store.get("d").unwrap().unwrap().meta.nix);
     }
 }
