@@ -94,7 +94,7 @@ bench/store.sh 200 5 | awk -v f="$rows" '
                       printf "%-52s %8.2f  %-44s %8.2f %6.2f\n", "status, 200 records, store 50 ms away", $10, "ls (goal <= 1.5)", $8, $10 / $8 >> f }'
 for ms in 0 25; do
   bench/snapshot-active.sh 10 3 "$ms" | awk -v f="$rows" -v where="$([ "$ms" = 0 ] && echo "" || echo ", store 50 ms away")" '
-    /largest box alone/ { alone = $NF }
+    /^snapshot of the largest box alone/ { alone = $NF }
     /--active of all/   { all = $NF }
     /so at least/       { floor = $NF }
     /met a removed lock/ { stalls = $NF }
