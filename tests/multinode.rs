@@ -697,9 +697,16 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         .stdout(),
         "v2\nnew\nkept\nb-secret\nb-own\n{\"session\":1}\n{\"session\":2}\n0\n700\n"
     );
-    // And back to 0.14 the same way, but through restic: a hard link travels only there.
+    // And back to 0.14 the same way, but through restic, what B published being lost (a park
+    // cut off before it published): a hard link travels only there, and modes changed alone
+    // come by `restic ls` (restic diff says nothing of them). The node's dirs above the box's
+    // keep theirs.
+    let root_mode = c.a.sh("stat -c %a /root").ok().stdout().trim().to_string();
     c.b.sh(&format!(
-        "ag-box exec {name} -- sh -c 'echo v3 > src/main.txt; ln src/main.txt hard.txt' && ag-box park {name}"
+        "set -e; chmod 751 /root
+         ag-box exec {name} -- sh -c 'echo v3 > src/main.txt; ln src/main.txt hard.txt; chmod 640 kept.txt; chmod 750 src'
+         ag-box park {name}; chmod {root_mode} /root
+         curl -sf -X DELETE --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/agent-boxes/deltas/{name}.bundle"
     ))
     .ok();
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
@@ -711,11 +718,11 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     );
     assert_eq!(
         c.a.sh(&format!(
-            "cd /root/{name}; cat src/main.txt hard.txt; stat -c %h hard.txt"
+            "cd /root/{name}; cat src/main.txt hard.txt; stat -c %h hard.txt; stat -c %a kept.txt src /root"
         ))
         .ok()
         .stdout(),
-        "v3\nv3\n2\n"
+        format!("v3\nv3\n2\n640\n750\n{root_mode}\n")
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
 }

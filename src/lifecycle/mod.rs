@@ -17,7 +17,7 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::error::UserError;
 use crate::plan::agent_home::{self, AgentHome};
-use crate::plan::delta::Change;
+use crate::plan::delta::{Change, Listed};
 use crate::plan::egress::BoxPolicy;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
@@ -45,8 +45,9 @@ pub trait Repo {
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
-    /// What changed from snapshot `from` to `to` (`restic diff`).
-    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>>;
+    /// What changed from snapshot `from` to `to` (`restic diff`), and every file and dir of
+    /// `to` with its mode and owner (`restic ls`).
+    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)>;
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
     /// The repository's master key, as `plan::restic_key::master_keys` holds it.

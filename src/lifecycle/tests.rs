@@ -15,7 +15,7 @@ use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
-use crate::plan::delta::{Change, DirAttrs, Published};
+use crate::plan::delta::{Change, DirAttrs, Listed, Published};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::{self, timestamp};
 use crate::store::local::LocalStore;
@@ -81,6 +81,30 @@ struct FakeRepo {
 }
 
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
+/// Every file and dir under `tree`, as `restic ls` lists them (their paths under `at`).
+fn list_tree(tree: &Path, at: &Path, out: &mut Vec<Listed>) {
+    use std::os::unix::fs::MetadataExt;
+    for entry in fs::read_dir(tree).unwrap() {
+        let entry = entry.unwrap();
+        let m = entry.path().symlink_metadata().unwrap();
+        let path = at.join(entry.file_name());
+        if m.is_dir() || m.is_file() {
+            out.push(Listed {
+                attrs: DirAttrs {
+                    path: path.clone(),
+                    mode: m.mode() & 0o7777,
+                    uid: m.uid(),
+                    gid: m.gid(),
+                },
+                dir: m.is_dir(),
+            });
+        }
+        if m.is_dir() {
+            list_tree(&entry.path(), &path, out);
+        }
+    }
+}
+
 fn diff_trees(a: &Path, b: &Path, at: &Path, out: &mut Vec<Change>) {
     let names = |d: &Path| -> BTreeSet<std::ffi::OsString> {
         fs::read_dir(d)
@@ -190,14 +214,16 @@ impl Repo for FakeRepo {
         anyhow::ensure!(ok.success(), "restoring {id}");
         Ok(())
     }
-    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>> {
+    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
         anyhow::ensure!(
             !self.diff_fails.get(),
             "restic diff: the connection was lost"
         );
         let mut out = Vec::new();
         diff_trees(&self.tree(from), &self.tree(to), Path::new("/"), &mut out);
-        Ok(out)
+        let mut listed = Vec::new();
+        list_tree(&self.tree(to), Path::new("/"), &mut listed);
+        Ok((out, listed))
     }
     fn restore_only(&self, id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         self.fetched
@@ -702,6 +728,45 @@ fn a_park_publishes_what_changed_since_the_restore_with_the_contents() {
             ],
             "edited after the restorenew here".to_string()
         )
+    );
+}
+
+#[test]
+fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let n = Node::new();
+    fs::create_dir_all(n.project().join("keys")).unwrap();
+    n.write("run.sh", "#!/bin/sh");
+    n.write("same.txt", "unchanged");
+    n.parked();
+    // Elsewhere, only modes changed: restic diff (without --metadata) says nothing of them.
+    let from = n.meta().last_snapshot.unwrap().id;
+    let there = n.repo.tree("there");
+    cp(&n.repo.tree(&from), &there);
+    let project = there.join(n.project().strip_prefix("/").unwrap());
+    let chmod = |p: &Path, mode| fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    chmod(&project.join("run.sh"), 0o755);
+    chmod(&project.join("keys"), 0o2700);
+    // The node's dir above the project, as the snapshot holds it: not the box's to set.
+    let above = n.project().parent().unwrap().to_path_buf();
+    let above_mode = fs::metadata(&above).unwrap().mode() & 0o7777;
+    chmod(&there.join(above.strip_prefix("/").unwrap()), 0o777);
+    n.point_at("there");
+    n.repo.in_place.set(true);
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(
+        *n.repo.fetched.borrow(),
+        [("there".to_string(), vec![n.project().join("run.sh")])]
+    );
+    assert!(n.repo.in_place_calls.borrow().is_empty(), "a delta");
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(
+        (
+            mode(&n.project().join("run.sh")),
+            mode(&n.project().join("keys")),
+            mode(&above)
+        ),
+        (0o755, 0o2700, above_mode)
     );
 }
 

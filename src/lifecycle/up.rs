@@ -421,7 +421,8 @@ fn plan_delta(w: &World, from: &str, s: &SnapshotRef, roots: &[PathBuf]) -> Opti
         return None;
     }
     match w.repo.changes(from, &s.id) {
-        Ok(changes) => delta::plan(&changes, roots),
+        Ok((changes, listed)) => delta::plan(&changes, roots)
+            .and_then(|d| delta::with_attrs(d, &listed, roots, &restore::mode_and_owner)),
         Err(e) => {
             tracing::warn!(
                 "could not list what changed from snapshot {} to {}: {e:#}",

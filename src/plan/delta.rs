@@ -7,9 +7,10 @@
 //! The changes become two lists of subtrees: those to remove, and those to fetch from B whole
 //! (restic restores a path's subtree when the path is included). A path whose ancestor is in
 //! either list is covered by it. A directory whose own mode or owner changed gets them set
-//! where the parking node published them ([`Published::dirs`]); `restic diff` does not say
-//! which of a dir's metadata changed (its time does as children come and go), so a delta from
-//! it leaves dirs as they are.
+//! where the parking node published them ([`Published::dirs`]). `restic diff` says nothing of
+//! modes and owners (its `--metadata` flags every file saved on another node, whose inode and
+//! ctime differ), so a delta from it also compares `restic ls` of the snapshot with the copy
+//! ([`with_attrs`]): a file whose mode or owner differs is fetched, a dir gets them set.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -118,6 +119,112 @@ pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
         }
     }
     bounded(delta.fetch, delta.remove, Vec::new())
+}
+
+/// A file or dir of a snapshot, as `restic ls --json` lists it (symlinks and the rest are left
+/// out: their mode is not set apart from them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub attrs: DirAttrs,
+    pub dir: bool,
+}
+
+/// `restic ls --json <snapshot>`: every entry of it, with its mode and owner.
+pub fn ls_args(snapshot: &str) -> Vec<String> {
+    ["ls", "--json", "--no-lock", snapshot]
+        .map(String::from)
+        .to_vec()
+}
+
+/// A file or dir of a `restic ls --json` line; its mode as `stat` has it (Go keeps the set-id
+/// and sticky bits apart from the permission bits).
+pub fn parse_ls_line(line: &str) -> Option<Listed> {
+    #[derive(Deserialize)]
+    struct Node {
+        struct_type: String,
+        #[serde(rename = "type")]
+        kind: String,
+        path: PathBuf,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    }
+    const GO_SETUID: u32 = 1 << 23;
+    const GO_SETGID: u32 = 1 << 22;
+    const GO_STICKY: u32 = 1 << 20;
+    let n: Node = serde_json::from_str(line).ok()?;
+    let dir = match n.kind.as_str() {
+        "dir" => true,
+        "file" => false,
+        _ => return None,
+    };
+    if n.struct_type != "node" {
+        return None;
+    }
+    let special = [
+        (GO_SETUID, 0o4000),
+        (GO_SETGID, 0o2000),
+        (GO_STICKY, 0o1000),
+    ]
+    .iter()
+    .filter(|(go, _)| n.mode & go != 0)
+    .fold(0, |acc, (_, unix)| acc | unix);
+    Some(Listed {
+        attrs: DirAttrs {
+            path: n.path,
+            mode: (n.mode & 0o777) | special,
+            uid: n.uid,
+            gid: n.gid,
+        },
+        dir,
+    })
+}
+
+/// An entry's mode (permission bits as `stat` has them), uid and gid.
+pub type ModeAndOwner = (u32, u32, u32);
+
+/// `delta`, plus what `listed` (every file and dir of the snapshot) holds inside `roots` with
+/// another mode or owner than the copy has (`ours`: mode, uid, gid; None where the copy has
+/// nothing): such a file is fetched, such a dir gets them set. The dirs above the roots are
+/// the node's, not the box's. What `delta` fetches or removes is left to it. None past
+/// [`MAX_CHANGES`].
+pub fn with_attrs(
+    delta: Delta,
+    listed: &[Listed],
+    roots: &[PathBuf],
+    ours: &dyn Fn(&Path) -> Option<ModeAndOwner>,
+) -> Option<Delta> {
+    let Delta {
+        mut fetch,
+        remove,
+        mut dirs,
+    } = delta;
+    let left: std::collections::BTreeSet<&Path> =
+        fetch.iter().chain(&remove).map(PathBuf::as_path).collect();
+    let mut found = Vec::new();
+    for l in listed {
+        let a = &l.attrs;
+        if !roots.iter().any(|r| a.path.starts_with(r))
+            || a.path.ancestors().any(|p| left.contains(p))
+        {
+            continue;
+        }
+        match ours(&a.path) {
+            Some(o) if o != (a.mode, a.uid, a.gid) => found.push(l),
+            _ => {}
+        }
+        if fetch.len() + dirs.len() + found.len() > MAX_CHANGES {
+            return None;
+        }
+    }
+    for l in found {
+        if l.dir {
+            dirs.push(l.attrs.clone());
+        } else {
+            fetch.push(l.attrs.path.clone());
+        }
+    }
+    bounded(fetch, remove, dirs)
 }
 
 /// The outermost of `fetch` and of `remove` (less what a fetch covers), and the `dirs` no fetch
@@ -523,6 +630,89 @@ mod tests {
         ];
         let parsed: Vec<Change> = lines.iter().filter_map(|l| parse_diff_line(l)).collect();
         assert_eq!(parsed, [Change::new("/src/we[i]rd*?/x\\y", "M")]);
+    }
+
+    #[test]
+    fn parses_restic_ls_json_with_set_id_and_sticky_bits_as_stat_has_them() {
+        // As restic 0.18 printed them (0.14 prints the same, without message_type and inode).
+        let lines = [
+            r#"{"time":"2026-12-01T02:32:55Z","paths":["/p"],"id":"27","short_id":"27","message_type":"snapshot","struct_type":"snapshot"}"#,
+            r#"{"name":"g","type":"dir","path":"/p/g","uid":1000,"gid":1000,"mode":2152727032,"permissions":"dgtrwxrwx---","message_type":"node","struct_type":"node"}"#,
+            r#"{"name":"l","type":"symlink","path":"/p/g/l","uid":0,"gid":1000,"mode":134218239,"permissions":"Lrwxrwxrwx","struct_type":"node"}"#,
+            r#"{"name":"x","type":"file","path":"/p/g/x","uid":0,"gid":1000,"size":2,"mode":8389101,"permissions":"urwxr-xr-x","struct_type":"node"}"#,
+        ];
+        let parsed: Vec<Listed> = lines.iter().filter_map(|l| parse_ls_line(l)).collect();
+        let attrs = |path: &str, mode, uid, gid| DirAttrs {
+            path: PathBuf::from(path),
+            mode,
+            uid,
+            gid,
+        };
+        assert_eq!(
+            parsed,
+            [
+                Listed {
+                    attrs: attrs("/p/g", 0o3770, 1000, 1000),
+                    dir: true
+                },
+                Listed {
+                    attrs: attrs("/p/g/x", 0o4755, 0, 1000),
+                    dir: false
+                },
+            ]
+        );
+        assert_eq!(ls_args("abc"), ["ls", "--json", "--no-lock", "abc"]);
+    }
+
+    #[test]
+    fn modes_and_owners_that_differ_inside_the_roots_are_fetched_or_set() {
+        let entry = |path: &str, mode, dir| Listed {
+            attrs: DirAttrs {
+                path: PathBuf::from(path),
+                mode,
+                uid: 1000,
+                gid: 1000,
+            },
+            dir,
+        };
+        let listed = [
+            entry("/srv", 0o755, true),
+            entry("/srv/p", 0o750, true),
+            entry("/srv/p/run.sh", 0o755, false),
+            entry("/srv/p/same.txt", 0o644, false),
+            entry("/srv/p/keys", 0o700, true),
+            entry("/srv/p/new", 0o700, true),
+            entry("/srv/p/new/a", 0o600, false),
+            entry("/srv/p/only-there", 0o600, false),
+        ];
+        // The copy: everything 0o755 for dirs and 0o644 for files, owned by 1000; nothing of
+        // `only-there`. /srv is the node's, above the root.
+        let ours = |p: &Path| -> Option<ModeAndOwner> {
+            match p.to_str()? {
+                "/srv/p/only-there" => None,
+                "/srv/p/run.sh" | "/srv/p/same.txt" | "/srv/p/new/a" => Some((0o644, 1000, 1000)),
+                "/srv" => Some((0o711, 0, 0)),
+                _ => Some((0o755, 1000, 1000)),
+            }
+        };
+        let delta = Delta {
+            fetch: paths(&["/srv/p/new"]),
+            remove: paths(&["/srv/p/gone"]),
+            dirs: Vec::new(),
+        };
+        let roots = paths(&["/srv/p"]);
+        assert_eq!(
+            with_attrs(delta.clone(), &listed, &roots, &ours),
+            Some(Delta {
+                fetch: paths(&["/srv/p/new", "/srv/p/run.sh"]),
+                remove: paths(&["/srv/p/gone"]),
+                dirs: vec![listed[1].attrs.clone(), listed[4].attrs.clone()],
+            })
+        );
+        let many: Vec<Listed> = (0..=MAX_CHANGES)
+            .map(|i| entry(&format!("/srv/p/f{i}"), 0o600, false))
+            .collect();
+        assert_eq!(with_attrs(delta, &many, &roots, &ours), None);
     }
 
     #[test]

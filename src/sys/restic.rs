@@ -1,10 +1,10 @@
 //! restic, shelled out: repository access, backup with progress, restore, listing.
 //! Secrets reach restic through its environment only.
 
-use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{Config, Secret};
 use crate::error::UserError;
-use crate::plan::delta::{self, Change};
+use crate::plan::delta::{self, Change, Listed};
 use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
 use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version, box_tag};
@@ -41,7 +41,7 @@ pub struct Restic {
     /// Where the repository's master key is kept once read (`bundle`s are sealed with it).
     master_key_file: PathBuf,
     /// The node key was refused (removed from the repository): the operator's password serves.
-    node_key_refused: Cell<bool>,
+    node_key_refused: AtomicBool,
     /// The key the operator's password is tried on first.
     operator_hint: Option<String>,
     /// How long a command waits for a lock another restic holds (`BOX_LOCK_WAIT`).
@@ -99,7 +99,7 @@ impl Restic {
                 node_key: None,
                 node_key_file: config.state_dir.join(NODE_KEY),
                 master_key_file: config.state_dir.join(MASTER_KEY),
-                node_key_refused: Cell::new(false),
+                node_key_refused: AtomicBool::new(false),
                 operator_hint: None,
                 lock_wait: config.lock_wait,
             }
@@ -120,7 +120,7 @@ impl Restic {
             node_key: None,
             node_key_file: config.state_dir.join(NODE_KEY),
             master_key_file: config.state_dir.join(MASTER_KEY),
-            node_key_refused: Cell::new(false),
+            node_key_refused: AtomicBool::new(false),
             operator_hint: None,
             lock_wait: config.lock_wait,
         }
@@ -167,7 +167,7 @@ impl Restic {
                     }
                 }
                 self.node_key = Some(key);
-                self.node_key_refused.set(false);
+                self.node_key_refused.store(false, Ordering::Relaxed);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(
@@ -295,7 +295,7 @@ impl Restic {
     fn node_key(&self) -> Option<&NodeKey> {
         self.node_key
             .as_ref()
-            .filter(|_| !self.node_key_refused.get())
+            .filter(|_| !self.node_key_refused.load(Ordering::Relaxed))
     }
 
     pub fn describe(&self) -> &str {
@@ -430,7 +430,7 @@ impl Restic {
         tracing::warn!(
             "the restic repository refused this node's key (removed?); using the operator's password"
         );
-        self.node_key_refused.set(true);
+        self.node_key_refused.store(true, Ordering::Relaxed);
         atomic::remove(&self.node_key_file)?;
         // The repository may be a new one at the same address: its master key is asked again.
         atomic::remove(&self.master_key_file)?;
@@ -764,12 +764,25 @@ impl crate::lifecycle::Repo for Restic {
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
     }
-    fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>> {
-        let mut changes = Vec::new();
-        self.run(&delta::diff_args(from, to), &mut |line| {
-            changes.extend(delta::parse_diff_line(line));
-        })?;
-        Ok(changes)
+    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+        // Both read the snapshots' trees; side by side, the second costs little more.
+        std::thread::scope(|s| {
+            let listing = s.spawn(|| {
+                let mut listed = Vec::new();
+                self.run(&delta::ls_args(to), &mut |line| {
+                    listed.extend(delta::parse_ls_line(line));
+                })
+                .map(|_| listed)
+            });
+            let mut changes = Vec::new();
+            self.run(&delta::diff_args(from, to), &mut |line| {
+                changes.extend(delta::parse_diff_line(line));
+            })?;
+            let listed = listing
+                .join()
+                .map_err(|_| anyhow::anyhow!("restic ls: its reader panicked"))??;
+            Ok((changes, listed))
+        })
     }
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         Restic::restore_only(self, snapshot_id, target, paths)

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
 use crate::plan::bundle::Contents;
-use crate::plan::delta::{Delta, DirAttrs};
+use crate::plan::delta::{Delta, DirAttrs, ModeAndOwner};
 use crate::sys::{bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
@@ -250,6 +250,13 @@ pub fn restore_delta(
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
 }
 
+/// A copy's entry's mode (as `stat` has it) and owner; None when it has none there.
+pub fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(path).ok()?;
+    Some((m.mode() & 0o7777, m.uid(), m.gid()))
+}
+
 /// Give a dir of the copy its mode and owner, through a handle that cannot follow a symlink
 /// planted in its place. A dir the copy lacks (excluded here) is left alone.
 fn set_dir_attrs(d: &DirAttrs) -> Result<()> {
@@ -445,7 +452,14 @@ mod tests {
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
-        fn changes(&self, _: &str, _: &str) -> Result<Vec<crate::plan::delta::Change>> {
+        fn changes(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<(
+            Vec<crate::plan::delta::Change>,
+            Vec<crate::plan::delta::Listed>,
+        )> {
             anyhow::bail!("not used")
         }
         fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
