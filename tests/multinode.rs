@@ -540,6 +540,15 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
         c.parked_box(name);
         c.a.sh(&format!("ag-box up {name} --node nodeB")).ok();
     }
+    // A box of another install on nodeB (a state dir and store of its own), as the boundary
+    // tests run: not this install's to snapshot.
+    let other = "BOX_CONFIG_DIR=/root/.config/box-local BOX_STATE_DIR=/var/lib/ag-box-par-other";
+    c.b.sh(&format!(
+        "export {other}; ag-box park par-other >/dev/null 2>&1; rm -rf /var/lib/ag-box-par-other
+         set -e; mkdir -p /root/par-other; ag-box track par-other /root/par-other >/dev/null 2>&1
+         ag-box up par-other >/dev/null 2>&1"
+    ))
+    .ok();
     c.a.sh(&format!("ag-box up {taken} --node nodeA --force"))
         .ok();
     let renewed = |name: &str| {
@@ -550,6 +559,9 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     };
     let before = renewed(kept);
     std::thread::sleep(std::time::Duration::from_millis(1100));
+    // nodeB's state of one box lost: the store's records say it is this install's.
+    c.b.sh(&format!("rm /var/lib/ag-box/local/{kept}.json"))
+        .ok();
     let out = c.b.sh("ag-box snapshot --active");
     assert_code(
         &out,
@@ -598,6 +610,10 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
         node.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
             .ok();
     }
+    c.b.sh(&format!(
+        "export {other}; ag-box park par-other >/dev/null 2>&1; rm -rf /var/lib/ag-box-par-other /root/par-other"
+    ))
+    .ok();
 }
 
 #[test]

@@ -37,6 +37,7 @@ use crate::store::s3::S3Store;
 use crate::store::{MetaStore, Stored, events, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::cmd;
+use crate::sys::copy_state::CopyState;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 
@@ -181,6 +182,31 @@ impl Ctx {
             .into_iter()
             .filter(|m| running.contains(&m.name))
             .collect())
+    }
+
+    /// Names of this install's boxes running on this node, without reading the store when
+    /// this node's state knows them all (it holds an epoch for each box up here). A box it
+    /// does not know runs for another install on this machine (another `BOX_STATE_DIR`), or
+    /// this state was lost: the store's records say which of those are ours.
+    pub fn active_box_names(&self) -> Result<Vec<String>> {
+        let running = self
+            .running_here()
+            .into_iter()
+            .filter(|n| names::validate(n).is_ok());
+        let (known, unknown): (Vec<String>, Vec<String>) = running.partition(|n| {
+            CopyState::load(&self.config.state_dir, n).is_ok_and(|c| c.epoch.is_some())
+        });
+        if unknown.is_empty() {
+            return Ok(known);
+        }
+        let tracked: std::collections::BTreeSet<String> =
+            self.store.list()?.into_iter().map(|m| m.name).collect();
+        let mut names: Vec<String> = known
+            .into_iter()
+            .chain(unknown.into_iter().filter(|n| tracked.contains(n)))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Names of the boxes running on this node, asked once (not once per box).

@@ -13,7 +13,6 @@ use crate::cli::SnapshotArgs;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::{Taken, take};
 use crate::plan::active::{self, LastRun};
-use crate::plan::names;
 use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
@@ -21,15 +20,10 @@ use crate::sys::{atomic, cmd, host};
 pub fn run(args: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
-    // The boxes running here, as this node's runtime knows them: each snapshot reads its own
-    // record, so no store read stands before the first one starts.
+    // Each snapshot reads its own record: no store read need stand before the first starts.
     let names: Vec<String> = match &args.name {
         Some(name) => vec![ctx.tracked(name)?.meta.name],
-        None => ctx
-            .running_here()
-            .into_iter()
-            .filter(|n| names::validate(n).is_ok())
-            .collect(),
+        None => ctx.active_box_names()?,
     };
     if names.is_empty() {
         say!("no active boxes on this node, skipping");
