@@ -30,25 +30,21 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         return Ok(());
     }
     restic.ensure_repo()?;
-    if names.len() > 1 {
+    let [name] = names.as_slice() else {
         return snapshot_active(&ctx, &restic, &names, args.accept_partial);
-    }
+    };
     let world = ctx.world(&restic);
-    let mut outcomes = Vec::new();
-    for name in &names {
-        let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
-            let current = ctx.tracked(name)?;
-            // A policy change that could not reach this node (it was unreachable) lands now.
-            if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
-                tracing::warn!("box '{name}': network policy not applied: {e:#}");
-            }
-            take(&world, &current, args.accept_partial)
-        })?;
-        let outcome = Outcome::of(&taken);
-        out!("{name} {}{}", taken.snapshot.id, outcome.note());
-        outcomes.push(outcome);
-    }
-    conclude(&names, outcomes)
+    let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
+        let current = ctx.tracked(name)?;
+        // A policy change that could not reach this node (it was unreachable) lands now.
+        if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
+            tracing::warn!("box '{name}': network policy not applied: {e:#}");
+        }
+        take(&world, &current, args.accept_partial)
+    })?;
+    let outcome = Outcome::of(&taken);
+    out!("{name} {}{}", taken.snapshot.id, outcome.note());
+    conclude(&names, vec![outcome])
 }
 
 /// Several boxes: ordered and run side by side as `plan::active` says, by what the last run

@@ -433,6 +433,7 @@ pub fn restore_into_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::delta::{Change, Listed};
     use std::os::unix::fs::MetadataExt;
 
     /// A repository whose only snapshot is the tree under `dir`.
@@ -452,14 +453,7 @@ mod tests {
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
-        fn changes(
-            &self,
-            _: &str,
-            _: &str,
-        ) -> Result<(
-            Vec<crate::plan::delta::Change>,
-            Vec<crate::plan::delta::Listed>,
-        )> {
+        fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
             anyhow::bail!("not used")
         }
         fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
