@@ -65,6 +65,27 @@ fn lifecycle(t: &dyn Target, name: &str) {
             .stdout();
         assert_eq!(show, "active\nOOMPolicy=continue\nMemoryMax=536870912\n");
     }
+    // attach the moment up returned, in a real terminal: what is typed runs in the box.
+    let screen = common::attach_and_type(t, name);
+    assert!(screen.contains("attach-exit=0"), "{screen}");
+    // A box that shuts the client out of its tmux server: attach says so and fails.
+    let sock = format!("/run/box/{name}/sock/tmux.sock");
+    t.sh(&format!(
+        "ag-box exec {name} -- tmux -S {sock} server-access -d ag-box-client"
+    ))
+    .ok();
+    assert_code(
+        &t.sh(&format!("ag-box attach {name}")),
+        1,
+        &format!(
+            "box '{name}': cannot attach: its tmux server did not let the client in \
+             (tmux said: access not allowed); hint: restart it"
+        ),
+    );
+    t.sh(&format!(
+        "ag-box exec {name} -- tmux -S {sock} server-access -a ag-box-client"
+    ))
+    .ok();
     // The pane's shell may still be starting when `up` returns: ask until it answers.
     let pane = t
         .sh(&format!(

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
-use crate::error::ChildExit;
+use crate::error::{ChildExit, UserError};
 use crate::sys::cmd;
 use crate::sys::enter::Sandbox;
 
@@ -21,6 +21,13 @@ pub fn run(name: &str) -> Result<()> {
             "attaching from inside tmux: the box's green status bar marks the inner session"
         );
     }
+    // tmux refuses a client with exit 0, on the terminal: ask first, where the answer is seen.
+    ctx.runtime.admits(&spec).map_err(|e| {
+        UserError::failed(
+            format!("box '{name}': cannot attach: {e:#}"),
+            format!("restart it ('ag-box park {name}', then 'ag-box up {name}'), or run 'ag-box exec {name} -- bash' meanwhile"),
+        )
+    })?;
     let mut c = Sandbox::open(&spec, ctx.runtime)?.command(&spec.attach_argv())?;
     c.env_clear().envs(spec.env()).envs(super::caller_term());
     let status = c.status().context("running tmux attach")?;

@@ -18,5 +18,6 @@ pub mod retention;
 pub mod sandbox;
 pub mod schedule;
 pub mod slices;
+pub mod text;
 pub mod tmux;
 pub mod unit;

@@ -107,7 +107,8 @@ pub struct Become {
     pub groups: Vec<u32>,
     /// A tmpfs handed to `ids` before the drop (the box's HOME).
     pub own_home: Option<PathBuf>,
-    /// Supervise the command and make this socket reachable by the box group once it appears.
+    /// Supervise the command (the box's tmux server) and, once this socket appears, make it
+    /// reachable by the box group and have the server load its config.
     pub share_socket: Option<PathBuf>,
     pub chdir: Option<PathBuf>,
 }
@@ -380,7 +381,7 @@ impl BoxSpec {
     }
 
     pub fn probe_argv(&self) -> Vec<String> {
-        self.client_argv(&tmux::has_session_args(&self.socket()))
+        self.client_argv(&tmux::ready_args(&self.socket()))
     }
 
     /// Where `exec` starts: the caller's directory when it lies inside the project.

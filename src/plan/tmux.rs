@@ -51,12 +51,30 @@ pub fn attach_args(socket: &Path) -> Vec<String> {
     ]
 }
 
-pub fn has_session_args(socket: &Path) -> Vec<String> {
+/// What the readiness probe's client prints once the server has let it in.
+pub const READY: &str = "ag-box-ready";
+
+/// The readiness probe: an admitted client prints [`READY`]; a refused one prints nothing
+/// (tmux 3.3 says `access not allowed` on stderr and still exits 0).
+pub fn ready_args(socket: &Path) -> Vec<String> {
     vec![
         "-N".into(),
         "-S".into(),
         socket.to_string_lossy().into_owned(),
-        "has-session".into(),
+        "display-message".into(),
+        "-p".into(),
+        READY.into(),
+    ]
+}
+
+/// The server owner's first client: a `tmux -D` server reads its config (which admits the
+/// client user) only when a client it allows arrives, and until then it refuses all others.
+pub fn load_config_args(socket: &Path) -> Vec<String> {
+    vec![
+        "-N".into(),
+        "-S".into(),
+        socket.to_string_lossy().into_owned(),
+        "start-server".into(),
     ]
 }
 
@@ -104,8 +122,19 @@ mod tests {
             ]
         );
         assert_eq!(
-            has_session_args(sock),
-            ["-N", "-S", "/run/box/d/tmux.sock", "has-session"]
+            ready_args(sock),
+            [
+                "-N",
+                "-S",
+                "/run/box/d/tmux.sock",
+                "display-message",
+                "-p",
+                "ag-box-ready"
+            ]
+        );
+        assert_eq!(
+            load_config_args(sock),
+            ["-N", "-S", "/run/box/d/tmux.sock", "start-server"]
         );
     }
 }

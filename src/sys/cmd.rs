@@ -1,7 +1,10 @@
 //! Running programs: finding them on PATH, exit codes, captured output.
 
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -52,6 +55,48 @@ pub fn output(cmd: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// As [`output`], but the whole process group is killed after `limit` (a program whose peer
+/// may stall it: a box's tmux server); its stderr's last line is kept either way.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<(String, String)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("running {}", describe(cmd)))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let group = nix::unistd::Pid::from_raw(-i32::try_from(child.id())?);
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            anyhow::bail!("{} gave no answer within {limit:?}", describe(cmd));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut out)?;
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err)?;
+    }
+    if !status.success() {
+        anyhow::bail!(
+            "{} exited with {}: {}",
+            describe(cmd),
+            exit_code(status),
+            last_line(&err)
+        );
+    }
+    Ok((out, err))
 }
 
 /// Run for its status only, output discarded.

@@ -15,6 +15,7 @@ use nix::unistd::{Gid, Uid};
 
 use crate::plan::account::Ids;
 use crate::plan::sandbox::Become;
+use crate::plan::tmux as tmux_plan;
 use crate::sys::cmd;
 
 /// How long the anchor waits for tmux to make its socket.
@@ -36,7 +37,9 @@ pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
         return Err(c.exec()).with_context(|| format!("executing {}", argv[0]));
     };
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
-    share_socket(socket);
+    if share_socket(socket) {
+        load_config(&argv[0], socket);
+    }
     Ok(cmd::exit_code(child.wait()?))
 }
 
@@ -61,8 +64,9 @@ fn close_inherited_fds() {
     }
 }
 
-/// tmux makes its socket 0600; the client user reaches it through the box group.
-fn share_socket(socket: &Path) {
+/// tmux makes its socket 0600; the client user reaches it through the box group. False when
+/// the socket never appeared.
+fn share_socket(socket: &Path) -> bool {
     let started = Instant::now();
     while started.elapsed() < SOCKET_TIMEOUT {
         if fs::symlink_metadata(socket).is_ok() {
@@ -72,11 +76,29 @@ fn share_socket(socket: &Path) {
                     socket.display()
                 );
             }
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     say!("ag-box: {} did not appear", socket.display());
+    false
+}
+
+/// The server owner connects once, so the server reads its config (which admits the client
+/// user) now rather than when the first client it allows arrives: until then tmux 3.3 refuses
+/// every other user's client, `attach` included. Retried while the server is not yet listening.
+fn load_config(tmux: &str, socket: &Path) {
+    let started = Instant::now();
+    while started.elapsed() < SOCKET_TIMEOUT {
+        if cmd::succeeds(Command::new(tmux).args(tmux_plan::load_config_args(socket))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    say!(
+        "ag-box: the tmux server at {} never answered its owner",
+        socket.display()
+    );
 }
 
 /// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the

@@ -29,6 +29,8 @@ pub enum Runtime {
 }
 
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// One readiness probe (nsenter, a drop of privileges, a tmux client) on a loaded node.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Runtime {
@@ -157,16 +159,19 @@ impl Runtime {
         self.wait_ready(spec, since)
     }
 
-    /// The box's tmux server answers a client inside the box (never one on the host: a box
-    /// controls its server, and a server can make its clients write files and run commands).
-    fn answers(self, spec: &BoxSpec) -> bool {
-        let probe = Sandbox::open(spec, self)
-            .and_then(|s| s.command(&spec.probe_argv()))
-            .and_then(|mut c| cmd::output(c.env_clear().envs(spec.env())));
-        if let Err(e) = &probe {
-            tracing::debug!("box '{}' does not answer yet: {e:#}", spec.name);
+    /// The box's tmux server lets the client user in and answers it: a client inside the box
+    /// (never one on the host: a box controls its server, and a server can make its clients
+    /// write files and run commands). The error says what tmux said.
+    pub fn admits(self, spec: &BoxSpec) -> Result<()> {
+        let mut probe = Sandbox::open(spec, self)?.command(&spec.probe_argv())?;
+        let (out, err) = cmd::output_within(probe.env_clear().envs(spec.env()), PROBE_TIMEOUT)?;
+        if out.trim_end() != tmux_plan::READY {
+            bail!(
+                "its tmux server did not let the client in (tmux said: {})",
+                crate::plan::text::escaped(cmd::last_line(&err))
+            );
         }
-        probe.is_ok()
+        Ok(())
     }
 
     /// The box's tmux server answers, and so does its proxy when it has one.
@@ -176,8 +181,11 @@ impl Runtime {
             let proxy_up = spec
                 .netns()
                 .is_none_or(|pin| netns::answers(&pin, egress::PROXY_PORT));
-            if proxy_up && self.answers(spec) {
-                return Ok(());
+            if proxy_up {
+                match self.admits(spec) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => tracing::debug!("box '{}' does not answer yet: {e:#}", spec.name),
+                }
             }
             // A unit or supervisor that died early will not come back: stop waiting.
             if started.elapsed() > Duration::from_secs(1) && !self.is_active(spec) {
