@@ -13,7 +13,7 @@ use crate::plan::delta::{self, Delta};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
-use crate::sys::copy_state::{CopyState, PendingUp};
+use crate::sys::copy_state::{self, CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, interrupt, restore};
 
@@ -196,7 +196,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     let state_dir = &w.config.state_dir;
     let spec = w.spec(meta);
     let roots = snapshot::local_copy(&spec);
-    restore::recover_leftovers(&roots)?;
+    restore::recover_leftovers(&roots, &copy_state::swap_journal(state_dir, &meta.name))?;
     let mut copy = CopyState::load(state_dir, &meta.name)?;
     let copy_epoch = copy.epoch;
     let epoch = match held {
@@ -363,7 +363,8 @@ fn restore_copy(
         s.node
     );
     let spec = w.spec(meta);
-    restore::restore_in_place(w.repo, &s.id, &meta.path, &|staging| {
+    let journal = copy_state::swap_journal(&w.config.state_dir, name);
+    restore::restore_in_place(w.repo, &s.id, &meta.path, &journal, &|staging| {
         agent_home::restored_paths(staging, &spec)
     })
 }

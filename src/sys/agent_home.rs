@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::plan::account::Ids;
 use crate::plan::sandbox::BoxSpec;
+use crate::sys::box_tree::{Entry, Tree};
 use crate::sys::{cmd, privs, restore, slices};
 
 /// Make the box's agent home when this node has none (importing the project's sessions from
@@ -45,20 +46,25 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
         fs::set_permissions(&ah.root, fs::Permissions::from_mode(0o700))?;
     }
     give_if_foreign(&ah.root, spec.ids)?;
+    // What bwrap binds from or onto below the home, checked and made fd-relative right before
+    // the start: a link the box planted there would lead root's bind (and bwrap's creation of
+    // a missing mount point) out of the box.
+    let tree = Tree::open(&ah.root)?;
     for rel in crate::plan::agent_home::OWN_DIRS {
-        make_owned(&ah.root, &ah.root.join(rel), true, spec.ids)?;
+        tree.ensure(Path::new(rel), Entry::Dir, 0o755, spec.ids)?;
     }
     for rel in crate::plan::agent_home::OWN_FILES {
-        let f = ah.root.join(rel);
-        if !f.exists() {
-            fs::write(&f, "{}\n").with_context(|| format!("creating {}", f.display()))?;
-            std::os::unix::fs::lchown(&f, Some(spec.ids.uid), Some(spec.ids.gid))?;
-        }
+        tree.ensure(Path::new(rel), Entry::File(b"{}\n"), 0o644, spec.ids)?;
     }
     let binds = ah.binds(|p| p.exists());
     for point in ah.mount_points(&binds) {
         let rel = point.strip_prefix(&ah.root).unwrap_or(&point);
-        make_owned(&ah.root, &point, spec.home().join(rel).is_dir(), spec.ids)?;
+        let (entry, mode) = if spec.home().join(rel).is_dir() {
+            (Entry::Dir, 0o755)
+        } else {
+            (Entry::File(b""), 0o644)
+        };
+        tree.ensure(rel, entry, mode, spec.ids)?;
     }
     // Shared credentials are rewritten by the agents (token refresh): the box user's.
     for b in binds.iter().filter(|b| {
@@ -139,29 +145,6 @@ fn give_if_foreign(path: &Path, ids: Ids) -> Result<()> {
     let meta = fs::symlink_metadata(path)?;
     if (meta.uid(), meta.gid()) != (ids.uid, ids.gid) {
         privs::give_tree(path, ids)?;
-    }
-    Ok(())
-}
-
-/// `path` (a dir or an empty file) exists, and it and the parents made for it below `root` are
-/// the box user's.
-fn make_owned(root: &Path, path: &Path, dir: bool, ids: Ids) -> Result<()> {
-    if fs::symlink_metadata(path).is_err() {
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        if dir {
-            fs::create_dir(path)
-        } else {
-            fs::write(path, "")
-        }
-        .with_context(|| format!("creating {}", path.display()))?;
-    }
-    for p in path.ancestors().take_while(|p| p.starts_with(root)) {
-        if fs::symlink_metadata(p)?.uid() == ids.uid {
-            break;
-        }
-        std::os::unix::fs::lchown(p, Some(ids.uid), Some(ids.gid))?;
     }
     Ok(())
 }

@@ -94,6 +94,12 @@ fn file(state_dir: &Path, name: &str) -> PathBuf {
     state_dir.join("local").join(format!("{name}.json"))
 }
 
+/// Where a restore records the swap it has under way inside the box's project (root's alone,
+/// outside every box), so that only a swap this node made is ever undone.
+pub fn swap_journal(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("local").join(format!("{name}.swap.json"))
+}
+
 impl CopyState {
     pub fn load(state_dir: &Path, name: &str) -> Result<CopyState> {
         let path = file(state_dir, name);

@@ -3,6 +3,7 @@
 pub mod agent_home;
 pub mod atomic;
 pub mod box_lock;
+pub mod box_tree;
 pub mod bundle;
 pub mod cmd;
 pub mod copy_state;

@@ -1,6 +1,7 @@
 //! Restore a snapshot next to the live files, then swap each path into place by rename.
 //! The previous local copy is moved aside and deleted only after every swap succeeded.
 
+use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +11,8 @@ use anyhow::{Context, Result};
 use crate::lifecycle::Repo;
 use crate::plan::bundle::Contents;
 use crate::plan::delta::{Delta, DirAttrs, ModeAndOwner};
-use crate::sys::{bundle, cmd, crash, host};
+use crate::sys::box_tree::Tree;
+use crate::sys::{atomic, bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -53,82 +55,122 @@ enum Aside {
     /// Renamed to a sibling.
     Sibling(PathBuf),
     /// A mount point's contents, moved into a dir inside it.
-    Inside(PathBuf),
+    Inside,
 }
 
-/// The entries of a mount point's dir, but for ag-box's own.
-fn own_entries(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let entry = entry?;
-        if !entry.file_name().to_string_lossy().starts_with(".ag-box-") {
-            out.push(entry.path());
-        }
-    }
-    Ok(out)
+/// The swap of a mount point's contents under way: the aside dir ag-box made inside it, as
+/// recorded in this node's state before anything moved into it. A dir of that name that does
+/// not match (a box may make one, or a link of that name) is never acted on.
+#[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+struct SwapRecord {
+    live: PathBuf,
+    dev: u64,
+    ino: u64,
 }
 
-/// Replace the contents of mount point `live` with those of `staged` (on its filesystem): the
-/// old entries go into `live/.ag-box-previous` first, then the new ones move in.
-fn swap_contents(staged: &Path, live: &Path) -> Result<()> {
-    let aside = live.join(INSIDE_PREVIOUS);
-    remove_any(&aside)?;
-    fs::create_dir(&aside).with_context(|| format!("creating {}", aside.display()))?;
-    for entry in own_entries(live)? {
-        let name = entry.file_name().unwrap_or_default();
-        fs::rename(&entry, aside.join(name))
-            .with_context(|| format!("moving {} aside", entry.display()))?;
+/// The names in a mount point's dir, but for ag-box's own work names.
+fn own_entries(tree: &Tree, rel: &Path) -> Result<Vec<OsString>> {
+    Ok(tree
+        .names(rel)?
+        .into_iter()
+        .filter(|n| n != INSIDE_PREVIOUS && n != INSIDE_RESTORE)
+        .collect())
+}
+
+/// Replace the contents of mount point `live` with those of `staged` (a dir below it): the
+/// old entries go into `live/.ag-box-previous` first (made by root, recorded in `journal`
+/// before anything moves), then the new ones move in. Every step is fd-relative in `live`.
+fn swap_contents(staged: &Path, live: &Path, journal: &Path) -> Result<()> {
+    let tree = Tree::open(live)?;
+    let staged = staged
+        .strip_prefix(live)
+        .with_context(|| format!("{} is not staged inside it", live.display()))?;
+    let aside = Path::new(INSIDE_PREVIOUS);
+    tree.remove(aside)?;
+    let made = tree.make_private_dir(aside)?;
+    let record = SwapRecord {
+        live: live.to_path_buf(),
+        dev: made.st_dev,
+        ino: made.st_ino,
+    };
+    atomic::write(journal, &serde_json::to_vec(&record)?, 0o600)?;
+    for name in own_entries(&tree, Path::new(""))? {
+        tree.rename(Path::new(&name), &aside.join(&name))?;
     }
     crash::point("restore.mid-swap");
-    for entry in own_entries(staged)? {
-        let name = entry.file_name().unwrap_or_default();
-        fs::rename(&entry, live.join(name))
-            .with_context(|| format!("moving {} into place", entry.display()))?;
+    for name in own_entries(&tree, staged)? {
+        tree.rename(&staged.join(&name), Path::new(&name))?;
     }
-    let meta = fs::metadata(staged)?;
-    fs::set_permissions(live, meta.permissions())?;
-    Ok(())
+    let mode = tree.stat(staged)?.map_or(0o755, |st| st.st_mode & 0o7777);
+    tree.set_root_mode(mode)
 }
 
 /// Undo a cut-off [`swap_contents`]: every old entry goes back; the new entries (all moved in
 /// after every old one went aside) are removed, since the snapshot holds them.
 fn put_contents_back(live: &Path) -> Result<()> {
-    let aside = live.join(INSIDE_PREVIOUS);
-    let old: Vec<PathBuf> = own_entries(&aside)?;
-    let old_names: Vec<_> = old.iter().filter_map(|p| p.file_name()).collect();
-    for entry in own_entries(live)? {
-        if !entry.file_name().is_some_and(|n| old_names.contains(&n)) {
-            remove_any(&entry).with_context(|| format!("removing {}", entry.display()))?;
+    let tree = Tree::open(live)?;
+    let aside = Path::new(INSIDE_PREVIOUS);
+    let old = own_entries(&tree, aside)?;
+    for name in own_entries(&tree, Path::new(""))? {
+        if !old.contains(&name) {
+            tree.remove(Path::new(&name))?;
         }
     }
-    for entry in &old {
-        let target = live.join(entry.file_name().unwrap_or_default());
-        remove_any(&target).with_context(|| format!("removing {}", target.display()))?;
-        fs::rename(entry, &target).with_context(|| format!("moving {} back", entry.display()))?;
+    for name in &old {
+        tree.remove(Path::new(name))?;
+        tree.rename(&aside.join(name), Path::new(name))?;
     }
-    remove_any(&aside).with_context(|| format!("removing {}", aside.display()))
+    tree.remove(aside)
+}
+
+/// The aside dir inside `path` is the one `journal` recorded: a real dir, root's, same inode.
+fn recorded_aside(tree: &Tree, path: &Path, journal: &Path) -> Result<bool> {
+    let Some(st) = tree.stat(Path::new(INSIDE_PREVIOUS))? else {
+        return Ok(false);
+    };
+    let record: Option<SwapRecord> = match fs::read(journal) {
+        Ok(b) => serde_json::from_slice(&b).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", journal.display())),
+    };
+    let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+    Ok(record.is_some_and(|r| {
+        r.live == path && r.dev == st.st_dev && r.ino == st.st_ino && is_dir && st.st_uid == 0
+    }))
 }
 
 /// What a restore that was cut off left beside `paths`: a previous copy moved aside and not
 /// yet replaced goes back; one already replaced is removed (before every restore, the copy
 /// was known to equal a snapshot or was kept as a fork snapshot); half-moved copies are removed.
-pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
+/// Inside a path (a box's tree), only an aside dir that `journal` recorded is acted on; any
+/// other entry of ag-box's work names there is removed without being followed.
+pub fn recover_leftovers(paths: &[PathBuf], journal: &Path) -> Result<()> {
     for path in paths {
-        if fs::symlink_metadata(path.join(INSIDE_PREVIOUS)).is_ok() {
-            tracing::warn!(
-                "putting back the contents of {} left aside by an interrupted restore",
-                path.display()
-            );
-            put_contents_back(path)?;
+        if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            let tree = Tree::open(path)?;
+            if recorded_aside(&tree, path, journal)? {
+                tracing::warn!(
+                    "putting back the contents of {} left aside by an interrupted restore",
+                    show(path)
+                );
+                put_contents_back(path)?;
+            }
+            for name in [INSIDE_PREVIOUS, INSIDE_RESTORE] {
+                if tree.kind(Path::new(name))?.is_some() {
+                    tracing::warn!(
+                        "removing {}/{name}, which no restore of this node made",
+                        show(path)
+                    );
+                    tree.remove(Path::new(name))?;
+                }
+            }
         }
-        let inside = path.join(INSIDE_RESTORE);
-        remove_any(&inside).with_context(|| format!("removing {}", inside.display()))?;
         let aside = sibling(path, "previous");
         if fs::symlink_metadata(&aside).is_ok() {
             if fs::symlink_metadata(path).is_err() {
                 tracing::warn!(
                     "putting back {} left aside by an interrupted restore",
-                    path.display()
+                    show(path)
                 );
                 fs::rename(&aside, path)
                     .with_context(|| format!("moving {} back", aside.display()))?;
@@ -141,7 +183,11 @@ pub fn recover_leftovers(paths: &[PathBuf]) -> Result<()> {
         let incoming = sibling(path, "incoming");
         remove_any(&incoming).with_context(|| format!("removing {}", incoming.display()))?;
     }
-    Ok(())
+    remove_any(journal).with_context(|| format!("removing {}", journal.display()))
+}
+
+fn show(p: &Path) -> String {
+    crate::plan::text::escaped(&p.to_string_lossy())
 }
 
 /// Where a restore stages its tree: inside a project that is a mount point (so it keeps its
@@ -282,6 +328,7 @@ pub fn restore_in_place(
     restic: &dyn Repo,
     id: &str,
     anchor: &Path,
+    journal: &Path,
     paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
     let staging = staging_for(anchor);
@@ -310,8 +357,8 @@ pub fn restore_in_place(
                     .with_context(|| format!("creating {}", parent.display()))?;
             }
             if staged.is_dir() && host::is_mount_point(path) {
-                swap_contents(&staged, path)?;
-                swapped.push((path.clone(), Aside::Inside(path.join(INSIDE_PREVIOUS))));
+                swap_contents(&staged, path, journal)?;
+                swapped.push((path.clone(), Aside::Inside));
                 continue;
             }
             let both_files =
@@ -345,7 +392,7 @@ pub fn restore_in_place(
                     let _ = remove_any(path);
                     let _ = fs::rename(aside, path);
                 }
-                Aside::Inside(_) => {
+                Aside::Inside => {
                     let _ = put_contents_back(path);
                 }
                 Aside::None => {}
@@ -354,12 +401,17 @@ pub fn restore_in_place(
         let _ = remove_any(&staging);
         return Err(e.context(format!("restoring snapshot {id}")));
     }
-    for (_, aside) in &swapped {
-        if let Aside::Sibling(aside) | Aside::Inside(aside) = aside {
-            remove_any(aside).with_context(|| format!("removing {}", aside.display()))?;
+    for (path, aside) in &swapped {
+        match aside {
+            Aside::Sibling(aside) => {
+                remove_any(aside).with_context(|| format!("removing {}", aside.display()))?;
+            }
+            Aside::Inside => Tree::open(path)?.remove(Path::new(INSIDE_PREVIOUS))?,
+            Aside::None => {}
         }
     }
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
+    remove_any(journal).with_context(|| format!("removing {}", journal.display()))?;
     Ok(swapped.into_iter().map(|(p, _)| p).collect())
 }
 
@@ -478,6 +530,7 @@ mod tests {
     #[test]
     fn a_cut_off_swap_is_put_back() {
         let dir = base();
+        let journal = dir.path().join("swap.json");
         let p = dir.path().join("proj");
         // Moved aside, the new copy never came in.
         fs::create_dir_all(sibling(&p, "previous")).unwrap();
@@ -487,22 +540,67 @@ mod tests {
         fs::create_dir_all(&q).unwrap();
         fs::write(q.join("f"), "new").unwrap();
         fs::create_dir_all(sibling(&q, "previous")).unwrap();
-        // A mount point's contents half-swapped: a aside, b new.
+        // A mount point's contents half-swapped: a aside (as recorded), b new.
         let m = dir.path().join("mnt");
-        fs::create_dir_all(m.join(INSIDE_PREVIOUS)).unwrap();
+        fs::create_dir_all(&m).unwrap();
+        let made = Tree::open(&m)
+            .unwrap()
+            .make_private_dir(Path::new(INSIDE_PREVIOUS))
+            .unwrap();
+        let record = SwapRecord {
+            live: m.clone(),
+            dev: made.st_dev,
+            ino: made.st_ino,
+        };
+        fs::write(&journal, serde_json::to_vec(&record).unwrap()).unwrap();
         fs::write(m.join(INSIDE_PREVIOUS).join("a"), "old-a").unwrap();
         fs::write(m.join("b"), "new-b").unwrap();
         fs::create_dir_all(m.join(INSIDE_RESTORE)).unwrap();
-        recover_leftovers(&[p.clone(), q.clone(), m.clone()]).unwrap();
+        recover_leftovers(&[p.clone(), q.clone(), m.clone()], &journal).unwrap();
         assert_eq!(fs::read_to_string(p.join("f")).unwrap(), "old");
         assert_eq!(fs::read_to_string(q.join("f")).unwrap(), "new");
         assert!(!sibling(&q, "previous").exists());
-        let mut names: Vec<String> = fs::read_dir(&m)
+        assert_eq!(names(&m), ["a"]);
+        assert!(!journal.exists());
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, ["a"]);
+        names
+    }
+
+    #[test]
+    fn work_names_a_box_planted_are_removed_never_followed() {
+        let dir = base();
+        let journal = dir.path().join("swap.json");
+        let host = dir.path().join("host-dir");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), "s").unwrap();
+        // A link to a host dir, a real dir of the box's making (no journal), a link as staging.
+        let links = dir.path().join("links");
+        fs::create_dir_all(&links).unwrap();
+        fs::write(links.join("mine"), "m").unwrap();
+        std::os::unix::fs::symlink(&host, links.join(INSIDE_PREVIOUS)).unwrap();
+        std::os::unix::fs::symlink(&host, links.join(INSIDE_RESTORE)).unwrap();
+        let made = dir.path().join("made");
+        fs::create_dir_all(made.join(INSIDE_PREVIOUS)).unwrap();
+        fs::write(made.join(INSIDE_PREVIOUS).join("x"), "x").unwrap();
+        fs::write(made.join("mine"), "m").unwrap();
+        // A journal naming another dir's aside does not vouch for this one.
+        let other = SwapRecord {
+            live: dir.path().join("elsewhere"),
+            dev: 0,
+            ino: 0,
+        };
+        fs::write(&journal, serde_json::to_vec(&other).unwrap()).unwrap();
+        recover_leftovers(&[links.clone(), made.clone()], &journal).unwrap();
+        assert_eq!(names(&host), ["secret"]);
+        assert_eq!(names(&links), ["mine"]);
+        assert_eq!(names(&made), ["mine"]);
     }
 
     #[test]

@@ -1,0 +1,449 @@
+//! Root's way into a tree a box owns (its project, its agent home): every operation starts from
+//! a handle on the tree's root and resolves the rest below it with no symlink followed
+//! (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, or an
+//! `O_NOFOLLOW` walk of each component where the kernel lacks openat2). A link the box
+//! planted anywhere on the way is an error, never a way out; the final entry is acted on
+//! itself, never on what it names.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::io::Errno;
+
+use crate::plan::account::Ids;
+use crate::plan::text::escaped;
+
+/// A box-owned tree, held by a handle on its root dir.
+pub struct Tree {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// What an entry is, seen without following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Link,
+    Other,
+}
+
+/// What [`Tree::ensure`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Dir,
+    /// A file, with what a new one holds.
+    File(&'static [u8]),
+}
+
+const DIR_FLAGS: OFlags = OFlags::DIRECTORY
+    .union(OFlags::RDONLY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+fn kind_of(st: &Stat) -> Kind {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => Kind::Dir,
+        FileType::RegularFile => Kind::File,
+        FileType::Symlink => Kind::Link,
+        _ => Kind::Other,
+    }
+}
+
+/// The components of a path inside a tree: plain names only (no root, `.` or `..`).
+fn names_of(rel: &Path) -> Result<Vec<&OsStr>> {
+    rel.components()
+        .filter(|c| *c != Component::CurDir)
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => bail!(
+                "{} is not a path inside a box tree",
+                escaped(&rel.to_string_lossy())
+            ),
+        })
+        .collect()
+}
+
+impl Tree {
+    /// The tree at `root`, a dir the host made (its own path is the host's to resolve; its
+    /// last component must not be a link).
+    pub fn open(root: &Path) -> Result<Tree> {
+        let fd = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+            .with_context(|| format!("opening {} (a dir, not a link)", show(root)))?;
+        Ok(Tree {
+            fd,
+            path: root.to_path_buf(),
+        })
+    }
+
+    /// The mode of the tree's root dir itself.
+    pub fn set_root_mode(&self, mode: u32) -> Result<()> {
+        rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(mode))
+            .with_context(|| format!("setting the mode of {}", show(&self.path)))
+    }
+
+    /// A new dir at `rel` that only root may enter (ag-box's own work inside the tree); its
+    /// identity, for a journal to recognise it by.
+    pub fn make_private_dir(&self, rel: &Path) -> Result<Stat> {
+        let (dir, name) = self.parent_of(rel)?;
+        let fail = || format!("making {}", self.shown(rel));
+        rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700)).with_context(fail)?;
+        rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).with_context(fail)
+    }
+
+    fn shown(&self, rel: &Path) -> String {
+        show(&self.path.join(rel))
+    }
+
+    /// The dir at `rel` below the root, every component a real dir.
+    fn open_dir(&self, rel: &Path) -> Result<OwnedFd, Errno> {
+        let names = names_of(rel).map_err(|_| Errno::INVAL)?;
+        if names.is_empty() {
+            return rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty());
+        }
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), resolve) {
+            Err(Errno::NOSYS) => {}
+            other => return other,
+        }
+        let mut dir = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        for name in names {
+            dir = rustix::fs::openat(&dir, name, DIR_FLAGS, Mode::empty())?;
+        }
+        Ok(dir)
+    }
+
+    /// The dir holding `rel`'s last component, and that component.
+    fn parent_of<'a>(&self, rel: &'a Path) -> Result<(OwnedFd, &'a OsStr)> {
+        let names = names_of(rel)?;
+        let Some((last, _)) = names.split_last() else {
+            bail!("{}: the tree's root itself", self.shown(rel));
+        };
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let fd = self.open_dir(parent).with_context(|| {
+            format!(
+                "opening {} (every component a dir, no link)",
+                self.shown(parent)
+            )
+        })?;
+        Ok((fd, last))
+    }
+
+    /// The entry at `rel`, not followed; None when it or a dir above it is missing.
+    pub fn stat(&self, rel: &Path) -> Result<Option<Stat>> {
+        let (dir, name) = match self.parent_of(rel) {
+            Ok(p) => p,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", self.shown(rel))),
+        }
+    }
+
+    pub fn kind(&self, rel: &Path) -> Result<Option<Kind>> {
+        Ok(self.stat(rel)?.map(|st| kind_of(&st)))
+    }
+
+    /// The names in the dir at `rel`.
+    pub fn names(&self, rel: &Path) -> Result<Vec<OsString>> {
+        let fd = self
+            .open_dir(rel)
+            .with_context(|| format!("opening {}", self.shown(rel)))?;
+        let mut out = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&fd)? {
+            let entry = entry.with_context(|| format!("listing {}", self.shown(rel)))?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push(OsStr::from_bytes(name).to_os_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Remove the entry at `rel` whatever it is: a link itself (never what it names), a file,
+    /// or a dir with all below it. A missing entry is no error.
+    pub fn remove(&self, rel: &Path) -> Result<()> {
+        let (dir, name) = match self.parent_of(rel) {
+            Ok(p) => p,
+            Err(e) if is_missing(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        remove_at(&dir, name).with_context(|| format!("removing {}", self.shown(rel)))
+    }
+
+    /// Rename `from` to `to`, both below the root (`to` replaced if it is a file or empty dir).
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        let (fd, fname) = self.parent_of(from)?;
+        let (td, tname) = self.parent_of(to)?;
+        rustix::fs::renameat(&fd, fname, &td, tname)
+            .with_context(|| format!("moving {} to {}", self.shown(from), self.shown(to)))
+    }
+
+    /// The entry at `rel` is a real `entry` owned by `ids`, and so is every dir made for it:
+    /// a link, or an entry of another kind (or a file with other names), found on the way or
+    /// at the end is removed and made afresh, so nothing that follows the path (bwrap binding
+    /// onto it) leaves the tree. An existing entry of the right kind is kept, its owner set.
+    pub fn ensure(&self, rel: &Path, entry: Entry, mode: u32, ids: Ids) -> Result<()> {
+        let names = names_of(rel)?;
+        let Some((last, dirs)) = names.split_last() else {
+            bail!("{}: the tree's root itself", self.shown(rel));
+        };
+        let mut dir = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        let mut at = PathBuf::new();
+        for name in dirs {
+            at.push(name);
+            let fail =
+                |e: Errno| anyhow::Error::from(e).context(format!("making {}", self.shown(&at)));
+            match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if kind_of(&st) == Kind::Dir => {}
+                Ok(_) => {
+                    remove_at(&dir, name).map_err(fail)?;
+                    make_dir(&dir, name, 0o755, ids).map_err(fail)?;
+                }
+                Err(Errno::NOENT) => make_dir(&dir, name, 0o755, ids).map_err(fail)?,
+                Err(e) => return Err(fail(e)),
+            }
+            dir = rustix::fs::openat(&dir, *name, DIR_FLAGS, Mode::empty()).map_err(fail)?;
+        }
+        let fail = |e: Errno| anyhow::Error::from(e).context(format!("making {}", self.shown(rel)));
+        let found = match rustix::fs::statat(&dir, *last, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Some(st),
+            Err(Errno::NOENT) => None,
+            Err(e) => return Err(fail(e)),
+        };
+        let right = found.as_ref().is_some_and(|st| match entry {
+            Entry::Dir => kind_of(st) == Kind::Dir,
+            Entry::File(_) => kind_of(st) == Kind::File && st.st_nlink == 1,
+        });
+        if right {
+            let st = found.as_ref().map(|st| (st.st_uid, st.st_gid));
+            if st != Some((ids.uid, ids.gid)) {
+                rustix::fs::chownat(
+                    &dir,
+                    *last,
+                    owner(ids).0,
+                    owner(ids).1,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(fail)?;
+            }
+            return Ok(());
+        }
+        if found.is_some() {
+            tracing::warn!(
+                "{} was not what the box binds there: made afresh",
+                self.shown(rel)
+            );
+            remove_at(&dir, last).map_err(fail)?;
+        }
+        match entry {
+            Entry::Dir => make_dir(&dir, last, mode, ids).map_err(fail),
+            Entry::File(content) => {
+                let flags = OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::WRONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                let f = rustix::fs::openat(&dir, *last, flags, Mode::from_raw_mode(mode))
+                    .map_err(fail)?;
+                rustix::fs::fchown(&f, owner(ids).0, owner(ids).1).map_err(fail)?;
+                rustix::fs::fchmod(&f, Mode::from_raw_mode(mode)).map_err(fail)?;
+                std::io::Write::write_all(&mut std::fs::File::from(f), content)
+                    .with_context(|| format!("writing {}", self.shown(rel)))
+            }
+        }
+    }
+}
+
+fn owner(ids: Ids) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>) {
+    (
+        Some(rustix::fs::Uid::from_raw(ids.uid)),
+        Some(rustix::fs::Gid::from_raw(ids.gid)),
+    )
+}
+
+fn make_dir(dir: &impl AsFd, name: &OsStr, mode: u32, ids: Ids) -> Result<(), Errno> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))?;
+    let made = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    rustix::fs::fchown(&made, owner(ids).0, owner(ids).1)?;
+    rustix::fs::fchmod(&made, Mode::from_raw_mode(mode))
+}
+
+/// Remove `name` in `dir`: a dir with everything below it, depth first, each level opened
+/// with no link followed; anything else unlinked itself.
+fn remove_at(dir: &impl AsFd, name: &OsStr) -> Result<(), Errno> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Err(Errno::ISDIR | Errno::PERM) => {}
+        Err(Errno::NOENT) => return Ok(()),
+        other => return other,
+    }
+    let sub = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    // Listed first and the listing closed: one descriptor per level, however deep.
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&sub)? {
+        let n = entry?.file_name().to_bytes().to_vec();
+        if n != b"." && n != b".." {
+            names.push(n);
+        }
+    }
+    for n in names {
+        remove_at(&sub, OsStr::from_bytes(&n))?;
+    }
+    drop(sub);
+    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Err(Errno::NOENT) => Ok(()),
+        other => other,
+    }
+}
+
+/// A dir above the entry is missing (so the entry is too).
+fn is_missing(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<Errno>() == Some(&Errno::NOENT))
+}
+
+fn show(p: &Path) -> String {
+    escaped(&p.to_string_lossy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::fs;
+    use std::os::unix::fs::{MetadataExt, symlink};
+
+    const BOX: Ids = Ids {
+        uid: 1000,
+        gid: 1000,
+    };
+
+    fn base() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    /// A tree `t` and, beside it, a host dir `host` with a file of its own.
+    fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = base();
+        let t = d.path().join("t");
+        let host = d.path().join("host");
+        fs::create_dir_all(t.join("a/b")).unwrap();
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), "s").unwrap();
+        (d, t, host)
+    }
+
+    #[test]
+    fn a_link_at_any_component_is_never_followed() {
+        let (_d, t, host) = setup();
+        symlink(&host, t.join("a/link")).unwrap();
+        symlink("../../host", t.join("rel")).unwrap();
+        let tree = Tree::open(&t).unwrap();
+        for rel in ["a/link/secret", "rel/secret", "a/link/x/y"] {
+            assert!(tree.stat(Path::new(rel)).is_err(), "{rel} resolved");
+            assert!(tree.remove(Path::new(rel)).is_err(), "{rel} removed");
+        }
+        assert_eq!(tree.kind(Path::new("a/link")).unwrap(), Some(Kind::Link));
+        assert!(
+            tree.rename(Path::new("a/b"), Path::new("a/link/moved"))
+                .is_err()
+        );
+        assert!(tree.names(Path::new("a/link")).is_err());
+        assert!(tree.stat(Path::new("../host/secret")).is_err());
+        // Removing the link removes the link alone.
+        tree.remove(Path::new("a/link")).unwrap();
+        assert_eq!(fs::read_to_string(host.join("secret")).unwrap(), "s");
+        assert_eq!(fs::read_dir(&host).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn ensure_makes_the_entry_afresh_where_a_link_or_another_kind_stood() {
+        let (_d, t, host) = setup();
+        let tree = Tree::open(&t).unwrap();
+        // A dangling link where a file is bound, a link to a host dir where a dir is, and a
+        // link as a dir on the way.
+        symlink(host.join("made-by-root"), t.join("a/CLAUDE.md")).unwrap();
+        symlink(&host, t.join("a/skills")).unwrap();
+        symlink(&host, t.join("up")).unwrap();
+        fs::write(t.join("a/b/was-a-file"), "x").unwrap();
+        tree.ensure(Path::new("a/CLAUDE.md"), Entry::File(b""), 0o644, BOX)
+            .unwrap();
+        tree.ensure(Path::new("a/skills"), Entry::Dir, 0o755, BOX)
+            .unwrap();
+        tree.ensure(Path::new("up/deep/f"), Entry::File(b""), 0o600, BOX)
+            .unwrap();
+        tree.ensure(Path::new("a/b/was-a-file"), Entry::Dir, 0o700, BOX)
+            .unwrap();
+        assert!(!host.join("made-by-root").exists());
+        assert_eq!(fs::read_dir(&host).unwrap().count(), 1);
+        let kinds: Vec<_> = [
+            "a/CLAUDE.md",
+            "a/skills",
+            "up",
+            "up/deep",
+            "up/deep/f",
+            "a/b/was-a-file",
+        ]
+        .iter()
+        .map(|r| {
+            let m = fs::symlink_metadata(t.join(r)).unwrap();
+            (*r, m.is_dir(), m.mode() & 0o7777, m.uid())
+        })
+        .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("a/CLAUDE.md", false, 0o644, 1000),
+                ("a/skills", true, 0o755, 1000),
+                ("up", true, 0o755, 1000),
+                ("up/deep", true, 0o755, 1000),
+                ("up/deep/f", false, 0o600, 1000),
+                ("a/b/was-a-file", true, 0o700, 1000),
+            ]
+        );
+        // What is already right stays, with its content.
+        fs::write(t.join("a/CLAUDE.md"), "kept").unwrap();
+        tree.ensure(Path::new("a/CLAUDE.md"), Entry::File(b""), 0o644, BOX)
+            .unwrap();
+        assert_eq!(fs::read_to_string(t.join("a/CLAUDE.md")).unwrap(), "kept");
+    }
+
+    #[test]
+    fn a_file_with_another_name_elsewhere_is_not_handed_over() {
+        let (_d, t, _host) = setup();
+        fs::write(t.join("a/outside"), "host's").unwrap();
+        fs::hard_link(t.join("a/outside"), t.join("a/bound")).unwrap();
+        let tree = Tree::open(&t).unwrap();
+        tree.ensure(Path::new("a/bound"), Entry::File(b""), 0o644, BOX)
+            .unwrap();
+        assert_eq!(fs::symlink_metadata(t.join("a/outside")).unwrap().uid(), 0);
+        assert_eq!(fs::read_to_string(t.join("a/bound")).unwrap(), "");
+    }
+
+    #[test]
+    fn remove_goes_deeper_than_path_max_and_rename_stays_inside() {
+        let (_d, t, _host) = setup();
+        let tree = Tree::open(&t).unwrap();
+        // 300 levels of 20-byte names: over 6,000 bytes of path.
+        let mut deep = tree.open_dir(Path::new("a")).unwrap();
+        for _ in 0..300 {
+            let name = OsStr::new("dddddddddddddddddddd");
+            rustix::fs::mkdirat(&deep, name, Mode::from_raw_mode(0o755)).unwrap();
+            deep = rustix::fs::openat(&deep, name, DIR_FLAGS, Mode::empty()).unwrap();
+        }
+        tree.rename(Path::new("a"), Path::new("z")).unwrap();
+        assert_eq!(tree.names(Path::new("")).unwrap(), [OsString::from("z")]);
+        tree.remove(Path::new("z")).unwrap();
+        assert!(tree.names(Path::new("")).unwrap().is_empty());
+        tree.remove(Path::new("never/there")).unwrap();
+        assert_eq!(tree.kind(Path::new("never/there")).unwrap(), None);
+    }
+}

@@ -1,0 +1,120 @@
+//! What a prompt-injected agent plants in the trees its box owns (links where ag-box does its
+//! own work, links at the points bwrap binds onto) steers nothing ag-box does there as root:
+//! on a booted systemd node and on the bare host with the direct runtime.
+
+mod common;
+
+use common::{Checked, Host, Node, Target};
+
+/// Runs `script` on `t` after `pre` (the target's own state dir, where it needs one).
+fn sh(t: &dyn Target, pre: &str, script: &str) -> std::process::Output {
+    t.sh(&format!("{pre}\n{script}"))
+}
+
+fn inside(t: &dyn Target, pre: &str, name: &str, script: &str) -> String {
+    let quoted = script.replace('\'', r"'\''");
+    sh(t, pre, &format!("ag-box exec {name} -- sh -c '{quoted}'"))
+        .ok()
+        .stdout()
+}
+
+fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
+    let home = t.home();
+    let proj = format!("{home}/{name}");
+    let victim = format!("{home}/victim-{name}");
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box park {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {proj} {victim} {home}/planted-*-{name}
+             rm -rf {home}/.codex/AGENTS.md {home}/.claude/agents
+             set -e; mkdir -p {proj}/src {victim}; echo v1 > {proj}/src/main.txt
+             echo root-only > {victim}/secret; chmod 700 {victim}
+             ag-box track {name} >/dev/null 2>&1; ag-box up {name} >/dev/null 2>&1"
+        ),
+    )
+    .ok();
+
+    // The agent plants links where ag-box does its own work in the project, and at points
+    // bwrap binds the node's files onto once the node has them (the host is /oldroot to bwrap
+    // as it sets the box up).
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            name,
+            &format!(
+                "ln -s {victim} .ag-box-previous && ln -s {victim} .ag-box-restore &&
+                 ln -s /oldroot{home}/planted-a-{name} ~/.codex/AGENTS.md &&
+                 ln -s {home}/planted-b-{name} ~/.claude/agents && echo planted"
+            )
+        ),
+        "planted\n"
+    );
+    sh(
+        t,
+        pre,
+        &format!(
+            "set -e; ag-box park {name} >/dev/null 2>&1
+             mkdir -p {home}/.codex {home}/.claude/agents; echo node-agents > {home}/.codex/AGENTS.md
+             echo node-agent > {home}/.claude/agents/a.md
+             ag-box up {name}"
+        ),
+    )
+    .ok();
+
+    // The host dir kept its file and owner; nothing was made on the host; the project holds
+    // its own files and none of the planted names; the node's files are bound where planned.
+    assert_eq!(
+        sh(
+            t,
+            pre,
+            &format!(
+                "stat -c '%U %a' {victim} {victim}/secret; cat {victim}/secret
+                 ls -d {home}/planted-*-{name} 2>/dev/null; ls -A {proj}"
+            )
+        )
+        .ok()
+        .stdout(),
+        "root 700\nroot 644\nroot-only\nsrc\n"
+    );
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            name,
+            "cat ~/.codex/AGENTS.md ~/.claude/agents/a.md; test -L ~/.codex/AGENTS.md; echo link=$?"
+        ),
+        "node-agents\nnode-agent\nlink=1\n"
+    );
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box park {name} >/dev/null 2>&1; rm -rf {home}/.codex/AGENTS.md {home}/.claude/agents {victim}"
+        ),
+    )
+    .ok();
+}
+
+#[test]
+fn links_a_box_plants_steer_nothing_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    links_a_box_plants_steer_nothing(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "plnt",
+    );
+}
+
+#[test]
+fn links_a_box_plants_steer_nothing_with_the_direct_runtime() {
+    let Some(host) = Host::new("planted") else {
+        return;
+    };
+    let name = format!("plnt-{}", std::process::id());
+    links_a_box_plants_steer_nothing(&host, "", &name);
+}
