@@ -4,7 +4,8 @@
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
+        let line = $crate::plan::text::terminal_line(&format!($($t)*));
+        let _ = writeln!(std::io::stderr(), "{line}");
     }};
 }
 
@@ -134,7 +135,7 @@ fn main() -> ExitCode {
     commands::completion::answer_if_asked();
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| sys::host::EscapedStderr)
         .with_target(false)
         .with_ansi(sys::host::stderr_is_terminal())
         .with_env_filter(

@@ -88,6 +88,24 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
         ),
         "node-agents\nnode-agent\nlink=1\n"
     );
+
+    // A name made of escape sequences, a newline and a bidi control reaches the terminal
+    // escaped: no clipboard write, no forged line, no reordered text.
+    inside(
+        t,
+        pre,
+        name,
+        "printf x > \"$(printf 'evil\\033]52;c;aGk=\\007\\nparked box x\\342\\200\\256.txt')\"",
+    );
+    let diff = sh(t, pre, &format!("ag-box diff {name}"));
+    let seen = format!("{}{}", diff.ok().stdout(), diff.stderr());
+    assert!(
+        seen.contains(&format!(
+            "+ {proj}/evil\\x1b]52;c;aGk=\\x07\\nparked box x\\u{{202e}}.txt  (1 B)\n"
+        )) && !seen.contains(['\u{1b}', '\u{7}', '\u{202e}'])
+            && !seen.lines().any(|l| l.starts_with("parked box")),
+        "{seen:?}"
+    );
     sh(
         t,
         pre,

@@ -9,6 +9,7 @@ use crate::error::UserError;
 use crate::plan::diff::{self, Change, What};
 use crate::plan::history::size;
 use crate::plan::restic::{box_tag, find_snapshot};
+use crate::plan::text::escaped;
 use crate::sys::restic::short;
 use crate::sys::working_copy;
 
@@ -96,7 +97,7 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
                 ),
             ),
         };
-        out!("{mark} {}  ({sizes})", c.path.display());
+        out!("{mark} {}  ({sizes})", escaped(&c.path.to_string_lossy()));
     }
     let count = |w: What| changes.iter().filter(|c| c.what == w).count();
     say!(

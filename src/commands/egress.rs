@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::Ctx;
 use super::ls::network_label;
 use crate::plan::egress::{self, Mode, NODE_LIST, PROXY_PORT};
+use crate::plan::text::escaped;
 use crate::plan::{sandbox::BoxSpec, unit};
 use crate::store::meta::Meta;
 use crate::sys::egress_log::{self, Record};
@@ -65,10 +66,11 @@ fn line(r: &Record) -> String {
         .as_deref()
         .map(|e| format!(" ({e})"))
         .unwrap_or_default();
-    format!(
+    // Method, host and reason come from what the box sent.
+    escaped(&format!(
         "{}  {verdict:<8} {:<8} {}:{}  {why}{error}  out {} B, in {} B",
         r.time, r.method, r.host, r.port, r.bytes_out, r.bytes_in
-    )
+    ))
 }
 
 pub fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {

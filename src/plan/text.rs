@@ -5,13 +5,12 @@
 
 use std::fmt::Write;
 
-/// `s` with every C0/C1 control, DEL, bidi control and backslash escaped (`\n`, `\x1b`,
-/// `\u{202e}`, `\\`); everything else as it is.
+/// `s` with every C0/C1 control, DEL and bidi control escaped (`\n`, `\x1b`, `\u{202e}`);
+/// everything else as it is.
 pub fn escaped(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
@@ -24,6 +23,40 @@ pub fn escaped(s: &str) -> String {
             c => out.push(c),
         }
     }
+    out
+}
+
+/// A line for the terminal (an error, a message, a log line, ending in one newline or not):
+/// as [`escaped`], but for that final newline and the colour codes (`ESC [ digits ; m`) the
+/// log formatter adds (it escapes the ESC of what it prints itself).
+pub fn terminal_line(s: &str) -> String {
+    let (body, newline) = match s.strip_suffix('\n') {
+        Some(b) => (b, "\n"),
+        None => (s, ""),
+    };
+    let mut out = String::with_capacity(s.len());
+    let mut rest = body;
+    while let Some(at) = rest.find('\u{1b}') {
+        out.push_str(&escaped(&rest[..at]));
+        let after = &rest[at + 1..];
+        let sgr = after.strip_prefix('[').and_then(|p| {
+            let end = p.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (p[end..].starts_with('m')).then_some(end + 2)
+        });
+        match sgr {
+            Some(len) => {
+                out.push('\u{1b}');
+                out.push_str(&after[..len]);
+                rest = &after[len..];
+            }
+            None => {
+                out.push_str("\\x1b");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(&escaped(rest));
+    out.push_str(newline);
     out
 }
 
@@ -42,11 +75,21 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn controls_bidi_and_backslash_are_escaped_the_rest_kept() {
+    fn controls_and_bidi_are_escaped_the_rest_kept() {
         assert_eq!(
             escaped("a\u{1b}]52;c;eA==\u{7}\nparked box 'x'\r\t\u{7f}\u{9b}\u{202e}é\\"),
-            "a\\x1b]52;c;eA==\\x07\\nparked box 'x'\\r\\t\\x7f\\u{9b}\\u{202e}é\\\\"
+            "a\\x1b]52;c;eA==\\x07\\nparked box 'x'\\r\\t\\x7f\\u{9b}\\u{202e}é\\"
         );
         assert_eq!(escaped("src/main.rs"), "src/main.rs");
+    }
+
+    #[test]
+    fn a_terminal_line_keeps_its_newline_and_colours_only() {
+        assert_eq!(
+            terminal_line("\u{1b}[33m WARN\u{1b}[0m moved \u{1b}[2J\u{1b}]0;x\u{7}a\nb\n"),
+            "\u{1b}[33m WARN\u{1b}[0m moved \\x1b[2J\\x1b]0;x\\x07a\\nb\n"
+        );
+        assert_eq!(terminal_line("plain"), "plain");
+        assert_eq!(terminal_line("\u{1b}"), "\\x1b");
     }
 }

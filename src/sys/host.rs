@@ -85,3 +85,18 @@ mod tests {
         assert!(!is_mount_point(Path::new("/proc/self")));
     }
 }
+
+/// Log lines to stderr with what the box may have put in them escaped (the formatter writes
+/// each line whole, in one call).
+pub struct EscapedStderr;
+
+impl std::io::Write for EscapedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = crate::plan::text::terminal_line(&String::from_utf8_lossy(buf));
+        std::io::stderr().write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
