@@ -73,19 +73,6 @@ fn unescape_mount(field: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape_mount("/root/my\\040proj"), "/root/my proj");
-        assert_eq!(unescape_mount("/plain"), "/plain");
-        assert!(is_mount_point(Path::new("/proc")));
-        assert!(!is_mount_point(Path::new("/proc/self")));
-    }
-}
-
 /// Log lines to stderr with what the box may have put in them escaped (the formatter writes
 /// each line whole, in one call).
 pub struct EscapedStderr;
@@ -98,5 +85,18 @@ impl std::io::Write for EscapedStderr {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mount("/root/my\\040proj"), "/root/my proj");
+        assert_eq!(unescape_mount("/plain"), "/plain");
+        assert!(is_mount_point(Path::new("/proc")));
+        assert!(!is_mount_point(Path::new("/proc/self")));
     }
 }
