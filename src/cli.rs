@@ -71,6 +71,15 @@ pub enum Cmd {
         #[arg(long)]
         accept_partial: bool,
     },
+    /// Stop the box without a snapshot; its lease and copy stay on this node
+    #[command(
+        after_help = "Stops the box's processes whatever its files hold; 'ag-box up' starts the copy \
+again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj"
+    )]
+    Stop {
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+    },
     /// Snapshot one box, or every active box on this node (renewing leases)
     #[command(after_help = "Example: ag-box snapshot --active")]
     Snapshot(SnapshotArgs),

@@ -56,6 +56,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name,
             accept_partial,
         } => commands::park::run(&name, accept_partial),
+        Cmd::Stop { name } => commands::stop::run(&name),
         Cmd::Snapshot(args) => commands::snapshot::run(args),
         Cmd::History { name, json, events } => commands::history::run(&name, json, events),
         Cmd::Diff {

@@ -2,9 +2,9 @@
 
 use std::process::Command;
 
-const SPEC_COMMANDS: [&str; 17] = [
+const SPEC_COMMANDS: [&str; 18] = [
     "ls", "track", "up", "attach", "exec", "park", "snapshot", "globals", "prune", "drop",
-    "status", "history", "diff", "rollback", "set", "egress", "init",
+    "status", "history", "diff", "rollback", "set", "egress", "init", "stop",
 ];
 
 fn help(args: &[&str]) -> String {

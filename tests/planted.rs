@@ -116,6 +116,93 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
     .ok();
 }
 
+/// A box that nests its tree deeper than PATH_MAX (with a name full of escapes) can still be
+/// stopped, and parked once what restic could not read is accepted.
+fn a_box_deeper_than_path_max_is_stopped_and_parked(t: &dyn Target, pre: &str, name: &str) {
+    let home = t.home();
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
+             set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
+             ag-box track {name} 2>&1; ag-box up {name} 2>&1"
+        ),
+    )
+    .ok();
+    // 300 levels of 20 bytes: 6,000 bytes of path, made one level at a time.
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            name,
+            "python3 -c \"
+import os
+os.mkdir('deep'); os.chdir('deep')
+for i in range(300):
+    os.mkdir('d' * 20); os.chdir('d' * 20)
+open('f\\x1b[2J', 'w').write('bottom')
+print('deep', len(os.getcwd()))
+\""
+        ),
+        format!("deep {}\n", home.len() + 1 + name.len() + "/deep".len() + 300 * 21)
+    );
+    let park = sh(t, pre, &format!("ag-box park {name}"));
+    assert_eq!(park.code(), 1, "{}", park.stderr());
+    assert!(
+        park.stderr().contains(&format!(
+            "box '{name}' keeps running: its snapshot failed ('ag-box stop {name}' stops it without one"
+        )) && !park.stderr().contains('\u{1b}'),
+        "{}",
+        park.stderr()
+    );
+    let stop = sh(t, pre, &format!("ag-box stop {name}"));
+    assert_eq!(
+        stop.ok().stderr(),
+        format!(
+            "stopped box '{name}' without a snapshot; its lease and its copy stay on {node}: 'ag-box up {name}' starts it again, 'ag-box park {name}' saves it and frees the node\n",
+            node = if t.systemd() { "nodeB" } else { "host" }
+        )
+    );
+    common::assert_code(
+        &sh(t, pre, &format!("ag-box stop {name}")),
+        1,
+        &format!("box '{name}' is not up on this node"),
+    );
+    let parked = sh(t, pre, &format!("ag-box park {name} --accept-partial"));
+    assert!(
+        parked
+            .ok()
+            .stderr()
+            .contains(&format!("parked box '{name}'")),
+        "{}",
+        parked.stderr()
+    );
+    sh(t, pre, &format!("rm -rf {home}/{name}")).ok();
+}
+
+#[test]
+fn a_box_deeper_than_path_max_is_stopped_and_parked_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_box_deeper_than_path_max_is_stopped_and_parked(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "deep",
+    );
+}
+
+#[test]
+fn a_box_deeper_than_path_max_is_stopped_and_parked_with_the_direct_runtime() {
+    let Some(host) = Host::new("deep") else {
+        return;
+    };
+    let name = format!("deep-{}", std::process::id());
+    a_box_deeper_than_path_max_is_stopped_and_parked(&host, "", &name);
+}
+
 #[test]
 fn links_a_box_plants_steer_nothing_on_a_systemd_node() {
     let Some(node) = Node::local_store("nodeB") else {

@@ -19,6 +19,7 @@ pub mod rollback;
 pub mod set;
 pub mod snapshot;
 pub mod status;
+pub mod stop;
 pub mod track;
 pub mod up;
 

@@ -6,6 +6,7 @@
 pub mod park;
 pub mod rollback;
 pub mod snapshot;
+pub mod stop;
 #[cfg(test)]
 mod tests;
 pub mod up;

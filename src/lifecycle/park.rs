@@ -35,7 +35,15 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
             kept.join().ok().flatten(),
         )
     });
-    let mut taken = taken?;
+    let mut taken = taken.map_err(|e| {
+        if running {
+            e.context(format!(
+                "box '{name}' keeps running: its snapshot failed ('ag-box stop {name}' stops it without one; the lease and the copy stay here)"
+            ))
+        } else {
+            e
+        }
+    })?;
     // The running copy as the snapshot began: the same after the stop, it is all in the snapshot.
     let before = running.then(|| taken.digest_before.clone());
     // The stopped copy's manifest, as its final snapshot holds it.

@@ -3,24 +3,23 @@
 //! stopped box, after a restore), it tells later whether the copy still does, without reading
 //! file contents; a differing digest means the copy may hold work in no snapshot.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use crate::plan::delta::Manifest;
 
 /// An entry's metadata after its path: kind first.
 pub fn line(path: &Path, meta: &fs::Metadata) -> String {
-    let kind = if meta.is_dir() {
-        'd'
-    } else if meta.is_symlink() {
-        'l'
-    } else {
-        'f'
-    };
     let target = if meta.is_symlink() {
         fs::read_link(path)
             .map(|t| t.to_string_lossy().into_owned())
@@ -28,17 +27,70 @@ pub fn line(path: &Path, meta: &fs::Metadata) -> String {
     } else {
         String::new()
     };
-    let size = if meta.is_dir() { 0 } else { meta.size() };
-    format!(
-        "{kind}\0{size}\0{}.{}\0{}.{}\0{}\0{:o}\0{}:{}\0{target}",
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ctime(),
-        meta.ctime_nsec(),
+    let kind = if meta.is_dir() {
+        Kind::Dir
+    } else if meta.is_symlink() {
+        Kind::Link
+    } else {
+        Kind::File
+    };
+    fields(
+        kind,
+        meta.size(),
+        (meta.mtime(), meta.mtime_nsec()),
+        (meta.ctime(), meta.ctime_nsec()),
         meta.ino(),
         meta.mode(),
-        meta.uid(),
-        meta.gid()
+        (meta.uid(), meta.gid()),
+        &target,
+    )
+}
+
+/// As [`line`], from what `fstatat` said of an entry.
+fn stat_line(st: &Stat, target: &str) -> String {
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Link,
+        _ => Kind::File,
+    };
+    fields(
+        kind,
+        u64::try_from(st.st_size).unwrap_or(0),
+        (st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0)),
+        (st.st_ctime, i64::try_from(st.st_ctime_nsec).unwrap_or(0)),
+        st.st_ino,
+        st.st_mode,
+        (st.st_uid, st.st_gid),
+        target,
+    )
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    Link,
+    File,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fields(
+    kind: Kind,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    ino: u64,
+    mode: u32,
+    (uid, gid): (u32, u32),
+    target: &str,
+) -> String {
+    let (kind, size) = match kind {
+        Kind::Dir => ('d', 0),
+        Kind::Link => ('l', size),
+        Kind::File => ('f', size),
+    };
+    format!(
+        "{kind}\0{size}\0{}.{}\0{}.{}\0{ino}\0{mode:o}\0{uid}:{gid}\0{target}",
+        mtime.0, mtime.1, ctime.0, ctime.1
     )
 }
 
@@ -48,27 +100,37 @@ pub fn of(roots: &[PathBuf]) -> Result<String> {
 }
 
 /// The digest of `roots`, and the manifest it was made of (None when a path is not UTF-8,
-/// which a manifest cannot name). The tree is read by a few threads: it is all `lstat` and
-/// `getdents`, and a copy of 20,000 files takes a tenth of a second on one core.
+/// which a manifest cannot name). The tree is read by a few threads: it is all `fstatat` and
+/// `getdents`, and a copy of 20,000 files takes a tenth of a second on one core. Below each
+/// root, every entry is read relative to its dir's handle with no link followed, so a box that
+/// swaps a dir for a link mid-walk, or nests deeper than PATH_MAX, steers and stops nothing:
+/// an entry that vanishes counts as missing, one that changes kind or cannot be read gets a
+/// line of its own (the copy then differs, never an error).
 pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
     let mut seen = Vec::new();
     // Breadth first until there is work enough to share out.
     let width = std::thread::available_parallelism()
         .map_or(2, usize::from)
         .min(4);
-    let mut frontier: Vec<PathBuf> = roots.to_vec();
+    let mut frontier = Vec::new();
+    for root in roots {
+        match Item::root(root)? {
+            Some(item) => frontier.push(item),
+            None => seen.push((root.clone(), None)),
+        }
+    }
     let mut rounds = 0;
     while !frontier.is_empty() && frontier.len() < 16 * width && rounds < 3 {
         let mut next = Vec::new();
-        for path in frontier {
-            visit(path, &mut seen, &mut next)?;
+        for item in frontier {
+            visit(item, &mut seen, &mut next);
         }
         frontier = next;
         rounds += 1;
     }
-    let mut shares: Vec<Vec<PathBuf>> = vec![Vec::new(); width];
-    for (i, path) in frontier.into_iter().enumerate() {
-        shares[i % width].push(path);
+    let mut shares: Vec<Vec<Item>> = (0..width).map(|_| Vec::new()).collect();
+    for (i, item) in frontier.into_iter().enumerate() {
+        shares[i % width].push(item);
     }
     let found: Vec<Result<Vec<Seen>>> = std::thread::scope(|s| {
         let workers: Vec<_> = shares
@@ -79,7 +141,7 @@ pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
             .into_iter()
             .map(|w| {
                 w.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a tree walk panicked")))
+                    .map_err(|_| anyhow::anyhow!("a tree walk panicked"))
             })
             .collect()
     });
@@ -119,37 +181,130 @@ fn summed(seen: Vec<Seen>) -> (String, Option<Manifest>) {
 /// A path and its metadata line (None: it is missing).
 type Seen = (PathBuf, Option<String>);
 
-/// Record `path`; a dir's entries go onto `below`.
-fn visit(path: PathBuf, seen: &mut Vec<Seen>, below: &mut Vec<PathBuf>) -> Result<()> {
-    let meta = match fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            seen.push((path, None));
-            return Ok(());
-        }
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    if meta.is_dir() {
-        for entry in fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))? {
-            below.push(entry?.path());
-        }
-    }
-    let entry = line(&path, &meta);
-    seen.push((path, Some(entry)));
-    Ok(())
+/// An entry to read: the handle of its dir and its name there; its path only names it.
+struct Item {
+    dir: Arc<OwnedFd>,
+    name: OsString,
+    path: PathBuf,
 }
 
-fn walk_below(mut stack: Vec<PathBuf>) -> Result<Vec<Seen>> {
-    let mut seen = Vec::new();
-    while let Some(path) = stack.pop() {
-        visit(path, &mut seen, &mut stack)?;
+const DIR_FLAGS: OFlags = OFlags::DIRECTORY
+    .union(OFlags::RDONLY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+impl Item {
+    /// A root: its dir is the host's, resolved by path; the root itself is not followed.
+    /// None when that dir is missing (and so the root).
+    fn root(path: &Path) -> Result<Option<Item>> {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        let name = path
+            .file_name()
+            .with_context(|| format!("{} names no entry", path.display()))?;
+        let dir = match rustix::fs::open(
+            parent,
+            DIR_FLAGS.difference(OFlags::NOFOLLOW),
+            Mode::empty(),
+        ) {
+            Ok(d) => d,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("opening {}", parent.display())),
+        };
+        Ok(Some(Item {
+            dir: Arc::new(dir),
+            name: name.to_os_string(),
+            path: path.to_path_buf(),
+        }))
     }
-    Ok(seen)
+}
+
+/// Record `item`; a dir's entries go onto `below`.
+fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
+    let st = match rustix::fs::statat(&*item.dir, &item.name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => {
+            seen.push((item.path, None));
+            return;
+        }
+        Err(e) => {
+            seen.push((item.path, Some(format!("unreadable\0{e}"))));
+            return;
+        }
+    };
+    let kind = FileType::from_raw_mode(st.st_mode);
+    let mut target = String::new();
+    if kind == FileType::Directory {
+        match list(&item) {
+            Ok(entries) => below.extend(entries),
+            // Gone, or swapped for something else, since the stat: changed.
+            Err(Errno::NOENT) => {
+                seen.push((item.path, None));
+                return;
+            }
+            Err(e) => {
+                seen.push((item.path, Some(format!("changed\0{e}"))));
+                return;
+            }
+        }
+    } else if kind == FileType::Symlink {
+        target = rustix::fs::readlinkat(&*item.dir, &item.name, Vec::new())
+            .map(|t| t.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    seen.push((item.path, Some(stat_line(&st, &target))));
+}
+
+/// The entries of the dir `item` names, opened below its handle with no link followed.
+fn list(item: &Item) -> Result<Vec<Item>, Errno> {
+    let fd = Arc::new(rustix::fs::openat(
+        &*item.dir,
+        &item.name,
+        DIR_FLAGS,
+        Mode::empty(),
+    )?);
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&*fd)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = OsStr::from_bytes(name).to_os_string();
+        out.push(Item {
+            dir: Arc::clone(&fd),
+            path: item.path.join(&name),
+            name,
+        });
+    }
+    Ok(out)
+}
+
+fn walk_below(mut stack: Vec<Item>) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    while let Some(item) = stack.pop() {
+        visit(item, &mut seen, &mut stack);
+    }
+    seen
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// What one thread's walk of `roots` sees.
+    fn one_walk(roots: &[PathBuf]) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        let mut items = Vec::new();
+        for r in roots {
+            match Item::root(r).unwrap() {
+                Some(i) => items.push(i),
+                None => seen.push((r.clone(), None)),
+            }
+        }
+        seen.extend(walk_below(items));
+        seen
+    }
 
     #[test]
     fn threads_see_what_one_walk_sees() {
@@ -162,7 +317,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
         let roots = vec![root, dir.path().join("absent")];
         let (digest, manifest) = walk(&roots).unwrap();
-        let (one, one_manifest) = summed(walk_below(roots).unwrap());
+        let (one, one_manifest) = summed(one_walk(&roots));
         assert_eq!((digest, manifest.unwrap().len()), (one, 182));
         assert!(one_manifest.is_some());
     }
@@ -176,7 +331,7 @@ mod tests {
             fs::write(root.join(d).join("f"), d).unwrap();
         }
         let roots = vec![root, dir.path().join("absent")];
-        let seen = walk_below(roots.clone()).unwrap();
+        let seen = one_walk(&roots);
         let mut lines: Vec<String> = seen
             .iter()
             .map(|(p, e)| format!("{}\0{}\n", p.display(), e.as_deref().unwrap_or("missing")))
@@ -205,5 +360,45 @@ mod tests {
         assert_ne!(of(&roots).unwrap(), edited);
         fs::create_dir(dir.path().join("absent")).unwrap();
         assert_ne!(of(&roots).unwrap(), edited);
+    }
+
+    #[test]
+    fn a_tree_deeper_than_path_max_and_odd_entries_are_read_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        fs::create_dir_all(&root).unwrap();
+        let mut deep = rustix::fs::open(&root, DIR_FLAGS, Mode::empty()).unwrap();
+        for _ in 0..300 {
+            let name = "dddddddddddddddddddd";
+            rustix::fs::mkdirat(&deep, name, Mode::from_raw_mode(0o755)).unwrap();
+            deep = rustix::fs::openat(&deep, name, DIR_FLAGS, Mode::empty()).unwrap();
+        }
+        rustix::fs::mkdirat(&deep, "leaf", Mode::from_raw_mode(0o755)).unwrap();
+        // A link where a dir was is read as the link, never followed.
+        std::os::unix::fs::symlink("/etc", root.join("was-a-dir")).unwrap();
+        let roots = vec![root.clone(), dir.path().join("absent/below")];
+        let (_, manifest) = walk(&roots).unwrap();
+        let manifest = manifest.unwrap();
+        assert_eq!(manifest.len(), 1 + 300 + 1 + 1);
+        assert!(
+            manifest
+                .keys()
+                .any(|p| p.ends_with("/leaf") && p.len() > 6000)
+        );
+        let link = &manifest[&root.join("was-a-dir").to_string_lossy().into_owned()];
+        assert!(
+            link.starts_with("l\0") && link.ends_with("\0/etc"),
+            "{link:?}"
+        );
+        assert!(!manifest.keys().any(|p| p.contains("passwd")));
+        // An entry gone between the listing and its stat counts as missing.
+        let gone = Item {
+            dir: Arc::new(rustix::fs::open(&root, DIR_FLAGS, Mode::empty()).unwrap()),
+            name: "never-there".into(),
+            path: root.join("never-there"),
+        };
+        let (mut seen, mut below) = (Vec::new(), Vec::new());
+        visit(gone, &mut seen, &mut below);
+        assert_eq!(seen, [(root.join("never-there"), None)]);
     }
 }

@@ -1,0 +1,18 @@
+//! `stop <name>`: stop the box without a snapshot (on the node running it).
+
+use anyhow::Result;
+
+use super::{Ctx, follow};
+use crate::lifecycle;
+use crate::sys::restic::Restic;
+
+pub fn run(name: &str) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let meta = ctx.tracked(name)?.meta;
+    if !ctx.runtime.is_active(&ctx.spec(&meta)) {
+        return follow::to_holder(&ctx, &meta, "stop", &["stop", name]);
+    }
+    // No restic runs; the sequences' world names a repository all the same.
+    let restic = Restic::new(&ctx.config)?;
+    lifecycle::stop::stop(&ctx.world(&restic), name)
+}

@@ -1,0 +1,33 @@
+//! `stop`: end the box's processes without a snapshot, whatever its trees hold (a tree no
+//! walk or restic can take whole must never keep a box running). The lease and the copy stay
+//! with this node: `up` starts the copy again, `park` saves it and frees the node.
+
+use anyhow::Result;
+
+use super::{World, not_up_here};
+use crate::store::events;
+
+pub fn stop(w: &World, name: &str) -> Result<()> {
+    let _lock = w.lock(name, "stop")?;
+    let meta = w.tracked(name)?.meta;
+    let spec = w.spec(&meta);
+    if !w.runtime.is_active(&spec) {
+        return Err(not_up_here(name).into());
+    }
+    w.runtime.stop(&spec)?;
+    events::record(
+        w.store,
+        &w.config.node,
+        name,
+        events::Step {
+            verb: "stop",
+            epoch: meta.lease.as_ref().map(|l| l.epoch),
+            ..Default::default()
+        },
+    );
+    say!(
+        "stopped box '{name}' without a snapshot; its lease and its copy stay on {}: 'ag-box up {name}' starts it again, 'ag-box park {name}' saves it and frees the node",
+        w.config.node
+    );
+    Ok(())
+}
