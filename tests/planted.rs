@@ -146,7 +146,10 @@ open('f\\x1b[2J', 'w').write('bottom')
 print('deep', len(os.getcwd()))
 \""
         ),
-        format!("deep {}\n", home.len() + 1 + name.len() + "/deep".len() + 300 * 21)
+        format!(
+            "deep {}\n",
+            home.len() + 1 + name.len() + "/deep".len() + 300 * 21
+        )
     );
     let park = sh(t, pre, &format!("ag-box park {name}"));
     assert_eq!(park.code(), 1, "{}", park.stderr());
