@@ -2,7 +2,8 @@
 """A small HTTP (and optionally HTTPS) server for the egress tests and benchmark.
 
 usage: egress-server.py ADDR HTTP_PORT [HTTPS_PORT CERT KEY]
-Every GET answers 200 with "hello from ADDR:PORT\n" (or N bytes with ?size=N); HTTP/1.1 keep-alive.
+Every GET answers 200 with "hello from ADDR:PORT\n" (or N bytes with ?size=N, or "host H\n" with
+the request's Host header for /host); HTTP/1.1 keep-alive.
 """
 import ssl
 import sys
@@ -18,6 +19,8 @@ class Handler(BaseHTTPRequestHandler):
         q = parse_qs(urlparse(self.path).query)
         if "size" in q:
             body = b"x" * int(q["size"][0])
+        elif urlparse(self.path).path == "/host":
+            body = f"host {self.headers.get('Host')}\n".encode()
         else:
             host, port = self.server.server_address[:2]
             body = f"hello from {host}:{port}\n".encode()

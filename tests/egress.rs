@@ -233,6 +233,29 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
     assert_eq!(mine["network"], "allow");
     assert_eq!(mine["refused"], 3, "{mine}");
 
+    // Plain HTTP goes out with the Host the proxy judged; a box's own Host naming another
+    // site (domain fronting through an allowed address) is refused, and logged.
+    assert_eq!(
+        curl(&c.a, name, &format!("http://{ONE}/host")),
+        (0, format!("host {ONE}\n"), String::new())
+    );
+    let (code, headers, _) = curl(
+        &c.a,
+        name,
+        &format!("-i -H 'Host: {TWO_NAME}' http://{ONE}/host"),
+    );
+    assert_eq!(code, 0);
+    assert!(headers.starts_with("HTTP/1.1 403"), "{headers}");
+    let fronting = format!("Host header '{TWO_NAME}' names another host than the request's {ONE}");
+    assert_eq!(refusal(&headers), Some(fronting.clone()));
+    assert_eq!(
+        decisions(&c.a, name)
+            .iter()
+            .filter(|d| d["reason"] == fronting.as_str())
+            .count(),
+        1
+    );
+
     // A live change: server two listed (from node B, while the box runs on A), then none.
     c.b.sh(&format!(
         "ag-box set {name} allow={ONE},{TWO_HTTPS},{TWO_HTTP}"

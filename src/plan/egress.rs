@@ -362,6 +362,25 @@ impl fmt::Display for Host {
     }
 }
 
+/// A plain-HTTP request's `Host` header names the host and port the proxy judged (from the
+/// request's absolute URI): else a box could have an allowed address serve another site
+/// (domain fronting). Names compare without case; port 80 may be left out.
+pub fn host_header_matches(header: &str, host: &str, port: u16) -> bool {
+    let header = header.trim();
+    let (h, p) = match header.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') && !h.is_empty() => match p.parse::<u16>() {
+            Ok(p) => (h, p),
+            Err(_) => return false,
+        },
+        _ => (header, 80),
+    };
+    let h = h
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(h);
+    p == port && h.eq_ignore_ascii_case(host)
+}
+
 /// The proxy's answer for one destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -835,5 +854,27 @@ mod tests {
         assert_eq!(get("http_proxy"), Some("http://127.0.0.1:3128"));
         assert_eq!(get("NO_PROXY"), Some("localhost,127.0.0.1,::1"));
         assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+
+    #[test]
+    fn a_host_header_matches_only_the_judged_host_and_port() {
+        let cases = [
+            ("example.com", "example.com", 80, true),
+            ("Example.COM:80", "example.com", 80, true),
+            ("example.com:8080", "example.com", 8080, true),
+            ("example.com", "example.com", 8080, false),
+            ("evil.example", "example.com", 80, false),
+            ("example.com:81", "example.com", 80, false),
+            ("[::1]:8080", "::1", 8080, true),
+            ("[::1]", "::1", 80, true),
+            ("10.0.0.1:x", "10.0.0.1", 80, false),
+            ("example.com.evil", "example.com", 80, false),
+        ];
+        let got: Vec<_> = cases
+            .iter()
+            .map(|(h, host, port, _)| (*h, host_header_matches(h, host, *port)))
+            .collect();
+        let want: Vec<_> = cases.iter().map(|(h, _, _, m)| (*h, *m)).collect();
+        assert_eq!(got, want);
     }
 }

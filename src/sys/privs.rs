@@ -37,8 +37,11 @@ pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
         return Err(c.exec()).with_context(|| format!("executing {}", argv[0]));
     };
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
-    if share_socket(socket) {
-        load_config(&argv[0], socket);
+    // The owner's client first, the box group after: a client of another user that reaches
+    // a tmux 3.3 server before any allowed one is refused, and the config that would admit
+    // the client user is then never read (seen under load).
+    if load_config(&argv[0], socket) {
+        share_socket(socket);
     }
     Ok(cmd::exit_code(child.wait()?))
 }
@@ -64,34 +67,25 @@ fn close_inherited_fds() {
     }
 }
 
-/// tmux makes its socket 0600; the client user reaches it through the box group. False when
-/// the socket never appeared.
-fn share_socket(socket: &Path) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < SOCKET_TIMEOUT {
-        if fs::symlink_metadata(socket).is_ok() {
-            if let Err(e) = fs::set_permissions(socket, fs::Permissions::from_mode(0o660)) {
-                say!(
-                    "ag-box: could not open {} to the box group: {e}",
-                    socket.display()
-                );
-            }
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// tmux makes its socket 0600; the client user reaches it through the box group.
+fn share_socket(socket: &Path) {
+    if let Err(e) = fs::set_permissions(socket, fs::Permissions::from_mode(0o660)) {
+        say!(
+            "ag-box: could not open {} to the box group: {e}",
+            socket.display()
+        );
     }
-    say!("ag-box: {} did not appear", socket.display());
-    false
 }
 
 /// The server owner connects once, so the server reads its config (which admits the client
 /// user) now rather than when the first client it allows arrives: until then tmux 3.3 refuses
-/// every other user's client, `attach` included. Retried while the server is not yet listening.
-fn load_config(tmux: &str, socket: &Path) {
+/// every other user's client, `attach` included. Retried until the server listens; false
+/// when it never did.
+fn load_config(tmux: &str, socket: &Path) -> bool {
     let started = Instant::now();
     while started.elapsed() < SOCKET_TIMEOUT {
         if cmd::succeeds(Command::new(tmux).args(tmux_plan::load_config_args(socket))) {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -99,6 +93,7 @@ fn load_config(tmux: &str, socket: &Path) {
         "ag-box: the tmux server at {} never answered its owner",
         socket.display()
     );
+    false
 }
 
 /// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the

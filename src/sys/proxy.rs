@@ -32,6 +32,13 @@ use crate::sys::egress_log::{self, Record};
 use crate::sys::{netns, privs};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client that has not sent its request's headers by then is dropped.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once; the next wait in the listen queue (a box that opens thousands
+/// costs itself, not the proxy's memory).
+const MAX_CONNECTIONS: usize = 512;
+/// The most a client connection's read buffer holds (headers included).
+const MAX_BUF: usize = 64 * 1024;
 
 /// Sent with every refusal; says why.
 const REFUSED_HEADER: &str = "x-ag-box-refused";
@@ -150,7 +157,9 @@ impl PolicySource {
 
 async fn serve(listener: std::net::TcpListener, state: Arc<State>) -> Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = slots.clone().acquire_owned().await?;
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -164,11 +173,15 @@ async fn serve(listener: std::net::TcpListener, state: Arc<State>) -> Result<()>
         let state = state.clone();
         let reuse = Reuse::default();
         tokio::spawn(async move {
+            let _slot = slot;
             let service =
                 hyper::service::service_fn(move |req| handle(req, state.clone(), reuse.clone()));
             let served = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
                 .title_case_headers(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_BUF)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades()
                 .await;
@@ -319,6 +332,18 @@ async fn handle(
         port,
         method: req.method().to_string(),
     };
+    if req.method() != Method::CONNECT
+        && let Some(h) = req.headers().get(header::HOST)
+        && !h
+            .to_str()
+            .is_ok_and(|h| egress::host_header_matches(h, &attempt.host, port))
+    {
+        let shown = String::from_utf8_lossy(h.as_bytes()).into_owned();
+        return Ok(attempt.refuse(&format!(
+            "Host header '{shown}' names another host than the request's {}:{port}",
+            attempt.host
+        )));
+    }
     // Decided for every request, also on a reused connection: a policy change applies at once.
     let (rule, addrs) = match attempt.decide().await {
         Ok(d) => d,
@@ -406,8 +431,8 @@ async fn forward(
     let authority = req.uri().authority().map(|a| a.as_str().to_string());
     *req.uri_mut() = origin;
     strip_hop_by_hop(req.headers_mut());
+    // What was judged, whatever the box sent (`handle` refused a Host naming anything else).
     if let Some(a) = authority
-        && !req.headers().contains_key(header::HOST)
         && let Ok(v) = HeaderValue::from_str(&a)
     {
         req.headers_mut().insert(header::HOST, v);

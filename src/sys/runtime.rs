@@ -489,7 +489,11 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
 fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
     while !box_done.load(Ordering::Relaxed) {
         let mut c = Command::new(&argv[0]);
-        c.args(&argv[1..]).stdin(Stdio::null());
+        // Its decisions are in the box's rotated log; stdout here would be anchor.log, which
+        // nothing rotates.
+        c.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
         // SAFETY: prctl is async-signal-safe.
         unsafe {
             c.pre_exec(|| {
