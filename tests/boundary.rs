@@ -311,7 +311,8 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
     run(
         &n,
         "set -e; mkdir -p /root/.claude; umask 077; echo '{\"t\":1}' > /root/.claude/.credentials.json
-         chown 0:0 /root/.claude/.credentials.json; umask 022; rm -f /root/.claude/settings.json; echo '{\"s\":1}' > /root/.claude/settings.json",
+         chown 0:0 /root/.claude/.credentials.json; umask 022; rm -f /root/.claude/settings.json; echo '{\"s\":1}' > /root/.claude/settings.json
+         mkdir -p /root/.grok; umask 077; echo '{\"apiKey\":\"k\",\"baseURL\":\"https://api.x.ai\"}' > /root/.grok/user-settings.json",
     )
     .ok();
     fresh_box(&n, name);
@@ -323,6 +324,15 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
          cat ~/.claude/settings.json; echo x > ~/.claude/settings.json 2>/dev/null; echo config=$?",
     );
     assert_eq!(tries, "{\"t\":1}\ncred=0\n{\"s\":1}\nconfig=2\n");
+    // A config that holds a key is the box user's to read, and no box's to repoint.
+    assert_eq!(
+        inside(
+            &n,
+            name,
+            "cat ~/.grok/user-settings.json; echo '{\"baseURL\":\"https://evil.example\"}' > ~/.grok/user-settings.json 2>/dev/null; echo keyed=$?",
+        ),
+        "{\"apiKey\":\"k\",\"baseURL\":\"https://api.x.ai\"}\nkeyed=2\n"
+    );
     assert_eq!(
         run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json; cat /root/.claude/.credentials.json")
             .ok()
@@ -389,7 +399,9 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
     );
     run(
         &n,
-        &format!("ag-box park {name}; rm -f /root/.claude/settings.json"),
+        &format!(
+            "ag-box park {name}; rm -f /root/.claude/settings.json /root/.grok/user-settings.json"
+        ),
     )
     .ok();
 }

@@ -126,6 +126,28 @@ fn lifecycle(t: &dyn Target, name: &str) {
         format!("ag-box {}\n", env!("CARGO_PKG_VERSION"))
     );
 
+    // The host's disks, timers and devices are not described to the box (what the node's
+    // kernel has of them).
+    assert_eq!(
+        t.sh(&format!(
+            "ag-box exec {name} -- sh -c 'for f in /proc/partitions /proc/interrupts /proc/timer_list; do \
+             [ -e $f ] && echo \"$f $(head -c 1 $f | wc -c)\"; done; \
+             [ -d /proc/acpi ] && ls -A /proc/acpi | wc -l; true'"
+        ))
+        .ok()
+        .stdout(),
+        t.sh(
+            "for f in /proc/partitions /proc/interrupts /proc/timer_list; do [ -e $f ] && echo \"$f 0\"; done; \
+             [ -d /proc/acpi ] && echo 0; true"
+        )
+        .ok()
+        .stdout()
+    );
+    assert!(
+        t.sh("head -c 1 /proc/partitions | wc -c").ok().stdout() == "1\n",
+        "the node has partitions to hide"
+    );
+
     // exec: writes through, runs in the project, passes exit codes
     let out = t.sh(&format!(
         "cd / && ag-box exec {name} -- sh -c 'echo made-inside > made.txt; pwd'"

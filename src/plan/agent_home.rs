@@ -22,11 +22,14 @@ pub const OWN_FILES: &[&str] = &[".claude.json"];
 pub const CREDENTIALS: &[&str] = &[
     ".claude/.credentials.json",
     ".codex/auth.json",
-    ".grok/user-settings.json",
     ".gemini/oauth_creds.json",
     ".gemini/google_accounts.json",
     ".local/share/opencode/auth.json",
 ];
+/// Shared config that holds the agent's key and also says where it sends its requests (grok's
+/// `baseURL`): the box user's, to read the key, but read-only, so that no box can point the
+/// operator's own agent, or the next box, elsewhere.
+pub const KEYED_CONFIG: &[&str] = &[".grok/user-settings.json"];
 /// Global config, shared per node, read-only inside a box.
 pub const GLOBAL_CONFIG: &[&str] = &[
     ".claude/CLAUDE.md",
@@ -86,6 +89,14 @@ fn in_own_dir(rel: &str) -> bool {
         .any(|d| Path::new(rel).starts_with(d) && rel != *d)
 }
 
+/// A shared file the box user must own to use (a credential, or a keyed config).
+pub fn handed_to_box(rel: &Path) -> bool {
+    CREDENTIALS
+        .iter()
+        .chain(KEYED_CONFIG)
+        .any(|c| Path::new(c) == rel)
+}
+
 impl AgentHome {
     /// The binds of HOME, parents before children; shared files the node lacks are left out.
     /// The opencode store needs its mount point in the node's `~/.local` when that is bound.
@@ -116,8 +127,9 @@ impl AgentHome {
                 .map(|rel| shared(rel, Access::ReadWrite)),
         );
         binds.extend(
-            GLOBAL_CONFIG
+            KEYED_CONFIG
                 .iter()
+                .chain(GLOBAL_CONFIG)
                 .filter(|rel| node_has(&node(rel)))
                 .map(|rel| shared(rel, Access::ReadOnly)),
         );
@@ -149,6 +161,7 @@ impl AgentHome {
     pub fn snapshot_excludes(&self) -> Vec<PathBuf> {
         CREDENTIALS
             .iter()
+            .chain(KEYED_CONFIG)
             .chain(GLOBAL_CONFIG)
             .filter(|rel| in_own_dir(rel))
             .map(|rel| self.root.join(rel))
@@ -207,6 +220,7 @@ mod tests {
             "/root/.claude/.credentials.json",
             "/root/.claude/settings.json",
             "/root/.codex/auth.json",
+            "/root/.grok/user-settings.json",
             "/root/.gitconfig",
             "/root/.local",
             "/root/.local/share/opencode",
@@ -232,6 +246,11 @@ mod tests {
                 ),
                 b("/root/.codex/auth.json", "/root/.codex/auth.json", rw),
                 b(
+                    "/root/.grok/user-settings.json",
+                    "/root/.grok/user-settings.json",
+                    ro
+                ),
+                b(
                     "/root/.claude/settings.json",
                     "/root/.claude/settings.json",
                     ro
@@ -248,6 +267,7 @@ mod tests {
             vec![
                 PathBuf::from(format!("{own}/.claude/.credentials.json")),
                 PathBuf::from(format!("{own}/.codex/auth.json")),
+                PathBuf::from(format!("{own}/.grok/user-settings.json")),
                 PathBuf::from(format!("{own}/.claude/settings.json")),
             ]
         );

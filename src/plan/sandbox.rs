@@ -72,7 +72,23 @@ pub enum Mount {
     },
     /// A node file the box shares: skipped by bwrap if it is gone by then.
     BindTry(PathBuf),
+    /// A host-describing `/proc` file shown empty (`/dev/null` over it).
+    MaskFile(PathBuf),
+    /// A host-describing `/proc` dir shown empty (a read-only tmpfs over it).
+    MaskDir(PathBuf),
 }
+
+/// What Docker masks in `/proc` (the host's disks, keys, timers, devices), and the partitions.
+pub const MASKED_PROC_FILES: &[&str] = &[
+    "/proc/partitions",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/interrupts",
+];
+pub const MASKED_PROC_DIRS: &[&str] = &["/proc/acpi", "/proc/asound", "/proc/scsi"];
 
 impl Mount {
     fn dest(&self) -> PathBuf {
@@ -80,7 +96,12 @@ impl Mount {
             Mount::Proc => "/proc".into(),
             Mount::Dev => "/dev".into(),
             Mount::Tmp => "/tmp".into(),
-            Mount::Tmpfs(p) | Mount::Dir(p) | Mount::RoBindTry(p) | Mount::BindTry(p) => p.clone(),
+            Mount::Tmpfs(p)
+            | Mount::Dir(p)
+            | Mount::RoBindTry(p)
+            | Mount::BindTry(p)
+            | Mount::MaskFile(p)
+            | Mount::MaskDir(p) => p.clone(),
             Mount::Symlink { link, .. } => link.clone(),
             Mount::RoBind { dest, .. } | Mount::Bind { dest, .. } => dest.clone(),
         }
@@ -203,14 +224,19 @@ impl BoxSpec {
         egress::log_file(&self.run_dir)
     }
 
-    /// The mount plan; shared HOME files for which `exists` is false are left out.
+    /// The mount plan; shared HOME files (and `/proc` entries to mask) for which `exists` is
+    /// false are left out.
     pub fn mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
-        let mut m = vec![
-            Mount::Proc,
-            Mount::Dev,
-            Mount::Tmp,
-            Mount::same(Path::new("/usr")),
-        ];
+        let mut m = vec![Mount::Proc];
+        let present = |list: &'static [&'static str]| {
+            list.iter()
+                .map(PathBuf::from)
+                .filter(|p| exists(p))
+                .collect::<Vec<_>>()
+        };
+        m.extend(present(MASKED_PROC_FILES).into_iter().map(Mount::MaskFile));
+        m.extend(present(MASKED_PROC_DIRS).into_iter().map(Mount::MaskDir));
+        m.extend([Mount::Dev, Mount::Tmp, Mount::same(Path::new("/usr"))]);
         for dir in ["bin", "sbin", "lib", "lib64"] {
             let host = PathBuf::from("/").join(dir);
             if self.merged_usr {
@@ -323,6 +349,10 @@ impl BoxSpec {
                 Mount::RoBindTry(p) => a.extend(["--ro-bind-try".into(), s(p), s(p)]),
                 Mount::Bind { src, dest } => a.extend(["--bind".into(), s(src), s(dest)]),
                 Mount::BindTry(p) => a.extend(["--bind-try".into(), s(p), s(p)]),
+                Mount::MaskFile(p) => a.extend(["--ro-bind".into(), "/dev/null".into(), s(p)]),
+                Mount::MaskDir(p) => {
+                    a.extend(["--tmpfs".into(), s(p), "--remount-ro".into(), s(p)]);
+                }
                 Mount::Symlink { target, link } => {
                     a.extend(["--symlink".into(), target.clone(), s(link)])
                 }
@@ -440,9 +470,13 @@ mod tests {
     #[test]
     #[rustfmt::skip]
     fn minimal_host_bwrap_argv() {
-        // A host with no agent files at all, no /lib64.
+        // A host with no agent files at all, no /lib64, a kernel without sched_debug or
+        // latency_stats, no sound.
         let spec = spec();
-        let present = ["/bin", "/sbin", "/lib"];
+        let present = [
+            "/bin", "/sbin", "/lib", "/proc/partitions", "/proc/kcore", "/proc/keys",
+            "/proc/timer_list", "/proc/interrupts", "/proc/acpi", "/proc/scsi",
+        ];
         let mounts = spec.mounts(|p| present.iter().any(|x| Path::new(x) == p));
         let own = "/var/lib/ag-box/homes/demo";
         assert_eq!(
@@ -451,7 +485,15 @@ mod tests {
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv",
                 "--info-fd", "3",
-                "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--proc", "/proc",
+                "--ro-bind", "/dev/null", "/proc/partitions",
+                "--ro-bind", "/dev/null", "/proc/kcore",
+                "--ro-bind", "/dev/null", "/proc/keys",
+                "--ro-bind", "/dev/null", "/proc/timer_list",
+                "--ro-bind", "/dev/null", "/proc/interrupts",
+                "--tmpfs", "/proc/acpi", "--remount-ro", "/proc/acpi",
+                "--tmpfs", "/proc/scsi", "--remount-ro", "/proc/scsi",
+                "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
                 "--ro-bind", "/usr", "/usr",
                 "--symlink", "usr/bin", "/bin",
                 "--symlink", "usr/sbin", "/sbin",
@@ -589,6 +631,7 @@ mod tests {
             assert!(
                 src.as_str() == "/root/demo"
                     || super::super::agent_home::CREDENTIALS.contains(&rel)
+                    || super::super::agent_home::KEYED_CONFIG.contains(&rel)
                     || super::super::agent_home::GLOBAL_CONFIG.contains(&rel),
                 "{src} is bound from the node's home"
             );

@@ -66,9 +66,13 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
         };
         tree.ensure(rel, entry, mode, spec.ids)?;
     }
-    // Shared credentials are rewritten by the agents (token refresh): the box user's.
+    // Shared credentials are rewritten by the agents (token refresh), and keyed config is
+    // read: the box user's.
     for b in binds.iter().filter(|b| {
-        b.access == crate::plan::agent_home::Access::ReadWrite && !b.src.starts_with(&ah.root)
+        b.is_node_file()
+            && crate::plan::agent_home::handed_to_box(
+                b.src.strip_prefix(spec.home()).unwrap_or(&b.src),
+            )
     }) {
         let meta = fs::symlink_metadata(&b.src)?;
         if meta.is_file() && (meta.uid(), meta.gid()) != (spec.ids.uid, spec.ids.gid) {

@@ -754,7 +754,7 @@ mod tests {
         for (head, reason) in [
             (
                 format!(
-                    "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
                 ),
                 format!("loopback address 127.0.0.1:{port} is not listed"),
             ),
@@ -799,7 +799,7 @@ mod tests {
         let (port, _received) = upstream();
         let proxy = Proxy::start(&policy(&[]));
         let get = format!(
-            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
         );
         assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 403"));
         let file = proxy.dir.path().join("egress.json");

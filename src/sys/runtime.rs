@@ -151,7 +151,14 @@ impl Runtime {
                     let proxy = unit::proxy_argv(&spec.exe, &spec.name, &spec.run_dir, &pin);
                     let name = unit::proxy_unit_name(&spec.name);
                     stop_unit(&name)?;
-                    run_unit(&unit::proxy_unit_argv(spec, &proxy), &name)?;
+                    // Bound to the box's unit: refused when that one already ended (then
+                    // what it said is the answer).
+                    if let Err(e) = run_unit(&unit::proxy_unit_argv(spec, &proxy), &name) {
+                        if !self.is_active(spec) {
+                            return Err(self.did_not_start(spec, since));
+                        }
+                        return Err(e);
+                    }
                 }
             }
             Runtime::Direct => spawn_supervisor(spec, &anchor, memory_max)?,
@@ -194,13 +201,18 @@ impl Runtime {
             // Each probe is a process or two: a short pause answers an up sooner.
             std::thread::sleep(Duration::from_millis(10));
         }
+        Err(self.did_not_start(spec, since))
+    }
+
+    /// A start that failed: stopped, with the last line the anchor said.
+    fn did_not_start(self, spec: &BoxSpec, since: SystemTime) -> anyhow::Error {
         let hint = match self {
             Runtime::Systemd => format!("see 'journalctl -u {}'", unit::unit_name(&spec.name)),
             Runtime::Direct => format!("see {}", spec.run_dir.join("anchor.log").display()),
         };
         let said = self.last_words(spec, since);
         let _ = self.stop(spec);
-        Err(UserError::failed(
+        UserError::failed(
             format!(
                 "box '{}' did not start (its tmux server or egress proxy never answered){}",
                 spec.name,
@@ -208,7 +220,7 @@ impl Runtime {
             ),
             hint,
         )
-        .into())
+        .into()
     }
 
     /// The last line the box's anchor (bwrap, tmux) wrote since `since`, if any: why it died.
