@@ -245,6 +245,8 @@ pub struct BecomeArgs {
     #[arg(long)]
     pub share_socket: Option<PathBuf>,
     #[arg(long)]
+    pub tasks: Option<u64>,
+    #[arg(long)]
     pub chdir: Option<PathBuf>,
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
@@ -264,9 +266,13 @@ pub enum GlobalsAction {
 }
 
 #[derive(Debug, Args)]
-#[group(id = "which", required = true, multiple = false, args = ["name", "active"])]
 pub struct SnapshotArgs {
-    #[arg(add = ArgValueCandidates::new(box_names))]
+    /// The box to snapshot (or --active)
+    #[arg(
+        add = ArgValueCandidates::new(box_names),
+        required_unless_present = "active",
+        conflicts_with = "active"
+    )]
     pub name: Option<String>,
     /// Every box running on this node
     #[arg(long)]

@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::error::UserError;
-use crate::plan::account::{self, Ids};
 use crate::plan::egress::Mode;
 use crate::plan::globals::Role;
 use crate::plan::retention::Policy;
@@ -33,11 +32,16 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_KEEP_LAST",
     "BOX_KEEP_DAILY",
     "BOX_KEEP_WEEKLY",
-    "BOX_UID",
-    "BOX_GID",
     "BOX_LOCK_WAIT",
     "BOX_NETWORK",
+    "BOX_TASKS_MAX",
 ];
+
+/// A box's default bound on its processes and threads: room for an agent, its language
+/// servers and a build, not for a fork bomb that would starve the node.
+pub const DEFAULT_TASKS_MAX: u64 = 4096;
+/// Fewer would not start a shell and an agent.
+const MIN_TASKS_MAX: u64 = 32;
 
 /// A value that must never reach argv or a log line.
 #[derive(Clone, PartialEq, Eq)]
@@ -93,11 +97,12 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// How long a command waits for another one on the same box on this node.
     pub lock_wait: Duration,
+    /// Processes and threads one box may have at once (its unit's TasksMax, and RLIMIT_NPROC
+    /// of its own uid).
+    pub tasks_max: u64,
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
-    /// The box user of boxes whose record names none.
-    pub box_ids: Ids,
     /// `network=` of boxes whose record names none (new boxes get it at `track`).
     pub network: Mode,
 }
@@ -202,6 +207,22 @@ impl Config {
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LOCK_WAIT", v, "use a duration such as 2m or 30s"))?,
         };
+        let tasks_max = match src.get("BOX_TASKS_MAX") {
+            None => DEFAULT_TASKS_MAX,
+            Some(v) => v
+                .parse()
+                .ok()
+                .filter(|n| *n >= MIN_TASKS_MAX)
+                .ok_or_else(|| {
+                    bad_key(
+                        "BOX_TASKS_MAX",
+                        v,
+                        &format!(
+                            "use a number of {MIN_TASKS_MAX} or more, e.g. {DEFAULT_TASKS_MAX}"
+                        ),
+                    )
+                })?,
+        };
         let memory_max = src.get("BOX_MEMORY_MAX").map(str::to_string);
         if let Some(m) = &memory_max
             && !valid_memory_max(m)
@@ -270,14 +291,6 @@ impl Config {
                 )
             })?),
         };
-        let id = |key: &str| match src.get(key) {
-            None => Ok(account::DEFAULT_ID),
-            Some(v) => account::parse_id(key, v),
-        };
-        let box_ids = Ids {
-            uid: id("BOX_UID")?,
-            gid: id("BOX_GID")?,
-        };
         let network = match src.get("BOX_NETWORK") {
             None => Mode::Allow,
             Some(v) => Mode::parse(v)
@@ -293,10 +306,10 @@ impl Config {
             memory_max,
             lease_ttl,
             lock_wait,
+            tasks_max,
             retention,
             runtime,
             nodes: src.nodes.clone(),
-            box_ids,
             network,
         })
     }
@@ -452,13 +465,10 @@ mod tests {
                 memory_max: Some("2G".into()),
                 lease_ttl: Duration::from_secs(10800),
                 lock_wait: Duration::from_secs(120),
+                tasks_max: 4096,
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],
-                box_ids: Ids {
-                    uid: 1000,
-                    gid: 1000
-                },
                 network: Mode::Allow,
             }
         );
@@ -470,9 +480,9 @@ mod tests {
             ("BOX_RUNTIME", "docker"),
             ("BOX_LEASE_TTL", "soon"),
             ("BOX_MEMORY_MAX", "lots"),
-            ("BOX_UID", "0"),
-            ("BOX_GID", "x"),
             ("BOX_NETWORK", "open"),
+            ("BOX_TASKS_MAX", "10"),
+            ("BOX_TASKS_MAX", "lots"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

@@ -118,6 +118,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 groups: b.groups,
                 own_home: b.own_home,
                 share_socket: b.share_socket,
+                tasks: b.tasks,
                 chdir: b.chdir,
             },
             &b.argv,

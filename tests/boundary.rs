@@ -37,6 +37,28 @@ fn fresh_box(n: &Bnd, name: &str) {
     .ok();
 }
 
+/// The box's own uid, from its record as this test's install holds it.
+fn uid_of(n: &Bnd, name: &str) -> u64 {
+    common::uid_of(&StateOf(n), name)
+}
+
+/// A test's node with its own state dir, as a target.
+struct StateOf<'a>(&'a Bnd);
+
+impl Target for StateOf<'_> {
+    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> std::process::Output {
+        let mut all = vec![("BOX_STATE_DIR", self.0.state.as_str())];
+        all.extend_from_slice(env);
+        self.0.node.sh_env(&all, script)
+    }
+    fn home(&self) -> &str {
+        self.0.node.home()
+    }
+    fn systemd(&self) -> bool {
+        true
+    }
+}
+
 /// What `sh -c script` prints inside the box, as the box user.
 fn inside(n: &Bnd, name: &str, script: &str) -> String {
     let quoted = script.replace('\'', r"'\''");
@@ -51,11 +73,12 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
     fresh_box(&n, name);
     let up = run(&n, &format!("ag-box up {name}"));
     up.ok();
+    let uid = uid_of(&n, name);
     // A root-made project was handed to the box user as it was tracked, before its first
     // snapshot: `up` has nothing to hand over.
     assert_eq!(
         run(&n, &format!("stat -c %u /root/{name}")).ok().stdout(),
-        "1000\n"
+        format!("{uid}\n")
     );
     assert!(!up.stderr().contains("handing"), "{}", up.stderr());
     run(&n, &format!("ag-box park {name}")).ok();
@@ -74,9 +97,11 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
     );
     assert_eq!(
         status,
-        "agent\n1000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
-         CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n\
-         NoNewPrivs:\t1\n"
+        format!(
+            "agent\n{uid}\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+             CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n\
+             NoNewPrivs:\t1\n"
+        )
     );
     // The anchor and the shells too, not only exec.
     let owners = inside(
@@ -119,7 +144,7 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
         run(&n, &format!("stat -c %u:%g /root/{name}/made.txt"))
             .ok()
             .stdout(),
-        "1000:1000\n"
+        format!("{uid}:{uid}\n")
     );
 
     // The operator attaches (a terminal from an outer tmux), with a secret in the environment.
@@ -333,11 +358,12 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         ),
         "{\"apiKey\":\"k\",\"baseURL\":\"https://api.x.ai\"}\nkeyed=2\n"
     );
+    let uid = uid_of(&n, name);
     assert_eq!(
         run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json; cat /root/.claude/.credentials.json")
             .ok()
             .stdout(),
-        "1000:1000 600\n{\"t\":2}\n"
+        format!("{uid}:{uid} 600\n{{\"t\":2}}\n")
     );
     run(&n, &format!("ag-box snapshot {name}")).ok();
     let listed = run(
@@ -358,7 +384,7 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
     // Another uid for this box: the record says so, and its files follow at the next up.
     run(
         &n,
-        &format!("ag-box set {name} uid=1234 gid=1234 && ag-box park {name}"),
+        &format!("ag-box set {name} uid=1500065432 gid=1500065432 && ag-box park {name}"),
     )
     .ok();
     let up = run(&n, &format!("ag-box up {name}"));
@@ -371,21 +397,26 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         owner = run(&n, "stat -c %u:%g /root/.claude/.credentials.json")
             .ok()
             .stdout();
-        if owner == "1234:1234\n" {
+        if owner == "1500065432:1500065432\n" {
             break;
         }
         run(&n, &format!("ag-box park {name} && ag-box up {name}")).ok();
     }
-    assert_eq!(owner, "1234:1234\n");
+    assert_eq!(owner, "1500065432:1500065432\n");
     assert_eq!(
         up.stderr()
-            .matches("belongs to uid 1000; handing it to the box user (uid 1234, gid 1234)")
+            .matches(&format!(
+                "belongs to uid {uid}; handing it to the box user (uid 1500065432, gid 1500065432)"
+            ))
             .count(),
         1,
         "{}",
         up.stderr()
     );
-    assert_eq!(inside(&n, name, "id -u; id -g; touch new"), "1234\n1234\n");
+    assert_eq!(
+        inside(&n, name, "id -u; id -g; touch new"),
+        "1500065432\n1500065432\n"
+    );
     assert_eq!(
         run(
             &n,
@@ -395,7 +426,7 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         )
         .ok()
         .stdout(),
-        "1234:1234\n1234:1234\n1234:1234\n"
+        "1500065432:1500065432\n1500065432:1500065432\n1500065432:1500065432\n"
     );
     run(
         &n,
@@ -404,4 +435,84 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         ),
     )
     .ok();
+}
+
+#[test]
+fn each_box_runs_as_its_own_uid_and_one_of_the_shared_uid_gets_its_own_at_its_next_up() {
+    let Some(n) = node("uids") else { return };
+    let state = n.state.clone();
+    let (a, b) = ("uida", "uidb");
+    for name in [a, b] {
+        fresh_box(&n, name);
+        run(&n, &format!("ag-box up {name}")).ok();
+    }
+    let (ua, ub) = (uid_of(&n, a), uid_of(&n, b));
+    assert_ne!(ua, ub, "two boxes, two uids");
+    assert_eq!(inside(&n, a, "id -u; id -g"), format!("{ua}\n{ua}\n"));
+    assert_eq!(inside(&n, b, "id -u"), format!("{ub}\n"));
+    // Each box's files are its own uid's, no other box's.
+    assert_eq!(
+        run(&n, &format!("stat -c %u:%g /root/{b}/src/main.txt"))
+            .ok()
+            .stdout(),
+        format!("{ub}:{ub}\n")
+    );
+
+    // A box tracked while every box ran as uid 1000: its record and its files say 1000.
+    run(&n, &format!("ag-box park {a}")).ok();
+    run(
+        &n,
+        &format!(
+            "set -e; python3 -c \"
+import json; p = '{state}/meta/{a}.json'; r = json.load(open(p))
+r['uid'] = r['gid'] = 1000; r['rev'] += 1; json.dump(r, open(p, 'w'))
+\"
+             chown -R 1000:1000 /root/{a} {state}/homes/{a}"
+        ),
+    )
+    .ok();
+    let up = run(&n, &format!("ag-box up {a}"));
+    let own = uid_of(&n, a);
+    assert!((1_500_000_000..=1_500_065_535).contains(&own) && own != ub);
+    assert_eq!(
+        up.ok()
+            .stderr()
+            .matches(&format!(
+                "box '{a}': now runs as its own uid {own} (it ran as uid 1000, like every box tracked before each had its own); its files are handed to it"
+            ))
+            .count(),
+        1,
+        "{}",
+        up.stderr()
+    );
+    assert_eq!(inside(&n, a, "id -u; touch made"), format!("{own}\n"));
+    assert_eq!(
+        run(
+            &n,
+            &format!(
+                "stat -c %u:%g /root/{a}/src/main.txt /root/{a}/made {state}/homes/{a}/.claude"
+            )
+        )
+        .ok()
+        .stdout(),
+        format!("{own}:{own}\n").repeat(3)
+    );
+    // Said once: the next up has nothing to change.
+    run(&n, &format!("ag-box park {a}")).ok();
+    let again = run(&n, &format!("ag-box up {a}"));
+    assert!(
+        !again.ok().stderr().contains("own uid"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(uid_of(&n, a), own);
+    // No box takes an id outside the range, nor one of the node's accounts.
+    common::assert_code(
+        &run(&n, &format!("ag-box set {a} uid=1000")),
+        2,
+        "uid takes a number in ag-box's range 1500000000-1500065535",
+    );
+    for name in [a, b] {
+        run(&n, &format!("ag-box park {name}")).ok();
+    }
 }

@@ -40,3 +40,41 @@ fn help_lists_all_spec_commands_each_with_an_example() {
         "hidden commands shown:\n{top}"
     );
 }
+
+/// `ag-box <args>` with a store of its own (nothing tracked): exit code and stderr.
+fn run_alone(args: &[&str]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ag-box"))
+        .args(args)
+        .env("BOX_STATE_DIR", dir.path().join("state"))
+        .env("BOX_CONFIG_DIR", dir.path().join("config"))
+        .env("BOX_NODE", "alone")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn snapshot_takes_accept_partial_with_a_box_or_with_active() {
+    // As snapshot's own error says to: the box is looked up (none is tracked here).
+    let (code, err) = run_alone(&["snapshot", "nosuch", "--accept-partial"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("box 'nosuch' is not tracked"), "{err}");
+    let (code, err) = run_alone(&["snapshot", "--active", "--accept-partial"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (0, "no active boxes on this node, skipping\n")
+    );
+    // Alone it names no box: a usage error, not a snapshot of every active box.
+    let (code, err) = run_alone(&["snapshot", "--accept-partial"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
+    let (code, _) = run_alone(&["snapshot", "x", "--active"]);
+    assert_eq!(code, 2);
+}

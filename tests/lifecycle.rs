@@ -155,19 +155,31 @@ fn lifecycle(t: &dyn Target, name: &str) {
     assert_eq!(out.ok().stdout(), format!("{proj}\n"));
     let out = t.sh(&format!("cd {proj}/src && ag-box exec {name} -- pwd"));
     assert_eq!(out.ok().stdout(), format!("{proj}/src\n"));
+    let uid = common::uid_of(t, name);
     assert_eq!(
         t.sh(&format!(
             "cat {proj}/made.txt; stat -c %u:%g {proj}/made.txt"
         ))
         .ok()
         .stdout(),
-        "made-inside\n1000:1000\n",
+        format!("made-inside\n{uid}:{uid}\n"),
         "files the box makes are the box user's"
     );
     assert_eq!(
         t.sh(&format!("ag-box exec {name} -- sh -c 'exit 42'"))
             .code(),
         42
+    );
+    // A command that is not there, or cannot run: 127 and 126, as sh and env say, naming the box.
+    assert_code(
+        &t.sh(&format!("ag-box exec {name} -- no-such-command")),
+        127,
+        &format!("ag-box: box '{name}': cannot run 'no-such-command': no such command there"),
+    );
+    assert_code(
+        &t.sh(&format!("ag-box exec {name} -- /dev/null")),
+        126,
+        &format!("ag-box: box '{name}': cannot run '/dev/null': Permission denied"),
     );
     assert_eq!(
         t.sh(&format!("ag-box exec {name} -- sh -c 'kill -TERM $$'"))
@@ -374,7 +386,10 @@ PY
         ))
         .ok()
         .stdout(),
-        "v1\n{\"old\":1}\n1000:1000\n1000:1000\n"
+        {
+            let uid = common::uid_of(&host, &name);
+            format!("v1\n{{\"old\":1}}\n{uid}:{uid}\n{uid}:{uid}\n")
+        }
     );
     assert_eq!(
         host.sh(&format!("ag-box exec {name} -- cat {sess}/old.jsonl"))

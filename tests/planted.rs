@@ -226,3 +226,75 @@ fn links_a_box_plants_steer_nothing_with_the_direct_runtime() {
     let name = format!("plnt-{}", std::process::id());
     links_a_box_plants_steer_nothing(&host, "", &name);
 }
+
+/// A box that forks without end meets its own bound, and another box forks on.
+fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
+    let home = t.home();
+    for name in names {
+        sh(
+            t,
+            pre,
+            &format!(
+                "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+                 rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
+                 set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
+                 ag-box track {name} 2>&1; BOX_TASKS_MAX=64 ag-box up {name} 2>&1"
+            ),
+        )
+        .ok();
+    }
+    let [bomb, other] = names;
+    // Children that hold no descriptor of exec's, so exec returns while they live.
+    let forks = |count: u32, hold: u32| {
+        format!(
+            "python3 -c \"
+import os, time
+n = 0
+for i in range({count}):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.closerange(0, 3); time.sleep({hold}); os._exit(0)
+    n += 1
+print(n)
+\""
+        )
+    };
+    let made: u32 = inside(t, pre, bomb, &forks(10_000, 40))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((10..64).contains(&made), "the bomb made {made} processes");
+    let theirs: u32 = inside(t, pre, other, &forks(20, 1)).trim().parse().unwrap();
+    assert_eq!(theirs, 20, "the other box forks on");
+    for name in names {
+        sh(t, pre, &format!("ag-box stop {name}; rm -rf {home}/{name}")).ok();
+    }
+}
+
+#[test]
+fn a_fork_bomb_stays_in_its_box_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_fork_bomb_stays_in_its_box(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        ["bomb", "bystander"],
+    );
+}
+
+#[test]
+fn a_fork_bomb_stays_in_its_box_with_the_direct_runtime() {
+    let Some(host) = Host::new("bomb") else {
+        return;
+    };
+    let pid = std::process::id();
+    a_fork_bomb_stays_in_its_box(
+        &host,
+        "",
+        [&format!("bomb-{pid}"), &format!("bystander-{pid}")],
+    );
+}

@@ -191,15 +191,17 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
         .unwrap();
     // Written as the box user, in the box's own agent home.
     let on_a = listing(&c.a, name);
+    let uid = common::uid_of(&c.a, name);
     assert!(
         on_a.contains(&format!(
-            "1000:1000 600 .claude/projects/-root-{name}/{session}.jsonl"
+            "{uid}:{uid} 600 .claude/projects/-root-{name}/{session}.jsonl"
         )),
         "{on_a}"
     );
     assert!(
         on_a.lines()
-            .any(|l| l.starts_with("1000:1000 ") && l.ends_with(&format!("-{thread}.jsonl"))),
+            .any(|l| l.starts_with(&format!("{uid}:{uid} "))
+                && l.ends_with(&format!("-{thread}.jsonl"))),
         "{on_a}"
     );
 

@@ -12,7 +12,7 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;
-    let spec = ctx.spec(&meta);
+    let mut spec = ctx.spec(&meta);
     if !ctx.runtime.is_active(&spec) {
         let args: Vec<&str> = ["exec", name, "--"]
             .into_iter()
@@ -22,6 +22,10 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     }
     let sandbox = Sandbox::open(&spec, ctx.runtime)?;
     runtime::join_cgroups_of(sandbox.pid);
+    // The bound the box started with, not what this node's config says now.
+    if let Some(n) = runtime::task_limit(&spec) {
+        spec.tasks_max = n;
+    }
     let cwd = std::env::current_dir().ok();
     let mut c = sandbox.command(&spec.exec_argv(&spec.exec_dir(cwd.as_deref()), command))?;
     c.env_clear().envs(spec.env()).envs(super::caller_term());

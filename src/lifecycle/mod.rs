@@ -104,7 +104,8 @@ pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         merged_usr: host::merged_usr(),
         tmux_bin: cmd::which("tmux").unwrap_or_else(|| PathBuf::from("/usr/bin/tmux")),
         exe: host::own_exe(),
-        ids: meta.ids(config.box_ids),
+        ids: meta.ids(),
+        tasks_max: config.tasks_max,
         egress: BoxPolicy {
             mode: meta.network(config.network),
             allow: meta.allow.clone(),

@@ -68,6 +68,8 @@ struct FakeRepo {
     in_place: Cell<bool>,
     /// The next restore in place writes the snapshot's files, then fails before its deletions.
     cut_in_place: Cell<bool>,
+    /// The next in-place restore fails on the tree (the repository still answers).
+    in_place_refused: Cell<bool>,
     /// (snapshot, path) of every restore in place.
     in_place_calls: RefCell<Vec<(String, PathBuf)>>,
     /// `restic diff` fails (then the restore takes restic's own ways).
@@ -203,6 +205,9 @@ impl Repo for FakeRepo {
         })
     }
     fn restore(&self, id: &str, target: &Path) -> Result<()> {
+        if self.cut_in_place.get() {
+            anyhow::bail!("the connection to the repository was lost");
+        }
         fs::create_dir_all(target)?;
         let mut from = self.tree(id).into_os_string();
         from.push("/.");
@@ -255,8 +260,11 @@ impl Repo for FakeRepo {
         from.push("/.");
         let ok = Command::new("cp").arg("-a").arg(from).arg(path).status()?;
         anyhow::ensure!(ok.success(), "restoring {id} into {}", path.display());
-        if self.cut_in_place.take() {
+        if self.cut_in_place.get() {
             anyhow::bail!("the connection to the repository was lost");
+        }
+        if self.in_place_refused.take() {
+            anyhow::bail!("restic: cannot restore a symlink where a dir is");
         }
         delete_missing(&snap, path);
         Ok(())
@@ -303,6 +311,7 @@ impl Node {
                 forks: RefCell::default(),
                 in_place: Cell::new(false),
                 cut_in_place: Cell::new(false),
+                in_place_refused: Cell::new(false),
                 in_place_calls: RefCell::default(),
                 diff_fails: Cell::new(false),
                 fetch_fails: Cell::new(false),
@@ -1021,12 +1030,39 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     assert_eq!(n.meta().lease, None, "the lease went back");
     assert_eq!(n.copy().restoring_to.as_deref(), Some(id.as_str()));
     let forks = n.repo.forks.borrow().len();
+    n.repo.cut_in_place.set(false);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
     assert_eq!(n.copy().restoring_to, None);
     assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn a_tree_restic_cannot_restore_in_place_is_restored_whole_beside_the_copy() {
+    let n = Node::new();
+    n.parked();
+    n.write("gone-there.txt", "in no snapshot of the box's latest");
+    n.parked_elsewhere();
+    n.repo.in_place.set(true);
+    n.repo.diff_fails.set(true);
+    n.repo.in_place_refused.set(true);
+    let forks = n.repo.forks.borrow().len();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("gone-there.txt"), None);
+    assert_eq!(n.copy().restoring_to, None);
+    assert_eq!(
+        n.repo.forks.borrow().len(),
+        forks + 1,
+        "the copy kept first, once"
+    );
+    assert!(n.runtime.active.borrow().contains("demo"));
+    assert!(
+        !n.project().with_file_name(".demo.ag-box-restore").exists(),
+        "no staging left"
+    );
 }
 
 #[test]

@@ -8,14 +8,15 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
+use crate::plan::account;
 use crate::plan::bundle::{self, Contents};
 use crate::plan::delta::{self, Delta};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{Step, events, update};
+use crate::store::{Step, Stored, events, update, update_from};
 use crate::sys::copy_state::{self, CopyState, PendingUp};
 use crate::sys::restic::short;
-use crate::sys::{agent_home, crash, digest, interrupt, restore};
+use crate::sys::{agent_home, crash, digest, host, interrupt, restore};
 
 pub fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -75,6 +76,22 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
             .into()),
             None => Err(stray("nobody holds its lease", Code::Failure).into()),
         };
+    }
+    let stored = own_ids(w, name, stored)?;
+    let ids = stored.meta.ids();
+    if host::has_account(ids.uid) || host::has_account(ids.gid) {
+        return Err(UserError::failed(
+            format!(
+                "box '{name}': its uid {} or gid {} is an account of this node; no box runs as one",
+                ids.uid, ids.gid
+            ),
+            format!(
+                "give it a free pair of {}-{}: 'ag-box set {name} uid=<n>' and 'gid=<n>'",
+                account::BOX_IDS.start(),
+                account::BOX_IDS.end()
+            ),
+        )
+        .into());
     }
     // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
     let state_dir = &w.config.state_dir;
@@ -176,6 +193,51 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     );
     say!("box '{name}' is up on {here}; attach with 'ag-box attach {name}'");
     Ok(())
+}
+
+/// A box tracked before each box had its own uid (all ran as 1000, and so could reach each
+/// other's files and share per-uid limits) gets one now, in its record, so every node agrees;
+/// its files are handed to it as it starts.
+fn own_ids(w: &World, name: &str, stored: Stored) -> Result<Stored> {
+    let old = stored.meta.ids();
+    if old.own() {
+        return Ok(stored);
+    }
+    let taken = w
+        .store
+        .list()?
+        .iter()
+        .flat_map(|m| [m.uid, m.gid])
+        .flatten()
+        .collect();
+    let ids = account::allocate(name, &taken, host::has_account).ok_or_else(|| {
+        UserError::failed(
+            "every uid of ag-box's range is taken",
+            "drop boxes no longer needed ('ag-box drop <box>')",
+        )
+    })?;
+    let given = update_from(w.store, name, Some(stored), |m| {
+        Ok(if m.ids().own() {
+            Step::Keep(m.ids())
+        } else {
+            Step::Write(
+                Meta {
+                    uid: Some(ids.uid),
+                    gid: Some(ids.gid),
+                    ..m.clone()
+                },
+                ids,
+            )
+        })
+    })?;
+    if given == ids {
+        say!(
+            "box '{name}': now runs as its own uid {} (it ran as uid {}, like every box tracked before each had its own); its files are handed to it",
+            ids.uid,
+            old.uid
+        );
+    }
+    w.tracked(name)
 }
 
 /// The `up` under way here is over (done, or its lease handed back).
@@ -338,7 +400,7 @@ fn restore_copy(
             s.node
         );
         begin(copy)?;
-        for path in &paths {
+        let in_place = paths.iter().try_for_each(|path| {
             w.repo
                 .restore_path(
                     &s.id,
@@ -346,15 +408,21 @@ fn restore_copy(
                     &w.spec(meta).agent_home.snapshot_excludes(),
                     &snapshot::exclude_files(),
                 )
-                .with_context(|| {
-                    format!(
-                        "restoring {} in place; the box stays stopped, and the next 'ag-box up {name}' finishes it",
-                        path.display(),
-                    )
-                })?;
+                .with_context(|| format!("restoring {} in place", path.display()))?;
             crash::point("restore.mid-in-place");
+            Ok::<(), anyhow::Error>(())
+        });
+        match in_place {
+            Ok(()) => return Ok(paths),
+            // A tree restic cannot bring over in place (a dir that became a link, say) is
+            // restored whole: the copy held nothing unsaved before this restore began.
+            Err(e) => {
+                interrupt::check("the restore").with_context(|| {
+                    format!("the box stays stopped, and the next 'ag-box up {name}' finishes it")
+                })?;
+                tracing::warn!("box '{name}': {e:#}; restoring all of it beside the copy instead");
+            }
         }
-        return Ok(paths);
     }
     say!(
         "restoring box '{name}' from snapshot {} ({} by {})",
@@ -367,6 +435,7 @@ fn restore_copy(
     restore::restore_in_place(w.repo, &s.id, &meta.path, &journal, &|staging| {
         agent_home::restored_paths(staging, &spec)
     })
+    .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
 }
 
 /// The snapshot holds exactly paths this node keeps, the project among them (held here).

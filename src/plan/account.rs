@@ -5,12 +5,17 @@
 //! inside the box too, but as a user of its own: box processes can neither signal nor ptrace
 //! it, and it reaches the box's socket only through the box group.
 
+use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
-use crate::error::UserError;
-
-/// The box's user when neither the record nor `BOX_UID`/`BOX_GID` say otherwise.
-pub const DEFAULT_ID: u32 = 1000;
+/// The ids ag-box gives boxes, one per box (uid and gid the same number): above the accounts a
+/// distribution makes (1000-59999), the system ranges and the subordinate ranges rootless
+/// containers take (from 100000, 65536 each), and below 2^31.
+pub const BOX_IDS: RangeInclusive<u32> = 1_500_000_000..=1_500_065_535;
+/// The user of boxes tracked before each box had its own (and of records without ids); such a
+/// box gets its own at its next `up`.
+pub const LEGACY_ID: u32 = 1000;
 /// The user of `attach`'s tmux client inside a box; never a box's user.
 pub const CLIENT_ID: u32 = 65533;
 pub const BOX_USER: &str = "agent";
@@ -28,17 +33,28 @@ impl Ids {
         uid: CLIENT_ID,
         gid: CLIENT_ID,
     };
+    pub const LEGACY: Ids = Ids {
+        uid: LEGACY_ID,
+        gid: LEGACY_ID,
+    };
+
+    /// Both in ag-box's range: the box's own, no other box's.
+    pub fn own(self) -> bool {
+        BOX_IDS.contains(&self.uid) && BOX_IDS.contains(&self.gid)
+    }
 }
 
-/// A uid or gid a box may run as: never root, never the client's.
+/// A uid or gid a record may hold: never root, never the client's (a legacy box's 1000 too).
 pub fn check_id(key: &str, value: &str) -> Result<u32, String> {
-    let n: u32 = value
-        .parse()
-        .map_err(|_| format!("{key} takes a number, e.g. {key}=1000"))?;
+    let n: u32 = value.parse().map_err(|_| {
+        format!(
+            "{key} takes a number in {}-{}",
+            BOX_IDS.start(),
+            BOX_IDS.end()
+        )
+    })?;
     match n {
-        0 => Err(format!(
-            "{key}=0 would run the box as root; pick a non-root id such as 1000"
-        )),
+        0 => Err(format!("{key}=0 would run the box as root")),
         CLIENT_ID => Err(format!(
             "{key}={CLIENT_ID} is reserved for ag-box's tmux client; pick another id"
         )),
@@ -46,9 +62,33 @@ pub fn check_id(key: &str, value: &str) -> Result<u32, String> {
     }
 }
 
-pub fn parse_id(key: &str, value: &str) -> Result<u32, UserError> {
-    check_id(key, value)
-        .map_err(|hint| UserError::usage(format!("config key {key}='{value}' is invalid"), hint))
+/// A uid or gid `set` may give a box: one of ag-box's range.
+pub fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
+    let n = check_id(key, value)?;
+    if BOX_IDS.contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{key} takes a number in ag-box's range {}-{} (never an account of a node)",
+            BOX_IDS.start(),
+            BOX_IDS.end()
+        ))
+    }
+}
+
+/// The ids for box `name`: the first free one from a point its name picks (so boxes tracked
+/// at once on two nodes rarely meet), held by no record (`taken`) and no account of this node.
+/// None when the range is full.
+pub fn allocate(name: &str, taken: &BTreeSet<u32>, node_has: impl Fn(u32) -> bool) -> Option<Ids> {
+    let len = BOX_IDS.end() - BOX_IDS.start() + 1;
+    // FNV-1a: a spread, not a secret.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    (0..len)
+        .map(|i| BOX_IDS.start() + (hash.wrapping_add(i)) % len)
+        .find(|id| !taken.contains(id) && !node_has(*id))
+        .map(|id| Ids { uid: id, gid: id })
 }
 
 /// `/etc/passwd` as the box sees it: root, the box user, the client, nobody.
@@ -100,14 +140,48 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_never_root_or_the_client() {
+    fn ids_are_never_root_or_the_client_and_set_keeps_to_the_range() {
         assert_eq!(check_id("uid", "1001"), Ok(1001));
-        for bad in ["0", "65533", "-1", "x", ""] {
+        for bad in ["0", "65533", "-1", "x", "", "4294967296"] {
             assert!(check_id("uid", bad).is_err(), "{bad}");
         }
+        assert_eq!(check_box_id("uid", "1500000007"), Ok(1_500_000_007));
         assert_eq!(
-            parse_id("BOX_UID", "0").unwrap_err().message,
-            "config key BOX_UID='0' is invalid"
+            check_box_id("gid", "1000"),
+            Err("gid takes a number in ag-box's range 1500000000-1500065535 (never an account of a node)".into())
         );
+        assert!(check_box_id("uid", "4294967295").is_err());
+        assert!(
+            Ids {
+                uid: 1_500_000_000,
+                gid: 1_500_065_535
+            }
+            .own()
+        );
+        assert!(!Ids::LEGACY.own());
+    }
+
+    #[test]
+    fn each_box_gets_a_free_id_of_its_own() {
+        let none = BTreeSet::new();
+        let a = allocate("demo", &none, |_| false).unwrap();
+        assert!(a.own() && a.uid == a.gid, "{a:?}");
+        assert_eq!(
+            allocate("demo", &none, |_| false),
+            Some(a),
+            "the same name, the same start"
+        );
+        assert_ne!(allocate("other", &none, |_| false), Some(a));
+        // Held by a record, or an account of this node: the next one.
+        let taken: BTreeSet<u32> = [a.uid].into();
+        let next = allocate("demo", &taken, |_| false).unwrap();
+        let after = if a.uid == *BOX_IDS.end() {
+            *BOX_IDS.start()
+        } else {
+            a.uid + 1
+        };
+        assert_eq!(next.uid, after);
+        assert_eq!(allocate("demo", &none, |id| id == a.uid), Some(next));
+        assert_eq!(allocate("demo", &none, |_| true), None);
     }
 }

@@ -45,6 +45,8 @@ pub struct BoxSpec {
     /// This ag-box binary on the host, bound read-only at [`BOX_EXE`].
     pub exe: PathBuf,
     pub ids: Ids,
+    /// Processes and threads the box may have at once.
+    pub tasks_max: u64,
     /// The record's network policy (the mode decides the namespace; the proxy reads the rest).
     pub egress: BoxPolicy,
 }
@@ -131,6 +133,8 @@ pub struct Become {
     /// Supervise the command (the box's tmux server) and, once this socket appears, make it
     /// reachable by the box group and have the server load its config.
     pub share_socket: Option<PathBuf>,
+    /// RLIMIT_NPROC of `ids`: with a uid of its own per box, a bound on the box's processes.
+    pub tasks: Option<u64>,
     pub chdir: Option<PathBuf>,
 }
 
@@ -146,6 +150,9 @@ impl Become {
         ];
         for g in &self.groups {
             a.extend(["--group".into(), g.to_string()]);
+        }
+        if let Some(n) = self.tasks {
+            a.extend(["--tasks".into(), n.to_string()]);
         }
         for (flag, path) in [
             ("--own-home", &self.own_home),
@@ -181,6 +188,7 @@ impl BoxSpec {
                 uid: 1000,
                 gid: 1000,
             },
+            tasks_max: 4096,
             egress: BoxPolicy {
                 mode: egress::Mode::Allow,
                 allow: vec![],
@@ -208,6 +216,10 @@ impl BoxSpec {
     }
     pub fn group_file(&self) -> PathBuf {
         self.run_dir.join("group")
+    }
+    /// The bound on tasks the box started with, for `exec` to hold its commands to.
+    pub fn tasks_file(&self) -> PathBuf {
+        self.run_dir.join("tasks_max")
     }
     /// Where the box's own network namespace is pinned (`ip netns` finds it there).
     pub fn netns_pin(&self) -> PathBuf {
@@ -367,6 +379,7 @@ impl BoxSpec {
             groups: vec![],
             own_home: Some(self.home().to_path_buf()),
             share_socket: Some(self.socket()),
+            tasks: Some(self.tasks_max),
             chdir: None,
         };
         a.extend(anchor.argv(&[
@@ -387,6 +400,7 @@ impl BoxSpec {
             groups: vec![],
             own_home: None,
             share_socket: None,
+            tasks: Some(self.tasks_max),
             chdir: Some(dir.to_path_buf()),
         }
         .argv(command)
@@ -401,6 +415,7 @@ impl BoxSpec {
             groups: vec![self.ids.gid],
             own_home: None,
             share_socket: None,
+            tasks: None,
             chdir: Some(self.project.clone()),
         }
         .argv(&command)
@@ -534,7 +549,7 @@ mod tests {
                 "--setenv", "no_proxy", "localhost,127.0.0.1,::1",
                 "--setenv", "NODE_USE_ENV_PROXY", "1",
                 "--chdir", "/root/demo", "--",
-                "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000",
+                "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000", "--tasks", "4096",
                 "--own-home", "/root", "--share-socket", "/run/box/demo/sock/tmux.sock", "--",
                 "/usr/bin/tmux", "-D", "-S", "/run/box/demo/sock/tmux.sock", "-f", "/run/box/demo/tmux.conf",
             ])
@@ -652,6 +667,8 @@ mod tests {
                 "1000",
                 "--gid",
                 "1000",
+                "--tasks",
+                "4096",
                 "--chdir",
                 "/root/demo/src",
                 "--",

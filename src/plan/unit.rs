@@ -175,7 +175,12 @@ pub fn systemd_run_argv(
             format!("NetworkNamespacePath={}", netns.display()),
         ]);
     }
-    a.extend(["-p".into(), "OOMPolicy=continue".into()]);
+    a.extend([
+        "-p".into(),
+        "OOMPolicy=continue".into(),
+        "-p".into(),
+        format!("TasksMax={}", spec.tasks_max),
+    ]);
     for p in HARDENING {
         a.extend(["-p".into(), p.to_string()]);
     }
@@ -241,7 +246,7 @@ mod tests {
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
                 "--collect", "--quiet", "-p", "MemoryMax=1500M",
                 "-p", "NetworkNamespacePath=/run/netns/box-demo", "-p", "OOMPolicy=continue",
-                "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
+                "-p", "TasksMax=4096", "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
                 "-p", "ProtectKernelLogs=yes", "-p", "ProtectControlGroups=yes",
                 "-p", "ProtectHostname=yes", "-p", "LockPersonality=yes",

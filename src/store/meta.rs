@@ -170,11 +170,11 @@ impl Meta {
         None
     }
 
-    /// The box user's ids: the record's, else the node's default.
-    pub fn ids(&self, default: Ids) -> Ids {
+    /// The box user's ids: the record's (those of a record from before ids: the legacy 1000).
+    pub fn ids(&self) -> Ids {
         Ids {
-            uid: self.uid.unwrap_or(default.uid),
-            gid: self.gid.unwrap_or(default.gid),
+            uid: self.uid.unwrap_or(Ids::LEGACY.uid),
+            gid: self.gid.unwrap_or(Ids::LEGACY.gid),
         }
     }
 
@@ -216,7 +216,7 @@ impl Meta {
                 next.pinned_node = Some(value.to_string())
             }
             "uid" | "gid" => {
-                let id = account::check_id(key, value).map_err(|h| bad(&h))?;
+                let id = account::check_box_id(key, value).map_err(|h| bad(&h))?;
                 match key {
                     "uid" => next.uid = Some(id),
                     _ => next.gid = Some(id),
@@ -318,8 +318,8 @@ mod tests {
             .with_setting("memory_max=2G")
             .and_then(|m| m.with_setting("nix=true"))
             .and_then(|m| m.with_setting("pin=node-a"))
-            .and_then(|m| m.with_setting("uid=1001"))
-            .and_then(|m| m.with_setting("gid=1002"))
+            .and_then(|m| m.with_setting("uid=1500000001"))
+            .and_then(|m| m.with_setting("gid=1500000002"))
             .unwrap();
         assert_eq!(
             m,
@@ -327,18 +327,28 @@ mod tests {
                 memory_max: Some("2G".into()),
                 nix: true,
                 pinned_node: Some("node-a".into()),
-                uid: Some(1001),
-                gid: Some(1002),
+                uid: Some(1_500_000_001),
+                gid: Some(1_500_000_002),
                 ..meta()
             }
         );
         assert_eq!(
-            m.ids(Ids { uid: 1, gid: 2 }),
+            m.ids(),
             Ids {
-                uid: 1001,
-                gid: 1002
+                uid: 1_500_000_001,
+                gid: 1_500_000_002
             }
         );
+        assert_eq!(
+            Meta {
+                uid: None,
+                gid: None,
+                ..meta()
+            }
+            .ids(),
+            Ids::LEGACY
+        );
+        assert!(meta().with_setting("uid=1001").is_err());
         let cleared = m
             .with_setting("memory_max=none")
             .and_then(|m| m.with_setting("pin=none"))
@@ -347,8 +357,8 @@ mod tests {
             cleared,
             Meta {
                 nix: true,
-                uid: Some(1001),
-                gid: Some(1002),
+                uid: Some(1_500_000_001),
+                gid: Some(1_500_000_002),
                 ..meta()
             }
         );
@@ -360,6 +370,8 @@ mod tests {
             "pin=a b",
             "uid=0",
             "gid=65533",
+            "uid=1000",
+            "uid=4294967295",
             "uid=me",
             "network=open",
         ] {

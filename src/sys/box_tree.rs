@@ -187,6 +187,64 @@ impl Tree {
             .with_context(|| format!("moving {} to {}", self.shown(from), self.shown(to)))
     }
 
+    /// The root and every entry below it on the root's filesystem (not what is mounted there)
+    /// become `ids`'s: links themselves, never what they name; as deep as the tree goes.
+    pub fn give_all(&self, ids: Ids) -> Result<()> {
+        let root = rustix::fs::fstat(&self.fd)?;
+        let (uid, gid) = owner(ids);
+        rustix::fs::fchown(&self.fd, uid, gid)
+            .with_context(|| format!("handing {} over", show(&self.path)))?;
+        let mut stack: Vec<(std::sync::Arc<OwnedFd>, Vec<u8>)> = Vec::new();
+        let push_entries = |dir: OwnedFd, stack: &mut Vec<_>| -> Result<(), Errno> {
+            let dir = std::sync::Arc::new(dir);
+            for entry in rustix::fs::Dir::read_from(&*dir)? {
+                let n = entry?.file_name().to_bytes().to_vec();
+                if n != b"." && n != b".." {
+                    stack.push((dir.clone(), n));
+                }
+            }
+            Ok(())
+        };
+        let top = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        push_entries(top, &mut stack).with_context(|| format!("listing {}", show(&self.path)))?;
+        while let Some((dir, name)) = stack.pop() {
+            let name = OsStr::from_bytes(&name);
+            let st = match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "reading {} below {}",
+                            escaped(&name.to_string_lossy()),
+                            show(&self.path)
+                        )
+                    });
+                }
+            };
+            if st.st_dev != root.st_dev {
+                continue;
+            }
+            let fail = |e: Errno| {
+                anyhow::Error::from(e).context(format!(
+                    "handing {} below {} over",
+                    escaped(&name.to_string_lossy()),
+                    show(&self.path)
+                ))
+            };
+            if (st.st_uid, st.st_gid) != (ids.uid, ids.gid) {
+                rustix::fs::chownat(&*dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(fail)?;
+            }
+            if kind_of(&st) == Kind::Dir {
+                let sub =
+                    rustix::fs::openat(&*dir, name, DIR_FLAGS, Mode::empty()).map_err(fail)?;
+                push_entries(sub, &mut stack).map_err(fail)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The entry at `rel` is a real `entry` owned by `ids`, and so is every dir made for it:
     /// a link, or an entry of another kind (or a file with other names), found on the way or
     /// at the end is removed and made afresh, so nothing that follows the path (bwrap binding

@@ -73,6 +73,14 @@ fn unescape_mount(field: &str) -> String {
     out
 }
 
+/// This node has an account (a user or a group) with id `id`: no box may run as it.
+pub fn has_account(id: u32) -> bool {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id));
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(id));
+    // An unreadable account database counts as holding it: pick another.
+    !matches!((user, group), (Ok(None), Ok(None)))
+}
+
 /// Log lines to stderr with what the box may have put in them escaped (the formatter writes
 /// each line whole, in one call).
 pub struct EscapedStderr;

@@ -3,7 +3,7 @@
 //! Nothing of the box runs before this drop.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
@@ -16,6 +16,7 @@ use nix::unistd::{Gid, Uid};
 use crate::plan::account::Ids;
 use crate::plan::sandbox::Become;
 use crate::plan::tmux as tmux_plan;
+use crate::sys::box_tree::Tree;
 use crate::sys::cmd;
 
 /// How long the anchor waits for tmux to make its socket.
@@ -27,6 +28,11 @@ pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
         give_tree(home, b.ids)
             .with_context(|| format!("handing {} to the box user", home.display()))?;
     }
+    if let Some(n) = b.tasks {
+        // Counted per uid, so (a uid per box) per box; root is not held to it, the box user is.
+        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, n, n)
+            .context("setting the box's task limit")?;
+    }
     drop_privileges(b.ids, &b.groups)?;
     if let Some(dir) = &b.chdir {
         std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
@@ -34,7 +40,25 @@ pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..]);
     let Some(socket) = &b.share_socket else {
-        return Err(c.exec()).with_context(|| format!("executing {}", argv[0]));
+        let e = c.exec();
+        // As sh and env report it: 127 for a command that is not there, 126 for one that
+        // cannot run.
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        let box_name = std::env::var("BOX_NAME").unwrap_or_default();
+        say!(
+            "ag-box: box '{box_name}': cannot run '{}': {}",
+            argv[0],
+            if code == 127 {
+                "no such command there".to_string()
+            } else {
+                e.to_string()
+            }
+        );
+        return Ok(code);
     };
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
     // The owner's client first, the box group after: a client of another user that reaches
@@ -97,24 +121,9 @@ fn load_config(tmux: &str, socket: &Path) -> bool {
 }
 
 /// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the
-/// box user's; symlinks themselves, never their targets.
+/// box user's; symlinks themselves, never their targets (fd-relative, however deep).
 pub fn give_tree(root: &Path, ids: Ids) -> Result<()> {
-    let dev = fs::symlink_metadata(root)?.dev();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = fs::symlink_metadata(&path)?;
-        if meta.dev() != dev {
-            continue;
-        }
-        std::os::unix::fs::lchown(&path, Some(ids.uid), Some(ids.gid))
-            .with_context(|| format!("chown {}", path.display()))?;
-        if meta.is_dir() {
-            for entry in fs::read_dir(&path)? {
-                stack.push(entry?.path());
-            }
-        }
-    }
-    Ok(())
+    Tree::open(root)?.give_all(ids)
 }
 
 fn drop_privileges(ids: Ids, groups: &[u32]) -> Result<()> {

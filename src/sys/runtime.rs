@@ -325,6 +325,7 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
         (spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix)),
         (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
         (spec.group_file(), account::group(spec.ids)),
+        (spec.tasks_file(), format!("{}\n", spec.tasks_max)),
     ] {
         atomic::write(&path, text.as_bytes(), 0o644)?;
     }
@@ -367,6 +368,15 @@ fn read_pid(path: &Path) -> Option<Pid> {
 /// Move this process into the cgroups of the box's sandbox, so that what `exec` starts there
 /// counts against the box's memory limit like everything else in it. Best effort: a hierarchy
 /// that cannot be written (read-only, not delegated) is skipped.
+/// The bound on tasks the running box started with (its run dir says; root's alone).
+pub fn task_limit(spec: &BoxSpec) -> Option<u64> {
+    fs::read_to_string(spec.tasks_file())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 pub fn join_cgroups_of(pid: i32) {
     let Ok(table) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
         return;

@@ -242,6 +242,15 @@ pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
         .cloned()
 }
 
+/// A box's own uid (its gid is the same number), from its record: one of ag-box's range.
+pub fn uid_of(t: &dyn Target, name: &str) -> u64 {
+    let row = box_row(t, name).unwrap();
+    let uid = row["uid"].as_u64().unwrap();
+    assert_eq!(row["gid"].as_u64(), Some(uid), "{row}");
+    assert!((1_500_000_000..=1_500_065_535).contains(&uid), "{row}");
+    uid
+}
+
 /// Output checks with the whole transcript in the failure message.
 pub trait Checked {
     fn code(&self) -> i32;
