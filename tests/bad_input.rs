@@ -244,6 +244,24 @@ fn a_nix_box_on_a_node_without_nix_is_refused_and_settings_are_checked() {
         2,
         "invalid setting 'nix=maybe'",
     );
+    // Values that would make the next up fail are refused now, naming the key.
+    for bad in [
+        "uid=4294967295",
+        "uid=1000",
+        "memory_max=0",
+        "memory_max=150%",
+    ] {
+        assert_code(
+            &run(&n, &format!("ag-box set nixbox {bad}")),
+            2,
+            &format!("box 'nixbox': invalid setting '{bad}'; hint: "),
+        );
+    }
+    assert_code(
+        &run(&n, "ag-box set nixbox pin=nosuchnode"),
+        2,
+        "box 'nixbox': invalid setting 'pin=nosuchnode': no node 'nosuchnode' in the nodes file; hint: pin it to this node",
+    );
     assert_eq!(world(&n), before);
     run(&n, "ag-box set nixbox nix=false memory_max=256M").ok();
     run(&n, "ag-box up nixbox").ok();

@@ -388,7 +388,7 @@ fn a_killed_proxy_comes_back_and_the_box_never_gets_a_route() {
     c.a.sh(&format!("ag-box park {name}")).ok();
     assert_eq!(
         c.a.sh(&format!(
-            "systemctl is-active {unit}; test -e /run/netns/box-{name} && echo pinned; true"
+            "systemctl is-active {unit}; test -e /run/box/.netns/{name} && echo pinned; true"
         ))
         .stdout()
         .trim(),

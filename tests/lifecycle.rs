@@ -274,6 +274,13 @@ fn lifecycle(t: &dyn Target, name: &str) {
     let again = t.sh(&format!("ag-box snapshot {name}")).ok().stdout();
     assert_eq!(again, format!("{} unchanged\n", taken.trim_end()));
 
+    // Another tool on the node makes a network namespace of its own while the box runs
+    // (iproute2 then bind-mounts /run/netns over itself): the box parks, and comes up again.
+    t.sh(&format!(
+        "ip netns add other-tool-{name} && ip netns exec other-tool-{name} true"
+    ))
+    .ok();
+
     // park: the unit is gone and the lease released
     t.sh(&format!("ag-box park {name}")).ok();
     if t.systemd() {
@@ -292,11 +299,13 @@ fn lifecycle(t: &dyn Target, name: &str) {
     let ls = t.sh("ag-box ls --json").ok().stdout();
     assert!(ls.contains("\"lease\": null"), "{ls}");
     // its network namespace is released with it
-    t.sh(&format!("test ! -e /run/netns/box-{name}")).ok();
+    t.sh(&format!("test ! -e /run/box/.netns/{name}")).ok();
 
-    // wipe the project and the box's agent home; up restores both
+    // wipe the project and the box's agent home; up restores both (and starts it, the other
+    // tool's namespace still there)
     t.sh(&format!("rm -rf {proj} {own}")).ok();
     t.sh_env(&mem, &format!("ag-box up {name}")).ok();
+    t.sh(&format!("ip netns del other-tool-{name}")).ok();
     let restored = t
         .sh(&format!(
             "cat {proj}/made.txt {proj}/src/main.txt {own_sess}/s1-{name}.jsonl {own_sess}/s2-{name}.jsonl {own_fh}/edit; \
@@ -398,4 +407,53 @@ PY
         "{\"old\":1}\n"
     );
     host.sh(&format!("ag-box park {name}")).ok();
+}
+
+#[test]
+fn a_box_dropped_right_after_track_leaves_nothing_a_new_box_of_its_name_inherits() {
+    let Some(host) = Host::new("drop") else {
+        return;
+    };
+    let name = format!("drop-{}", std::process::id());
+    let home = host.home().to_string();
+    let proj = format!("{home}/{name}");
+    let own = format!("state/homes/{name}");
+    let sess = format!("{home}/.claude/projects/{}", slug(&proj));
+    host.sh(&format!(
+        "set -e; mkdir -p {proj} {sess}; echo v1 > {proj}/f; echo '{{\"old\":1}}' > {sess}/s.jsonl
+         ag-box track {name}"
+    ))
+    .ok();
+    host.sh(&format!(
+        "test -s {own}/.claude/projects/{}/s.jsonl",
+        slug(&proj)
+    ))
+    .ok();
+    // Right after track this node holds the lease, and nothing runs: drop goes ahead.
+    let dropped = host.sh(&format!("ag-box drop {name} --yes"));
+    let said = dropped.ok().stderr();
+    assert!(
+        said.contains(&format!(
+            "dropped box '{name}': its record and 1 snapshot are deleted; the files at {proj} are kept, and its agent home (transcripts) is set aside at "
+        )),
+        "{said}"
+    );
+    assert_eq!(
+        host.sh(&format!(
+            "cat {proj}/f; test -e {own} || echo no-home; ls -d state/homes/.{name}.dropped-* | wc -l; test -e /run/box/{name} || echo no-run-dir"
+        ))
+        .ok()
+        .stdout(),
+        "v1\nno-home\n1\nno-run-dir\n"
+    );
+    // A new box of the name starts with an empty home of its own (the node's sessions of the
+    // project are imported again, as at any track).
+    host.sh(&format!("rm -rf {sess}; ag-box track {name}")).ok();
+    assert_eq!(
+        host.sh(&format!("ls -A {own}/.claude/projects | wc -l"))
+            .ok()
+            .stdout(),
+        "0\n"
+    );
+    host.sh(&format!("ag-box drop {name} --yes")).ok();
 }

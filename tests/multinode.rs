@@ -506,8 +506,14 @@ fn drop_needs_confirmation_and_a_parked_box_and_keeps_local_files() {
     let name = "dr";
     c.parked_box(name);
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    // Running here: park it first (1); up on another node: that node holds it (3).
     assert_code(
         &c.a.sh(&format!("ag-box drop {name} --yes")),
+        1,
+        &format!("box '{name}' is running on this node; hint: run 'ag-box park {name}' first"),
+    );
+    assert_code(
+        &c.b.sh(&format!("ag-box drop {name} --yes")),
         3,
         "is up on node nodeA",
     );

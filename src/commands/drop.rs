@@ -47,8 +47,19 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
     require_tools(&["restic"])?;
     let _lock = ctx.lock_box(name, "drop")?;
     let stored = ctx.tracked(name)?;
-    let up_here = ctx.runtime.is_active(&ctx.spec(&stored.meta));
-    if let Some(l) = &stored.meta.lease {
+    let spec = ctx.spec(&stored.meta);
+    let up_here = ctx.runtime.is_active(&spec);
+    let here = ctx.config.node.clone();
+    if up_here {
+        return Err(UserError::failed(
+            format!("box '{name}' is running on this node"),
+            format!("run 'ag-box park {name}' first"),
+        )
+        .into());
+    }
+    // A lease this node holds on a box that does not run (just tracked, or its node went down
+    // with it) guards nothing a drop would lose.
+    if let Some(l) = stored.meta.lease.as_ref().filter(|l| l.node != here) {
         return Err(UserError::new(
             Code::LeaseHeld,
             format!(
@@ -59,13 +70,6 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         )
         .into());
     }
-    if up_here {
-        return Err(UserError::failed(
-            format!("box '{name}' is running on this node"),
-            format!("run 'ag-box park {name}' first"),
-        )
-        .into());
-    }
     if !yes {
         confirm(name)?;
     }
@@ -73,7 +77,7 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
     // Marked first, on a version with no lease: from here on nothing but `drop` acts on the box,
     // and a drop cut off anywhere is finished by the next one.
     update(ctx.store.as_ref(), name, |m| match &m.lease {
-        Some(l) => Err(UserError::new(
+        Some(l) if l.node != here => Err(UserError::new(
             Code::LeaseHeld,
             format!(
                 "box '{name}' was taken by node {} while dropping it; nothing was deleted",
@@ -83,9 +87,10 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         )
         .into()),
         None if m.dropping => Ok(Step::Keep(())),
-        None => Ok(Step::Write(
+        _ => Ok(Step::Write(
             Meta {
                 dropping: true,
+                lease: None,
                 ..m.clone()
             },
             (),
@@ -117,6 +122,9 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
     }
     CopyState::remove(&ctx.config.state_dir, name)?;
     CopyManifest::remove(&ctx.config.state_dir, name)?;
+    let kept_home = set_aside_home(&spec)?;
+    crate::sys::restore::remove_any(&spec.run_dir)
+        .with_context(|| format!("removing {}", spec.run_dir.display()))?;
     ctx.store.put_delta(name, None)?;
     // Its history goes with its snapshots; the one line left says who dropped it, and when.
     let history = ctx.store.events(name).and_then(|old| {
@@ -130,14 +138,38 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         name,
         events::Step {
             verb: "drop",
-            detail: Some(format!("{} snapshots deleted", ids.len())),
+            detail: Some(format!(
+                "{} deleted",
+                crate::plan::text::count(ids.len(), "snapshot")
+            )),
             ..Default::default()
         },
     );
     say!(
-        "dropped box '{name}': its record and {} snapshots are deleted; the files at {} are kept",
-        ids.len(),
-        stored.meta.path.display()
+        "dropped box '{name}': its record and {} are deleted; the files at {} are kept{}",
+        crate::plan::text::count(ids.len(), "snapshot"),
+        stored.meta.path.display(),
+        kept_home
+            .map(|p| format!(
+                ", and its agent home (transcripts) is set aside at {}",
+                p.display()
+            ))
+            .unwrap_or_default()
     );
     Ok(())
+}
+
+/// The dropped box's agent home moves aside (named by the time), so a new box of the same name
+/// starts with an empty one and nothing of the old conversations is lost by a typo.
+fn set_aside_home(spec: &crate::plan::sandbox::BoxSpec) -> Result<Option<std::path::PathBuf>> {
+    let home = &spec.agent_home.root;
+    if std::fs::symlink_metadata(home).is_err() {
+        return Ok(None);
+    }
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(':', "");
+    let aside = home.with_file_name(format!(".{}.dropped-{stamp}", spec.name));
+    std::fs::rename(home, &aside).with_context(|| format!("moving {} aside", home.display()))?;
+    Ok(Some(aside))
 }

@@ -4,11 +4,29 @@
 use anyhow::Result;
 
 use super::{Ctx, egress};
+use crate::error::UserError;
 use crate::store::{Step, events, update};
 
 pub fn run(name: &str, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
+    // A pin to a node this install does not know would make every later `up` fail.
+    for a in assignments {
+        if let Some(node) = a.strip_prefix("pin=")
+            && !matches!(node, "" | "none")
+            && node != ctx.config.node
+            && !ctx.config.nodes.iter().any(|n| n.name == node)
+        {
+            return Err(UserError::usage(
+                format!("box '{name}': invalid setting '{a}': no node '{node}' in the nodes file"),
+                format!(
+                    "pin it to this node ('pin={}') or one of the nodes file's, or 'pin=none'",
+                    ctx.config.node
+                ),
+            )
+            .into());
+        }
+    }
     let meta = update(ctx.store.as_ref(), name, |m| {
         let mut next = m.clone();
         for a in assignments {

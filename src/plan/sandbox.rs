@@ -28,6 +28,9 @@ use super::agent_home::{Access, AgentHome};
 use super::egress::{self, BoxPolicy};
 use super::tmux;
 
+/// Where boxes' network namespaces are pinned (no box name starts with a dot).
+pub const NETNS_DIR: &str = "/run/box/.netns";
+
 /// Where the ag-box binary is inside every box.
 pub const BOX_EXE: &str = "/run/ag-box";
 
@@ -221,8 +224,14 @@ impl BoxSpec {
     pub fn tasks_file(&self) -> PathBuf {
         self.run_dir.join("tasks_max")
     }
-    /// Where the box's own network namespace is pinned (`ip netns` finds it there).
+    /// Where the box's own network namespace is pinned: a dir only ag-box mounts in (another
+    /// tool's `ip netns add` bind-mounts `/run/netns` over itself, which hid pins made there
+    /// before and left them impossible to remove).
     pub fn netns_pin(&self) -> PathBuf {
+        Path::new(NETNS_DIR).join(&self.name)
+    }
+    /// Where ag-box versions before pinned it, released at a stop.
+    pub fn legacy_netns_pin(&self) -> PathBuf {
         PathBuf::from(format!("/run/netns/box-{}", self.name))
     }
     /// The box's own network namespace; None: it uses the host's.

@@ -60,6 +60,15 @@ pub fn terminal_line(s: &str) -> String {
     out
 }
 
+/// `n` and the noun, plural when `n` is not 1 (`1 snapshot`, `2 snapshots`).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn is_c1(c: char) -> bool {
     ('\u{80}'..='\u{9f}').contains(&c)
 }
@@ -81,6 +90,18 @@ mod tests {
             "a\\x1b]52;c;eA==\\x07\\nparked box 'x'\\r\\t\\x7f\\u{9b}\\u{202e}é\\"
         );
         assert_eq!(escaped("src/main.rs"), "src/main.rs");
+    }
+
+    #[test]
+    fn counts_say_one_or_many() {
+        assert_eq!(
+            [
+                count(0, "snapshot"),
+                count(1, "snapshot"),
+                count(2, "snapshot")
+            ],
+            ["0 snapshots", "1 snapshot", "2 snapshots"]
+        );
     }
 
     #[test]

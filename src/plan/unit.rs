@@ -197,13 +197,17 @@ pub fn systemd_run_argv(
     a
 }
 
-/// Memory limits: a number with an optional K/M/G/T suffix, a percentage, or `infinity`.
+/// Memory limits: a number with an optional K/M/G/T suffix, a percentage up to 100, or
+/// `infinity`; never zero (a box that could not start).
 pub fn valid_memory_max(v: &str) -> bool {
     if v == "infinity" {
         return true;
     }
     let digits = v.strip_suffix(['K', 'M', 'G', 'T', '%']).unwrap_or(v);
-    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+    let Ok(n) = digits.parse::<u64>() else {
+        return false;
+    };
+    digits.chars().all(|c| c.is_ascii_digit()) && n > 0 && (!v.ends_with('%') || n <= 100)
 }
 
 /// Bytes for a cgroup limit file (direct runtime); None for percentages and infinity.
@@ -245,7 +249,7 @@ mod tests {
             [
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
                 "--collect", "--quiet", "-p", "MemoryMax=1500M",
-                "-p", "NetworkNamespacePath=/run/netns/box-demo", "-p", "OOMPolicy=continue",
+                "-p", "NetworkNamespacePath=/run/box/.netns/demo", "-p", "OOMPolicy=continue",
                 "-p", "TasksMax=4096", "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
                 "-p", "ProtectKernelLogs=yes", "-p", "ProtectControlGroups=yes",
@@ -281,7 +285,7 @@ mod tests {
                 "__anchor",
                 "--supervise",
                 "--netns",
-                "/run/netns/box-demo",
+                "/run/box/.netns/demo",
                 "--info",
                 "/run/box/demo/info.json",
                 "--",
@@ -336,7 +340,7 @@ mod tests {
                 "-p", "ReadWritePaths=/run/box/demo",
                 "--",
                 "/opt/box/bin/ag-box", "__proxy", "--box", "demo",
-                "--netns", "/run/netns/box-demo",
+                "--netns", "/run/box/.netns/demo",
                 "--run-dir", "/run/box/demo", "--node-list", "/etc/box/egress-allow.txt",
             ]
         );
@@ -344,10 +348,12 @@ mod tests {
 
     #[test]
     fn memory_values() {
-        for ok in ["1500M", "2G", "100", "50%", "infinity"] {
+        for ok in ["1500M", "2G", "100", "50%", "100%", "infinity"] {
             assert!(valid_memory_max(ok), "{ok}");
         }
-        for bad in ["", "M", "1.5G", "12MB", "-1", "lots"] {
+        for bad in [
+            "", "M", "1.5G", "12MB", "-1", "lots", "0", "0G", "150%", "0%", "+5G",
+        ] {
             assert!(!valid_memory_max(bad), "{bad}");
         }
         assert_eq!(memory_max_bytes("1500M"), Some(1500 << 20));

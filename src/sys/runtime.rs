@@ -276,6 +276,7 @@ impl Runtime {
                 }
             }
         }
+        netns::remove(&spec.legacy_netns_pin())?;
         netns::remove(&spec.netns_pin())
     }
 }

@@ -200,7 +200,7 @@ impl Drop for Host {
             .arg("-c")
             .arg(format!(
                 "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null; rm -rf \"$d\"; }}; done
-                 for m in {0}/state/meta/*.json; do [ -e \"$m\" ] || continue; p=/run/netns/box-$(basename \"$m\" .json); umount -l \"$p\" 2>/dev/null; rm -f \"$p\"; done; true",
+                 for m in {0}/state/meta/*.json; do [ -e \"$m\" ] || continue; p=/run/box/.netns/$(basename \"$m\" .json); umount -l \"$p\" 2>/dev/null; rm -f \"$p\"; done; true",
                 self.base.display()
             ))
             .status();
@@ -379,8 +379,8 @@ impl Cluster {
             .ok();
         for n in self.all() {
             n.sh(&format!(
-                "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null; umount /run/netns/box-{name} 2>/dev/null; \
-                 rm -rf /run/netns/box-{name} /root/{name} /root/.claude/projects/-root-{name} \
+                "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null; umount /run/box/.netns/{name} 2>/dev/null; \
+                 rm -rf /run/box/.netns/{name} /root/{name} /root/.claude/projects/-root-{name} \
                  /var/lib/ag-box/local/{name}.json /var/lib/ag-box/local/{name}.manifest.json \
                  /var/lib/ag-box/homes/{name}; true"
             ))
