@@ -4,7 +4,7 @@
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let line = $crate::plan::text::terminal_line(&format!($($t)*));
+        let line = $crate::plan::text::escaped(&format!($($t)*));
         let _ = writeln!(std::io::stderr(), "{line}");
     }};
 }
@@ -134,6 +134,13 @@ fn exit_with(code: i32) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Walks of a box's trees hold a descriptor per level of a deep one: all the kernel allows.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
     commands::completion::answer_if_asked();
     let cli = Cli::parse();
     let logs = tracing_subscriber::fmt()

@@ -359,11 +359,21 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         "{\"apiKey\":\"k\",\"baseURL\":\"https://api.x.ai\"}\nkeyed=2\n"
     );
     let uid = uid_of(&n, name);
+    // Root's, in the group every box user is in: each box on the node reads and refreshes
+    // them, none owns them (or could chmod them).
     assert_eq!(
-        run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json; cat /root/.claude/.credentials.json")
+        run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json /root/.grok/user-settings.json; cat /root/.claude/.credentials.json")
             .ok()
             .stdout(),
-        format!("{uid}:{uid} 600\n{{\"t\":2}}\n")
+        "0:2000065535 660\n0:2000065535 660\n{\"t\":2}\n"
+    );
+    assert_eq!(
+        inside(
+            &n,
+            name,
+            "chmod 666 ~/.claude/.credentials.json 2>/dev/null; echo chmod=$?; id -G"
+        ),
+        format!("chmod=1\n{uid} 2000065535\n")
     );
     run(&n, &format!("ag-box snapshot {name}")).ok();
     let listed = run(
@@ -384,29 +394,22 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
     // Another uid for this box: the record says so, and its files follow at the next up.
     run(
         &n,
-        &format!("ag-box set {name} uid=1500065432 gid=1500065432 && ag-box park {name}"),
+        &format!("ag-box set {name} uid=2000065432 gid=2000065432 && ag-box park {name}"),
     )
     .ok();
     let up = run(&n, &format!("ag-box up {name}"));
     up.ok();
-    // The node's shared credentials go to the box user at its `up`. Any other box's `up` on
-    // this node (tests run side by side) hands them to its own user: when one came in between,
-    // this box's next `up` hands them back.
-    let mut owner = String::new();
-    for _ in 0..3 {
-        owner = run(&n, "stat -c %u:%g /root/.claude/.credentials.json")
+    // The shared credentials stay the shared group's, whichever box came up last.
+    assert_eq!(
+        run(&n, "stat -c %u:%g /root/.claude/.credentials.json")
             .ok()
-            .stdout();
-        if owner == "1500065432:1500065432\n" {
-            break;
-        }
-        run(&n, &format!("ag-box park {name} && ag-box up {name}")).ok();
-    }
-    assert_eq!(owner, "1500065432:1500065432\n");
+            .stdout(),
+        "0:2000065535\n"
+    );
     assert_eq!(
         up.stderr()
             .matches(&format!(
-                "belongs to uid {uid}; handing it to the box user (uid 1500065432, gid 1500065432)"
+                "belongs to uid {uid}; handing it to the box user (uid 2000065432, gid 2000065432)"
             ))
             .count(),
         1,
@@ -415,7 +418,7 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
     );
     assert_eq!(
         inside(&n, name, "id -u; id -g; touch new"),
-        "1500065432\n1500065432\n"
+        "2000065432\n2000065432\n"
     );
     assert_eq!(
         run(
@@ -426,7 +429,7 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         )
         .ok()
         .stdout(),
-        "1500065432:1500065432\n1500065432:1500065432\n1500065432:1500065432\n"
+        "2000065432:2000065432\n2000065432:2000065432\n2000065432:2000065432\n"
     );
     run(
         &n,
@@ -473,7 +476,7 @@ r['uid'] = r['gid'] = 1000; r['rev'] += 1; json.dump(r, open(p, 'w'))
     .ok();
     let up = run(&n, &format!("ag-box up {a}"));
     let own = uid_of(&n, a);
-    assert!((1_500_000_000..=1_500_065_535).contains(&own) && own != ub);
+    assert!((2_000_000_000..=2_000_065_535).contains(&own) && own != ub);
     assert_eq!(
         up.ok()
             .stderr()
@@ -510,7 +513,7 @@ r['uid'] = r['gid'] = 1000; r['rev'] += 1; json.dump(r, open(p, 'w'))
     common::assert_code(
         &run(&n, &format!("ag-box set {a} uid=1000")),
         2,
-        "uid takes a number in ag-box's range 1500000000-1500065535",
+        "uid takes a number in ag-box's range 2000000000-2000065535",
     );
     for name in [a, b] {
         run(&n, &format!("ag-box park {name}")).ok();

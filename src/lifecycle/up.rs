@@ -13,7 +13,7 @@ use crate::plan::bundle::{self, Contents};
 use crate::plan::delta::{self, Delta};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{Step, Stored, events, update, update_from};
+use crate::store::{Step, events, update};
 use crate::sys::copy_state::{self, CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore};
@@ -77,22 +77,6 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
             None => Err(stray("nobody holds its lease", Code::Failure).into()),
         };
     }
-    let stored = own_ids(w, name, stored)?;
-    let ids = stored.meta.ids();
-    if host::has_account(ids.uid) || host::has_account(ids.gid) {
-        return Err(UserError::failed(
-            format!(
-                "box '{name}': its uid {} or gid {} is an account of this node; no box runs as one",
-                ids.uid, ids.gid
-            ),
-            format!(
-                "give it a free pair of {}-{}: 'ag-box set {name} uid=<n>' and 'gid=<n>'",
-                account::BOX_IDS.start(),
-                account::BOX_IDS.end()
-            ),
-        )
-        .into());
-    }
     // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
     let state_dir = &w.config.state_dir;
     let mut copy = CopyState::load(state_dir, name)?;
@@ -150,7 +134,8 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     };
     crash::point("up.after-lease");
     let started = interrupt::check("the restore")
-        .and_then(|()| prepare_and_start(w, &meta, &held, interrupted));
+        .and_then(|()| own_ids(w, name, &meta))
+        .and_then(|meta| prepare_and_start(w, &meta, &held, interrupted));
     if let Err(e) = started {
         let give_back = match &held {
             Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
@@ -195,49 +180,68 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     Ok(())
 }
 
-/// A box tracked before each box had its own uid (all ran as 1000, and so could reach each
-/// other's files and share per-uid limits) gets one now, in its record, so every node agrees;
-/// its files are handed to it as it starts.
-fn own_ids(w: &World, name: &str, stored: Stored) -> Result<Stored> {
-    let old = stored.meta.ids();
-    if old.own() {
-        return Ok(stored);
-    }
-    let taken = w
-        .store
-        .list()?
-        .iter()
-        .flat_map(|m| [m.uid, m.gid])
-        .flatten()
-        .collect();
-    let ids = account::allocate(name, &taken, host::has_account).ok_or_else(|| {
-        UserError::failed(
-            "every uid of ag-box's range is taken",
-            "drop boxes no longer needed ('ag-box drop <box>')",
-        )
-    })?;
-    let given = update_from(w.store, name, Some(stored), |m| {
-        Ok(if m.ids().own() {
-            Step::Keep(m.ids())
-        } else {
-            Step::Write(
-                Meta {
-                    uid: Some(ids.uid),
-                    gid: Some(ids.gid),
-                    ..m.clone()
-                },
-                ids,
+/// The box's own ids, never an account of this node. A box tracked before each box had its
+/// own uid (all ran as 1000, and so could reach each other's files and share per-uid limits)
+/// gets one now, in its record, so every node agrees; its files are handed to it as it
+/// starts. Done once this node holds the lease, so no node runs the box as the old ids.
+fn own_ids(w: &World, name: &str, meta: &Meta) -> Result<Meta> {
+    let here = &w.config.node;
+    let old = meta.ids();
+    let meta = if old.own() {
+        meta.clone()
+    } else {
+        let taken = w
+            .store
+            .list()?
+            .iter()
+            .flat_map(|m| [m.uid, m.gid])
+            .flatten()
+            .collect();
+        let ids = account::allocate(name, &taken, host::has_account).ok_or_else(|| {
+            UserError::failed(
+                "every uid of ag-box's range is taken",
+                "drop boxes no longer needed ('ag-box drop <box>')",
             )
-        })
-    })?;
-    if given == ids {
-        say!(
-            "box '{name}': now runs as its own uid {} (it ran as uid {}, like every box tracked before each had its own); its files are handed to it",
-            ids.uid,
-            old.uid
-        );
+        })?;
+        let next = update(w.store, name, |m| {
+            Ok(match &m.lease {
+                Some(l) if l.node != *here => Step::Keep(Err(held_elsewhere(name, l))),
+                _ if m.ids().own() => Step::Keep(Ok(m.clone())),
+                _ => {
+                    let next = Meta {
+                        uid: Some(ids.uid),
+                        gid: Some(ids.gid),
+                        ..m.clone()
+                    };
+                    Step::Write(next.clone(), Ok(next))
+                }
+            })
+        })??;
+        if next.ids() == ids {
+            say!(
+                "box '{name}': now runs as its own uid {} (it ran as uid {}, like every box tracked before each had its own); its files are handed to it",
+                ids.uid,
+                old.uid
+            );
+        }
+        next
+    };
+    let ids = meta.ids();
+    if host::has_account(ids.uid) || host::has_account(ids.gid) {
+        return Err(UserError::failed(
+            format!(
+                "box '{name}': its uid {} or gid {} is an account of this node; no box runs as one",
+                ids.uid, ids.gid
+            ),
+            format!(
+                "give it a free pair of {}-{}: 'ag-box set {name} uid=<n>' and 'gid=<n>'",
+                account::BOX_IDS.start(),
+                account::BOX_IDS.end()
+            ),
+        )
+        .into());
     }
-    w.tracked(name)
+    Ok(meta)
 }
 
 /// The `up` under way here is over (done, or its lease handed back).

@@ -12,7 +12,12 @@ use std::path::Path;
 /// The ids ag-box gives boxes, one per box (uid and gid the same number): above the accounts a
 /// distribution makes (1000-59999), the system ranges and the subordinate ranges rootless
 /// containers take (from 100000, 65536 each), and below 2^31.
-pub const BOX_IDS: RangeInclusive<u32> = 1_500_000_000..=1_500_065_535;
+pub const BOX_IDS: RangeInclusive<u32> = 2_000_000_000..=2_000_065_535;
+/// The range's last id is no box's: the group every box user is also in, which the node's
+/// shared credential files belong to (mode 0660), so each box reads and refreshes them as when
+/// all boxes shared one uid (until a credential broker keeps them out of boxes).
+pub const SHARED_GID: u32 = *BOX_IDS.end();
+pub const SHARED_GROUP: &str = "ag-box-shared";
 /// The user of boxes tracked before each box had its own (and of records without ids); such a
 /// box gets its own at its next `up`.
 pub const LEGACY_ID: u32 = 1000;
@@ -65,7 +70,11 @@ pub fn check_id(key: &str, value: &str) -> Result<u32, String> {
 /// A uid or gid `set` may give a box: one of ag-box's range.
 pub fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
     let n = check_id(key, value)?;
-    if BOX_IDS.contains(&n) {
+    if n == SHARED_GID {
+        Err(format!(
+            "{key}={n} is the group of the node's shared credentials; pick another id"
+        ))
+    } else if BOX_IDS.contains(&n) {
         Ok(n)
     } else {
         Err(format!(
@@ -80,7 +89,8 @@ pub fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
 /// at once on two nodes rarely meet), held by no record (`taken`) and no account of this node.
 /// None when the range is full.
 pub fn allocate(name: &str, taken: &BTreeSet<u32>, node_has: impl Fn(u32) -> bool) -> Option<Ids> {
-    let len = BOX_IDS.end() - BOX_IDS.start() + 1;
+    // Every id of the range but the shared group's.
+    let len = BOX_IDS.end() - BOX_IDS.start();
     // FNV-1a: a spread, not a secret.
     let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
@@ -104,12 +114,14 @@ pub fn passwd(ids: Ids, home: &Path) -> String {
     )
 }
 
-/// `/etc/group` as the box sees it; the client is a member of the box group (the socket's).
+/// `/etc/group` as the box sees it; the client is a member of the box group (the socket's),
+/// the box user of the shared one.
 pub fn group(ids: Ids) -> String {
     format!(
         "root:x:0:\n\
          {BOX_USER}:x:{}:{CLIENT_USER}\n\
          {CLIENT_USER}:x:{CLIENT_ID}:\n\
+         {SHARED_GROUP}:x:{SHARED_GID}:{BOX_USER}\n\
          nogroup:x:65534:\n",
         ids.gid
     )
@@ -135,7 +147,8 @@ mod tests {
         );
         assert_eq!(
             group(ids),
-            "root:x:0:\nagent:x:1600:ag-box-client\nag-box-client:x:65533:\nnogroup:x:65534:\n"
+            "root:x:0:\nagent:x:1600:ag-box-client\nag-box-client:x:65533:\n\
+             ag-box-shared:x:2000065535:agent\nnogroup:x:65534:\n"
         );
     }
 
@@ -145,16 +158,20 @@ mod tests {
         for bad in ["0", "65533", "-1", "x", "", "4294967296"] {
             assert!(check_id("uid", bad).is_err(), "{bad}");
         }
-        assert_eq!(check_box_id("uid", "1500000007"), Ok(1_500_000_007));
+        assert_eq!(check_box_id("uid", "2000000007"), Ok(2_000_000_007));
         assert_eq!(
             check_box_id("gid", "1000"),
-            Err("gid takes a number in ag-box's range 1500000000-1500065535 (never an account of a node)".into())
+            Err("gid takes a number in ag-box's range 2000000000-2000065535 (never an account of a node)".into())
         );
         assert!(check_box_id("uid", "4294967295").is_err());
         assert!(
+            check_box_id("gid", "2000065535").is_err(),
+            "the shared group"
+        );
+        assert!(
             Ids {
-                uid: 1_500_000_000,
-                gid: 1_500_065_535
+                uid: 2_000_000_000,
+                gid: 2_000_065_535
             }
             .own()
         );
@@ -183,5 +200,11 @@ mod tests {
         assert_eq!(next.uid, after);
         assert_eq!(allocate("demo", &none, |id| id == a.uid), Some(next));
         assert_eq!(allocate("demo", &none, |_| true), None);
+        let all_but_one: BTreeSet<u32> = (*BOX_IDS.start()..SHARED_GID - 1).collect();
+        assert_eq!(
+            allocate("demo", &all_but_one, |_| false).map(|i| i.uid),
+            Some(SHARED_GID - 1),
+            "never the shared group's id"
+        );
     }
 }

@@ -381,6 +381,21 @@ pub fn host_header_matches(header: &str, host: &str, port: u16) -> bool {
     p == port && h.eq_ignore_ascii_case(host)
 }
 
+/// The `Host` a plain-HTTP request goes out with: the judged host (an IPv6 address bracketed),
+/// and the port unless it is 80.
+pub fn host_header(host: &str, port: u16) -> String {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// The proxy's answer for one destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -876,5 +891,15 @@ mod tests {
             .collect();
         let want: Vec<_> = cases.iter().map(|(h, _, _, m)| (*h, *m)).collect();
         assert_eq!(got, want);
+        // What goes out matches itself, and carries nothing but host and port.
+        for (host, port, sent) in [
+            ("example.com", 80, "example.com"),
+            ("example.com", 8080, "example.com:8080"),
+            ("::1", 80, "[::1]"),
+            ("::1", 8443, "[::1]:8443"),
+        ] {
+            assert_eq!(host_header(host, port), sent);
+            assert!(host_header_matches(sent, host, port), "{sent}");
+        }
     }
 }

@@ -385,7 +385,7 @@ impl BoxSpec {
         a.extend(["--chdir".into(), s(&self.project), "--".into()]);
         let anchor = Become {
             ids: self.ids,
-            groups: vec![],
+            groups: vec![account::SHARED_GID],
             own_home: Some(self.home().to_path_buf()),
             share_socket: Some(self.socket()),
             tasks: Some(self.tasks_max),
@@ -406,7 +406,7 @@ impl BoxSpec {
     pub fn exec_argv(&self, dir: &Path, command: &[String]) -> Vec<String> {
         Become {
             ids: self.ids,
-            groups: vec![],
+            groups: vec![account::SHARED_GID],
             own_home: None,
             share_socket: None,
             tasks: Some(self.tasks_max),
@@ -558,7 +558,8 @@ mod tests {
                 "--setenv", "no_proxy", "localhost,127.0.0.1,::1",
                 "--setenv", "NODE_USE_ENV_PROXY", "1",
                 "--chdir", "/root/demo", "--",
-                "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000", "--tasks", "4096",
+                "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000",
+                "--group", "2000065535", "--tasks", "4096",
                 "--own-home", "/root", "--share-socket", "/run/box/demo/sock/tmux.sock", "--",
                 "/usr/bin/tmux", "-D", "-S", "/run/box/demo/sock/tmux.sock", "-f", "/run/box/demo/tmux.conf",
             ])
@@ -676,6 +677,8 @@ mod tests {
                 "1000",
                 "--gid",
                 "1000",
+                "--group",
+                "2000065535",
                 "--tasks",
                 "4096",
                 "--chdir",

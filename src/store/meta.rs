@@ -318,8 +318,8 @@ mod tests {
             .with_setting("memory_max=2G")
             .and_then(|m| m.with_setting("nix=true"))
             .and_then(|m| m.with_setting("pin=node-a"))
-            .and_then(|m| m.with_setting("uid=1500000001"))
-            .and_then(|m| m.with_setting("gid=1500000002"))
+            .and_then(|m| m.with_setting("uid=2000000001"))
+            .and_then(|m| m.with_setting("gid=2000000002"))
             .unwrap();
         assert_eq!(
             m,
@@ -327,16 +327,16 @@ mod tests {
                 memory_max: Some("2G".into()),
                 nix: true,
                 pinned_node: Some("node-a".into()),
-                uid: Some(1_500_000_001),
-                gid: Some(1_500_000_002),
+                uid: Some(2_000_000_001),
+                gid: Some(2_000_000_002),
                 ..meta()
             }
         );
         assert_eq!(
             m.ids(),
             Ids {
-                uid: 1_500_000_001,
-                gid: 1_500_000_002
+                uid: 2_000_000_001,
+                gid: 2_000_000_002
             }
         );
         assert_eq!(
@@ -357,8 +357,8 @@ mod tests {
             cleared,
             Meta {
                 nix: true,
-                uid: Some(1_500_000_001),
-                gid: Some(1_500_000_002),
+                uid: Some(2_000_000_001),
+                gid: Some(2_000_000_002),
                 ..meta()
             }
         );

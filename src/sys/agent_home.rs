@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::plan::account::Ids;
+use crate::plan::account::{self, Ids};
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::box_tree::{Entry, Tree};
 use crate::sys::{cmd, privs, restore, slices};
@@ -67,7 +67,7 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
         tree.ensure(rel, entry, mode, spec.ids)?;
     }
     // Shared credentials are rewritten by the agents (token refresh), and keyed config is
-    // read: the box user's.
+    // read: root's, in the group every box user is in, so every box on the node has them.
     for b in binds.iter().filter(|b| {
         b.is_node_file()
             && crate::plan::agent_home::handed_to_box(
@@ -75,9 +75,17 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
             )
     }) {
         let meta = fs::symlink_metadata(&b.src)?;
-        if meta.is_file() && (meta.uid(), meta.gid()) != (spec.ids.uid, spec.ids.gid) {
-            std::os::unix::fs::lchown(&b.src, Some(spec.ids.uid), Some(spec.ids.gid))
-                .with_context(|| format!("handing {} to the box user", b.src.display()))?;
+        if !meta.is_file() {
+            continue;
+        }
+        if (meta.uid(), meta.gid()) != (0, account::SHARED_GID) {
+            std::os::unix::fs::lchown(&b.src, Some(0), Some(account::SHARED_GID))
+                .with_context(|| format!("sharing {} with the boxes", b.src.display()))?;
+        }
+        let mode = (meta.mode() & 0o7777 & !0o007) | 0o060;
+        if meta.mode() & 0o7777 != mode {
+            fs::set_permissions(&b.src, fs::Permissions::from_mode(mode))
+                .with_context(|| format!("sharing {} with the boxes", b.src.display()))?;
         }
     }
     Ok(())

@@ -188,43 +188,26 @@ impl Tree {
     }
 
     /// The root and every entry below it on the root's filesystem (not what is mounted there)
-    /// become `ids`'s: links themselves, never what they name; as deep as the tree goes.
+    /// become `ids`'s: links themselves, never what they name; as deep as the tree goes. The
+    /// root goes last, so a handover cut off half-way is taken up again by the next one (it
+    /// looks at the root). A file with other names elsewhere (a hard link into a tree that is
+    /// not the box's, as `git clone --local` makes) is left as it is, and counted.
     pub fn give_all(&self, ids: Ids) -> Result<()> {
         let root = rustix::fs::fstat(&self.fd)?;
         let (uid, gid) = owner(ids);
-        rustix::fs::fchown(&self.fd, uid, gid)
-            .with_context(|| format!("handing {} over", show(&self.path)))?;
         let mut stack: Vec<(std::sync::Arc<OwnedFd>, Vec<u8>)> = Vec::new();
         let push_entries = |dir: OwnedFd, stack: &mut Vec<_>| -> Result<(), Errno> {
             let dir = std::sync::Arc::new(dir);
-            for entry in rustix::fs::Dir::read_from(&*dir)? {
-                let n = entry?.file_name().to_bytes().to_vec();
-                if n != b"." && n != b".." {
-                    stack.push((dir.clone(), n));
-                }
+            for n in listed(&dir)? {
+                stack.push((dir.clone(), n));
             }
             Ok(())
         };
         let top = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
         push_entries(top, &mut stack).with_context(|| format!("listing {}", show(&self.path)))?;
+        let mut linked = 0_usize;
         while let Some((dir, name)) = stack.pop() {
             let name = OsStr::from_bytes(&name);
-            let st = match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                Err(Errno::NOENT) => continue,
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "reading {} below {}",
-                            escaped(&name.to_string_lossy()),
-                            show(&self.path)
-                        )
-                    });
-                }
-            };
-            if st.st_dev != root.st_dev {
-                continue;
-            }
             let fail = |e: Errno| {
                 anyhow::Error::from(e).context(format!(
                     "handing {} below {} over",
@@ -232,17 +215,39 @@ impl Tree {
                     show(&self.path)
                 ))
             };
+            let st = match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            if st.st_dev != root.st_dev {
+                continue;
+            }
+            let kind = kind_of(&st);
+            if kind == Kind::File && st.st_nlink > 1 && (st.st_uid, st.st_gid) != (ids.uid, ids.gid)
+            {
+                linked += 1;
+                continue;
+            }
             if (st.st_uid, st.st_gid) != (ids.uid, ids.gid) {
                 rustix::fs::chownat(&*dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(fail)?;
             }
-            if kind_of(&st) == Kind::Dir {
+            if kind == Kind::Dir {
                 let sub =
                     rustix::fs::openat(&*dir, name, DIR_FLAGS, Mode::empty()).map_err(fail)?;
                 push_entries(sub, &mut stack).map_err(fail)?;
             }
         }
-        Ok(())
+        if linked > 0 {
+            tracing::warn!(
+                "{}: {} with other names elsewhere kept their owner (hard links: the box would own the other names too)",
+                show(&self.path),
+                crate::plan::text::count(linked, "file")
+            );
+        }
+        rustix::fs::fchown(&self.fd, uid, gid)
+            .with_context(|| format!("handing {} over", show(&self.path)))
     }
 
     /// The entry at `rel` is a real `entry` owned by `ids`, and so is every dir made for it:
@@ -336,30 +341,58 @@ fn make_dir(dir: &impl AsFd, name: &OsStr, mode: u32, ids: Ids) -> Result<(), Er
 }
 
 /// Remove `name` in `dir`: a dir with everything below it, depth first, each level opened
-/// with no link followed; anything else unlinked itself.
+/// with no link followed; anything else unlinked itself. Iterative, one descriptor a level:
+/// a box's tree may be as deep as it likes.
 fn remove_at(dir: &impl AsFd, name: &OsStr) -> Result<(), Errno> {
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
         Err(Errno::ISDIR | Errno::PERM) => {}
         Err(Errno::NOENT) => return Ok(()),
         other => return other,
     }
-    let sub = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
-    // Listed first and the listing closed: one descriptor per level, however deep.
+    // Each level: its handle, its name in the level above, and the names left to remove.
+    let mut levels: Vec<(OwnedFd, Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+    let top = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    let names = listed(&top)?;
+    levels.push((top, name.as_bytes().to_vec(), names));
+    while let Some((fd, _, pending)) = levels.last_mut() {
+        let Some(next) = pending.pop() else {
+            let Some((done, done_name, _)) = levels.pop() else {
+                break;
+            };
+            drop(done);
+            let parent: &dyn AsFd = match levels.last() {
+                Some((p, _, _)) => p,
+                None => dir,
+            };
+            match rustix::fs::unlinkat(parent, OsStr::from_bytes(&done_name), AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let n = OsStr::from_bytes(&next);
+        match rustix::fs::unlinkat(&*fd, n, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(Errno::ISDIR | Errno::PERM) => {
+                let sub = rustix::fs::openat(&*fd, n, DIR_FLAGS, Mode::empty())?;
+                let names = listed(&sub)?;
+                levels.push((sub, next, names));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The names in an open dir (the listing closed again).
+fn listed(dir: &OwnedFd) -> Result<Vec<Vec<u8>>, Errno> {
     let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&sub)? {
+    for entry in rustix::fs::Dir::read_from(dir)? {
         let n = entry?.file_name().to_bytes().to_vec();
         if n != b"." && n != b".." {
             names.push(n);
         }
     }
-    for n in names {
-        remove_at(&sub, OsStr::from_bytes(&n))?;
-    }
-    drop(sub);
-    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Err(Errno::NOENT) => Ok(()),
-        other => other,
-    }
+    Ok(names)
 }
 
 /// A dir above the entry is missing (so the entry is too).
@@ -490,9 +523,10 @@ mod tests {
     fn remove_goes_deeper_than_path_max_and_rename_stays_inside() {
         let (_d, t, _host) = setup();
         let tree = Tree::open(&t).unwrap();
-        // 300 levels of 20-byte names: over 6,000 bytes of path.
+        // 3,000 levels of 20-byte names: 60,000 bytes of path, past the descriptor limit of a
+        // process that did not raise it.
         let mut deep = tree.open_dir(Path::new("a")).unwrap();
-        for _ in 0..300 {
+        for _ in 0..3000 {
             let name = OsStr::new("dddddddddddddddddddd");
             rustix::fs::mkdirat(&deep, name, Mode::from_raw_mode(0o755)).unwrap();
             deep = rustix::fs::openat(&deep, name, DIR_FLAGS, Mode::empty()).unwrap();
@@ -503,5 +537,25 @@ mod tests {
         assert!(tree.names(Path::new("")).unwrap().is_empty());
         tree.remove(Path::new("never/there")).unwrap();
         assert_eq!(tree.kind(Path::new("never/there")).unwrap(), None);
+    }
+
+    #[test]
+    fn a_handover_takes_the_whole_tree_but_files_linked_from_elsewhere() {
+        let (d, t, _host) = setup();
+        fs::write(t.join("a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", t.join("a/link")).unwrap();
+        let other = d.path().join("other-repo-object");
+        fs::write(&other, "theirs").unwrap();
+        fs::hard_link(&other, t.join("a/linked")).unwrap();
+        Tree::open(&t).unwrap().give_all(BOX).unwrap();
+        let owner = |p: &Path| {
+            let m = fs::symlink_metadata(p).unwrap();
+            (m.uid(), m.gid())
+        };
+        for p in ["", "a", "a/b", "a/b/f", "a/link"] {
+            assert_eq!(owner(&t.join(p)), (1000, 1000), "{p}");
+        }
+        assert_eq!(owner(&other), (0, 0), "the other name's file stays");
+        assert_eq!(owner(Path::new("/etc/passwd")), (0, 0));
     }
 }

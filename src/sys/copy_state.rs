@@ -97,7 +97,8 @@ fn file(state_dir: &Path, name: &str) -> PathBuf {
 /// Where a restore records the swap it has under way inside the box's project (root's alone,
 /// outside every box), so that only a swap this node made is ever undone.
 pub fn swap_journal(state_dir: &Path, name: &str) -> PathBuf {
-    state_dir.join("local").join(format!("{name}.swap.json"))
+    // A dir of its own: `<name>.swap.json` beside the copy states is box `<name>.swap`'s.
+    state_dir.join("local/swap").join(format!("{name}.json"))
 }
 
 impl CopyState {

@@ -227,12 +227,18 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
             return;
         }
         Err(e) => {
-            seen.push((item.path, Some(format!("unreadable\0{e}"))));
+            seen.push((item.path, Some(unknown("unreadable", &e))));
             return;
         }
     };
     let kind = FileType::from_raw_mode(st.st_mode);
     let mut target = String::new();
+    if kind == FileType::Directory && item.path.as_os_str().len() > MAX_PATH_BYTES {
+        // What lies deeper is not listed: a chain of dirs would cost root memory by the
+        // square of its depth. The copy counts as changed, every time.
+        seen.push((item.path, Some(unknown("too deep", &Errno::NAMETOOLONG))));
+        return;
+    }
     if kind == FileType::Directory {
         match list(&item) {
             Ok(entries) => below.extend(entries),
@@ -242,7 +248,7 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
                 return;
             }
             Err(e) => {
-                seen.push((item.path, Some(format!("changed\0{e}"))));
+                seen.push((item.path, Some(unknown("changed", &e))));
                 return;
             }
         }
@@ -252,6 +258,23 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
             .unwrap_or_default();
     }
     seen.push((item.path, Some(stat_line(&st, &target))));
+}
+
+/// Below this length of path a walk lists a dir (twice PATH_MAX: deeper than any tool but a
+/// box's own can reach).
+const MAX_PATH_BYTES: usize = 8192;
+
+/// The line of an entry the walk could not take whole: unlike every walk before and after
+/// (a random part, new each process), so a copy holding one never counts as unchanged.
+fn unknown(what: &str, e: &Errno) -> String {
+    static NONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let nonce = NONCE.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    format!("{what}\0{e}\0{nonce:x}")
 }
 
 /// The entries of the dir `item` names, opened below its handle with no link followed.
@@ -400,5 +423,40 @@ mod tests {
         let (mut seen, mut below) = (Vec::new(), Vec::new());
         visit(gone, &mut seen, &mut below);
         assert_eq!(seen, [(root.join("never-there"), None)]);
+    }
+
+    #[test]
+    fn a_tree_deeper_than_twice_path_max_is_summed_up_where_it_gets_too_deep() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        fs::create_dir_all(&root).unwrap();
+        let mut deep = rustix::fs::open(&root, DIR_FLAGS, Mode::empty()).unwrap();
+        for _ in 0..500 {
+            let name = "dddddddddddddddddddd";
+            rustix::fs::mkdirat(&deep, name, Mode::from_raw_mode(0o755)).unwrap();
+            deep = rustix::fs::openat(&deep, name, DIR_FLAGS, Mode::empty()).unwrap();
+        }
+        let (digest, manifest) = walk(std::slice::from_ref(&root)).unwrap();
+        let manifest = manifest.unwrap();
+        let longest = manifest.keys().map(String::len).max().unwrap();
+        assert!(
+            longest > MAX_PATH_BYTES && longest < MAX_PATH_BYTES + 22,
+            "{longest}"
+        );
+        let summed: Vec<&String> = manifest
+            .values()
+            .filter(|v| v.starts_with("too deep\0"))
+            .collect();
+        // One line where it got too deep, with this process's random part.
+        assert_eq!(summed, [&unknown("too deep", &Errno::NAMETOOLONG)]);
+        assert_ne!(
+            unknown("too deep", &Errno::NAMETOOLONG),
+            "too deep\0File name too long (os error 36)\0"
+        );
+        assert_eq!(
+            walk(std::slice::from_ref(&root)).unwrap().0,
+            digest,
+            "stable in one process"
+        );
     }
 }

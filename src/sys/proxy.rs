@@ -172,10 +172,12 @@ async fn serve(listener: std::net::TcpListener, state: Arc<State>) -> Result<()>
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let reuse = Reuse::default();
+        // Held by the connection and by any tunnel it becomes, which outlives it.
+        let slot = Arc::new(slot);
         tokio::spawn(async move {
-            let _slot = slot;
-            let service =
-                hyper::service::service_fn(move |req| handle(req, state.clone(), reuse.clone()));
+            let service = hyper::service::service_fn(move |req| {
+                handle(req, state.clone(), reuse.clone(), slot.clone())
+            });
             let served = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
                 .title_case_headers(true)
@@ -306,6 +308,7 @@ async fn handle(
     req: Request<Incoming>,
     state: Arc<State>,
     reuse: Reuse,
+    slot: Arc<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response<Body>, Infallible> {
     let uri = req.uri();
     let target = match (
@@ -358,6 +361,7 @@ async fn handle(
     };
     let bytes = upstream.counters();
     tokio::spawn(async move {
+        let _slot = slot;
         let error = match hyper::upgrade::on(req).await {
             Ok(client) => tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut upstream)
                 .await
@@ -428,13 +432,11 @@ async fn forward(
         .map_or("/", |p| p.as_str())
         .parse()
         .unwrap_or_default();
-    let authority = req.uri().authority().map(|a| a.as_str().to_string());
     *req.uri_mut() = origin;
     strip_hop_by_hop(req.headers_mut());
-    // What was judged, whatever the box sent (`handle` refused a Host naming anything else).
-    if let Some(a) = authority
-        && let Ok(v) = HeaderValue::from_str(&a)
-    {
+    // What was judged, whatever the box sent (`handle` refused a Host naming anything else),
+    // built from the judged host and port alone: an authority's userinfo never goes out.
+    if let Ok(v) = HeaderValue::from_str(&egress::host_header(&attempt.host, attempt.port)) {
         req.headers_mut().insert(header::HOST, v);
     }
     let before = upstream.bytes.get();

@@ -247,7 +247,7 @@ pub fn uid_of(t: &dyn Target, name: &str) -> u64 {
     let row = box_row(t, name).unwrap();
     let uid = row["uid"].as_u64().unwrap();
     assert_eq!(row["gid"].as_u64(), Some(uid), "{row}");
-    assert!((1_500_000_000..=1_500_065_535).contains(&uid), "{row}");
+    assert!((2_000_000_000..=2_000_065_535).contains(&uid), "{row}");
     uid
 }
 
