@@ -450,7 +450,11 @@ pub fn restore_into_live(
                     std::io::Write::write_all(&mut f, &bytes)
                         .and_then(|()| f.sync_all())
                         .with_context(|| format!("writing {}", path.display()))?;
-                    fs::set_permissions(path, new.permissions())?;
+                    // A file shared with the boxes keeps the mode that shares it (the running
+                    // boxes read and refresh it); the others take the snapshot's.
+                    if !shared_with_boxes(&old) {
+                        fs::set_permissions(path, new.permissions())?;
+                    }
                 }
                 Ok(old) if old.is_dir() && new.is_dir() => {
                     let mut from = staged.clone().into_os_string();
@@ -480,6 +484,12 @@ pub fn restore_into_live(
     })();
     let _ = remove_any(&staging);
     result.with_context(|| format!("placing snapshot {id}"))
+}
+
+/// A node file ag-box shares with every box (root's, in their shared group).
+fn shared_with_boxes(m: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (m.uid(), m.gid()) == (0, crate::plan::account::SHARED_GID)
 }
 
 #[cfg(test)]
@@ -611,23 +621,43 @@ mod tests {
         let rel = live.strip_prefix("/").unwrap();
         fs::create_dir_all(&live).unwrap();
         fs::write(live.join("cred"), "old").unwrap();
-        std::os::unix::fs::chown(live.join("cred"), Some(1000), Some(1000)).unwrap();
+        let shared = crate::plan::account::SHARED_GID;
+        std::os::unix::fs::chown(live.join("cred"), Some(0), Some(shared)).unwrap();
+        fs::set_permissions(
+            live.join("cred"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o660),
+        )
+        .unwrap();
+        fs::write(live.join("config"), "old").unwrap();
         fs::create_dir_all(live.join("skills")).unwrap();
         fs::write(live.join("skills/mine"), "kept").unwrap();
         fs::create_dir_all(snap.join(rel).join("skills")).unwrap();
         fs::write(snap.join(rel).join("cred"), "new").unwrap();
+        fs::write(snap.join(rel).join("config"), "new").unwrap();
+        for f in ["cred", "config"] {
+            fs::set_permissions(
+                snap.join(rel).join(f),
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .unwrap();
+        }
         fs::write(snap.join(rel).join("skills/theirs"), "added").unwrap();
         fs::write(snap.join(rel).join("fresh"), "moved in").unwrap();
         let inode = fs::metadata(live.join("cred")).unwrap().ino();
-        let candidates = ["cred", "skills", "fresh", "absent"].map(|n| live.join(n));
+        let candidates = ["cred", "config", "skills", "fresh", "absent"].map(|n| live.join(n));
         let placed =
             restore_into_live(&OneTree(snap), "s1", &live.join(".globals"), &candidates).unwrap();
-        assert_eq!(placed, candidates[..3].to_vec());
+        assert_eq!(placed, candidates[..4].to_vec());
         let cred = fs::metadata(live.join("cred")).unwrap();
         assert_eq!(
-            (cred.ino(), cred.uid()),
-            (inode, 1000),
-            "the same file, the same owner"
+            (cred.ino(), cred.uid(), cred.gid(), cred.mode() & 0o777),
+            (inode, 0, shared, 0o660),
+            "the same file, still shared with the boxes"
+        );
+        assert_eq!(
+            fs::metadata(live.join("config")).unwrap().mode() & 0o777,
+            0o600,
+            "the snapshot's mode"
         );
         assert_eq!(fs::read_to_string(live.join("cred")).unwrap(), "new");
         assert_eq!(
