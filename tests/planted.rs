@@ -298,3 +298,75 @@ fn a_fork_bomb_stays_in_its_box_with_the_direct_runtime() {
         [&format!("bomb-{pid}"), &format!("bystander-{pid}")],
     );
 }
+
+/// The operator's terminal is ag-box's to relay, never the box's to hold: a process an exec
+/// leaves behind reads nothing typed after it returns, and what the box's tmux server passes
+/// through (a clipboard write wrapped for the terminal) never reaches the operator's terminal.
+fn a_box_holds_no_terminal_of_the_operators(t: &dyn Target, pre: &str, name: &str) {
+    let home = t.home();
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
+             set -e; mkdir -p {home}/{name}; ag-box track {name} 2>&1; ag-box up {name} 2>&1"
+        ),
+    )
+    .ok();
+    let o = format!("outer-{name}");
+    let script = format!(
+        "{pre}
+         o={o}; tmux -L $o kill-server 2>/dev/null
+         tmux -L $o new-session -d -s $o -x 160 -y 40 'bash --norc --noprofile' || exit 9
+         tmux -L $o set -g set-clipboard on
+         screen() {{ tmux -L $o capture-pane -p -t $o; }}
+         until_shown() {{ for i in $(seq 200); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; screen >&2; return 1; }}
+         type() {{ tmux -L $o send-keys -t $o \"$1\" Enter; }}
+         # exec from a terminal: the command's terminal is a pty of ag-box's, its code passed on.
+         type \"ag-box exec {name} -- sh -c 'tty; exec 3<&0; (sleep 2; setsid cat <&3 > stolen) & exit 3'; echo exec-rc=\\$?\"
+         until_shown '^exec-rc=3' || exit 1
+         sleep 3
+         type 'echo typed-after-$((6*7))'
+         until_shown '^typed-after-42' || exit 2
+         sleep 1
+         echo \"stolen=$(ag-box exec {name} -- cat stolen)\"
+         # attach: the box's server passes a clipboard write through to its client.
+         sock=/run/box/{name}/sock/tmux.sock
+         ag-box exec {name} -- tmux -S $sock set -g allow-passthrough on
+         tty=$(ag-box exec {name} -- tmux -S $sock display -p -t main '#{{pane_tty}}')
+         type 'ag-box attach {name}'
+         until_shown '\\[(box:|main\\])' || exit 3
+         ag-box exec {name} -- sh -c \"printf '\\033Ptmux;\\033\\033]52;c;aGVsbG8=\\007\\033\\\\\\\\' > $tty; echo marker-\\$((6*7)) > $tty\"
+         until_shown 'marker-42' || exit 4
+         sleep 1
+         echo \"buffers=$(tmux -L $o list-buffers | wc -l)\"
+         tmux -L $o send-keys -t $o C-b d
+         tmux -L $o kill-server"
+    );
+    let out = t.sh(&script);
+    assert_eq!(out.code(), 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "stolen=\nbuffers=0\n", "{}", out.stderr());
+    sh(t, pre, &format!("ag-box stop {name}; rm -rf {home}/{name}")).ok();
+}
+
+#[test]
+fn a_box_holds_no_terminal_of_the_operators_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_box_holds_no_terminal_of_the_operators(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "tty",
+    );
+}
+
+#[test]
+fn a_box_holds_no_terminal_of_the_operators_with_the_direct_runtime() {
+    let Some(host) = Host::new("tty") else {
+        return;
+    };
+    let name = format!("tty-{}", std::process::id());
+    a_box_holds_no_terminal_of_the_operators(&host, "", &name);
+}

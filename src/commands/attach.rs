@@ -1,12 +1,15 @@
 //! `attach <name>`: the box's tmux session, created if needed (on the node running the box). The tmux client runs inside the
 //! box as the client user, so nothing the box's server asks of it reaches the host.
 
+use std::io::IsTerminal;
+
 use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
 use crate::error::{ChildExit, UserError};
-use crate::sys::cmd;
+use crate::plan::term_filter::OutputFilter;
 use crate::sys::enter::Sandbox;
+use crate::sys::{cmd, pty};
 
 pub fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -30,7 +33,13 @@ pub fn run(name: &str) -> Result<()> {
     })?;
     let mut c = Sandbox::open(&spec, ctx.runtime)?.command(&spec.attach_argv())?;
     c.env_clear().envs(spec.env()).envs(super::caller_term());
-    let status = c.status().context("running tmux attach")?;
+    // Through a terminal of ag-box's own, which drops what would act on the operator's
+    // terminal beyond its screen (the clipboard, passthrough).
+    let status = if std::io::stdin().is_terminal() {
+        pty::run_relayed(c, Some(OutputFilter::default()))?
+    } else {
+        c.status().context("running tmux attach")?
+    };
     match cmd::exit_code(status) {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),

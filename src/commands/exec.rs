@@ -1,12 +1,14 @@
 //! `exec <name> -- <cmd...>`: one command inside the running box (on the node running it), as
 //! its user, exit code passed through.
 
+use std::io::IsTerminal;
+
 use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
 use crate::error::ChildExit;
 use crate::sys::enter::Sandbox;
-use crate::sys::{cmd, runtime};
+use crate::sys::{cmd, pty, runtime};
 
 pub fn run(name: &str, command: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -29,7 +31,13 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     let cwd = std::env::current_dir().ok();
     let mut c = sandbox.command(&spec.exec_argv(&spec.exec_dir(cwd.as_deref()), command))?;
     c.env_clear().envs(spec.env()).envs(super::caller_term());
-    let status = c.status().context("running nsenter")?;
+    // From a terminal, through one of ag-box's own, hung up when the command ends: nothing
+    // it leaves running in the box reads what the operator types next.
+    let status = if std::io::stdin().is_terminal() {
+        pty::run_relayed(c, None)?
+    } else {
+        c.status().context("running nsenter")?
+    };
     match cmd::exit_code(status) {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),

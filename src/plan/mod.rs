@@ -18,6 +18,7 @@ pub mod retention;
 pub mod sandbox;
 pub mod schedule;
 pub mod slices;
+pub mod term_filter;
 pub mod text;
 pub mod tmux;
 pub mod unit;

@@ -17,6 +17,7 @@ pub mod netns;
 pub mod nodes;
 pub mod privs;
 pub mod proxy;
+pub mod pty;
 pub mod restic;
 pub mod restore;
 pub mod runtime;
