@@ -35,11 +35,14 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_LOCK_WAIT",
     "BOX_NETWORK",
     "BOX_TASKS_MAX",
+    "BOX_TMPFS_MAX",
 ];
 
 /// A box's default bound on its processes and threads: room for an agent, its language
 /// servers and a build, not for a fork bomb that would starve the node.
 pub const DEFAULT_TASKS_MAX: u64 = 4096;
+/// A box's `/tmp` and HOME each hold at most this (they are memory): room for builds and caches.
+pub const DEFAULT_TMPFS_MAX: u64 = 2 << 30;
 /// Fewer would not start a shell and an agent.
 const MIN_TASKS_MAX: u64 = 32;
 
@@ -100,6 +103,8 @@ pub struct Config {
     /// Processes and threads one box may have at once (its unit's TasksMax, and RLIMIT_NPROC
     /// of its own uid).
     pub tasks_max: u64,
+    /// Bytes each of a box's memory-backed dirs (`/tmp`, HOME) may hold.
+    pub tmpfs_max: u64,
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
@@ -223,6 +228,12 @@ impl Config {
                     )
                 })?,
         };
+        let tmpfs_max = match src.get("BOX_TMPFS_MAX") {
+            None => DEFAULT_TMPFS_MAX,
+            Some(v) => crate::plan::unit::memory_max_bytes(v)
+                .filter(|n| *n >= 1 << 20)
+                .ok_or_else(|| bad_key("BOX_TMPFS_MAX", v, "use a size of 1M or more, e.g. 2G"))?,
+        };
         let memory_max = src.get("BOX_MEMORY_MAX").map(str::to_string);
         if let Some(m) = &memory_max
             && !valid_memory_max(m)
@@ -307,6 +318,7 @@ impl Config {
             lease_ttl,
             lock_wait,
             tasks_max,
+            tmpfs_max,
             retention,
             runtime,
             nodes: src.nodes.clone(),
@@ -466,6 +478,7 @@ mod tests {
                 lease_ttl: Duration::from_secs(10800),
                 lock_wait: Duration::from_secs(120),
                 tasks_max: 4096,
+                tmpfs_max: 2 << 30,
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],
@@ -483,6 +496,8 @@ mod tests {
             ("BOX_NETWORK", "open"),
             ("BOX_TASKS_MAX", "10"),
             ("BOX_TASKS_MAX", "lots"),
+            ("BOX_TMPFS_MAX", "10K"),
+            ("BOX_TMPFS_MAX", "big"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

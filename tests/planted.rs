@@ -227,7 +227,8 @@ fn links_a_box_plants_steer_nothing_with_the_direct_runtime() {
     links_a_box_plants_steer_nothing(&host, "", &name);
 }
 
-/// A box that forks without end meets its own bound, and another box forks on.
+/// A box that forks without end meets its own bound, and another box forks on; a box's
+/// memory-backed dirs are bounded too.
 fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
     let home = t.home();
     for name in names {
@@ -238,7 +239,7 @@ fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
                 "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
                  rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
                  set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
-                 ag-box track {name} 2>&1; BOX_TASKS_MAX=64 ag-box up {name} 2>&1"
+                 ag-box track {name} 2>&1; BOX_TASKS_MAX=64 BOX_TMPFS_MAX=16M ag-box up {name} 2>&1"
             ),
         )
         .ok();
@@ -269,6 +270,17 @@ print(n)
     assert!((10..64).contains(&made), "the bomb made {made} processes");
     let theirs: u32 = inside(t, pre, other, &forks(20, 1)).trim().parse().unwrap();
     assert_eq!(theirs, 20, "the other box forks on");
+    // Its memory-backed dirs hold what they were sized for, no more.
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            other,
+            "for d in /tmp $HOME; do head -c 8M /dev/zero > $d/fits && echo fits; \
+             head -c 20M /dev/zero > $d/over 2>/dev/null || echo full; rm -f $d/fits $d/over; done"
+        ),
+        "fits\nfull\nfits\nfull\n"
+    );
     for name in names {
         sh(t, pre, &format!("ag-box stop {name}; rm -rf {home}/{name}")).ok();
     }

@@ -106,6 +106,7 @@ pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         exe: host::own_exe(),
         ids: meta.ids(),
         tasks_max: config.tasks_max,
+        tmpfs_max: config.tmpfs_max,
         egress: BoxPolicy {
             mode: meta.network(config.network),
             allow: meta.allow.clone(),

@@ -50,6 +50,8 @@ pub struct BoxSpec {
     pub ids: Ids,
     /// Processes and threads the box may have at once.
     pub tasks_max: u64,
+    /// Bytes its `/tmp` and its HOME may each hold.
+    pub tmpfs_max: u64,
     /// The record's network policy (the mode decides the namespace; the proxy reads the rest).
     pub egress: BoxPolicy,
 }
@@ -192,6 +194,7 @@ impl BoxSpec {
                 gid: 1000,
             },
             tasks_max: 4096,
+            tmpfs_max: 2 << 30,
             egress: BoxPolicy {
                 mode: egress::Mode::Allow,
                 allow: vec![],
@@ -363,8 +366,20 @@ impl BoxSpec {
             match mount {
                 Mount::Proc => a.extend(["--proc".into(), "/proc".into()]),
                 Mount::Dev => a.extend(["--dev".into(), "/dev".into()]),
-                Mount::Tmp => a.extend(["--perms", "1777", "--tmpfs", "/tmp"].map(String::from)),
-                Mount::Tmpfs(p) => a.extend(["--tmpfs".into(), s(p)]),
+                Mount::Tmp => {
+                    let size = self.tmpfs_max.to_string();
+                    a.extend(
+                        ["--perms", "1777", "--size", &size, "--tmpfs", "/tmp"].map(String::from),
+                    );
+                }
+                Mount::Tmpfs(p) => {
+                    a.extend([
+                        "--size".into(),
+                        self.tmpfs_max.to_string(),
+                        "--tmpfs".into(),
+                        s(p),
+                    ]);
+                }
                 Mount::Dir(p) => a.extend(["--dir".into(), s(p)]),
                 Mount::RoBind { src, dest } => a.extend(["--ro-bind".into(), s(src), s(dest)]),
                 Mount::RoBindTry(p) => a.extend(["--ro-bind-try".into(), s(p), s(p)]),
@@ -517,7 +532,7 @@ mod tests {
                 "--ro-bind", "/dev/null", "/proc/interrupts",
                 "--tmpfs", "/proc/acpi", "--remount-ro", "/proc/acpi",
                 "--tmpfs", "/proc/scsi", "--remount-ro", "/proc/scsi",
-                "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--dev", "/dev", "--perms", "1777", "--size", "2147483648", "--tmpfs", "/tmp",
                 "--ro-bind", "/usr", "/usr",
                 "--symlink", "usr/bin", "/bin",
                 "--symlink", "usr/sbin", "/sbin",
@@ -526,7 +541,7 @@ mod tests {
                 "--ro-bind-try", "/nix", "/nix",
                 "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
                 "--ro-bind", "/run/box/demo/group", "/etc/group",
-                "--tmpfs", "/root",
+                "--size", "2147483648", "--tmpfs", "/root",
                 "--bind", &format!("{own}/.claude"), "/root/.claude",
                 "--bind", &format!("{own}/.codex"), "/root/.codex",
                 "--bind", &format!("{own}/.grok"), "/root/.grok",
