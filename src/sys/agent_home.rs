@@ -21,7 +21,8 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
         let homes = ah.root.parent().unwrap_or(&ah.root);
         fs::create_dir_all(homes).with_context(|| format!("creating {}", homes.display()))?;
         fs::set_permissions(homes, fs::Permissions::from_mode(0o700))?;
-        let staging = ah.root.with_extension("new");
+        // No box's name starts with a dot (`<name>.new` may be another box's home).
+        let staging = homes.join(format!(".{}.new", spec.name));
         restore::remove_any(&staging).with_context(|| format!("removing {}", staging.display()))?;
         fs::create_dir(&staging).with_context(|| format!("creating {}", staging.display()))?;
         let n = import_sessions(Path::new("/"), spec.home(), &spec.project, &staging)?;

@@ -66,10 +66,13 @@ pub struct CopyManifest {
 }
 
 impl CopyManifest {
+    /// A dir of its own: `<name>.manifest.json` beside the copy states is box
+    /// `<name>.manifest`'s (a manifest kept there by an older ag-box is left; the next park
+    /// writes a new one).
     fn file(state_dir: &Path, name: &str) -> PathBuf {
         state_dir
-            .join("local")
-            .join(format!("{name}.manifest.json"))
+            .join("local/manifest")
+            .join(format!("{name}.json"))
     }
 
     pub fn load(state_dir: &Path, name: &str) -> Option<CopyManifest> {

@@ -381,7 +381,7 @@ impl Cluster {
             n.sh(&format!(
                 "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null; umount /run/box/.netns/{name} 2>/dev/null; \
                  rm -rf /run/box/.netns/{name} /root/{name} /root/.claude/projects/-root-{name} \
-                 /var/lib/ag-box/local/{name}.json /var/lib/ag-box/local/{name}.manifest.json \
+                 /var/lib/ag-box/local/{name}.json /var/lib/ag-box/local/manifest/{name}.json \
                  /var/lib/ag-box/homes/{name}; true"
             ))
             .ok();
