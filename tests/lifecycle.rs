@@ -100,6 +100,14 @@ fn lifecycle(t: &dyn Target, name: &str) {
         serde_json::from_str(&t.sh("ag-box status --json --deep").ok().stdout()).unwrap();
     assert_eq!(status["schema_version"], 1);
     assert_eq!(
+        (&status["tasks_max"], &status["tmpfs_max"]),
+        (
+            &serde_json::json!(4096),
+            &serde_json::json!(2_147_483_648_u64)
+        ),
+        "the bounds boxes start with here"
+    );
+    assert_eq!(
         status["runtime"],
         if t.systemd() { "systemd" } else { "direct" }
     );

@@ -28,6 +28,9 @@ struct Status {
     snapshots_counted_at: Option<String>,
     snapshots_error: Option<String>,
     memory_max: Option<String>,
+    /// The bounds of every box started here from now on (`BOX_TASKS_MAX`, `BOX_TMPFS_MAX`).
+    tasks_max: u64,
+    tmpfs_max: u64,
     timer: String,
     /// What the last `snapshot --active` here measured (the hourly timer runs it).
     last_active_run: Option<ActiveRun>,
@@ -166,6 +169,8 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         snapshots_counted_at,
         snapshots_error,
         memory_max: ctx.config.memory_max.clone(),
+        tasks_max: ctx.config.tasks_max,
+        tmpfs_max: ctx.config.tmpfs_max,
         timer: timer_state(ctx.runtime),
         last_active_run: last_active_run(&ctx),
         runtime: ctx.runtime.label(),
@@ -213,6 +218,11 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         s.memory_max
             .as_deref()
             .unwrap_or("none (BOX_MEMORY_MAX unset)")
+    );
+    out!(
+        "box bounds:    {} tasks, /tmp and HOME {} MiB each",
+        s.tasks_max,
+        s.tmpfs_max >> 20
     );
     out!("snapshot timer: {}", s.timer);
     if let Some(r) = &s.last_active_run {
