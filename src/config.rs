@@ -41,6 +41,9 @@ pub const KNOWN_KEYS: &[&str] = &[
 /// A box's default bound on its processes and threads: room for an agent, its language
 /// servers and a build, not for a fork bomb that would starve the node.
 pub const DEFAULT_TASKS_MAX: u64 = 4096;
+/// A box's memory when neither its record nor `BOX_MEMORY_MAX` say: one box running away
+/// leaves the node (sshd, ag-box, the other boxes) a quarter. `infinity` lifts it.
+pub const DEFAULT_MEMORY_MAX: &str = "75%";
 /// A box's `/tmp` and HOME each hold at most this (they are memory): room for builds and caches.
 pub const DEFAULT_TMPFS_MAX: u64 = 2 << 30;
 /// Fewer would not start a shell and an agent.
@@ -234,7 +237,12 @@ impl Config {
                 .filter(|n| *n >= 1 << 20)
                 .ok_or_else(|| bad_key("BOX_TMPFS_MAX", v, "use a size of 1M or more, e.g. 2G"))?,
         };
-        let memory_max = src.get("BOX_MEMORY_MAX").map(str::to_string);
+        let memory_max = Some(
+            src.get("BOX_MEMORY_MAX")
+                .unwrap_or(DEFAULT_MEMORY_MAX)
+                .to_string(),
+        )
+        .filter(|m| m != "infinity");
         if let Some(m) = &memory_max
             && !valid_memory_max(m)
         {

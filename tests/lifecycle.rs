@@ -463,5 +463,12 @@ fn a_box_dropped_right_after_track_leaves_nothing_a_new_box_of_its_name_inherits
             .stdout(),
         "0\n"
     );
+    // Dropped again within the second: set aside beside the first, not over it.
     host.sh(&format!("ag-box drop {name} --yes")).ok();
+    assert_eq!(
+        host.sh(&format!("ls -d state/homes/.{name}.dropped-* | wc -l"))
+            .ok()
+            .stdout(),
+        "2\n"
+    );
 }

@@ -245,6 +245,26 @@ fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
         .ok();
     }
     let [bomb, other] = names;
+    // With no BOX_MEMORY_MAX, a box may take three quarters of the node's memory.
+    if t.systemd() {
+        let (max, total) = {
+            let out = sh(
+                t,
+                pre,
+                &format!(
+                    "systemctl show boxrun-{bomb} -p MemoryMax --value; awk '/MemTotal/ {{print $2 * 1024}}' /proc/meminfo"
+                ),
+            )
+            .ok()
+            .stdout();
+            let mut n = out.lines().map(|l| l.trim().parse::<f64>().unwrap());
+            (n.next().unwrap(), n.next().unwrap())
+        };
+        assert!(
+            (max / total - 0.75).abs() < 0.01,
+            "MemoryMax {max} of {total}"
+        );
+    }
     // Children that hold no descriptor of exec's, so exec returns while they live.
     let forks = |count: u32, hold: u32| {
         format!(

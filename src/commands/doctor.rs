@@ -135,8 +135,8 @@ fn runtime() -> Vec<Check> {
     } else {
         warn(
             "runtime",
-            "systemd is not PID 1: the direct runtime (no MemoryMax, no hourly timer)",
-            "run ag-box on a host booted with systemd for memory limits and hourly snapshots",
+            "systemd is not PID 1: the direct runtime (memory limits only where a memory cgroup is writable, tasks bounded per uid, no hourly timer)",
+            "run ag-box on a host booted with systemd for hourly snapshots and enforced limits",
         )
     };
     let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok();

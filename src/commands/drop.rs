@@ -169,7 +169,18 @@ fn set_aside_home(spec: &crate::plan::sandbox::BoxSpec) -> Result<Option<std::pa
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         .to_string()
         .replace(':', "");
-    let aside = home.with_file_name(format!(".{}.dropped-{stamp}", spec.name));
+    // A box of the name dropped before, within the same second, has the first name.
+    let aside = (1..)
+        .map(|n| {
+            let tail = if n == 1 {
+                String::new()
+            } else {
+                format!("-{n}")
+            };
+            home.with_file_name(format!(".{}.dropped-{stamp}{tail}", spec.name))
+        })
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .unwrap_or_else(|| home.with_file_name(format!(".{}.dropped", spec.name)));
     std::fs::rename(home, &aside).with_context(|| format!("moving {} aside", home.display()))?;
     Ok(Some(aside))
 }

@@ -217,7 +217,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         "memory max:    {}",
         s.memory_max
             .as_deref()
-            .unwrap_or("none (BOX_MEMORY_MAX unset)")
+            .unwrap_or("none (BOX_MEMORY_MAX=infinity)")
     );
     out!(
         "box bounds:    {} tasks, /tmp and HOME {} MiB each",

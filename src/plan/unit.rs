@@ -210,7 +210,16 @@ pub fn valid_memory_max(v: &str) -> bool {
     digits.chars().all(|c| c.is_ascii_digit()) && n > 0 && (!v.ends_with('%') || n <= 100)
 }
 
-/// Bytes for a cgroup limit file (direct runtime); None for percentages and infinity.
+/// Bytes for a cgroup limit file (direct runtime): a percentage of `total`; None for infinity.
+pub fn memory_limit_bytes(v: &str, total: u64) -> Option<u64> {
+    match v.strip_suffix('%') {
+        Some(p) => u64::try_from(u128::from(total) * u128::from(p.parse::<u64>().ok()?) / 100).ok(),
+        None => memory_max_bytes(v),
+    }
+}
+
+/// Bytes of a size (a number with an optional K/M/G/T suffix); None for percentages and
+/// infinity.
 pub fn memory_max_bytes(v: &str) -> Option<u64> {
     let (digits, shift) = match v.chars().last()? {
         'K' => (&v[..v.len() - 1], 10),
@@ -360,5 +369,8 @@ mod tests {
         assert_eq!(memory_max_bytes("2G"), Some(2 << 30));
         assert_eq!(memory_max_bytes("4096"), Some(4096));
         assert_eq!(memory_max_bytes("50%"), None);
+        assert_eq!(memory_limit_bytes("75%", 8 << 30), Some(6 << 30));
+        assert_eq!(memory_limit_bytes("2G", 8 << 30), Some(2 << 30));
+        assert_eq!(memory_limit_bytes("infinity", 8 << 30), None);
     }
 }

@@ -73,6 +73,18 @@ fn unescape_mount(field: &str) -> String {
     out
 }
 
+/// Bytes of memory this node has (`MemTotal`), 0 when unknown.
+pub fn mem_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb << 10)
+}
+
 /// This node has an account (a user or a group) with id `id`: no box may run as it.
 pub fn has_account(id: u32) -> bool {
     let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id));

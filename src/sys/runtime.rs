@@ -547,7 +547,7 @@ fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
 
 /// Best effort: a child memory cgroup (v1 or v2) with the box's limit, when one is writable.
 fn join_memory_cgroup(run_dir: &Path, memory_max: &str) -> Option<PathBuf> {
-    let bytes = unit::memory_max_bytes(memory_max)?;
+    let bytes = unit::memory_limit_bytes(memory_max, host::mem_total())?;
     let name = run_dir.file_name()?.to_string_lossy().into_owned();
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
     let (parent, limit_file) = own.lines().find_map(|l| {
