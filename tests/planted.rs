@@ -18,6 +18,23 @@ fn inside(t: &dyn Target, pre: &str, name: &str, script: &str) -> String {
         .stdout()
 }
 
+/// A fresh box `name` over a project `~/<name>` holding `keep.txt`, tracked and up; `up_env`
+/// goes before its `up` (a bound, say).
+fn fresh_box(t: &dyn Target, pre: &str, name: &str, up_env: &str) {
+    let home = t.home();
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
+             set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
+             ag-box track {name} 2>&1; {up_env} ag-box up {name} 2>&1"
+        ),
+    )
+    .ok();
+}
+
 fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
     let home = t.home();
     let proj = format!("{home}/{name}");
@@ -120,17 +137,7 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
 /// stopped, and parked once what restic could not read is accepted.
 fn a_box_deeper_than_path_max_is_stopped_and_parked(t: &dyn Target, pre: &str, name: &str) {
     let home = t.home();
-    sh(
-        t,
-        pre,
-        &format!(
-            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
-             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
-             set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
-             ag-box track {name} 2>&1; ag-box up {name} 2>&1"
-        ),
-    )
-    .ok();
+    fresh_box(t, pre, name, "");
     // 300 levels of 20 bytes: 6,000 bytes of path, made one level at a time.
     assert_eq!(
         inside(
@@ -232,17 +239,7 @@ fn links_a_box_plants_steer_nothing_with_the_direct_runtime() {
 fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
     let home = t.home();
     for name in names {
-        sh(
-            t,
-            pre,
-            &format!(
-                "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
-                 rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
-                 set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
-                 ag-box track {name} 2>&1; BOX_TASKS_MAX=64 BOX_TMPFS_MAX=16M ag-box up {name} 2>&1"
-            ),
-        )
-        .ok();
+        fresh_box(t, pre, name, "BOX_TASKS_MAX=64 BOX_TMPFS_MAX=16M");
     }
     let [bomb, other] = names;
     // With no BOX_MEMORY_MAX, a box may take three quarters of the node's memory.
@@ -336,16 +333,7 @@ fn a_fork_bomb_stays_in_its_box_with_the_direct_runtime() {
 /// through (a clipboard write wrapped for the terminal) never reaches the operator's terminal.
 fn a_box_holds_no_terminal_of_the_operators(t: &dyn Target, pre: &str, name: &str) {
     let home = t.home();
-    sh(
-        t,
-        pre,
-        &format!(
-            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
-             rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
-             set -e; mkdir -p {home}/{name}; ag-box track {name} 2>&1; ag-box up {name} 2>&1"
-        ),
-    )
-    .ok();
+    fresh_box(t, pre, name, "");
     let o = format!("outer-{name}");
     let script = format!(
         "{pre}

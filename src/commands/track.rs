@@ -6,12 +6,11 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, require_tools};
 use crate::error::UserError;
-use crate::plan::{account, names, project};
+use crate::plan::{names, project};
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
 use crate::store::{self, events};
 use crate::sys::copy_state::CopyState;
-use crate::sys::host;
 use crate::sys::restic::short;
 
 pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
@@ -55,17 +54,7 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
     refuse_overlap(&ctx, name, &project, others)?;
     let node = &ctx.config.node;
     let pinned = project.join(".auth-secret").exists().then(|| node.clone());
-    let taken = existing
-        .iter()
-        .flat_map(|m| [m.uid, m.gid])
-        .flatten()
-        .collect();
-    let ids = account::allocate(name, &taken, host::has_account).ok_or_else(|| {
-        UserError::failed(
-            "every uid of ag-box's range is taken",
-            "drop boxes no longer needed ('ag-box drop <box>')",
-        )
-    })?;
+    let ids = crate::lifecycle::free_ids(name, &existing)?;
     let now = ctx.now();
     let fresh = Meta {
         version: META_VERSION,

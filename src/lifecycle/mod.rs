@@ -17,6 +17,7 @@ use anyhow::Result;
 
 use crate::config::Config;
 use crate::error::UserError;
+use crate::plan::account::{self, Ids};
 use crate::plan::agent_home::{self, AgentHome};
 use crate::plan::delta::{Change, Listed};
 use crate::plan::egress::BoxPolicy;
@@ -112,6 +113,21 @@ pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
             allow: meta.allow.clone(),
         },
     }
+}
+
+/// Ids for box `name` that no record of `records` holds and no account of this node has.
+pub fn free_ids(name: &str, records: &[Meta]) -> Result<Ids, UserError> {
+    let taken = records
+        .iter()
+        .flat_map(|m| [m.uid, m.gid])
+        .flatten()
+        .collect();
+    account::allocate(name, &taken, host::has_account).ok_or_else(|| {
+        UserError::failed(
+            "every uid of ag-box's range is taken",
+            "drop boxes no longer needed ('ag-box drop <box>')",
+        )
+    })
 }
 
 pub fn not_up_here(name: &str) -> UserError {

@@ -190,19 +190,7 @@ fn own_ids(w: &World, name: &str, meta: &Meta) -> Result<Meta> {
     let meta = if old.own() {
         meta.clone()
     } else {
-        let taken = w
-            .store
-            .list()?
-            .iter()
-            .flat_map(|m| [m.uid, m.gid])
-            .flatten()
-            .collect();
-        let ids = account::allocate(name, &taken, host::has_account).ok_or_else(|| {
-            UserError::failed(
-                "every uid of ag-box's range is taken",
-                "drop boxes no longer needed ('ag-box drop <box>')",
-            )
-        })?;
+        let ids = super::free_ids(name, &w.store.list()?)?;
         let next = update(w.store, name, |m| {
             Ok(match &m.lease {
                 Some(l) if l.node != *here => Step::Keep(Err(held_elsewhere(name, l))),
