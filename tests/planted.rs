@@ -349,6 +349,9 @@ fn a_box_holds_no_terminal_of_the_operators(t: &dyn Target, pre: &str, name: &st
          sleep 3
          type 'echo typed-after-$((6*7))'
          until_shown '^typed-after-42' || exit 2
+         # exec as a job in the shell's background neither stops nor takes the terminal.
+         type \"ag-box exec {name} -- sh -c 'echo bg-ran-\\$((6*7))' > bg-{name}.out & sleep 4; cat bg-{name}.out; rm -f bg-{name}.out\"
+         until_shown '^bg-ran-42' || exit 5
          sleep 1
          echo \"stolen=$(ag-box exec {name} -- cat stolen)\"
          # attach: the box's server passes a clipboard write through to its client.

@@ -1,8 +1,6 @@
 //! `attach <name>`: the box's tmux session, created if needed (on the node running the box). The tmux client runs inside the
 //! box as the client user, so nothing the box's server asks of it reaches the host.
 
-use std::io::IsTerminal;
-
 use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
@@ -35,7 +33,7 @@ pub fn run(name: &str) -> Result<()> {
     c.env_clear().envs(spec.env()).envs(super::caller_term());
     // Through a terminal of ag-box's own, which drops what would act on the operator's
     // terminal beyond its screen (the clipboard, passthrough).
-    let status = if std::io::stdin().is_terminal() {
+    let status = if pty::terminal_of_caller() == pty::Terminal::Foreground {
         pty::run_relayed(c, Some(OutputFilter::default()))?
     } else {
         c.status().context("running tmux attach")?

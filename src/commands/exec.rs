@@ -1,8 +1,6 @@
 //! `exec <name> -- <cmd...>`: one command inside the running box (on the node running it), as
 //! its user, exit code passed through.
 
-use std::io::IsTerminal;
-
 use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
@@ -33,10 +31,15 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     c.env_clear().envs(spec.env()).envs(super::caller_term());
     // From a terminal, through one of ag-box's own, hung up when the command ends: nothing
     // it leaves running in the box reads what the operator types next.
-    let status = if std::io::stdin().is_terminal() {
-        pty::run_relayed(c, None)?
-    } else {
-        c.status().context("running nsenter")?
+    // Run in the background of a shell, it may not take the terminal (the shell has it): the
+    // box gets no input rather than the operator's.
+    let status = match pty::terminal_of_caller() {
+        pty::Terminal::Foreground => pty::run_relayed(c, None)?,
+        pty::Terminal::Background => c
+            .stdin(std::process::Stdio::null())
+            .status()
+            .context("running nsenter")?,
+        pty::Terminal::None => c.status().context("running nsenter")?,
     };
     match cmd::exit_code(status) {
         0 => Ok(()),

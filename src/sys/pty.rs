@@ -58,6 +58,28 @@ fn same(a: &Winsize, b: &Winsize) -> bool {
     (a.ws_row, a.ws_col) == (b.ws_row, b.ws_col)
 }
 
+/// Where the caller's input comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminal {
+    /// A terminal whose foreground this process is: it can be relayed.
+    Foreground,
+    /// A terminal another process group has (a job in a shell's background): setting it raw
+    /// would stop this process (SIGTTOU).
+    Background,
+    None,
+}
+
+pub fn terminal_of_caller() -> Terminal {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Terminal::None;
+    }
+    match nix::unistd::tcgetpgrp(stdin.as_fd()) {
+        Ok(fg) if fg == nix::unistd::getpgrp() => Terminal::Foreground,
+        _ => Terminal::Background,
+    }
+}
+
 /// Run `cmd` (an nsenter into the box) on a new pseudo-terminal, the caller's terminal relayed
 /// to it; `filter` judges what the box writes. Returns the command's status.
 pub fn run_relayed(mut cmd: Command, mut filter: Option<OutputFilter>) -> Result<ExitStatus> {
