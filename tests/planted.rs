@@ -393,3 +393,199 @@ fn a_box_holds_no_terminal_of_the_operators_with_the_direct_runtime() {
     let name = format!("tty-{}", std::process::id());
     a_box_holds_no_terminal_of_the_operators(&host, "", &name);
 }
+
+/// A box that swaps a dir of its project for a link to a host dir and back without pause
+/// (`renameat2(RENAME_EXCHANGE)`) while snapshots read it: no snapshot holds what the link
+/// names (a root-only dir, and one of another box's user), and none fails.
+fn a_box_racing_links_under_its_snapshots_keeps_them_its_own(
+    t: &dyn Target,
+    pre: &str,
+    name: &str,
+) {
+    let home = t.home();
+    let proj = format!("{home}/{name}");
+    let (host_dir, other_dir) = (
+        format!("{home}/race-host-{name}"),
+        format!("{home}/race-other-{name}"),
+    );
+    fresh_box(t, pre, name, "");
+    sh(
+        t,
+        pre,
+        &format!(
+            "set -e; rm -rf {host_dir} {other_dir}; mkdir -p {host_dir} {other_dir}
+             echo root-only > {host_dir}/only-on-the-host; chmod 700 {host_dir}
+             echo other-box > {other_dir}/only-in-another-box
+             chown -R 2000009999:2000009999 {other_dir}; chmod 700 {other_dir}"
+        ),
+    )
+    .ok();
+    let racer = format!(
+        r#"python3 -c "
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+for i, target in ((1, '{host_dir}'), (2, '{other_dir}')):
+    os.makedirs(f'race/d{{i}}', exist_ok=True)
+    open(f'race/d{{i}}/own', 'w').write('mine')
+    os.symlink(target, f'race/l{{i}}')
+if os.fork() == 0:
+    os.setsid(); os.closerange(0, 3)
+    n = 0
+    while not os.path.exists('race/stop'):
+        for i in (1, 2):
+            libc.renameat2(-100, f'race/d{{i}}'.encode(), -100, f'race/l{{i}}'.encode(), 2)
+        n += 1
+    open('race/swaps', 'w').write(str(n))
+    os._exit(0)
+print('racing')
+""#
+    );
+    assert_eq!(inside(t, pre, name, &racer), "racing\n");
+    let rounds = 50;
+    for round in 0..rounds {
+        let out = sh(t, pre, &format!("ag-box snapshot {name} 2>&1"));
+        assert!(
+            out.status.success(),
+            "snapshot {round} of a racing box failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let swaps: u64 = inside(
+        t,
+        pre,
+        name,
+        "touch race/stop; while [ ! -e race/swaps ]; do sleep 0.1; done; cat race/swaps",
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    assert!(swaps > 1000, "the box swapped only {swaps} times");
+    // Every snapshot of the box, listed: the box's own files are there, the linked ones never.
+    let listed = sh(
+        t,
+        pre,
+        &format!(
+            "set -e; export RESTIC_REPOSITORY=$BOX_STATE_DIR/restic RESTIC_PASSWORD_FILE=$BOX_STATE_DIR/restic-password
+             ids=$(restic snapshots --tag box:{name} --json | grep -o '\"short_id\":\"[^\"]*\"' | cut -d'\"' -f4)
+             n=0; for id in $ids; do n=$((n+1)); restic ls --no-lock --recursive $id {proj}/race; done; echo snapshots=$n"
+        ),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        !listed.contains("only-on-the-host") && !listed.contains("only-in-another-box"),
+        "{listed}"
+    );
+    let counted: usize = listed
+        .lines()
+        .find_map(|l| l.strip_prefix("snapshots="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(counted > rounds, "{counted} snapshots listed");
+    assert!(
+        listed.contains("/race/d1/own") || listed.contains("/race/l1/own"),
+        "{listed}"
+    );
+    sh(
+        t,
+        pre,
+        &format!("ag-box stop {name}; rm -rf {proj} {host_dir} {other_dir}"),
+    )
+    .ok();
+}
+
+#[test]
+fn a_box_racing_links_under_its_snapshots_keeps_them_its_own_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_box_racing_links_under_its_snapshots_keeps_them_its_own(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "racer",
+    );
+}
+
+#[test]
+fn a_box_racing_links_under_its_snapshots_keeps_them_its_own_with_the_direct_runtime() {
+    let Some(host) = Host::new("racer") else {
+        return;
+    };
+    let name = format!("racer-{}", std::process::id());
+    a_box_racing_links_under_its_snapshots_keeps_them_its_own(&host, "", &name);
+}
+
+/// A box paused for a snapshot says so in `status`, and one whose snapshot died mid-pause (a
+/// kill -9) is resumed by the next command that looks at it.
+fn a_pause_never_outlives_its_snapshot(t: &dyn Target, pre: &str, name: &str) {
+    let proj = format!("{}/{name}", t.home());
+    fresh_box(t, pre, name, "");
+    let ticker = "sh -c 'exec 0<&- 1>&- 2>&-; while :; do date +%s%N > tick; sleep 0.05; done' & echo ticking";
+    assert_eq!(inside(t, pre, name, ticker), "ticking\n");
+    let tick = || {
+        sh(t, pre, &format!("cat {proj}/tick"))
+            .ok()
+            .stdout()
+            .trim()
+            .to_string()
+    };
+    // While a snapshot holds the box paused, status says so.
+    let watched = sh(
+        t,
+        pre,
+        &format!(
+            "AG_BOX_PAUSE_AT=snapshot.paused ag-box snapshot {name} 2>/dev/null & s=$!
+             sleep 1.5; ag-box status; wait $s"
+        ),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        watched
+            .lines()
+            .any(|l| l.contains(name) && l.contains("paused for a snapshot since")),
+        "{watched}"
+    );
+    // Killed while the box is paused: the box stays paused...
+    let crashed = sh(
+        t,
+        pre,
+        &format!("AG_BOX_CRASH_AT=snapshot.paused ag-box snapshot {name}"),
+    );
+    assert!(
+        !crashed.status.success(),
+        "the crash point was never reached"
+    );
+    let frozen_at = tick();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(tick(), frozen_at, "the box ran on while paused");
+    // ...until `status` resumes it, and says so.
+    let status = sh(t, pre, "ag-box status 2>&1").ok().stdout();
+    assert!(status.contains("resuming it"), "{status}");
+    assert!(!status.contains("paused for a snapshot since"), "{status}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_ne!(tick(), frozen_at, "the box stayed paused");
+    sh(t, pre, &format!("ag-box stop {name}; rm -rf {proj}")).ok();
+}
+
+#[test]
+fn a_pause_never_outlives_its_snapshot_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_pause_never_outlives_its_snapshot(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "paused",
+    );
+}
+
+#[test]
+fn a_pause_never_outlives_its_snapshot_with_the_direct_runtime() {
+    let Some(host) = Host::new("paused") else {
+        return;
+    };
+    let name = format!("paused-{}", std::process::id());
+    a_pause_never_outlives_its_snapshot(&host, "", &name);
+}

@@ -12,7 +12,7 @@ use crate::store::lease;
 use crate::sys::atomic;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
-use crate::sys::{cmd, egress_log};
+use crate::sys::{cmd, egress_log, freezer};
 
 #[derive(Serialize)]
 struct Status {
@@ -75,6 +75,8 @@ struct BoxEgress {
     name: String,
     network: Mode,
     refused: usize,
+    /// Set while a snapshot has the box's processes paused (they resume when it is read).
+    paused_since: Option<String>,
 }
 
 fn timer_state(runtime: Runtime) -> String {
@@ -180,6 +182,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
             .iter()
             .map(|m| {
                 let spec = ctx.spec(m);
+                freezer::resume_orphaned(&spec);
                 BoxEgress {
                     name: m.name.clone(),
                     network: spec.egress.mode,
@@ -187,6 +190,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
                         .iter()
                         .filter(|r| !r.allowed)
                         .count(),
+                    paused_since: freezer::paused_since(&spec),
                 }
             })
             .collect(),
@@ -252,8 +256,11 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
             Mode::Host => String::new(),
             _ => format!(", {} refused", e.refused),
         };
+        let paused = e.paused_since.as_ref().map_or(String::new(), |t| {
+            format!(", paused for a snapshot since {t}")
+        });
         out!(
-            "  {:<20} network {}{refused}",
+            "  {:<20} network {}{refused}{paused}",
             e.name,
             network_label(e.network)
         );

@@ -25,6 +25,7 @@ use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
 use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
+use crate::sys::freezer::Paused;
 use crate::sys::restic::Backup;
 use crate::sys::{cmd, host};
 
@@ -39,6 +40,9 @@ pub trait BoxRuntime {
         nix: bool,
     ) -> Result<()>;
     fn stop(&self, spec: &BoxSpec) -> Result<()>;
+    /// Pause the running box's processes until the guard is dropped; None where they cannot
+    /// be paused here.
+    fn pause(&self, spec: &BoxSpec) -> Result<Option<Paused>>;
 }
 
 /// The snapshot repository (`sys::restic::Restic`).
@@ -50,6 +54,8 @@ pub trait Repo {
     /// What changed from snapshot `from` to `to` (`restic diff`), and every file and dir of
     /// `to` with its mode and owner (`restic ls`).
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)>;
+    /// Every file and dir of a snapshot with its mode and owner (`restic ls`).
+    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>>;
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
     /// The repository's master key, as `plan::restic_key::master_keys` holds it.

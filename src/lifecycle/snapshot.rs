@@ -7,10 +7,10 @@ use anyhow::Result;
 
 use super::{World, not_up_here};
 use crate::error::UserError;
-use crate::plan::bundle;
 use crate::plan::delta::{self, Manifest, Published};
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::{account, bundle};
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
@@ -195,6 +195,44 @@ fn partial(name: &str, why: &str) -> UserError {
     )
 }
 
+/// A snapshot read from a box that ran unpaused is counted only when all it holds is the box's
+/// own: an entry of another owner means the box steered restic out of its trees mid-read.
+fn refuse_foreign_owners(
+    w: &World,
+    spec: &BoxSpec,
+    roots: &[PathBuf],
+    id: &str,
+    accept_partial: bool,
+) -> Result<()> {
+    let foreign = account::foreign_owned(&w.repo.listing(id)?, roots, spec.ids);
+    if foreign.is_empty() || accept_partial {
+        return Ok(());
+    }
+    // Printed escaped, as every error is.
+    let shown: Vec<String> = foreign
+        .iter()
+        .take(3)
+        .map(|p| p.display().to_string())
+        .collect();
+    let why = format!(
+        "snapshot {} holds {} {} not owned by the box's user ({}{}); the box changed them while they were read",
+        short(id),
+        foreign.len(),
+        if foreign.len() == 1 {
+            "entry"
+        } else {
+            "entries"
+        },
+        shown.join(", "),
+        if foreign.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        }
+    );
+    Err(partial(&spec.name, &why).into())
+}
+
 /// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
 /// (unreadable files, a missing or emptied project) never becomes the box's latest unless
 /// `accept_partial`.
@@ -218,6 +256,18 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     let box_spec = w.spec(meta);
     let roots = local_copy(&box_spec);
     let running = w.runtime.is_active(&box_spec);
+    // Paused, the box cannot swap what restic reads (nor what the walk reads) for a link.
+    let paused = if running {
+        w.runtime.pause(&box_spec).unwrap_or_else(|e| {
+            tracing::warn!("box '{}': not paused for its snapshot: {e:#}", meta.name);
+            None
+        })
+    } else {
+        None
+    };
+    if paused.is_some() {
+        crash::point("snapshot.paused");
+    }
     let digest_before = digest::of(&roots)?;
     tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
@@ -234,6 +284,8 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
     let backup = w.repo.backup(&meta.name, &backup_args(&spec))?;
+    let raceable = running && paused.is_none();
+    drop(paused);
     crash::point("snapshot.after-backup");
     let added = (backup.files_added, backup.bytes_added);
     let id = backup.id;
@@ -244,6 +296,9 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
             short(&id)
         );
         return Err(partial(&meta.name, &why).into());
+    }
+    if raceable {
+        refuse_foreign_owners(w, &box_spec, &paths, &id, accept_partial)?;
     }
     let now = SystemTime::now();
     let snapshot = SnapshotRef {

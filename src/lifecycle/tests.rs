@@ -23,6 +23,7 @@ use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{self, MetaStore, Step, update};
 use crate::sys::agent_home;
 use crate::sys::copy_state::{CopyState, PendingUp};
+use crate::sys::freezer::Paused;
 use crate::sys::restic::Backup;
 
 #[derive(Default)]
@@ -52,6 +53,9 @@ impl BoxRuntime for FakeRuntime {
         }
         Ok(())
     }
+    fn pause(&self, _: &BoxSpec) -> Result<Option<Paused>> {
+        Ok(None)
+    }
 }
 
 /// The fake repository's master key.
@@ -63,6 +67,8 @@ struct FakeRepo {
     next: Cell<u32>,
     /// Reported as unreadable by the next backup.
     unreadable: RefCell<Vec<String>>,
+    /// Listed by the next `listing` (entries a raced backup read from elsewhere).
+    foreign_in_next: RefCell<Vec<Listed>>,
     forks: RefCell<Vec<String>>,
     /// Restores in place are available (restic 0.17+).
     in_place: Cell<bool>,
@@ -230,6 +236,9 @@ impl Repo for FakeRepo {
         list_tree(&self.tree(to), Path::new("/"), &mut listed);
         Ok((out, listed))
     }
+    fn listing(&self, _: &str) -> Result<Vec<Listed>> {
+        Ok(self.foreign_in_next.take())
+    }
     fn restore_only(&self, id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         self.fetched
             .borrow_mut()
@@ -308,6 +317,7 @@ impl Node {
                 dir: tmp.path().join("repo"),
                 next: Cell::new(0),
                 unreadable: RefCell::default(),
+                foreign_in_next: RefCell::default(),
                 forks: RefCell::default(),
                 in_place: Cell::new(false),
                 cut_in_place: Cell::new(false),
@@ -580,6 +590,40 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     assert!(n.runtime.active.borrow().contains("demo"));
     park::park(&n.world(), "demo", true).unwrap();
     assert_eq!(n.meta().lease, None);
+}
+
+#[test]
+fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "changed");
+    let before = n.meta();
+    let raced = n.project().join("link/secret");
+    *n.repo.foreign_in_next.borrow_mut() = vec![Listed {
+        attrs: DirAttrs {
+            path: raced.clone(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+        },
+        dir: false,
+    }];
+    let Err(e) = snapshot::take(&n.world(), &n.stored(), false) else {
+        panic!("a snapshot holding a root-owned file was counted");
+    };
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "holds 1 entry not owned by the box's user ({})",
+            raced.display()
+        )),
+        "{e:#}"
+    );
+    assert_eq!(n.meta().last_snapshot, before.last_snapshot);
+    assert_eq!(n.meta().lease, before.lease);
+    // Listing only what the box's user owns, the next one is counted.
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    assert_ne!(n.meta().last_snapshot, before.last_snapshot);
 }
 
 #[test]

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::plan::delta::Listed;
 
 /// The ids ag-box gives boxes, one per box (uid and gid the same number): above the accounts a
 /// distribution makes (1000-59999), the system ranges and the subordinate ranges rootless
@@ -127,10 +129,62 @@ pub fn group(ids: Ids) -> String {
     )
 }
 
+/// The entries at or below `roots` of a snapshot listing that the box's user could not have made:
+/// owned by another user, or by a group the box user is not in. Only a snapshot that read the
+/// box while it ran can hold them (a dir swapped for a link mid-read steers restic elsewhere).
+pub fn foreign_owned(listed: &[Listed], roots: &[PathBuf], ids: Ids) -> Vec<PathBuf> {
+    listed
+        .iter()
+        .map(|l| &l.attrs)
+        .filter(|a| roots.iter().any(|r| a.path.starts_with(r)))
+        .filter(|a| a.uid != ids.uid || (a.gid != ids.gid && a.gid != SHARED_GID))
+        .map(|a| a.path.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::delta::DirAttrs;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn foreign_owners_below_the_roots_are_named() {
+        let ids = Ids {
+            uid: 2_000_000_007,
+            gid: 2_000_000_007,
+        };
+        let entry = |path: &str, uid, gid| Listed {
+            attrs: DirAttrs {
+                path: PathBuf::from(path),
+                mode: 0o644,
+                uid,
+                gid,
+            },
+            dir: false,
+        };
+        let listed = [
+            entry("/srv", 0, 0),
+            entry("/srv/p", ids.uid, ids.gid),
+            entry("/srv/p/own", ids.uid, ids.gid),
+            entry("/srv/p/shared-group", ids.uid, SHARED_GID),
+            entry("/srv/p/other-box", 2_000_000_008, 2_000_000_008),
+            entry("/srv/p/host-secret", 0, 0),
+            entry("/srv/p/odd-group", ids.uid, 0),
+            entry("/srv/pp/beside", 0, 0),
+            entry("/home/h", ids.uid, ids.gid),
+        ];
+        assert_eq!(
+            foreign_owned(
+                &listed,
+                &[PathBuf::from("/srv/p"), PathBuf::from("/home/h")],
+                ids
+            ),
+            ["/srv/p/other-box", "/srv/p/host-secret", "/srv/p/odd-group"]
+                .map(PathBuf::from)
+                .to_vec()
+        );
+    }
 
     #[test]
     fn passwd_and_group_name_the_box_user_and_the_client() {

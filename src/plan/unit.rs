@@ -231,9 +231,9 @@ pub fn memory_max_bytes(v: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
-/// The direct runtime's memory cgroup for a box, below the given writable parent.
-pub fn direct_cgroup(parent: &Path, box_name: &str) -> PathBuf {
-    parent.join(format!("ag-box-{box_name}"))
+/// The name of the direct runtime's cgroups for a box (v2, and v1 memory on hybrid hosts).
+pub fn direct_cgroup_name(box_name: &str) -> String {
+    format!("ag-box-{box_name}")
 }
 
 #[cfg(test)]

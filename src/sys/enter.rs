@@ -16,8 +16,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::unit;
-use crate::sys::cmd;
 use crate::sys::runtime::{self, Runtime};
+use crate::sys::{cmd, freezer};
 
 /// The namespaces bwrap makes for a box, with nsenter's option for each.
 const NAMESPACES: &[(&str, &str)] = &[
@@ -59,6 +59,8 @@ fn parent_of(status: &str) -> Option<i32> {
 
 impl Sandbox {
     pub fn open(spec: &BoxSpec, runtime: Runtime) -> Result<Sandbox> {
+        // Whatever enters the box first undoes a pause an ag-box killed mid-snapshot left.
+        freezer::resume_orphaned(spec);
         let pid = child_pid(spec)?;
         let dir = File::open(format!("/proc/{pid}"))
             .with_context(|| format!("box '{}': its sandbox process {pid} is gone", spec.name))?;

@@ -11,6 +11,7 @@ pub mod crash;
 pub mod digest;
 pub mod egress_log;
 pub mod enter;
+pub mod freezer;
 pub mod host;
 pub mod interrupt;
 pub mod netns;

@@ -767,13 +767,7 @@ impl crate::lifecycle::Repo for Restic {
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
         // Both read the snapshots' trees; side by side, the second costs little more.
         std::thread::scope(|s| {
-            let listing = s.spawn(|| {
-                let mut listed = Vec::new();
-                self.run(&delta::ls_args(to), &mut |line| {
-                    listed.extend(delta::parse_ls_line(line));
-                })
-                .map(|_| listed)
-            });
+            let listing = s.spawn(|| self.listing(to));
             let mut changes = Vec::new();
             self.run(&delta::diff_args(from, to), &mut |line| {
                 changes.extend(delta::parse_diff_line(line));
@@ -783,6 +777,13 @@ impl crate::lifecycle::Repo for Restic {
                 .map_err(|_| anyhow::anyhow!("restic ls: its reader panicked"))??;
             Ok((changes, listed))
         })
+    }
+    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>> {
+        let mut listed = Vec::new();
+        self.run(&delta::ls_args(snapshot_id), &mut |line| {
+            listed.extend(delta::parse_ls_line(line));
+        })?;
+        Ok(listed)
     }
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         Restic::restore_only(self, snapshot_id, target, paths)

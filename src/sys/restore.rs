@@ -518,6 +518,9 @@ mod tests {
         fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
             anyhow::bail!("not used")
         }
+        fn listing(&self, _: &str) -> Result<Vec<Listed>> {
+            anyhow::bail!("not used")
+        }
         fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
             anyhow::bail!("not used")
         }

@@ -20,7 +20,7 @@ use crate::plan::account;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
-use crate::sys::{atomic, cmd, host, netns};
+use crate::sys::{atomic, cmd, freezer, host, netns};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -248,6 +248,7 @@ impl Runtime {
 
     /// Stop the box's whole process tree and wait until it is gone.
     pub fn stop(self, spec: &BoxSpec) -> Result<()> {
+        freezer::resume_orphaned(spec);
         match self {
             Runtime::Systemd => {
                 if self.is_active(spec) {
@@ -480,9 +481,8 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
         std::process::id().to_string().as_bytes(),
         0o644,
     )?;
-    let cgroup = std::env::var("AG_BOX_MEMORY_MAX")
-        .ok()
-        .and_then(|m| join_memory_cgroup(&run_dir, &m));
+    let memory_max = std::env::var("AG_BOX_MEMORY_MAX").ok();
+    let cgroups = join_box_cgroups(&run_dir, memory_max.as_deref());
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
     drop(namespace);
     let box_done = Arc::new(AtomicBool::new(false));
@@ -501,7 +501,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
         let _ = k.join();
     }
     drop(file);
-    if let Some(cg) = cgroup {
+    for cg in cgroups {
         let _ = fs::remove_dir(cg);
     }
     Ok(cmd::exit_code(status))
@@ -545,41 +545,83 @@ fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
     }
 }
 
-/// Best effort: a child memory cgroup (v1 or v2) with the box's limit, when one is writable.
-fn join_memory_cgroup(run_dir: &Path, memory_max: &str) -> Option<PathBuf> {
-    let bytes = unit::memory_limit_bytes(memory_max, host::mem_total())?;
-    let name = run_dir.file_name()?.to_string_lossy().into_owned();
-    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let (parent, limit_file) = own.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let rel = path.trim_start_matches('/');
-        if ctrl.split(',').any(|c| c == "memory") {
-            Some((
-                Path::new("/sys/fs/cgroup/memory").join(rel),
-                "memory.limit_in_bytes",
-            ))
-        } else if ctrl.is_empty() && Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            Some((Path::new("/sys/fs/cgroup").join(rel), "memory.max"))
-        } else {
-            None
-        }
-    })?;
-    let dir = unit::direct_cgroup(&parent, &name);
-    let joined = fs::create_dir_all(&dir)
-        .and_then(|_| fs::write(dir.join(limit_file), bytes.to_string()))
-        .and_then(|_| fs::write(dir.join("cgroup.procs"), std::process::id().to_string()));
-    match joined {
-        Ok(()) => Some(dir),
-        Err(e) => {
-            say!(
-                "ag-box: memory limit {memory_max} not applied ({}): {e}",
+/// The box's own cgroups, joined by the supervisor before it starts the box: a v2 one always
+/// (the freezer a snapshot pauses the box with), with the box's memory limit where that is the
+/// memory hierarchy, and a v1 memory one on hybrid hosts. Best effort: what cannot be made is
+/// said in the log and skipped. Returns what to remove when the box is done.
+fn join_box_cgroups(run_dir: &Path, memory_max: Option<&str>) -> Vec<PathBuf> {
+    let Some(name) = run_dir.file_name() else {
+        return Vec::new();
+    };
+    let name = unit::direct_cgroup_name(&name.to_string_lossy());
+    let limit = memory_max.and_then(|m| Some((m, unit::memory_limit_bytes(m, host::mem_total())?)));
+    let mut joined = Vec::new();
+    let mut memory_set = false;
+    if let (Some(mount), Some(own)) = (freezer::v2_mount(), freezer::v2_path_of("self")) {
+        let dir = mount.join(own).join(&name);
+        match join_cgroup(&dir, &[]) {
+            Ok(()) => {
+                // Pure v2: the memory controller is here, when the parent hands it down.
+                if let Some((m, bytes)) = limit
+                    && mount == Path::new("/sys/fs/cgroup")
+                {
+                    match fs::write(dir.join("memory.max"), bytes.to_string()) {
+                        Ok(()) => memory_set = true,
+                        Err(e) => say!(
+                            "ag-box: memory limit {m} not applied ({}): {e}",
+                            dir.display()
+                        ),
+                    }
+                }
+                joined.push(dir);
+            }
+            Err(e) => say!(
+                "ag-box: the box's cgroup {} was not made: {e}",
                 dir.display()
-            );
-            let _ = fs::remove_dir(&dir);
-            None
+            ),
         }
     }
+    if let Some((m, bytes)) = limit.filter(|_| !memory_set)
+        && let Some(parent) = v1_memory_cgroup()
+    {
+        let dir = parent.join(&name);
+        match join_cgroup(&dir, &[("memory.limit_in_bytes", bytes)]) {
+            Ok(()) => joined.push(dir),
+            Err(e) => say!(
+                "ag-box: memory limit {m} not applied ({}): {e}",
+                dir.display()
+            ),
+        }
+    }
+    joined
+}
+
+/// This process's cgroup in the v1 memory hierarchy.
+fn v1_memory_cgroup() -> Option<PathBuf> {
+    fs::read_to_string("/proc/self/cgroup")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+            ctrl.split(',')
+                .any(|c| c == "memory")
+                .then(|| Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
+        })
+}
+
+/// Make cgroup `dir` with `limits` written and move this process into it (removed again when
+/// that fails).
+fn join_cgroup(dir: &Path, limits: &[(&str, u64)]) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let joined = limits
+        .iter()
+        .try_for_each(|(file, value)| fs::write(dir.join(file), value.to_string()))
+        .and_then(|()| fs::write(dir.join("cgroup.procs"), std::process::id().to_string()));
+    if joined.is_err() {
+        let _ = fs::remove_dir(dir);
+    }
+    joined
 }
 
 impl crate::lifecycle::BoxRuntime for Runtime {
@@ -597,5 +639,8 @@ impl crate::lifecycle::BoxRuntime for Runtime {
     }
     fn stop(&self, spec: &BoxSpec) -> Result<()> {
         Runtime::stop(*self, spec)
+    }
+    fn pause(&self, spec: &BoxSpec) -> Result<Option<freezer::Paused>> {
+        freezer::pause(spec, *self)
     }
 }

@@ -1,0 +1,164 @@
+//! Pausing a running box while root reads its trees, so that a box cannot swap a dir for a link
+//! under a snapshot that is reading it: the cgroup v2 freezer on the box's own cgroup (its
+//! unit's, or the one the direct runtime's supervisor makes for it). The pause is recorded in
+//! the box's run dir (root's alone) with the process that holds it, so `status` says so and a
+//! pause left behind by an ag-box that died is undone by the next one that enters the box.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::plan::sandbox::BoxSpec;
+use crate::plan::unit;
+use crate::store::lease::timestamp;
+use crate::sys::enter::Sandbox;
+use crate::sys::runtime::Runtime;
+use crate::sys::{atomic, host};
+
+/// How long the kernel may take to stop every task of a box (tasks in uninterruptible sleep
+/// are stopped when they leave it).
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The box is paused until this is dropped.
+#[derive(Debug)]
+pub struct Paused {
+    cgroup: PathBuf,
+    marker: PathBuf,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        thaw(&self.cgroup, &self.marker);
+    }
+}
+
+/// What the run dir records of a pause.
+#[derive(Serialize, Deserialize)]
+struct Marker {
+    pid: u32,
+    cgroup: PathBuf,
+    since: String,
+}
+
+/// Where cgroup v2 is mounted: `/sys/fs/cgroup`, or `.../unified` on a hybrid host.
+pub fn v2_mount() -> Option<&'static Path> {
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .map(Path::new)
+        .find(|m| m.join("cgroup.controllers").exists())
+}
+
+/// The v2 cgroup of process `pid` (`self` for this one), as a path below the mount.
+pub fn v2_path_of(pid: &str) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim_start_matches('/').to_string())
+}
+
+/// The box's own v2 cgroup: the one its sandbox runs in, when that is the box's (its unit's or
+/// the direct runtime's `ag-box-<box>`) and this process is not in it (which would freeze
+/// ag-box too).
+fn box_cgroup(spec: &BoxSpec, runtime: Runtime) -> Option<PathBuf> {
+    let mount = v2_mount()?;
+    let pid = Sandbox::open(spec, runtime).ok()?.pid;
+    let rel = v2_path_of(&pid.to_string())?;
+    let own_name = match runtime {
+        Runtime::Systemd => format!("{}.service", unit::unit_name(&spec.name)),
+        Runtime::Direct => unit::direct_cgroup_name(&spec.name),
+    };
+    if rel.rsplit('/').next() != Some(own_name.as_str()) {
+        tracing::debug!(
+            "box '{}': its sandbox is in cgroup /{rel}, not its own",
+            spec.name
+        );
+        return None;
+    }
+    let mine = v2_path_of("self").unwrap_or_default();
+    if mine == rel || mine.starts_with(&format!("{rel}/")) {
+        tracing::debug!("box '{}': ag-box runs in its cgroup /{rel}", spec.name);
+        return None;
+    }
+    Some(mount.join(rel))
+}
+
+fn marker_of(spec: &BoxSpec) -> PathBuf {
+    spec.run_dir.join("paused.json")
+}
+
+/// Pause every process of the running box. None (with the reason logged) where it cannot be
+/// paused here: no cgroup v2, the box started before it had a cgroup of its own, or its tasks
+/// did not all stop in time (then it runs on).
+pub fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
+    let Some(cgroup) = box_cgroup(spec, runtime) else {
+        return Ok(None);
+    };
+    let marker = marker_of(spec);
+    let record = Marker {
+        pid: std::process::id(),
+        cgroup: cgroup.clone(),
+        since: timestamp(SystemTime::now()),
+    };
+    atomic::write(&marker, &serde_json::to_vec(&record)?, 0o600)?;
+    let paused = Paused { cgroup, marker };
+    fs::write(paused.cgroup.join("cgroup.freeze"), "1")
+        .with_context(|| format!("pausing box '{}'", spec.name))?;
+    let deadline = Instant::now() + FREEZE_TIMEOUT;
+    while !frozen(&paused.cgroup) {
+        if Instant::now() > deadline {
+            tracing::warn!(
+                "box '{}': its processes did not all pause within {}s; the snapshot reads it running",
+                spec.name,
+                FREEZE_TIMEOUT.as_secs()
+            );
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::debug!("box '{}': paused", spec.name);
+    Ok(Some(paused))
+}
+
+fn frozen(cgroup: &Path) -> bool {
+    fs::read_to_string(cgroup.join("cgroup.events"))
+        .is_ok_and(|events| events.lines().any(|l| l == "frozen 1"))
+}
+
+fn thaw(cgroup: &Path, marker: &Path) {
+    if let Err(e) = fs::write(cgroup.join("cgroup.freeze"), "0")
+        && cgroup.exists()
+    {
+        tracing::warn!("resuming the box in {}: {e}", cgroup.display());
+    }
+    let _ = fs::remove_file(marker);
+}
+
+/// Since when the box has been paused for a snapshot, if it is.
+pub fn paused_since(spec: &BoxSpec) -> Option<String> {
+    read_marker(spec).map(|m| m.since)
+}
+
+fn read_marker(spec: &BoxSpec) -> Option<Marker> {
+    serde_json::from_slice(&fs::read(marker_of(spec)).ok()?).ok()
+}
+
+/// Resume a box whose pause outlived the ag-box that made it (killed mid-snapshot).
+pub fn resume_orphaned(spec: &BoxSpec) {
+    let Some(m) = read_marker(spec) else {
+        return;
+    };
+    let holder = fs::read_link(format!("/proc/{}/exe", m.pid)).ok();
+    if holder.is_some_and(|exe| exe == host::own_exe()) {
+        return;
+    }
+    tracing::info!(
+        "box '{}': resuming it (paused since {} by an ag-box that is gone)",
+        spec.name,
+        m.since
+    );
+    thaw(&m.cgroup, &marker_of(spec));
+}
