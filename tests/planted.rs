@@ -589,3 +589,76 @@ fn a_pause_never_outlives_its_snapshot_with_the_direct_runtime() {
     let name = format!("paused-{}", std::process::id());
     a_pause_never_outlives_its_snapshot(&host, "", &name);
 }
+
+/// Trees that a restore must bring over whole, on restic 0.18 (nodeB's): a dir that became a
+/// link since the copy was saved (restic cannot restore that in place: the restore falls back
+/// to a staging one), and a sparse file, which stays sparse.
+#[test]
+fn odd_trees_restore_on_restic_0_18() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    let pre = "export BOX_STATE_DIR=/var/lib/ag-box-planted";
+    let name = "oddtree";
+    let proj = format!("{}/{name}", node.home());
+    fresh_box(&node, pre, name, "");
+    let snap = |script: &str| {
+        inside(&node, pre, name, script);
+        sh(&node, pre, &format!("ag-box snapshot {name}"))
+            .ok()
+            .stdout()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    snap("mkdir x && echo in-a-dir > x/f && truncate -s 512M sparse.bin");
+    // The box's latest becomes a snapshot where the dir is a link (as another node would
+    // leave it), while this node's copy has the dir, edited since it was parked: `up` keeps
+    // the copy as a fork and restores in place (more changed since the fork than a delta
+    // restore takes), which restic cannot do over a dir.
+    let as_link =
+        snap("rm -r x && ln -s keep.txt x && mkdir many && cd many && seq 1200 | xargs touch");
+    inside(
+        &node,
+        pre,
+        name,
+        "rm x && mkdir x && echo a-dir-again > x/f",
+    );
+    let up = sh(
+        &node,
+        pre,
+        &format!(
+            "set -e; ag-box park {name} >/dev/null 2>&1; ag-box rollback {name} {as_link} >/dev/null 2>&1
+             echo edited > {proj}/x/f; cd {proj}/many; for i in $(seq 1200); do echo e > $i; done
+             ag-box up {name} 2>&1"
+        ),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        up.contains("restoring all of it beside the copy instead"),
+        "the in-place restore did not meet the link: {up}"
+    );
+    assert_eq!(
+        inside(&node, pre, name, "readlink x; cat x"),
+        "keep.txt\nv1\n"
+    );
+    // Moved to a node with no copy of it (its copy and its record of it gone), the sparse file
+    // takes no more disk than it did.
+    let kib: u64 = sh(
+        &node,
+        pre,
+        &format!(
+            "set -e; ag-box park {name} >/dev/null 2>&1; rm -rf {proj} $BOX_STATE_DIR/local/{name}.json $BOX_STATE_DIR/homes/{name}
+             ag-box up {name} >/dev/null 2>&1; test $(stat -c %s {proj}/sparse.bin) = 536870912; du -k {proj}/sparse.bin | cut -f1"
+        ),
+    )
+    .ok()
+    .stdout()
+    .trim()
+    .parse()
+    .unwrap();
+    assert!(kib < 1024, "the restored sparse file takes {kib} KiB");
+    sh(&node, pre, &format!("ag-box stop {name}; rm -rf {proj}")).ok();
+}

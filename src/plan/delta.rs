@@ -355,7 +355,7 @@ pub fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<
 
 /// `restic restore <to> --target <staging> --include ...`: only the paths to fetch. No lock:
 /// the copy is not touched by it, so a concurrent prune can only make it fail.
-pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf]) -> Vec<String> {
+pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
@@ -364,6 +364,9 @@ pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf]) -> Vec<String> {
         "--target".into(),
         staging.to_string_lossy().into_owned(),
     ];
+    if sparse {
+        a.push("--sparse".into());
+    }
     for p in fetch {
         a.extend(["--include".into(), pattern(p)]);
     }
@@ -721,7 +724,8 @@ mod tests {
             fetch_args(
                 "abc",
                 Path::new("/s"),
-                &paths(&["/p/we[i]rd*?/x\\y", "/p/a"])
+                &paths(&["/p/we[i]rd*?/x\\y", "/p/a"]),
+                true
             ),
             [
                 "restore",
@@ -730,6 +734,7 @@ mod tests {
                 "abc",
                 "--target",
                 "/s",
+                "--sparse",
                 "--include",
                 "/p/we\\[i]rd\\*\\?/x\\\\y",
                 "--include",

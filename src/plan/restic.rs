@@ -154,14 +154,20 @@ pub fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
 }
 
 /// `--json`: restic 0.16+ reports progress like backup does; 0.14 accepts it and stays quiet.
-pub fn restore_args(snapshot_id: &str, target: &Path) -> Vec<String> {
-    vec![
+/// `sparse` (restic 0.15+): runs of zeros stay holes, so a sparse file takes no more disk on the
+/// node it is restored to than on the one it was saved on.
+pub fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Vec<String> {
+    let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
         snapshot_id.into(),
         "--target".into(),
         target.to_string_lossy().into_owned(),
-    ]
+    ];
+    if sparse {
+        a.push("--sparse".into());
+    }
+    a
 }
 
 /// restic 0.17+: bring `path` (a dir the snapshot holds) to what snapshot `id` holds there,
@@ -184,6 +190,8 @@ pub fn restore_in_place_args(
         "--overwrite".into(),
         "if-changed".into(),
         "--delete".into(),
+        // 0.17+, so 0.15+.
+        "--sparse".into(),
     ];
     for pattern in ALWAYS_EXCLUDED {
         a.extend(["--exclude".into(), (*pattern).into()]);
@@ -205,6 +213,11 @@ impl Version {
     /// `restore --overwrite if-changed --delete` came with 0.17.
     pub fn restores_in_place(self) -> bool {
         self >= Version(0, 17, 0)
+    }
+
+    /// `restore --sparse` came with 0.15.
+    pub fn restores_sparse(self) -> bool {
+        self >= Version(0, 15, 0)
     }
 
     /// Before 0.18, restic retried for up to a minute to load a lock that another restic had
@@ -507,7 +520,7 @@ mod tests {
             [
                 "restore", "--json", "abc:/var/lib/ag-box/homes/demo",
                 "--target", "/var/lib/ag-box/homes/demo",
-                "--overwrite", "if-changed", "--delete",
+                "--overwrite", "if-changed", "--delete", "--sparse",
                 "--exclude", ".auth-secret", "--exclude", ".ag-box-restore",
                 "--exclude", ".ag-box-previous", "--exclude", "/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
@@ -546,6 +559,7 @@ mod tests {
         );
         assert_eq!(v("restic"), None);
         assert_eq!(v("restic x.y"), None);
+        assert!(!Version(0, 14, 0).restores_sparse() && Version(0, 15, 0).restores_sparse());
         assert!(!Version(0, 16, 5).restores_in_place());
         assert!(Version(0, 17, 0).restores_in_place());
         assert!(Version(1, 0, 0).restores_in_place());
@@ -555,8 +569,12 @@ mod tests {
     #[test]
     fn other_argvs() {
         assert_eq!(
-            restore_args("ab", Path::new("/s")),
+            restore_args("ab", Path::new("/s"), false),
             ["restore", "--json", "ab", "--target", "/s"]
+        );
+        assert_eq!(
+            restore_args("ab", Path::new("/s"), true),
+            ["restore", "--json", "ab", "--target", "/s", "--sparse"]
         );
         assert_eq!(
             snapshots_args(Some("box:x")),

@@ -583,7 +583,7 @@ impl Restic {
     }
 
     pub fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
-        let args = plan::restore_args(snapshot_id, target);
+        let args = plan::restore_args(snapshot_id, target, self.restores_sparse());
         self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
     }
 
@@ -598,7 +598,12 @@ impl Restic {
             for batch in wave {
                 let mut shield = interrupt::Shield::new();
                 let child = self
-                    .command(&delta::fetch_args(snapshot_id, target, batch))
+                    .command(&delta::fetch_args(
+                        snapshot_id,
+                        target,
+                        batch,
+                        self.restores_sparse(),
+                    ))
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
@@ -641,6 +646,10 @@ impl Restic {
 
     /// The version of the restic binary in use: asked once, then remembered for as long as the
     /// binary's size and time stay the same. None when it cannot be told.
+    fn restores_sparse(&self) -> bool {
+        self.version().is_some_and(Version::restores_sparse)
+    }
+
     pub fn version(&self) -> Option<Version> {
         let stamp = std::fs::metadata(&self.bin).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
