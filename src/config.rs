@@ -36,6 +36,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "BOX_NETWORK",
     "BOX_TASKS_MAX",
     "BOX_TMPFS_MAX",
+    "BOX_SNAPSHOT_ADD_MAX",
 ];
 
 /// A box's default bound on its processes and threads: room for an agent, its language
@@ -108,6 +109,9 @@ pub struct Config {
     pub tasks_max: u64,
     /// Bytes each of a box's memory-backed dirs (`/tmp`, HOME) may hold.
     pub tmpfs_max: u64,
+    /// Bytes of changed files one snapshot of a box may read in (`BOX_SNAPSHOT_ADD_MAX`); None:
+    /// no bound.
+    pub snapshot_add_max: Option<u64>,
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
@@ -237,6 +241,20 @@ impl Config {
                 .filter(|n| *n >= 1 << 20)
                 .ok_or_else(|| bad_key("BOX_TMPFS_MAX", v, "use a size of 1M or more, e.g. 2G"))?,
         };
+        let snapshot_add_max = match src.get("BOX_SNAPSHOT_ADD_MAX") {
+            None | Some("infinity") => None,
+            Some(v) => Some(
+                crate::plan::unit::memory_max_bytes(v)
+                    .filter(|n| *n >= 1 << 20)
+                    .ok_or_else(|| {
+                        bad_key(
+                            "BOX_SNAPSHOT_ADD_MAX",
+                            v,
+                            "use a size of 1M or more (e.g. 20G), or infinity",
+                        )
+                    })?,
+            ),
+        };
         let memory_max = Some(
             src.get("BOX_MEMORY_MAX")
                 .unwrap_or(DEFAULT_MEMORY_MAX)
@@ -327,6 +345,7 @@ impl Config {
             lock_wait,
             tasks_max,
             tmpfs_max,
+            snapshot_add_max,
             retention,
             runtime,
             nodes: src.nodes.clone(),
@@ -487,6 +506,7 @@ mod tests {
                 lock_wait: Duration::from_secs(120),
                 tasks_max: 4096,
                 tmpfs_max: 2 << 30,
+                snapshot_add_max: None,
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],
@@ -506,6 +526,8 @@ mod tests {
             ("BOX_TASKS_MAX", "lots"),
             ("BOX_TMPFS_MAX", "10K"),
             ("BOX_TMPFS_MAX", "big"),
+            ("BOX_SNAPSHOT_ADD_MAX", "10K"),
+            ("BOX_SNAPSHOT_ADD_MAX", "none"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

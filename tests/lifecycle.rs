@@ -107,6 +107,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
         ),
         "the bounds boxes start with here"
     );
+    assert_eq!(status["snapshot_add_max"], serde_json::Value::Null);
     assert_eq!(
         status["runtime"],
         if t.systemd() { "systemd" } else { "direct" }

@@ -660,5 +660,33 @@ fn odd_trees_restore_on_restic_0_18() {
     .parse()
     .unwrap();
     assert!(kib < 1024, "the restored sparse file takes {kib} KiB");
+    // A bound on what one snapshot reads in: above it, none is taken (the sparse file is no
+    // change since this up), and status shows it.
+    inside(&node, pre, name, "head -c 3M /dev/urandom > big.bin");
+    let bound = "export BOX_SNAPSHOT_ADD_MAX=2M";
+    common::assert_code(
+        &sh(
+            &node,
+            &format!("{pre}; {bound}"),
+            &format!("ag-box snapshot {name}"),
+        ),
+        1,
+        &format!(
+            "box '{name}': not snapshotted: 3.0 MiB of its files are new or changed since snapshot "
+        ),
+    );
+    let status = sh(&node, &format!("{pre}; {bound}"), "ag-box status")
+        .ok()
+        .stdout();
+    assert!(
+        status.contains("snapshot bound: 2.0 MiB of new or changed files at most"),
+        "{status}"
+    );
+    sh(
+        &node,
+        &format!("{pre}; {bound}"),
+        &format!("ag-box snapshot {name} --accept-partial"),
+    )
+    .ok();
     sh(&node, pre, &format!("ag-box stop {name}; rm -rf {proj}")).ok();
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::ls::network_label;
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
+use crate::plan::history;
 use crate::store::lease;
 use crate::sys::atomic;
 use crate::sys::restic::Restic;
@@ -31,6 +32,8 @@ struct Status {
     /// The bounds of every box started here from now on (`BOX_TASKS_MAX`, `BOX_TMPFS_MAX`).
     tasks_max: u64,
     tmpfs_max: u64,
+    /// `BOX_SNAPSHOT_ADD_MAX` in bytes; null: no bound.
+    snapshot_add_max: Option<u64>,
     timer: String,
     /// What the last `snapshot --active` here measured (the hourly timer runs it).
     last_active_run: Option<ActiveRun>,
@@ -173,6 +176,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         memory_max: ctx.config.memory_max.clone(),
         tasks_max: ctx.config.tasks_max,
         tmpfs_max: ctx.config.tmpfs_max,
+        snapshot_add_max: ctx.config.snapshot_add_max,
         timer: timer_state(ctx.runtime),
         last_active_run: last_active_run(&ctx),
         runtime: ctx.runtime.label(),
@@ -227,6 +231,14 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         "box bounds:    {} tasks, /tmp and HOME {} MiB each",
         s.tasks_max,
         s.tmpfs_max >> 20
+    );
+    out!(
+        "snapshot bound: {}",
+        s.snapshot_add_max
+            .map_or("none (BOX_SNAPSHOT_ADD_MAX)".to_string(), |b| format!(
+                "{} of new or changed files at most",
+                history::size(b)
+            ))
     );
     out!("snapshot timer: {}", s.timer);
     if let Some(r) = &s.last_active_run {

@@ -10,7 +10,7 @@ use crate::error::UserError;
 use crate::plan::delta::{self, Manifest, Published};
 use crate::plan::restic::{BackupSpec, backup_args};
 use crate::plan::sandbox::BoxSpec;
-use crate::plan::{account, bundle};
+use crate::plan::{account, bundle, history};
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
@@ -195,6 +195,30 @@ fn partial(name: &str, why: &str) -> UserError {
     )
 }
 
+/// A snapshot that would read in more changed bytes than `BOX_SNAPSHOT_ADD_MAX` is not taken:
+/// a box filling its copy does not fill the store. Measured against the manifest this node
+/// kept as the copy last equalled a snapshot (at its `up` or `park` here; every file counts when
+/// it kept none), so it counts what changed since then, at least what this one adds.
+fn refuse_above_bound(w: &World, name: &str, now: &Manifest, bound: u64) -> Result<()> {
+    let kept = CopyManifest::load(&w.config.state_dir, name);
+    let changed = delta::bytes_changed(kept.as_ref().map(|k| &k.entries), now);
+    if changed <= bound {
+        return Ok(());
+    }
+    Err(UserError::failed(
+        format!(
+            "box '{name}': not snapshotted: {} of its files are new or changed{}, above BOX_SNAPSHOT_ADD_MAX ({})",
+            history::size(changed),
+            kept.map_or(String::new(), |k| format!(" since snapshot {}", short(&k.snapshot))),
+            history::size(bound)
+        ),
+        format!(
+            "remove what should not be kept, raise BOX_SNAPSHOT_ADD_MAX, or add --accept-partial to take it (e.g. 'ag-box snapshot {name} --accept-partial')"
+        ),
+    )
+    .into())
+}
+
 /// A snapshot read from a box that ran unpaused is counted only when all it holds is the box's
 /// own: an entry of another owner means the box steered restic out of its trees mid-read.
 fn refuse_foreign_owners(
@@ -268,7 +292,11 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     if paused.is_some() {
         crash::point("snapshot.paused");
     }
-    let digest_before = digest::of(&roots)?;
+    // The manifest only where a bound asks what changed.
+    let (digest_before, manifest) = match w.config.snapshot_add_max {
+        Some(_) => digest::walk(&roots)?,
+        None => (digest::of(&roots)?, None),
+    };
     tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
         // Nothing to save: the lease is renewed with the snapshot it has.
@@ -280,6 +308,11 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
         .snapshot
         .clone()
         .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
+    if let (Some(bound), Some(now)) = (w.config.snapshot_add_max, &manifest)
+        && !accept_partial
+    {
+        refuse_above_bound(w, &meta.name, now, bound)?;
+    }
     let restored = copy.restored && copy.snapshot.is_some();
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();

@@ -627,6 +627,30 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
 }
 
 #[test]
+fn a_snapshot_above_the_bound_is_not_taken() {
+    let mut n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.config.snapshot_add_max = Some(1 << 20);
+    n.write("small.txt", "fits");
+    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    let before = n.meta();
+    n.write("big.bin", &"x".repeat(2 << 20));
+    let Err(e) = snapshot::take(&n.world(), &n.stored(), false) else {
+        panic!("a snapshot above the bound was taken");
+    };
+    assert!(
+        format!("{e:#}").contains(
+            "not snapshotted: 2.0 MiB of its files are new or changed since snapshot snap1, above BOX_SNAPSHOT_ADD_MAX (1.0 MiB)"
+        ),
+        "{e:#}"
+    );
+    assert_eq!(n.meta().last_snapshot, before.last_snapshot);
+    snapshot::take(&n.world(), &n.stored(), true).unwrap();
+    assert_ne!(n.meta().last_snapshot, before.last_snapshot);
+}
+
+#[test]
 fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     let n = Node::new();
     n.parked();

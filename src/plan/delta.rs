@@ -259,6 +259,17 @@ fn outermost(mut paths: Vec<PathBuf>, covered: &[PathBuf]) -> Vec<PathBuf> {
 /// starts with the entry's kind (`d` dir, `f` file, `l` symlink).
 pub type Manifest = BTreeMap<String, String>;
 
+/// The bytes of the files of `now` that are new or differ from `before` (None: every file),
+/// by their size: at most what a snapshot of `now` reads in over the one `before` was kept for.
+pub fn bytes_changed(before: Option<&Manifest>, now: &Manifest) -> u64 {
+    now.iter()
+        .filter(|(path, line)| {
+            line.starts_with('f') && before.is_none_or(|b| b.get(*path) != Some(*line))
+        })
+        .filter_map(|(_, line)| line.split('\0').nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
 /// What a node publishes as it parks: its copy went from snapshot `from` to `to` by `delta`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Published {
@@ -716,6 +727,30 @@ mod tests {
             .map(|i| entry(&format!("/srv/p/f{i}"), 0o600, false))
             .collect();
         assert_eq!(with_attrs(delta, &many, &roots, &ours), None);
+    }
+
+    #[test]
+    fn bytes_changed_count_new_and_changed_files_only() {
+        let m = |entries: &[(&str, &str)]| -> Manifest {
+            entries
+                .iter()
+                .map(|(p, l)| ((*p).to_string(), (*l).to_string()))
+                .collect()
+        };
+        let before = m(&[
+            ("/p/same", "f\x0010\x001.0"),
+            ("/p/changed", "f\x0020\x001.0"),
+            ("/p/gone", "f\x00999\x001.0"),
+        ]);
+        let now = m(&[
+            ("/p", "d\x000\x001.0"),
+            ("/p/same", "f\x0010\x001.0"),
+            ("/p/changed", "f\x0030\x002.0"),
+            ("/p/new", "f\x00400\x001.0"),
+            ("/p/link", "l\x005000\x001.0"),
+        ]);
+        assert_eq!(bytes_changed(Some(&before), &now), 430);
+        assert_eq!(bytes_changed(None, &now), 440);
     }
 
     #[test]
