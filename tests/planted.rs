@@ -690,3 +690,115 @@ fn odd_trees_restore_on_restic_0_18() {
     .ok();
     sh(&node, pre, &format!("ag-box stop {name}; rm -rf {proj}")).ok();
 }
+
+/// A box that opens 5000 connections to its proxy and sends each half a request: the proxy
+/// stays under its memory bound and answers again once they are gone, and another box's proxy
+/// answers throughout.
+fn a_flood_of_half_requests_costs_only_its_proxy(t: &dyn Target, pre: &str, names: [&str; 2]) {
+    let [flood, other] = names;
+    for name in names {
+        fresh_box(t, pre, name, "");
+    }
+    let flooder = r#"python3 -c "
+import os, resource, socket, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+if os.fork() == 0:
+    os.setsid(); os.closerange(0, 3)
+    socks = []
+    for i in range(5000):
+        s = socket.socket(); s.setblocking(False); s.connect_ex(('127.0.0.1', 3128)); socks.append(s)
+    time.sleep(2)
+    sent = 0
+    for s in socks:
+        try:
+            s.send(b'GET http://x.invalid/ HTTP/1.1\r\nHost: x.invalid\r\nX-Pad: ' + b'a' * 2000); sent += 1
+        except OSError:
+            pass
+    open('flood.out', 'w').write(f'{len(socks)} {sent}')
+    time.sleep(12)
+    os._exit(0)
+print('flooding')
+""#;
+    assert_eq!(inside(t, pre, flood, flooder), "flooding\n");
+    let answer = |name: &str| {
+        inside(
+            t,
+            pre,
+            name,
+            "curl -s -m 20 -o /dev/null -w %{http_code} http://x.invalid/; true",
+        )
+    };
+    let out = inside(
+        t,
+        pre,
+        flood,
+        "while [ ! -e flood.out ]; do sleep 0.2; done; cat flood.out",
+    );
+    let (opened, sent) = out.split_once(' ').unwrap();
+    assert_eq!(opened, "5000");
+    let sent: u32 = sent.parse().unwrap();
+    assert!(sent >= 512, "only {sent} half requests reached the proxy");
+    // The other box's proxy answers meanwhile (a refusal: its policy allows nothing).
+    assert_eq!(answer(other), "403");
+    // The flooded proxy's memory, and its bound.
+    let find_proxy = if t.systemd() {
+        format!("systemctl show -p MainPID --value boxnet-{flood}")
+    } else {
+        format!("pgrep -P $(cat /run/box/{flood}/anchor.pid) -f __proxy")
+    };
+    let measured = sh(
+        t,
+        pre,
+        &format!(
+            "set -e; pid=$({find_proxy}); grep VmRSS /proc/$pid/status | tr -s ' ' | cut -d' ' -f2
+             if [ -n \"$(command -v systemctl)\" ] && systemctl is-active -q boxnet-{flood}; then
+               systemctl show -p MemoryMax --value boxnet-{flood}
+             else
+               cg=$(grep ':memory:' /proc/$pid/cgroup | cut -d: -f3); cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes
+             fi"
+        ),
+    )
+    .ok()
+    .stdout();
+    let mut figures = measured.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let (rss_kib, bound) = (figures.next().unwrap(), figures.next().unwrap());
+    eprintln!("the flooded proxy holds {rss_kib} KiB (bound {bound} bytes)");
+    assert_eq!(bound, 256 << 20);
+    assert!(rss_kib * 1024 < bound, "{rss_kib} KiB");
+    // Once the half requests time out or go, the flooded proxy answers again.
+    assert_eq!(answer(flood), "403");
+    for name in names {
+        sh(
+            t,
+            pre,
+            &format!("ag-box stop {name}; rm -rf {}/{name}", t.home()),
+        )
+        .ok();
+    }
+}
+
+#[test]
+fn a_flood_of_half_requests_costs_only_its_proxy_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_flood_of_half_requests_costs_only_its_proxy(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        ["flood", "calm"],
+    );
+}
+
+#[test]
+fn a_flood_of_half_requests_costs_only_its_proxy_with_the_direct_runtime() {
+    let Some(host) = Host::new("flood") else {
+        return;
+    };
+    let pid = std::process::id();
+    a_flood_of_half_requests_costs_only_its_proxy(
+        &host,
+        "",
+        [&format!("flood-{pid}"), &format!("calm-{pid}")],
+    );
+}

@@ -84,6 +84,9 @@ pub fn proxy_argv(exe: &Path, name: &str, run_dir: &Path, netns: &Path) -> Vec<S
 
 /// How soon a dead proxy is started again.
 pub const PROXY_RESTART: Duration = Duration::from_millis(200);
+/// A box's proxy's memory, apart from the box's: a box that opens connections without end
+/// costs its proxy, not the node.
+pub const PROXY_MEMORY_MAX: u64 = 256 << 20;
 
 /// The proxy's unit: it stops with the box's, comes back whenever it dies, and may do nothing
 /// but join the box's namespace once, write its run dir, resolve names and connect out.
@@ -99,8 +102,7 @@ pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         "Restart=always".into(),
         format!("RestartSec={}ms", PROXY_RESTART.as_millis()),
         "StartLimitIntervalSec=0".into(),
-        // A box that opens connections without end costs its proxy, not the node.
-        "MemoryMax=256M".into(),
+        format!("MemoryMax={}M", PROXY_MEMORY_MAX >> 20),
         "NoNewPrivileges=yes".into(),
         "ProtectSystem=strict".into(),
         "ProtectHome=read-only".into(),

@@ -483,6 +483,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
     )?;
     let memory_max = std::env::var("AG_BOX_MEMORY_MAX").ok();
     let cgroups = join_box_cgroups(&run_dir, memory_max.as_deref());
+    let proxy_cgroup = cgroups.proxy.clone();
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
     drop(namespace);
     let box_done = Arc::new(AtomicBool::new(false));
@@ -493,7 +494,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
             .unwrap_or_default();
         let proxy = unit::proxy_argv(&host::own_exe(), &name, &run_dir, pin);
         let done = box_done.clone();
-        std::thread::spawn(move || keep_proxy(&proxy, &done))
+        std::thread::spawn(move || keep_proxy(&proxy, &done, proxy_cgroup.as_deref()))
     });
     let status = child.wait()?;
     box_done.store(true, Ordering::Relaxed);
@@ -501,7 +502,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
         let _ = k.join();
     }
     drop(file);
-    for cg in cgroups {
+    for cg in cgroups.made {
         let _ = fs::remove_dir(cg);
     }
     Ok(cmd::exit_code(status))
@@ -509,7 +510,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
 
 /// The direct runtime's proxy: started again whenever it dies, killed when the box is done
 /// (or, through the parent-death signal, when the supervisor is).
-fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
+fn keep_proxy(argv: &[String], box_done: &AtomicBool, cgroup: Option<&Path>) {
     while !box_done.load(Ordering::Relaxed) {
         let mut c = Command::new(&argv[0]);
         // Its decisions are in the box's rotated log; stdout here would be anchor.log, which
@@ -527,53 +528,76 @@ fn keep_proxy(argv: &[String], box_done: &AtomicBool) {
             });
         }
         match c.spawn() {
-            Ok(mut proxy) => loop {
-                if box_done.load(Ordering::Relaxed) {
-                    let _ = proxy.kill();
-                    let _ = proxy.wait();
-                    return;
+            Ok(mut proxy) => {
+                if let Some(cg) = cgroup
+                    && let Err(e) = fs::write(cg.join("cgroup.procs"), proxy.id().to_string())
+                {
+                    say!(
+                        "ag-box: the proxy's memory bound was not applied ({}): {e}",
+                        cg.display()
+                    );
                 }
-                if let Ok(Some(status)) = proxy.try_wait() {
-                    say!("ag-box: the egress proxy exited ({status}); starting it again");
-                    break;
+                loop {
+                    if box_done.load(Ordering::Relaxed) {
+                        let _ = proxy.kill();
+                        let _ = proxy.wait();
+                        return;
+                    }
+                    if let Ok(Some(status)) = proxy.try_wait() {
+                        say!("ag-box: the egress proxy exited ({status}); starting it again");
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(50));
-            },
+            }
             Err(e) => say!("ag-box: starting the egress proxy: {e}"),
         }
         std::thread::sleep(unit::PROXY_RESTART);
     }
 }
 
+/// The cgroups the direct runtime's supervisor made for a box, removed when it is done.
+struct BoxCgroups {
+    made: Vec<PathBuf>,
+    /// The memory cgroup of the box's proxy (beside the box's, bounded on its own).
+    proxy: Option<PathBuf>,
+}
+
 /// The box's own cgroups, joined by the supervisor before it starts the box: a v2 one always
 /// (the freezer a snapshot pauses the box with), with the box's memory limit where that is the
-/// memory hierarchy, and a v1 memory one on hybrid hosts. Best effort: what cannot be made is
-/// said in the log and skipped. Returns what to remove when the box is done.
-fn join_box_cgroups(run_dir: &Path, memory_max: Option<&str>) -> Vec<PathBuf> {
+/// memory hierarchy, and a v1 memory one on hybrid hosts; and one beside them for the proxy
+/// with `PROXY_MEMORY_MAX`. Best effort: what cannot be made is said in the log and skipped.
+fn join_box_cgroups(run_dir: &Path, memory_max: Option<&str>) -> BoxCgroups {
+    let mut cgroups = BoxCgroups {
+        made: Vec::new(),
+        proxy: None,
+    };
     let Some(name) = run_dir.file_name() else {
-        return Vec::new();
+        return cgroups;
     };
     let name = unit::direct_cgroup_name(&name.to_string_lossy());
+    let proxy_name = format!("{name}-proxy");
     let limit = memory_max.and_then(|m| Some((m, unit::memory_limit_bytes(m, host::mem_total())?)));
-    let mut joined = Vec::new();
     let mut memory_set = false;
     if let (Some(mount), Some(own)) = (freezer::v2_mount(), freezer::v2_path_of("self")) {
-        let dir = mount.join(own).join(&name);
-        match join_cgroup(&dir, &[]) {
+        let parent = mount.join(own);
+        let dir = parent.join(&name);
+        match join_cgroup(&dir, &[], true) {
             Ok(()) => {
                 // Pure v2: the memory controller is here, when the parent hands it down.
-                if let Some((m, bytes)) = limit
-                    && mount == Path::new("/sys/fs/cgroup")
-                {
-                    match fs::write(dir.join("memory.max"), bytes.to_string()) {
-                        Ok(()) => memory_set = true,
-                        Err(e) => say!(
-                            "ag-box: memory limit {m} not applied ({}): {e}",
-                            dir.display()
-                        ),
+                if mount == Path::new("/sys/fs/cgroup") {
+                    if let Some((m, bytes)) = limit {
+                        match fs::write(dir.join("memory.max"), bytes.to_string()) {
+                            Ok(()) => memory_set = true,
+                            Err(e) => say!(
+                                "ag-box: memory limit {m} not applied ({}): {e}",
+                                dir.display()
+                            ),
+                        }
                     }
+                    cgroups.proxy = proxy_cgroup(&parent.join(&proxy_name), "memory.max");
                 }
-                joined.push(dir);
+                cgroups.made.push(dir);
             }
             Err(e) => say!(
                 "ag-box: the box's cgroup {} was not made: {e}",
@@ -581,19 +605,38 @@ fn join_box_cgroups(run_dir: &Path, memory_max: Option<&str>) -> Vec<PathBuf> {
             ),
         }
     }
-    if let Some((m, bytes)) = limit.filter(|_| !memory_set)
-        && let Some(parent) = v1_memory_cgroup()
-    {
-        let dir = parent.join(&name);
-        match join_cgroup(&dir, &[("memory.limit_in_bytes", bytes)]) {
-            Ok(()) => joined.push(dir),
-            Err(e) => say!(
-                "ag-box: memory limit {m} not applied ({}): {e}",
-                dir.display()
-            ),
+    if let Some(parent) = v1_memory_cgroup() {
+        if let Some((m, bytes)) = limit.filter(|_| !memory_set) {
+            let dir = parent.join(&name);
+            match join_cgroup(&dir, &[("memory.limit_in_bytes", bytes)], true) {
+                Ok(()) => cgroups.made.push(dir),
+                Err(e) => say!(
+                    "ag-box: memory limit {m} not applied ({}): {e}",
+                    dir.display()
+                ),
+            }
+        }
+        if cgroups.proxy.is_none() {
+            cgroups.proxy = proxy_cgroup(&parent.join(&proxy_name), "memory.limit_in_bytes");
         }
     }
-    joined
+    cgroups.made.extend(cgroups.proxy.clone());
+    cgroups
+}
+
+/// The proxy's memory cgroup at `dir`, bounded through `limit_file`; None (said) when it
+/// cannot be made.
+fn proxy_cgroup(dir: &Path, limit_file: &str) -> Option<PathBuf> {
+    match join_cgroup(dir, &[(limit_file, unit::PROXY_MEMORY_MAX)], false) {
+        Ok(()) => Some(dir.to_path_buf()),
+        Err(e) => {
+            say!(
+                "ag-box: the proxy's memory bound was not applied ({}): {e}",
+                dir.display()
+            );
+            None
+        }
+    }
 }
 
 /// This process's cgroup in the v1 memory hierarchy.
@@ -610,14 +653,20 @@ fn v1_memory_cgroup() -> Option<PathBuf> {
         })
 }
 
-/// Make cgroup `dir` with `limits` written and move this process into it (removed again when
-/// that fails).
-fn join_cgroup(dir: &Path, limits: &[(&str, u64)]) -> std::io::Result<()> {
+/// Make cgroup `dir` with `limits` written, and move this process into it when `enter` (removed
+/// again when that fails).
+fn join_cgroup(dir: &Path, limits: &[(&str, u64)], enter: bool) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
     let joined = limits
         .iter()
         .try_for_each(|(file, value)| fs::write(dir.join(file), value.to_string()))
-        .and_then(|()| fs::write(dir.join("cgroup.procs"), std::process::id().to_string()));
+        .and_then(|()| {
+            if enter {
+                fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+            } else {
+                Ok(())
+            }
+        });
     if joined.is_err() {
         let _ = fs::remove_dir(dir);
     }
