@@ -17,6 +17,12 @@ use crate::commands::completion::box_names;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
+    /// Say only warnings and errors (no progress or info lines); data on stdout stays
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Say more: -v debug lines, -vv trace lines (AG_BOX_LOG takes a filter of its own)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]

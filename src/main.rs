@@ -1,11 +1,10 @@
-/// A message to stderr. A closed stderr (a dropped ssh connection) must not stop a command
-/// half-way, so a failed write is ignored.
+/// A message to stderr, left unsaid with `-q` (errors and warnings are not; see `host::say_line`).
 #[cfg(not(test))]
 macro_rules! say {
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let line = $crate::plan::text::escaped(&format!($($t)*));
-        let _ = writeln!(std::io::stderr(), "{line}");
+        if !$crate::sys::host::quiet() {
+            $crate::sys::host::say_line(&format!($($t)*));
+        }
     }};
 }
 
@@ -21,7 +20,11 @@ macro_rules! out {
 // In unit tests, through the test harness's capture.
 #[cfg(test)]
 macro_rules! say {
-    ($($t:tt)*) => { eprintln!($($t)*) };
+    ($($t:tt)*) => {
+        if !$crate::sys::host::quiet() {
+            eprintln!($($t)*)
+        }
+    };
 }
 
 #[cfg(test)]
@@ -143,16 +146,27 @@ fn main() -> ExitCode {
     }
     commands::completion::answer_if_asked();
     let cli = Cli::parse();
+    if cli.quiet {
+        sys::host::set_quiet();
+    }
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    // A flag says what the operator wants now; AG_BOX_LOG is the standing filter.
+    let filter = match tracing_subscriber::EnvFilter::try_from_env("AG_BOX_LOG") {
+        Ok(f) if !cli.quiet && cli.verbose == 0 => f,
+        _ => tracing_subscriber::EnvFilter::new(level),
+    };
     let logs = tracing_subscriber::fmt()
         .with_writer(|| sys::host::EscapedStderr)
         .with_target(false)
-        .with_ansi(sys::host::stderr_is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AG_BOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        );
-    // Asked for (AG_BOX_LOG=debug), lines carry the seconds since start: where time goes.
-    if std::env::var_os("AG_BOX_LOG").is_some() {
+        .with_ansi(sys::host::colour_on_stderr())
+        .with_env_filter(filter);
+    // Asked for (AG_BOX_LOG=debug, -v), lines carry the seconds since start: where time goes.
+    if std::env::var_os("AG_BOX_LOG").is_some() || cli.verbose > 0 {
         logs.with_timer(tracing_subscriber::fmt::time::uptime())
             .init();
     } else {
@@ -165,7 +179,8 @@ fn main() -> ExitCode {
                 return ExitCode::from(u8::try_from(*code).unwrap_or(1));
             }
             let (line, code) = error::report(&e);
-            say!("ag-box: {line}");
+            // Said even with -q.
+            sys::host::say_line(&format!("ag-box: {line}"));
             ExitCode::from(code as u8)
         }
     }

@@ -228,6 +228,21 @@ fn a_nix_box_on_a_node_without_nix_is_refused_and_settings_are_checked() {
     let Some(n) = node("nix") else { return };
     run(&n, "rm -rf /root/nixbox && mkdir -p /root/nixbox").ok();
     run(&n, "ag-box track nixbox --nix").ok();
+    run(
+        &n,
+        "rm -rf /root/nixmate && mkdir -p /root/nixmate && ag-box track nixmate",
+    )
+    .ok();
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&n, "ag-box ls --json").ok().stdout()).unwrap();
+    let mate_uid = listed["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "nixmate")
+        .unwrap()["uid"]
+        .as_u64()
+        .unwrap();
     let before = world(&n);
     assert_code(
         &run(&n, "ag-box up nixbox"),
@@ -257,6 +272,14 @@ fn a_nix_box_on_a_node_without_nix_is_refused_and_settings_are_checked() {
             &format!("box 'nixbox': invalid setting '{bad}'; hint: "),
         );
     }
+    // Another box's id would make the two boxes one user.
+    assert_code(
+        &run(&n, &format!("ag-box set nixbox uid={mate_uid}")),
+        2,
+        &format!(
+            "box 'nixbox': invalid setting 'uid={mate_uid}': box 'nixmate' has that id; hint: "
+        ),
+    );
     assert_code(
         &run(&n, "ag-box set nixbox pin=nosuchnode"),
         2,

@@ -7,6 +7,38 @@ use super::{Ctx, egress};
 use crate::error::UserError;
 use crate::store::{Step, events, update};
 
+/// A uid or gid another box's record holds would make the two boxes one user.
+fn refuse_taken_ids(ctx: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
+    let asked: Vec<(&str, u32)> = assignments
+        .iter()
+        .filter_map(|a| {
+            let (key, value) = a.split_once('=')?;
+            matches!(key, "uid" | "gid")
+                .then(|| Some((a.as_str(), value.parse().ok()?)))
+                .flatten()
+        })
+        .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    for other in ctx.store.list()?.iter().filter(|m| m.name != name) {
+        if let Some((a, _)) = asked
+            .iter()
+            .find(|(_, id)| [other.uid, other.gid].contains(&Some(*id)))
+        {
+            return Err(UserError::usage(
+                format!(
+                    "box '{name}': invalid setting '{a}': box '{}' has that id",
+                    other.name
+                ),
+                "each box has ids of its own: pick another in ag-box's range, or leave the one it has",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 pub fn run(name: &str, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
@@ -27,6 +59,7 @@ pub fn run(name: &str, assignments: &[String]) -> Result<()> {
             .into());
         }
     }
+    refuse_taken_ids(&ctx, name, assignments)?;
     let meta = update(ctx.store.as_ref(), name, |m| {
         let mut next = m.clone();
         for a in assignments {

@@ -108,7 +108,8 @@ impl Tree {
         let resolve =
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         match rustix::fs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), resolve) {
-            Err(Errno::NOSYS) => {}
+            // No openat2 in this kernel, or a seccomp filter that refuses what it does not know.
+            Err(Errno::NOSYS | Errno::PERM) => {}
             other => return other,
         }
         let mut dir = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;

@@ -25,6 +25,31 @@ pub fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
 }
 
+/// Colour on stderr: a terminal that can show it, and no `NO_COLOR` (no-color.org).
+pub fn colour_on_stderr() -> bool {
+    stderr_is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+}
+
+/// A line to stderr, escaped (what `say!` writes). A closed stderr (a dropped ssh connection)
+/// must not stop a command half-way, so a failed write is ignored.
+pub fn say_line(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{}", crate::plan::text::escaped(line));
+}
+
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `-q`: ag-box's own messages (not its errors and warnings) are left unsaid.
+pub fn set_quiet() {
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// This binary's path, for the box to run (`__become`) and systemd to start (`__anchor`).
 /// A binary replaced while running (an install) shows as "<path> (deleted)": the new one at the
 /// same path is meant.
