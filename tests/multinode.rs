@@ -486,6 +486,18 @@ fn prune_follows_retention_and_boxes_still_move() {
         .filter(|l| l.starts_with(&format!("forget {name} ")))
         .count();
     assert_eq!(forget_lines, before - 2, "{}", dry.stdout());
+    // Each kept one says why, in words.
+    let kept: Vec<&str> = dry
+        .stdout()
+        .lines()
+        .filter(|l| l.starts_with(&format!("keep   {name} ")))
+        .collect();
+    assert_eq!(kept.len(), 2, "{}", dry.stdout());
+    assert!(
+        kept.iter()
+            .all(|l| l.ends_with("(one of the last)") || l.ends_with("(the box's latest)")),
+        "{kept:?}"
+    );
     assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), before);
 
     c.a.sh_env(&keep, "ag-box prune").ok();
@@ -689,7 +701,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
     up_a.ok();
     assert!(
-        up_a.stderr().contains("paths changed since snapshot")
+        up_a.stderr().contains(" changed since snapshot")
             && up_a.stderr().contains("as nodeB published them")
             && !up_a.stderr().contains("fork snapshot"),
         "{}",
@@ -736,7 +748,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     .ok();
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
     assert!(
-        up_a.ok().stderr().contains("paths changed since snapshot")
+        up_a.ok().stderr().contains(" changed since snapshot")
             && !up_a.stderr().contains("as nodeB published them"),
         "{}",
         up_a.stderr()

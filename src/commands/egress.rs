@@ -4,8 +4,8 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::Ctx;
 use super::ls::network_label;
+use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::{self, Mode, NODE_LIST, PROXY_PORT};
 use crate::plan::text::escaped;
 use crate::plan::{sandbox::BoxSpec, unit};
@@ -15,12 +15,9 @@ use crate::sys::nodes::Nodes;
 use crate::sys::runtime::{self, Runtime};
 use crate::sys::{host, netns};
 
-/// Version of the `--json` document.
-const SCHEMA: u32 = 1;
-
 #[derive(Serialize)]
 struct Report {
-    schema: u32,
+    schema_version: u32,
     #[serde(rename = "box")]
     name: String,
     network: Mode,
@@ -84,7 +81,7 @@ pub fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
         vec![]
     };
     let report = Report {
-        schema: SCHEMA,
+        schema_version: JSON_SCHEMA_VERSION,
         name: name.to_string(),
         network: spec.egress.mode,
         node_list: node_list(),

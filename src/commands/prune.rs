@@ -5,6 +5,8 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
+use crate::plan::text;
+
 use super::{Ctx, require_tools};
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, forget_runs};
 use crate::plan::retention::{self, Snap};
@@ -62,7 +64,7 @@ pub fn run(dry_run: bool) -> Result<()> {
             .collect();
         let plan = retention::plan(&snaps(&infos), policy, pinned.as_deref(), now);
         for (id, reason) in &plan.keep {
-            out!("keep   {label} {} {reason:?}", short(id));
+            out!("keep   {label} {} ({reason})", short(id));
         }
         for id in &plan.forget {
             out!("forget {label} {}", short(id));
@@ -70,12 +72,12 @@ pub fn run(dry_run: bool) -> Result<()> {
         forget.extend(plan.forget);
     }
     say!(
-        "retention: last {}, daily {}, weekly {}; {} of {} snapshots to forget",
+        "retention: last {}, daily {}, weekly {}; {} of {} to forget",
         policy.last,
         policy.daily,
         policy.weekly,
         forget.len(),
-        all.len()
+        text::count(all.len(), "snapshot")
     );
     if dry_run {
         say!("dry run: nothing was removed");

@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::account;
 use crate::plan::bundle::{self, Contents};
 use crate::plan::delta::{self, Delta};
+use crate::plan::{account, text};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
@@ -358,11 +358,11 @@ fn restore_copy(
     });
     if let Some((delta, contents, from)) = delta {
         say!(
-            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} paths changed since snapshot {}, {} removed{}{}",
+            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} changed since snapshot {}, {} removed{}{}",
             short(&s.id),
             s.at,
             s.node,
-            delta.fetch.len(),
+            text::count(delta.fetch.len(), "path"),
             short(&from),
             delta.remove.len(),
             match delta.dirs.len() {

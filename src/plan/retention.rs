@@ -51,6 +51,18 @@ pub enum Reason {
     RecentFork,
 }
 
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reason::Last => "one of the last",
+            Reason::Daily => "newest of its day",
+            Reason::Weekly => "newest of its week",
+            Reason::Pinned => "the box's latest",
+            Reason::RecentFork => "a recent fork",
+        })
+    }
+}
+
 /// Every input id exactly once, newest first in each list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
