@@ -309,8 +309,30 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
         "OSError: [Errno 101] Network is unreachable"
     );
 
-    // `host`: the node's network, unguarded, from the next up.
+    // `host`: the node's network, unguarded, from the next up. Until then the running box
+    // keeps its guarded network, and ls, status, egress and exec say and do so.
+    let running_mode = common::box_row(&c.b, name).unwrap()["network_mode"].clone();
     c.b.sh(&format!("ag-box set {name} network=host")).ok();
+    assert_eq!(
+        common::box_row(&c.b, name).unwrap()["network_mode"],
+        running_mode
+    );
+    let shown: serde_json::Value = serde_json::from_str(
+        &c.b.sh(&format!("ag-box egress {name} --json"))
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    assert_eq!(shown["network"], running_mode);
+    assert!(
+        !c.b.sh("ag-box status")
+            .ok()
+            .stdout()
+            .contains("host (unguarded)"),
+        "status shows a mode not in force"
+    );
+    let env = inside(&c.b, name, "env | grep -c ^http_proxy=; true").stdout();
+    assert_eq!(env.trim(), "1", "exec dropped the proxy of the running box");
     c.b.sh(&format!(
         "ag-box park {name} && ag-box up {name} --node nodeA"
     ))

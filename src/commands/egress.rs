@@ -73,7 +73,7 @@ fn line(r: &Record) -> String {
 pub fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
-    let spec = ctx.spec(&meta);
+    let spec = ctx.spec_in_force(&meta);
     let running_here = ctx.runtime.is_active(&spec);
     let all = if running_here {
         egress_log::read(&spec.egress_log())

@@ -12,7 +12,7 @@ pub fn run(name: &str, command: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;
-    let mut spec = ctx.spec(&meta);
+    let mut spec = ctx.spec_in_force(&meta);
     if !ctx.runtime.is_active(&spec) {
         let args: Vec<&str> = ["exec", name, "--"]
             .into_iter()

@@ -36,7 +36,11 @@ pub fn run(json: bool) -> Result<()> {
         .map(|meta| Row {
             running_here: running.contains(&meta.name),
             lease_stale: meta.lease.as_ref().is_some_and(|l| lease::is_stale(l, now)),
-            network_mode: meta.network(ctx.config.network),
+            network_mode: if running.contains(&meta.name) {
+                ctx.spec_in_force(&meta).egress.mode
+            } else {
+                meta.network(ctx.config.network)
+            },
             meta,
         })
         .collect();

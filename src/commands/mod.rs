@@ -164,6 +164,16 @@ impl Ctx {
         lifecycle::spec_for(&self.config, meta)
     }
 
+    /// The box as it is here: a running one with the network it runs with, which its record
+    /// may no longer say (`set network=host` takes effect at the next `up`).
+    pub fn spec_in_force(&self, meta: &Meta) -> BoxSpec {
+        let mut spec = self.spec(meta);
+        if self.runtime.is_active(&spec) {
+            spec.egress = crate::sys::runtime::egress_in_force(&spec);
+        }
+        spec
+    }
+
     /// The sequences' view of this node, with `repo` as the repository.
     pub fn world<'a>(&'a self, repo: &'a dyn Repo) -> World<'a> {
         World {

@@ -185,7 +185,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         egress: active
             .iter()
             .map(|m| {
-                let spec = ctx.spec(m);
+                let spec = ctx.spec_in_force(m);
                 freezer::resume_orphaned(&spec);
                 BoxEgress {
                     name: m.name.clone(),

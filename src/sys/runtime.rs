@@ -340,6 +340,22 @@ pub fn write_policy(spec: &BoxSpec) -> Result<()> {
     atomic::write(&spec.egress_policy_file(), &json, 0o600)
 }
 
+/// The network a running box has, which a `set network=` changes only between guarded modes
+/// (host and guarded switch at the next `up`): host when it has no network namespace of its
+/// own, else the policy its proxy reads.
+pub fn egress_in_force(spec: &BoxSpec) -> egress::BoxPolicy {
+    if !host::is_mount_point(&spec.netns_pin()) {
+        return egress::BoxPolicy {
+            mode: egress::Mode::Host,
+            allow: spec.egress.allow.clone(),
+        };
+    }
+    fs::read(spec.egress_policy_file())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| spec.egress.clone())
+}
+
 /// The direct runtime's supervisor of the box in `run_dir`, while it runs.
 pub fn supervisor_pid(run_dir: &Path) -> Option<Pid> {
     let pid = read_pid(&run_dir.join("anchor.pid"))?;
