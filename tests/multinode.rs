@@ -487,12 +487,12 @@ fn prune_follows_retention_and_boxes_still_move() {
         .count();
     assert_eq!(forget_lines, before - 2, "{}", dry.stdout());
     // Each kept one says why, in words.
-    let kept: Vec<&str> = dry
-        .stdout()
+    let dry_out = dry.stdout();
+    let kept: Vec<&str> = dry_out
         .lines()
         .filter(|l| l.starts_with(&format!("keep   {name} ")))
         .collect();
-    assert_eq!(kept.len(), 2, "{}", dry.stdout());
+    assert_eq!(kept.len(), 2, "{dry_out}");
     assert!(
         kept.iter()
             .all(|l| l.ends_with("(one of the last)") || l.ends_with("(the box's latest)")),
