@@ -188,6 +188,51 @@ impl Tree {
             .with_context(|| format!("moving {} to {}", self.shown(from), self.shown(to)))
     }
 
+    /// Move `src` (a host path outside the tree: a staging dir's entry) to `rel` below the
+    /// root, replacing a file there. Across filesystems it is copied into `rel`'s dir (through
+    /// that dir's handle) under a name of ag-box's, then renamed.
+    pub fn take_in(&self, src: &Path, rel: &Path) -> Result<()> {
+        let (dir, name) = self.parent_of(rel)?;
+        let fail = || format!("moving {} to {}", show(src), self.shown(rel));
+        match rustix::fs::renameat(rustix::fs::CWD, src, &dir, name) {
+            Err(Errno::XDEV) => {}
+            other => return other.with_context(fail),
+        }
+        let incoming = OsString::from(".ag-box-incoming");
+        remove_at(&dir, &incoming).with_context(fail)?;
+        let via = PathBuf::from(format!(
+            "/proc/{}/fd/{}/.ag-box-incoming",
+            std::process::id(),
+            std::os::fd::AsRawFd::as_raw_fd(&dir)
+        ));
+        crate::sys::cmd::output(
+            std::process::Command::new("cp")
+                .arg("-a")
+                .arg(src)
+                .arg(&via),
+        )
+        .with_context(fail)?;
+        rustix::fs::renameat(&dir, &incoming, &dir, name).with_context(fail)
+    }
+
+    /// The mode and owner of the dir at `rel` (a link or a missing entry there is left alone:
+    /// a dir this copy lacks, excluded here, or one the box replaced).
+    pub fn set_dir_attrs(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
+        let fd = match self.open_dir(rel) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("opening dir {}", self.shown(rel))),
+        };
+        // The owner first: a chown clears the set-id bits the mode may carry.
+        rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )
+        .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)))
+        .with_context(|| format!("setting the mode and owner of {}", self.shown(rel)))
+    }
+
     /// The root and every entry below it on the root's filesystem (not what is mounted there)
     /// become `ids`'s: links themselves, never what they name; as deep as the tree goes. The
     /// root goes last, so a handover cut off half-way is taken up again by the next one (it

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::lifecycle::Repo;
 use crate::plan::bundle::Contents;
-use crate::plan::delta::{Delta, DirAttrs, ModeAndOwner};
+use crate::plan::delta::{Delta, ModeAndOwner};
 use crate::sys::box_tree::Tree;
 use crate::sys::{atomic, bundle, cmd, crash, host};
 
@@ -200,30 +200,12 @@ fn staging_for(anchor: &Path) -> PathBuf {
     }
 }
 
-/// Every dir between `root` and `path` is a dir, not a symlink (a box may have planted one to
-/// lead a write out of its copy).
-fn real_dirs_down_to(roots: &[PathBuf], path: &Path) -> Result<()> {
-    let root = roots
+/// The tree of `trees` (root, handle) that holds `p`, and `p` below it.
+fn locate<'a>(trees: &'a [(&Path, Tree)], p: &'a Path) -> Result<(&'a Tree, &'a Path)> {
+    trees
         .iter()
-        .find(|r| path.starts_with(r))
-        .with_context(|| format!("{} is outside the box's copy", path.display()))?;
-    let mut dir = root.clone();
-    let rel = path.strip_prefix(root).unwrap_or(path);
-    let mut parts: Vec<_> = rel.components().collect();
-    parts.pop();
-    for part in std::iter::once(None).chain(parts.into_iter().map(Some)) {
-        if let Some(p) = part {
-            dir.push(p);
-        }
-        let meta =
-            fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
-        anyhow::ensure!(
-            meta.is_dir(),
-            "{} is not a directory in this node's copy",
-            dir.display()
-        );
-    }
-    Ok(())
+        .find_map(|(root, tree)| Some((tree, p.strip_prefix(root).ok()?)))
+        .with_context(|| format!("{} is outside the box's copy", show(p)))
 }
 
 /// Bring a copy that equals one snapshot to snapshot `id` by changing only `delta` (see
@@ -267,30 +249,37 @@ pub fn restore_delta(
     }
     tracing::debug!("staged what changed in {}", staging.display());
     crash::point("restore.delta-staged");
+    // Every change is made through a handle on its root, no link followed below it.
+    let trees = roots
+        .iter()
+        .filter(|r| fs::symlink_metadata(r).is_ok())
+        .map(|r| Ok((r.as_path(), Tree::open(r)?)))
+        .collect::<Result<Vec<_>>>()?;
     for p in &delta.remove {
-        real_dirs_down_to(roots, p)?;
-        remove_any(p).with_context(|| format!("removing {}", p.display()))?;
+        let (tree, rel) = locate(&trees, p)?;
+        tree.remove(rel)?;
     }
     for p in &delta.fetch {
         let new = staged(p);
-        if fs::symlink_metadata(&new).is_err() {
+        let Ok(incoming) = fs::symlink_metadata(&new) else {
             // restic restored all it was asked: the snapshot does not hold it (excluded).
-            tracing::debug!("{} is in no snapshot; left as it is", p.display());
+            tracing::debug!("{} is in no snapshot; left as it is", show(p));
             continue;
-        }
-        real_dirs_down_to(roots, p)?;
-        let replace_in_one_step = fs::symlink_metadata(p).is_ok_and(|old| {
-            !old.is_dir() && !fs::symlink_metadata(&new).is_ok_and(|n| n.is_dir())
-        });
+        };
+        let (tree, rel) = locate(&trees, p)?;
+        let replace_in_one_step = !incoming.is_dir()
+            && tree
+                .kind(rel)?
+                .is_some_and(|k| k != crate::sys::box_tree::Kind::Dir);
         if !replace_in_one_step {
-            remove_any(p).with_context(|| format!("removing {}", p.display()))?;
+            tree.remove(rel)?;
         }
-        move_into(&new, p)?;
+        tree.take_in(&new, rel)?;
         crash::point("restore.mid-delta");
     }
     for d in &delta.dirs {
-        real_dirs_down_to(roots, &d.path)?;
-        set_dir_attrs(d)?;
+        let (tree, rel) = locate(&trees, &d.path)?;
+        tree.set_dir_attrs(rel, d.mode, d.uid, d.gid)?;
     }
     tracing::debug!("moved what changed into place");
     remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
@@ -301,25 +290,6 @@ pub fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
     use std::os::unix::fs::MetadataExt;
     let m = fs::symlink_metadata(path).ok()?;
     Some((m.mode() & 0o7777, m.uid(), m.gid()))
-}
-
-/// Give a dir of the copy its mode and owner, through a handle that cannot follow a symlink
-/// planted in its place. A dir the copy lacks (excluded here) is left alone.
-fn set_dir_attrs(d: &DirAttrs) -> Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = match fs::File::options()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_DIRECTORY)
-        .open(&d.path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("opening dir {}", d.path.display())),
-    };
-    // The owner first: a chown clears the set-id bits the mode may carry.
-    std::os::unix::fs::fchown(&dir, Some(d.uid), Some(d.gid))
-        .and_then(|()| dir.set_permissions(fs::Permissions::from_mode(d.mode)))
-        .with_context(|| format!("setting the mode and owner of {}", d.path.display()))
 }
 
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
