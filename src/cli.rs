@@ -128,6 +128,9 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Restore the snapshot under this new directory for a look; the box is not touched
         #[arg(long)]
         to: Option<PathBuf>,
+        /// Do not ask before stopping and restarting a running box (for scripts)
+        #[arg(long)]
+        yes: bool,
     },
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]

@@ -67,9 +67,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             snapshots,
             json,
         } => commands::diff::run(&name, &snapshots, json),
-        Cmd::Rollback { name, snapshot, to } => {
-            commands::rollback::run(&name, &snapshot, to.as_deref())
-        }
+        Cmd::Rollback {
+            name,
+            snapshot,
+            to,
+            yes,
+        } => commands::rollback::run(&name, &snapshot, to.as_deref(), yes),
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),

@@ -121,7 +121,7 @@ fn a_rollback_cut_off_leaves_the_box_at_one_state_or_the_other_and_the_next_up_s
     cut_at(
         &c.a,
         "rollback.after-snapshot",
-        &format!("ag-box rollback {name} {s1}"),
+        &format!("ag-box rollback {name} {s1} --yes"),
     );
     assert!(!c.active("nodeA", name));
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
@@ -135,7 +135,7 @@ fn a_rollback_cut_off_leaves_the_box_at_one_state_or_the_other_and_the_next_up_s
     cut_at(
         &c.a,
         "rollback.after-point-back",
-        &format!("ag-box rollback {name} {s1}"),
+        &format!("ag-box rollback {name} {s1} --yes"),
     );
     assert!(!c.active("nodeA", name));
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();

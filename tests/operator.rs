@@ -211,8 +211,20 @@ fn diff_and_rollback_of_a_running_box_and_the_undo_of_the_rollback() {
         wip.stdout()
     );
 
+    // A running box is not restarted unasked: without a terminal to ask on, --yes says so.
+    let before = a.sh(&format!("cat {p}/src/main.txt")).ok().stdout();
+    assert_code(
+        &a.sh(&format!("ag-box rollback {name} {}", &s1[..8])),
+        2,
+        &format!(
+            "box '{name}' is running: a rollback stops it and starts it again at snapshot {}; hint: add --yes",
+            &s1[..8]
+        ),
+    );
+    assert!(c.active("nodeA", name));
+    assert_eq!(a.sh(&format!("cat {p}/src/main.txt")).ok().stdout(), before);
     // The holder rolls the running box back to the first snapshot...
-    let back = a.sh(&format!("ag-box rollback {name} {}", &s1[..8]));
+    let back = a.sh(&format!("ag-box rollback {name} {} --yes", &s1[..8]));
     back.ok();
     let undo_id = back
         .stderr()
@@ -228,10 +240,30 @@ fn diff_and_rollback_of_a_running_box_and_the_undo_of_the_rollback() {
         "the first snapshot's files, and only them"
     );
     // ... and undoes it: the state it replaced, work in no snapshot then included.
-    a.sh(&format!("ag-box rollback {name} {undo_id}")).ok();
+    a.sh(&format!("ag-box rollback {name} {undo_id} --yes")).ok();
     assert_eq!(
         exec("cat src/main.txt wip.txt; ls"),
         "v3\nwip\nbig.txt\nsrc\nwip.txt\n"
+    );
+    // Rolling back to where the box already is does nothing: no restart, no undo.
+    let sleeper = exec("sleep 600 </dev/null >/dev/null 2>&1 & echo $!");
+    let again = a.sh(&format!("ag-box rollback {name} {undo_id} --yes"));
+    assert_code(
+        &again,
+        0,
+        &format!(
+            "box '{name}' is already at snapshot {undo_id}, and its copy here has not changed since; nothing to roll back"
+        ),
+    );
+    assert!(
+        !again.stderr().contains("undoes this"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(
+        exec(&format!("kill -0 {} && echo same-box", sleeper.trim())),
+        "same-box\n",
+        "the box was restarted"
     );
 
     // --to: a copy elsewhere, the box untouched.

@@ -8,13 +8,13 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle;
-use crate::plan::restic::SnapshotInfo;
+use crate::plan::restic::{SnapshotInfo, same_snapshot};
 use crate::store::meta::SnapshotRef;
 use crate::sys::restic::{Restic, short};
 
-pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
+pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool) -> Result<()> {
     let ctx = Ctx::load()?;
-    ctx.tracked(name)?;
+    let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
@@ -32,7 +32,31 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
             .unwrap_or(0),
         paths: target.paths.clone(),
     };
-    let replaced = lifecycle::rollback::rollback(&ctx.world(&restic), name, &to)?;
+    let world = ctx.world(&restic);
+    let here = meta
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.node == ctx.config.node);
+    let at_latest = meta
+        .last_snapshot
+        .as_ref()
+        .is_some_and(|l| same_snapshot(&l.id, &to.id));
+    if at_latest && (!here || lifecycle::snapshot::unchanged_since_latest(&world, &meta)?) {
+        say!(
+            "box '{name}' is already at snapshot {}{}; nothing to roll back",
+            short(&to.id),
+            if here {
+                ", and its copy here has not changed since"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
+    if here && ctx.runtime.is_active(&ctx.spec(&meta)) && !yes {
+        confirm_restart(name, &to.id)?;
+    }
+    let replaced = lifecycle::rollback::rollback(&world, name, &to)?;
     say!(
         "box '{name}' is back at snapshot {} ({}); the state it replaced is snapshot {}: 'ag-box rollback {name} {}' undoes this",
         short(&to.id),
@@ -40,6 +64,30 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>) -> Result<()> {
         short(&replaced),
         short(&replaced)
     );
+    Ok(())
+}
+
+/// A running box is stopped (its sessions end) and started again: asked on a terminal, else
+/// `--yes` says so.
+fn confirm_restart(name: &str, to: &str) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Err(UserError::usage(
+            format!("box '{name}' is running: a rollback stops it and starts it again at snapshot {}", short(to)),
+            format!("add --yes to go ahead (e.g. 'ag-box rollback {name} {} --yes'), or park the box first", short(to)),
+        )
+        .into());
+    }
+    eprint!(
+        "Box '{name}' is running: the rollback stops it (its sessions end) and starts it again at snapshot {}. Go ahead? [y/N] ",
+        short(to)
+    );
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        return Err(UserError::failed("nothing was rolled back", "answer y to roll back").into());
+    }
     Ok(())
 }
 

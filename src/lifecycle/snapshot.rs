@@ -405,6 +405,13 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     })
 }
 
+/// Whether this node's copy of the box is still what its latest snapshot saved.
+pub fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
+    let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
+    let digest = digest::of(&local_copy(&w.spec(meta)))?;
+    Ok(unchanged_since_last(meta, &copy, &digest).is_some())
+}
+
 /// The box's last snapshot, when this copy is still what it saved: the copy equals it (as
 /// restored, or saved stopped), or is what it was as that snapshot of it running began.
 fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<SnapshotRef> {
