@@ -473,3 +473,33 @@ fn a_box_dropped_right_after_track_leaves_nothing_a_new_box_of_its_name_inherits
         "2\n"
     );
 }
+
+#[test]
+fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
+    let Some(host) = Host::new("gone") else {
+        return;
+    };
+    let name = format!("gone-{}", std::process::id());
+    let proj = format!("{}/{name}", host.home());
+    host.sh(&format!(
+        "set -e; mkdir -p {proj}; echo kept > {proj}/f; ag-box track {name}; ag-box up {name}; ag-box park {name}; rm -rf {proj}"
+    ))
+    .ok();
+    let up = host.sh(&format!("ag-box up {name}"));
+    let up = up.ok();
+    assert!(
+        up.stderr().contains(&format!(
+            "box '{name}': its project directory {proj} is gone on this node, its agent home as last saved; nothing here to keep"
+        )) && !up.stderr().contains("fork snapshot"),
+        "{}",
+        up.stderr()
+    );
+    assert_eq!(host.sh(&format!("cat {proj}/f")).ok().stdout(), "kept\n");
+    let forks = host
+        .sh(&format!(
+            "restic snapshots --tag box:{name},fork --json | grep -c '\"id\"'; true"
+        ))
+        .stdout();
+    assert_eq!(forks.trim(), "0");
+    host.sh(&format!("ag-box stop {name}")).ok();
+}

@@ -240,7 +240,8 @@ fn diff_and_rollback_of_a_running_box_and_the_undo_of_the_rollback() {
         "the first snapshot's files, and only them"
     );
     // ... and undoes it: the state it replaced, work in no snapshot then included.
-    a.sh(&format!("ag-box rollback {name} {undo_id} --yes")).ok();
+    a.sh(&format!("ag-box rollback {name} {undo_id} --yes"))
+        .ok();
     assert_eq!(
         exec("cat src/main.txt wip.txt; ls"),
         "v3\nwip\nbig.txt\nsrc\nwip.txt\n"

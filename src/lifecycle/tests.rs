@@ -651,6 +651,30 @@ fn a_snapshot_above_the_bound_is_not_taken() {
 }
 
 #[test]
+fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("f.txt", "v2");
+    park::park(&n.world(), "demo", false).unwrap();
+    fs::remove_dir_all(n.project()).unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v2"));
+    assert!(
+        n.repo.forks.borrow().is_empty(),
+        "{:?}",
+        n.repo.forks.borrow()
+    );
+    // With work in its agent home that no snapshot has, that is kept.
+    park::park(&n.world(), "demo", false).unwrap();
+    fs::remove_dir_all(n.project()).unwrap();
+    let home = n.world().spec(&n.meta()).agent_home.root;
+    fs::write(home.join("unsaved-session.jsonl"), "{}").unwrap();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.repo.forks.borrow().len(), 1);
+}
+
+#[test]
 fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     let n = Node::new();
     n.parked();

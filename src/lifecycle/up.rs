@@ -1,7 +1,7 @@
 //! `up` on this node: intent, lease, the restore it needs (keeping unsaved work as a fork
 //! first), the start; a failure hands the lease back, a cut-off one is finished by the next.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -14,7 +14,7 @@ use crate::plan::{account, text};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
-use crate::sys::copy_state::{self, CopyState, PendingUp};
+use crate::sys::copy_state::{self, CopyManifest, CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore};
 
@@ -510,6 +510,17 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
     }
+    let spec = w.spec(meta);
+    if std::fs::symlink_metadata(&spec.project).is_err()
+        && agent_home_as_kept(w, &meta.name, &spec.agent_home.root)
+    {
+        say!(
+            "box '{}': its project directory {} is gone on this node, its agent home as last saved; nothing here to keep",
+            meta.name,
+            spec.project.display()
+        );
+        return Ok(None);
+    }
     // As last saved stopped or restored, or as the last snapshot of it running began.
     let now = Some(digest::of(&roots)?);
     tracing::debug!("box '{}': walked its copy", meta.name);
@@ -529,6 +540,23 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
         short(&id)
     );
     Ok(Some(id))
+}
+
+/// Whether the agent home at `root` is entry for entry as the manifest this node kept at the
+/// box's last `up` or `park` here says (so it holds nothing a snapshot lacks).
+fn agent_home_as_kept(w: &World, name: &str, root: &Path) -> bool {
+    let Some(kept) = CopyManifest::load(&w.config.state_dir, name) else {
+        return false;
+    };
+    let Ok((_, Some(now))) = digest::walk(&[root.to_path_buf()]) else {
+        return false;
+    };
+    let before: Vec<(&String, &String)> = kept
+        .entries
+        .iter()
+        .filter(|(p, _)| Path::new(p.as_str()).starts_with(root))
+        .collect();
+    before.len() == now.len() && before.into_iter().eq(now.iter())
 }
 
 /// A failed `up` must not leave the lease taken.
