@@ -14,6 +14,7 @@ use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::config;
 use crate::error::UserError;
 use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
+use crate::plan::text;
 use crate::sys::cmd;
 use crate::sys::restic::short;
 
@@ -73,7 +74,10 @@ pub fn run(json: bool, unlock: bool) -> Result<()> {
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if failed > 0 {
         return Err(UserError::failed(
-            format!("doctor: {failed} check(s) failed on node {node}"),
+            format!(
+                "doctor: {} failed on node {node}",
+                text::count(failed, "check")
+            ),
             "apply each 'fix:' above, then run 'ag-box doctor' again",
         )
         .into());
@@ -156,7 +160,19 @@ fn runtime() -> Vec<Check> {
             "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2",
         ),
     };
-    vec![systemd, cgroup]
+    let freezer = if crate::sys::freezer::v2_mount().is_some() {
+        ok(
+            "snapshot pause",
+            "cgroup v2 is mounted: a running box is paused while its snapshot reads it",
+        )
+    } else {
+        warn(
+            "snapshot pause",
+            "no cgroup v2: a running box cannot be paused for its snapshots (one that reads another owner's file is refused as partial)",
+            "mount cgroup v2 (systemd.unified_cgroup_hierarchy=1, or hybrid's /sys/fs/cgroup/unified)",
+        )
+    };
+    vec![systemd, cgroup, freezer]
 }
 
 fn config_files() -> Vec<Check> {

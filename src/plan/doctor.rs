@@ -228,11 +228,14 @@ pub fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -> Check
             }
         }
     }
-    let detail = if installed.is_empty() {
-        "no agent CLI installed here".to_string()
-    } else {
-        installed.join(", ")
-    };
+    if installed.is_empty() {
+        return warn(
+            "agent CLIs",
+            "none installed here: a box on this node has no agent to run",
+            "install one (e.g. 'npm install -g @anthropic-ai/claude-code'), the same version on every node",
+        );
+    }
+    let detail = installed.join(", ");
     if differ.is_empty() {
         ok("agent CLIs", detail)
     } else {
@@ -357,6 +360,15 @@ mod tests {
         assert_eq!(
             agents(&here, &other).detail,
             "claude 2.1.197; differ: claude: 2.1.197 here, 2.1.198 on b"
+        );
+        let none = vec![("claude".to_string(), None)];
+        assert_eq!(
+            agents(&none, &[]),
+            warn(
+                "agent CLIs",
+                "none installed here: a box on this node has no agent to run",
+                "install one (e.g. 'npm install -g @anthropic-ai/claude-code'), the same version on every node"
+            )
         );
     }
 }
