@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
+use crate::plan::text;
 use crate::store::lease;
 use crate::store::meta::Meta;
 use crate::sys::restic::short;
@@ -56,15 +57,13 @@ pub fn run(json: bool) -> Result<()> {
         say!("no boxes yet; start with 'ag-box track <name> [path]'");
         return Ok(());
     }
-    out!(
-        "{:<20} {:<10} {:<22} {:<10} {:<9} {:<16} PATH",
-        "NAME",
-        "HOLDER",
-        "RENEWED",
-        "SNAPSHOT",
-        "HERE",
-        "NETWORK"
-    );
+    let mut table = vec![
+        [
+            "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE", "NETWORK", "PATH",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
     for r in rows {
         let m = &r.meta;
         let holder = m.lease.as_ref().map_or("-".to_string(), |l| {
@@ -73,16 +72,18 @@ pub fn run(json: bool) -> Result<()> {
         let renewed = m.lease.as_ref().map_or("-", |l| l.renewed_at.as_str());
         let snap = m.last_snapshot.as_ref().map_or("-", |s| short(&s.id));
         let here = if r.running_here { "running" } else { "-" };
-        out!(
-            "{:<20} {:<10} {:<22} {:<10} {:<9} {:<16} {}",
-            m.name,
+        table.push(vec![
+            m.name.clone(),
             holder,
-            renewed,
-            snap,
-            here,
-            network_label(r.network_mode),
-            m.path.display()
-        );
+            renewed.to_string(),
+            snap.to_string(),
+            here.to_string(),
+            network_label(r.network_mode).to_string(),
+            m.path.display().to_string(),
+        ]);
+    }
+    for line in text::table(&table) {
+        out!("{line}");
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::ls::network_label;
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::Mode;
-use crate::plan::history;
+use crate::plan::{history, text};
 use crate::store::lease;
 use crate::sys::atomic;
 use crate::sys::restic::Restic;
@@ -263,6 +263,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
     if s.active_boxes.is_empty() {
         out!("  (none)");
     }
+    let mut rows = Vec::new();
     for e in &s.egress {
         let refused = match e.network {
             Mode::Host => String::new(),
@@ -271,11 +272,13 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
         let paused = e.paused_since.as_ref().map_or(String::new(), |t| {
             format!(", paused for a snapshot since {t}")
         });
-        out!(
-            "  {:<20} network {}{refused}{paused}",
-            e.name,
-            network_label(e.network)
-        );
+        rows.push(vec![
+            format!("  {}", e.name),
+            format!("network {}{refused}{paused}", network_label(e.network)),
+        ]);
+    }
+    for line in text::table(&rows) {
+        out!("{line}");
     }
     Ok(())
 }

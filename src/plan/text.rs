@@ -69,6 +69,36 @@ pub fn count(n: usize, noun: &str) -> String {
     }
 }
 
+/// Rows as lines of columns each as wide as its widest cell (two spaces apart; the last
+/// column is not padded).
+pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let mut line = String::new();
+            for (i, cell) in r.iter().enumerate() {
+                if i + 1 == r.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[i] - cell.chars().count();
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad + 2));
+                }
+            }
+            line
+        })
+        .collect()
+}
+
 fn is_c1(c: char) -> bool {
     ('\u{80}'..='\u{9f}').contains(&c)
 }
@@ -81,6 +111,24 @@ fn is_bidi(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_are_as_wide_as_their_cells() {
+        let row = |cells: &[&str]| cells.iter().map(|c| (*c).to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            table(&[
+                row(&["NAME", "HOLDER", "PATH"]),
+                row(&["a-rather-long-box-name-of-thirty", "-", "/p/a"]),
+                row(&["b", "nodeA", "/p/b"]),
+            ]),
+            [
+                "NAME                              HOLDER  PATH",
+                "a-rather-long-box-name-of-thirty  -       /p/a",
+                "b                                 nodeA   /p/b",
+            ]
+        );
+        assert_eq!(table(&[]), Vec::<String>::new());
+    }
     use pretty_assertions::assert_eq;
 
     #[test]
