@@ -65,7 +65,8 @@ pub enum Cmd {
     Exec {
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        #[arg(last = true, required = true)]
+        /// The command and its arguments (after `--`, or straight after the name)
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
     },
     /// Snapshot the box, stop it and release this node

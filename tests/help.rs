@@ -78,3 +78,22 @@ fn snapshot_takes_accept_partial_with_a_box_or_with_active() {
     let (code, _) = run_alone(&["snapshot", "x", "--active"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn exec_takes_its_command_with_or_without_a_double_dash() {
+    for args in [
+        &["exec", "no-such-box", "ls", "-la"][..],
+        &["exec", "no-such-box", "--", "ls", "-la"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ag-box"))
+            .args(args)
+            .env("BOX_STATE_DIR", "/nonexistent/ag-box-help-test")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code() == Some(1) && err.contains("box 'no-such-box' is not tracked"),
+            "{args:?}: {err}"
+        );
+    }
+}
