@@ -540,8 +540,9 @@ impl Restic {
                 data_added,
             }) => {
                 tracing::info!(
-                    "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {data_added} bytes added",
+                    "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {} added",
                     short(&snapshot_id),
+                    crate::plan::history::size(data_added),
                 );
                 if !unreadable.is_empty() {
                     tracing::warn!(
