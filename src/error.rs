@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// Exit codes of DESIGN.md.
+/// Exit codes (docs/reference.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     Failure = 1,

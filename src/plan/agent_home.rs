@@ -1,4 +1,4 @@
-//! What of HOME a box sees, and from where (DESIGN.md "Agent homes").
+//! What of HOME a box sees, and from where (docs/design.md "Agent homes").
 //!
 //! Each box has its own agent home on the node (`$BOX_STATE_DIR/homes/<name>`, owned by the
 //! box user): the agents' state dirs are bound from it, so a box sees and changes only its own

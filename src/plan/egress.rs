@@ -1,4 +1,4 @@
-//! A box's egress policy and the proxy's decision for one destination (DESIGN.md "Network").
+//! A box's egress policy and the proxy's decision for one destination (docs/security.md "Network").
 //!
 //! The proxy decides in two steps so that a name no entry lists is refused before any DNS
 //! query leaves the node: [`Policy::decide`] on the name and port alone, then, for a listed

@@ -1,5 +1,5 @@
 //! The box's filesystem view, the bwrap argv that builds it, and the argvs that run inside it
-//! (DESIGN.md "The box").
+//! (docs/design.md "The box").
 //!
 //! bwrap is started by root without a user namespace; its child is `ag-box __become`, which
 //! drops to the box user (no capabilities, no_new_privs) before anything of the box runs.

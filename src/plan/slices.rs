@@ -1,4 +1,4 @@
-//! Which agent session files move with a box (DESIGN.md "Agent session slices").
+//! Which agent session files move with a box (docs/design.md "Agent session slices").
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! `meta.json`: the per-box record (DESIGN.md "Records and leases").
+//! `meta.json`: the per-box record (docs/design.md "Records and leases").
 
 use std::path::PathBuf;
 
