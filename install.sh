@@ -8,7 +8,8 @@
 #                           pages in /usr/local/share/man/man1, the box-snapshot (hourly) and box-prune
 #                           (daily) units and timers when systemd is PID 1, and sysctl
 #                           dev.tty.legacy_tiocsti=0; on Debian it apt-gets the tools ag-box runs
-#                           (bwrap restic tmux ssh ip unshare) and fails naming any that is still missing.
+#                           (bwrap restic tmux ssh ip unshare, and bash-completion, which loads the
+#                           completion in bash) and fails naming any tool that is still missing.
 #   install.sh --to ALIAS   finds or builds the binary here, copies a bundle (the binary, this
 #                           script and the files above, SHA256SUMS) to the ssh host ALIAS (root
 #                           there), runs install.sh there, removes the bundle and checks that
@@ -131,6 +132,18 @@ apt_missing_tools() { # the convenience on Debian: fetch what is missing, the fi
     warn "apt-get install ${pkgs[*]} failed"
 }
 
+# An interactive bash loads the installed completion through the bash-completion package.
+apt_bash_completion() {
+  [ -e /usr/share/bash-completion/bash_completion ] && return 0
+  if command -v apt-get >/dev/null; then
+    log "installing bash-completion (apt-get), which loads ag-box's completion in bash"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bash-completion >/dev/null ||
+      warn "apt-get install bash-completion failed; until it is there, add 'source /usr/share/bash-completion/completions/ag-box' to ~/.bashrc"
+  else
+    warn "no bash-completion here: add 'source /usr/share/bash-completion/completions/ag-box' to ~/.bashrc to complete ag-box in bash"
+  fi
+}
+
 install_files() {
   # Copy, then rename: a running box keeps its old file and nobody sees a half-written one.
   install -d -m 755 /opt/box/bin /usr/local/bin
@@ -213,6 +226,7 @@ fi
 check_files
 find_binary
 apt_missing_tools
+apt_bash_completion
 install_files
 install_units
 apply_sysctl

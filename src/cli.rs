@@ -5,7 +5,29 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::ArgValueCandidates;
 
-use crate::commands::completion::box_names;
+use crate::commands::completion::{box_names, node_names, setting_keys, snapshot_ids};
+use crate::plan::manual;
+
+/// The command line as parsed, helped and documented: the derived definitions, each verb's
+/// long help (`--help`) ending in its EXIT STATUS.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let with_status = |cmd: clap::Command, verb: &str| {
+        let after = cmd
+            .get_after_help()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let status = manual::exit_status_text(verb);
+        cmd.after_long_help(format!("{after}\n\n{status}"))
+    };
+    with_status(Cli::command(), "").mut_subcommands(|sub| {
+        if sub.is_hide_set() {
+            return sub;
+        }
+        let verb = sub.get_name().to_string();
+        with_status(sub, &verb)
+    })
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,13 +52,16 @@ pub enum Cmd {
     /// List all boxes
     #[command(after_help = "Example: ag-box ls --json")]
     Ls {
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
     /// Register an existing directory as a box (default ~/<name>) and take its first snapshot
     #[command(after_help = "Example: ag-box track myproj /root/myproj")]
     Track {
+        /// A name for the new box: [a-z0-9][a-z0-9._-]{0,62}
         name: String,
+        /// The project directory (default ~/<name>); the same path on every node
         path: Option<PathBuf>,
         /// Start the box's shell inside `nix develop /etc/base-flake`
         #[arg(long)]
@@ -45,10 +70,11 @@ pub enum Cmd {
     /// Start a box on this node, restoring its newest snapshot when needed
     #[command(after_help = "Example: ag-box up myproj")]
     Up {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        /// Node to start it on (default: this node)
-        #[arg(long)]
+        /// Node to start it on (default: its pinned node, else the one with the most free memory)
+        #[arg(long, value_name = "NODE", add = ArgValueCandidates::new(node_names))]
         node: Option<String>,
         /// Take the lease from another node (its unsnapshotted work forks)
         #[arg(long)]
@@ -57,21 +83,29 @@ pub enum Cmd {
     /// Attach to the box's tmux session
     #[command(after_help = "Example: ag-box attach myproj")]
     Attach {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
     },
     /// Run one command inside the box
     #[command(after_help = "Example: ag-box exec myproj -- git status")]
     Exec {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// The command and its arguments (after `--`, or straight after the name)
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
         command: Vec<String>,
     },
     /// Snapshot the box, stop it and release this node
     #[command(after_help = "Example: ag-box park myproj")]
     Park {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Count a snapshot restic could not read every file for (or of an empty project)
@@ -84,6 +118,7 @@ pub enum Cmd {
 again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj"
     )]
     Stop {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
     },
@@ -94,8 +129,10 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
     /// who did what to it (up, park, take-over, fork, set, drop, rollback)
     #[command(after_help = "Example: ag-box history myproj --events")]
     History {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Interleave the box's lifecycle events
@@ -108,11 +145,13 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         after_help = "Example: ag-box diff myproj   (the working copy against the latest snapshot)"
     )]
     Diff {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Snapshot ids: none, one (against the working copy), or two
-        #[arg(num_args = 0..=2)]
+        #[arg(num_args = 0..=2, value_name = "SNAPSHOT", add = ArgValueCandidates::new(snapshot_ids))]
         snapshots: Vec<String>,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -122,12 +161,14 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         after_help = "Example: ag-box rollback myproj 1a2b3c4d   (ids: 'ag-box history myproj')"
     )]
     Rollback {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        /// The snapshot's id (at least its first 4 hex digits)
+        /// The snapshot's id (at least its first 4 hex digits; 'ag-box history <name>' lists them)
+        #[arg(value_name = "SNAPSHOT", add = ArgValueCandidates::new(snapshot_ids))]
         snapshot: String,
         /// Restore the snapshot under this new directory for a look; the box is not touched
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         to: Option<PathBuf>,
         /// Do not ask before stopping and restarting a running box (for scripts)
         #[arg(long)]
@@ -136,6 +177,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]
     Status {
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Also count the repository's snapshots now (a walk of the repository; the count
@@ -161,6 +203,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
     /// Delete a box's snapshots and record (never its local files), after typing its name
     #[command(after_help = "Example: ag-box drop oldproj   (or --yes in scripts)")]
     Drop {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
         /// Do not ask for the name (for scripts)
@@ -173,23 +216,27 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
     )]
     Set {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        #[arg(required = true)]
+        /// key=value pairs (see above)
+        #[arg(required = true, value_name = "KEY=VALUE", add = ArgValueCandidates::new(setting_keys))]
         settings: Vec<String>,
     },
     /// A box's network policy and the egress proxy's recent decisions on this node
     #[command(after_help = "Example: ag-box egress myproj --follow")]
     Egress {
+        /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Keep printing decisions as they are made
         #[arg(long)]
         follow: bool,
         /// How many recent decisions to show
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, value_name = "N", default_value_t = 20)]
         last: usize,
         /// Apply the record's policy to the box running here (what `set` does on its node)
         #[arg(long, conflicts_with_all = ["json", "follow"])]
@@ -200,6 +247,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
     /// its fix
     #[command(after_help = "Example: ag-box doctor")]
     Doctor {
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// First remove the repository's stale locks (restic unlock)
@@ -290,4 +338,46 @@ pub struct SnapshotArgs {
     /// Count a snapshot restic could not read every file for (or of an empty project)
     #[arg(long)]
     pub accept_partial: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument and flag a user can see says what it is, and every verb its exit status.
+    #[test]
+    fn every_visible_argument_is_described_and_every_verb_has_its_exit_status() {
+        let mut top = command();
+        top.build();
+        let mut commands = vec![top.clone()];
+        // (clap's own `help` verb aside)
+        let verbs = || {
+            top.get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        };
+        for sub in verbs() {
+            commands.push(sub.clone());
+            commands.extend(sub.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+        }
+        let mut undescribed = Vec::new();
+        for cmd in &commands {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none() {
+                    undescribed.push(format!("{} {}", cmd.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert_eq!(undescribed, Vec::<String>::new());
+        for sub in verbs() {
+            let long = sub
+                .get_after_long_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            assert!(
+                long.contains("Example: ag-box") && long.contains("\nEXIT STATUS\n  0    done"),
+                "{}: {long}",
+                sub.get_name()
+            );
+        }
+    }
 }

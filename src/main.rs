@@ -43,7 +43,7 @@ mod sys;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use cli::{Cli, Cmd};
 use error::ChildExit;
@@ -148,7 +148,7 @@ fn main() -> ExitCode {
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
     commands::completion::answer_if_asked();
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&cli::command().get_matches()).unwrap_or_else(|e| e.exit());
     if cli.quiet {
         sys::host::set_quiet();
     }

@@ -210,6 +210,49 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
           test -s /usr/share/fish/vendor_completions.d/ag-box.fish",
     )
     .ok();
+    // Every man page has the sections a man page has.
+    let sections = a
+        .sh("for f in /usr/local/share/man/man1/ag-box*.1; do for s in 'EXIT STATUS' ENVIRONMENT FILES 'SEE ALSO' EXAMPLES; do grep -q \"^.SH \\\"*$s\" $f || echo \"$f lacks $s\"; done; done; ls /usr/local/share/man/man1/ag-box*.1 | wc -l")
+        .ok()
+        .stdout();
+    assert!(
+        sections.trim().parse::<u32>().is_ok_and(|n| n > 20),
+        "{sections}"
+    );
+    // In an interactive bash (a login shell in a terminal, as over ssh), <Tab> completes a
+    // verb, a box name, a `set` key and a snapshot id.
+    let tab = |line: &str, expect: &str| {
+        let screen = a
+            .sh(&format!(
+                "tmux -L tabs kill-server 2>/dev/null; tmux -L tabs new-session -d -x 200 -y 10 'bash -l'
+                 sleep 1; tmux -L tabs send-keys '{line}' Tab
+                 for i in $(seq 100); do tmux -L tabs capture-pane -p | grep -qF -- '{expect}' && break; sleep 0.1; done
+                 tmux -L tabs capture-pane -p; tmux -L tabs kill-server"
+            ))
+            .ok()
+            .stdout();
+        assert!(
+            screen.contains(expect),
+            "{line:?} + Tab did not become {expect:?}:\n{screen}"
+        );
+    };
+    tab("ag-box snaps", "ag-box snapshot ");
+    tab(
+        &format!("ag-box attach {}", &name[..3]),
+        &format!("ag-box attach {name} "),
+    );
+    tab(
+        &format!("ag-box set {name} netw"),
+        &format!("ag-box set {name} network="),
+    );
+    let snap = common::box_row(a, name).unwrap()["last_snapshot"]["id"]
+        .as_str()
+        .unwrap()[..8]
+        .to_string();
+    tab(
+        &format!("ag-box rollback {name} {}", &snap[..6]),
+        &format!("ag-box rollback {name} {snap} "),
+    );
     a.sh(&format!("ag-box up {name} --node nodeA")).ok();
     let before = renewed_at(&c, name);
     std::thread::sleep(Duration::from_millis(2100));

@@ -5,16 +5,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::CommandFactory;
 use clap_complete::engine::CompletionCandidate;
 
 use super::{Ctx, record_cache_dir};
-use crate::cli::Cli;
 use crate::config::Config;
 
 /// When the shell asks for completions, answer and exit; otherwise return.
 pub fn answer_if_asked() {
-    clap_complete::CompleteEnv::with_factory(Cli::command).complete();
+    clap_complete::CompleteEnv::with_factory(crate::cli::command).complete();
 }
 
 /// How long a <Tab> waits for the store before it answers from this node's record cache.
@@ -47,6 +45,69 @@ pub fn box_names() -> Vec<CompletionCandidate> {
         .collect()
 }
 
+/// The nodes of this install: this one and its nodes file's.
+pub fn node_names() -> Vec<CompletionCandidate> {
+    let Ok(config) = Config::load() else {
+        return Vec::new();
+    };
+    let mut names = vec![config.node.clone()];
+    names.extend(config.nodes.iter().map(|n| n.name.clone()));
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|n| {
+            let help = if n == config.node { "this node" } else { "" };
+            CompletionCandidate::new(n).help((!help.is_empty()).then(|| help.into()))
+        })
+        .collect()
+}
+
+/// What `set` takes, with the values that are a fixed few.
+pub fn setting_keys() -> Vec<CompletionCandidate> {
+    [
+        ("memory_max=", "a size (4G, 50%) or none"),
+        ("nix=true", "shells in nix develop /etc/base-flake"),
+        ("nix=false", ""),
+        ("pin=", "a node, or none"),
+        ("uid=", "a number in ag-box's range"),
+        ("gid=", "a number in ag-box's range"),
+        ("network=allow", "the node's list and the box's entries"),
+        ("network=none", "no network"),
+        ("network=host", "the node's network, unguarded"),
+        ("allow=", "entries, comma-separated (empty clears them)"),
+    ]
+    .into_iter()
+    .map(|(k, help)| CompletionCandidate::new(k).help((!help.is_empty()).then(|| help.into())))
+    .collect()
+}
+
+/// Snapshot ids (short), newest first, each with its box and time; none when the repository
+/// does not answer at once.
+pub fn snapshot_ids() -> Vec<CompletionCandidate> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let listed = Ctx::load().and_then(|ctx| ctx.restic()?.snapshots(None));
+        let _ = tx.send(listed);
+    });
+    let Ok(Ok(mut snapshots)) = rx.recv_timeout(STORE_WAIT) else {
+        return Vec::new();
+    };
+    snapshots.sort_by(|a, b| b.time.cmp(&a.time));
+    snapshots
+        .into_iter()
+        .map(|s| {
+            let help = format!(
+                "{} {}",
+                s.tag("box").unwrap_or("globals"),
+                s.time.get(..19).unwrap_or(&s.time)
+            );
+            CompletionCandidate::new(crate::sys::restic::short(&s.id).to_string())
+                .help(Some(help.into()))
+        })
+        .collect()
+}
+
 /// The boxes of this node's record cache (the last listing here).
 fn cached_names() -> Vec<(String, String)> {
     let Some(dir) = Config::load().ok().as_ref().and_then(record_cache_dir) else {
@@ -69,9 +130,47 @@ fn cached_names() -> Vec<(String, String)> {
     names
 }
 
-/// The man pages (ag-box.1 and one per verb, ag-box-up.1 ...) into `dir`.
+/// The man pages (ag-box.1 and one per verb, ag-box-up.1 ...) into `dir`: clap's sections, then
+/// EXAMPLES, EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO (`plan::manual`).
 pub fn man(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    clap_mangen::generate_to(Cli::command(), dir)
-        .with_context(|| format!("writing the man pages into {}", dir.display()))
+    let mut top = crate::cli::command().disable_help_subcommand(true);
+    top.build();
+    let mut pages = vec![(top.clone(), String::new())];
+    for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages.push((sub.clone(), sub.get_name().to_string()));
+        for action in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
+            pages.push((action.clone(), sub.get_name().to_string()));
+        }
+    }
+    for (cmd, verb) in pages {
+        let path = dir.join(clap_mangen::Man::new(cmd.clone()).get_filename());
+        std::fs::write(&path, man_page(cmd, &verb)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn man_page(cmd: clap::Command, verb: &str) -> Result<Vec<u8>> {
+    let examples = cmd.get_after_help().map(ToString::to_string);
+    let has_options = cmd.get_arguments().any(|a| !a.is_hide_set());
+    let has_subcommands = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let has_version = cmd.get_version().is_some();
+    let man = clap_mangen::Man::new(cmd);
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    if has_options {
+        man.render_options_section(&mut page)?;
+    }
+    if has_subcommands {
+        man.render_subcommands_section(&mut page)?;
+    }
+    page.extend(crate::plan::manual::man_sections(verb, examples.as_deref()).into_bytes());
+    if has_version {
+        man.render_version_section(&mut page)?;
+    }
+    Ok(page)
 }
