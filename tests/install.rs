@@ -236,10 +236,11 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
             "{line:?} + Tab did not become {expect:?}:\n{screen}"
         );
     };
-    tab("ag-box snaps", "ag-box snapshot ");
+    // (The screen keeps no trailing space: each expectation is longer than what was typed.)
+    tab("ag-box snaps", "ag-box snapshot");
     tab(
         &format!("ag-box attach {}", &name[..3]),
-        &format!("ag-box attach {name} "),
+        &format!("ag-box attach {name}"),
     );
     tab(
         &format!("ag-box set {name} netw"),
@@ -251,7 +252,7 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
         .to_string();
     tab(
         &format!("ag-box rollback {name} {}", &snap[..6]),
-        &format!("ag-box rollback {name} {snap} "),
+        &format!("ag-box rollback {name} {snap}"),
     );
     a.sh(&format!("ag-box up {name} --node nodeA")).ok();
     let before = renewed_at(&c, name);
