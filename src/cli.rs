@@ -66,6 +66,9 @@ pub enum Cmd {
         /// Start the box's shell inside `nix develop /etc/base-flake`
         #[arg(long)]
         nix: bool,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
     },
     /// Start a box on this node, restoring its newest snapshot when needed
     #[command(after_help = "Example: ag-box up myproj")]
@@ -79,6 +82,9 @@ pub enum Cmd {
         /// Take the lease from another node (its unsnapshotted work forks)
         #[arg(long)]
         force: bool,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
     },
     /// Attach to the box's tmux session
     #[command(after_help = "Example: ag-box attach myproj")]
@@ -111,6 +117,9 @@ pub enum Cmd {
         /// Count a snapshot restic could not read every file for (or of an empty project)
         #[arg(long)]
         accept_partial: bool,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
     },
     /// Stop the box without a snapshot; its lease and copy stay on this node
     #[command(
@@ -173,6 +182,9 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Do not ask before stopping and restarting a running box (for scripts)
         #[arg(long)]
         yes: bool,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
     },
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]
@@ -209,6 +221,9 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Do not ask for the name (for scripts)
         #[arg(long)]
         yes: bool,
+        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
     },
     /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
     /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them)
@@ -338,6 +353,9 @@ pub struct SnapshotArgs {
     /// Count a snapshot restic could not read every file for (or of an empty project)
     #[arg(long)]
     pub accept_partial: bool,
+    /// Print the result as JSON (schema_version 1; see docs/reference.md)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]

@@ -79,3 +79,79 @@ fn colour_only_where_the_terminal_wants_it() {
         assert!(!out.contains("\x1b["), "{env}: colour in {out:?}");
     }
 }
+
+/// Every verb's `--json`, through a box's life on the bare host, is what
+/// `docs/json-shapes.json` says, key for key.
+#[test]
+fn every_json_output_has_its_documented_shape() {
+    let Some(host) = Host::new("json") else {
+        return;
+    };
+    let name = format!("json-{}", std::process::id());
+    let home = host.home().to_string();
+    let proj = format!("{home}/{name}");
+    host.sh(&format!(
+        "mkdir -p {proj} && echo v1 > {proj}/f && ag-box init"
+    ))
+    .ok();
+    let json = |verb: &str, args: &str| -> serde_json::Value {
+        let out = host.sh(&format!("ag-box {args} --json"));
+        let text = out.stdout();
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{verb}: {e}: {text}\n{}", out.stderr()))
+    };
+    let shaped = |verb: &str, args: &str| {
+        let doc = json(verb, args);
+        common::assert_shape(verb, &doc);
+        doc
+    };
+    let tracked = shaped("track", &format!("track {name}"));
+    shaped("up", &format!("up {name}"));
+    // A change, and a request the proxy refuses, for the diff and the egress log.
+    host.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo v2 > f; echo new > g; curl -s -m 5 http://x.invalid/ >/dev/null; true'"
+    ))
+    .ok();
+    let diff = shaped("diff", &format!("diff {name}"));
+    assert_eq!(diff["changes"].as_array().map(Vec::len), Some(2), "{diff}");
+    let egress = shaped("egress", &format!("egress {name}"));
+    assert!(
+        !egress["decisions"].as_array().unwrap().is_empty(),
+        "{egress}"
+    );
+    let taken = shaped("snapshot", &format!("snapshot {name}"));
+    assert_eq!(taken["snapshots"][0]["outcome"], "taken");
+    shaped("ls", "ls");
+    shaped("status", "status");
+    shaped("doctor", "doctor");
+    let history = shaped("history", &format!("history {name} --events"));
+    for entry in history["entries"].as_array().unwrap() {
+        let kind = entry["kind"].as_str().unwrap();
+        common::assert_shape(&format!("history_{kind}"), entry);
+    }
+    let parked = shaped("park", &format!("park {name}"));
+    // Back to the first snapshot (parked: only the record moves), then a copy elsewhere.
+    let first = tracked["snapshot"].as_str().unwrap();
+    let back = shaped("rollback", &format!("rollback {name} {}", &first[..8]));
+    assert_eq!(
+        (&back["snapshot"], &back["undo"]),
+        (&tracked["snapshot"], &parked["snapshot"])
+    );
+    let look = shaped(
+        "rollback",
+        &format!("rollback {name} {} --to {home}/look-{name}", &first[..8]),
+    );
+    assert_eq!(look["undo"], serde_json::Value::Null);
+    let dropped = shaped("drop", &format!("drop {name} --yes"));
+    // The first and the one taken while it ran (park found nothing new since: no third).
+    let mut deleted: Vec<&str> = dropped["snapshots_deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    deleted.sort_unstable();
+    let mut expected = [first, taken["snapshots"][0]["snapshot"].as_str().unwrap()];
+    expected.sort_unstable();
+    assert_eq!(deleted, expected);
+}

@@ -587,7 +587,7 @@ fn snapshot_active_takes_every_box_at_once_and_still_reports_a_fork() {
     assert_code(
         &out,
         3,
-        &format!("box(es) {taken} run here but were taken over"),
+        &format!("box {taken} runs here but was taken over"),
     );
     let lines: Vec<String> = out.stdout().lines().map(str::to_string).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");

@@ -18,8 +18,11 @@ struct Report<'a> {
     schema_version: u32,
     #[serde(rename = "box")]
     name: &'a str,
+    /// Full snapshot ids; `to` is null for this node's working copy (then named by
+    /// `working_copy_on`, null otherwise).
     from: &'a str,
-    to: &'a str,
+    to: Option<&'a str>,
+    working_copy_on: Option<&'a str>,
     changes: &'a [Change],
 }
 
@@ -50,11 +53,11 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
             })?,
     };
     let old = restic.files(&from)?;
-    let (to, new) = match snapshots.get(1) {
+    let (to_id, new) = match snapshots.get(1) {
         Some(prefix) => {
             let id = id_of(prefix)?;
             let files = restic.files(&id)?;
-            (short(&id).to_string(), files)
+            (Some(id), files)
         }
         None => {
             let spec = ctx.spec(&meta);
@@ -65,23 +68,20 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
                 )
                 .into());
             }
-            (
-                format!("the working copy on {}", ctx.config.node),
-                working_copy::files(&spec)?,
-            )
+            (None, working_copy::files(&spec)?)
         }
     };
     let changes = diff::compare(&old, &new);
     if json {
-        let from = short(&from);
         let report = Report {
             schema_version: JSON_SCHEMA_VERSION,
             name,
-            from,
-            to: &to,
+            from: &from,
+            to: to_id.as_deref(),
+            working_copy_on: to_id.is_none().then_some(ctx.config.node.as_str()),
             changes: &changes,
         };
-        out!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_json(&report)?;
         return Ok(());
     }
     for c in &changes {
@@ -99,6 +99,9 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
         };
         out!("{mark} {}  ({sizes})", escaped(&c.path.to_string_lossy()));
     }
+    let to = to_id.map_or(format!("the working copy on {}", ctx.config.node), |id| {
+        short(&id).to_string()
+    });
     let count = |w: What| changes.iter().filter(|c| c.what == w).count();
     say!(
         "box '{name}': from snapshot {} to {to}: {} added, {} removed, {} modified",

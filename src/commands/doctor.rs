@@ -57,7 +57,7 @@ pub fn run(json: bool, unlock: bool) -> Result<()> {
             node,
             checks: &checks,
         };
-        out!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_json(&report)?;
     } else {
         for c in &checks {
             let status = match c.status {

@@ -41,7 +41,21 @@ fn confirm(name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn run(name: &str, yes: bool) -> Result<()> {
+/// `drop --json`.
+#[derive(serde::Serialize)]
+struct Dropped<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    /// The full ids of the snapshots deleted.
+    snapshots_deleted: &'a [String],
+    /// The project, left as it was.
+    path: &'a std::path::Path,
+    /// Where its agent home was set aside (null: it had none here).
+    agent_home_kept_at: Option<&'a std::path::Path>,
+}
+
+pub fn run(name: &str, yes: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;
@@ -150,12 +164,22 @@ pub fn run(name: &str, yes: bool) -> Result<()> {
         crate::plan::text::count(ids.len(), "snapshot"),
         stored.meta.path.display(),
         kept_home
+            .as_ref()
             .map(|p| format!(
                 ", and its agent home (transcripts) is set aside at {}",
                 p.display()
             ))
             .unwrap_or_default()
     );
+    if json {
+        super::print_json(&Dropped {
+            schema_version: super::JSON_SCHEMA_VERSION,
+            name,
+            snapshots_deleted: &ids,
+            path: &stored.meta.path,
+            agent_home_kept_at: kept_home.as_deref(),
+        })?;
+    }
     Ok(())
 }
 

@@ -93,7 +93,7 @@ pub fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
         decisions: all[all.len().saturating_sub(last)..].to_vec(),
     };
     if json && !follow {
-        out!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_json(&report)?;
         return Ok(());
     }
     if !json {

@@ -43,7 +43,16 @@ pub fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
             latest,
             entries: &entries,
         };
-        out!("{}", serde_json::to_string_pretty(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(entries) = v
+            .get_mut("entries")
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            for e in entries.iter_mut().filter(|e| e["kind"] == "event") {
+                *e = crate::plan::json::event(e.take());
+            }
+        }
+        super::print_json(&v)?;
         return Ok(());
     }
     if entries.is_empty() {

@@ -50,7 +50,13 @@ pub fn run(json: bool) -> Result<()> {
             schema_version: JSON_SCHEMA_VERSION,
             boxes: &rows,
         };
-        out!("{}", serde_json::to_string_pretty(&listing)?);
+        let mut v = serde_json::to_value(&listing)?;
+        if let Some(boxes) = v.get_mut("boxes").and_then(serde_json::Value::as_array_mut) {
+            for b in boxes.iter_mut() {
+                *b = crate::plan::json::record(b.take());
+            }
+        }
+        super::print_json(&v)?;
         return Ok(());
     }
     if rows.is_empty() {

@@ -48,6 +48,13 @@ pub use crate::lifecycle::RUN_ROOT;
 /// field changes meaning or goes away, not when one is added.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
+/// Print a `--json` document on stdout, its timestamps to the second (`plan::json`).
+pub fn print_json(doc: &impl serde::Serialize) -> Result<()> {
+    let v = crate::plan::json::normalized(serde_json::to_value(doc)?);
+    out!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
 /// Where this node keeps the records it last listed from the S3 store (None: the local store).
 pub fn record_cache_dir(config: &Config) -> Option<std::path::PathBuf> {
     let bucket: String = config

@@ -5,10 +5,33 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::lifecycle;
 
-pub fn run(name: &str, accept_partial: bool) -> Result<()> {
+/// `park --json`.
+#[derive(serde::Serialize)]
+struct Parked<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    /// The node it was parked on, now free of it.
+    node: &'a str,
+    /// The final snapshot's full id: what the next `up` restores.
+    snapshot: &'a str,
+}
+
+pub fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
-    lifecycle::park::park(&ctx.world(&restic), name, accept_partial)
+    let snapshot = lifecycle::park::park(&ctx.world(&restic), name, accept_partial)?;
+    if json {
+        super::print_json(&Parked {
+            schema_version: super::JSON_SCHEMA_VERSION,
+            name,
+            node: &ctx.config.node,
+            snapshot: &snapshot,
+        })
+    } else {
+        out!("{name} {snapshot}");
+        Ok(())
+    }
 }

@@ -12,7 +12,35 @@ use crate::plan::restic::{SnapshotInfo, same_snapshot};
 use crate::store::meta::SnapshotRef;
 use crate::sys::restic::{Restic, short};
 
-pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool) -> Result<()> {
+/// `rollback --json`.
+#[derive(serde::Serialize)]
+struct RolledBack<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    /// The full id of the snapshot the box is now at.
+    snapshot: &'a str,
+    /// The snapshot that keeps the state it replaced: `rollback <box> <it>` undoes this (null:
+    /// nothing was replaced).
+    undo: Option<&'a str>,
+    /// Where a copy was restored instead (`--to`), the box untouched.
+    restored_to: Option<&'a Path>,
+}
+
+pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool, json: bool) -> Result<()> {
+    let done = |snapshot: &str, undo: Option<&str>, restored_to: Option<&Path>| {
+        if json {
+            super::print_json(&RolledBack {
+                schema_version: super::JSON_SCHEMA_VERSION,
+                name,
+                snapshot,
+                undo,
+                restored_to,
+            })
+        } else {
+            Ok(())
+        }
+    };
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;
@@ -20,7 +48,8 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool) -> Result<(
     restic.require_repo()?;
     let target = restic.find(name, snapshot)?;
     if let Some(dir) = to {
-        return restore_elsewhere(&restic, name, &target, dir);
+        restore_elsewhere(&restic, name, &target, dir)?;
+        return done(&target.id, None, Some(dir));
     }
     let to = SnapshotRef {
         id: target.id.clone(),
@@ -51,7 +80,7 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool) -> Result<(
                 ""
             }
         );
-        return Ok(());
+        return done(&to.id, None, None);
     }
     if here && ctx.runtime.is_active(&ctx.spec(&meta)) && !yes {
         confirm_restart(name, &to.id)?;
@@ -64,7 +93,11 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool) -> Result<(
         short(&replaced),
         short(&replaced)
     );
-    Ok(())
+    done(
+        &to.id,
+        Some(replaced.as_str()).filter(|r| !r.is_empty()),
+        None,
+    )
 }
 
 /// A running box is stopped (its sessions end) and started again: asked on a terminal, else

@@ -31,7 +31,7 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     }
     restic.ensure_repo()?;
     let [name] = names.as_slice() else {
-        return snapshot_active(&ctx, &restic, &names, args.accept_partial);
+        return snapshot_active(&ctx, &restic, &names, args.accept_partial, args.json);
     };
     let world = ctx.world(&restic);
     let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
@@ -43,8 +43,45 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
         take(&world, &current, args.accept_partial)
     })?;
     let outcome = Outcome::of(&taken);
-    out!("{name} {}{}", taken.snapshot.id, outcome.note());
+    if args.json {
+        print_report(&names, &[outcome], &[Some(taken.snapshot.id)])?;
+    } else {
+        out!("{name} {}{}", taken.snapshot.id, outcome.note());
+    }
     conclude(&names, vec![outcome])
+}
+
+/// `snapshot --json`.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    schema_version: u32,
+    snapshots: Vec<BoxSnapshot<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct BoxSnapshot<'a> {
+    #[serde(rename = "box")]
+    name: &'a str,
+    outcome: Outcome,
+    /// The full id of the snapshot the box is at now (a fork's, when it forked); null when it
+    /// failed.
+    snapshot: Option<&'a str>,
+}
+
+fn print_report(names: &[String], outcomes: &[Outcome], ids: &[Option<String>]) -> Result<()> {
+    super::print_json(&Report {
+        schema_version: super::JSON_SCHEMA_VERSION,
+        snapshots: names
+            .iter()
+            .zip(outcomes)
+            .zip(ids)
+            .map(|((name, outcome), id)| BoxSnapshot {
+                name,
+                outcome: *outcome,
+                snapshot: id.as_deref(),
+            })
+            .collect(),
+    })
 }
 
 /// Several boxes: ordered and run side by side as `plan::active` says, by what the last run
@@ -54,6 +91,7 @@ fn snapshot_active(
     restic: &Restic,
     names: &[String],
     accept_partial: bool,
+    json: bool,
 ) -> Result<()> {
     let side_by_side = restic.version().is_some_and(Version::runs_side_by_side);
     let state_dir = &ctx.config.state_dir;
@@ -74,8 +112,13 @@ fn snapshot_active(
         ordered.join(" ")
     );
     let waves = active::waves(ordered.len(), width);
-    let (ran, busy) = with_cores_busy(|| snapshot_in_parallel(&ordered, &waves, accept_partial));
-    let (outcomes, seconds) = ran?;
+    let (ran, busy) =
+        with_cores_busy(|| snapshot_in_parallel(&ordered, &waves, accept_partial, !json));
+    let Ran {
+        outcomes,
+        seconds,
+        ids,
+    } = ran?;
     let quickest_backup = outcomes
         .iter()
         .zip(&seconds)
@@ -97,14 +140,19 @@ fn snapshot_active(
     if let Err(e) = kept {
         tracing::warn!("keeping what this run measured: {e:#}");
     }
+    if json {
+        print_report(&ordered, &outcomes, &ids)?;
+    }
     conclude(&ordered, outcomes)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 enum Outcome {
     Taken,
     /// Nothing new since the box's last snapshot: none was taken (nor a restic run).
     Unchanged,
+    #[serde(rename = "fork")]
     Forked,
     Failed,
 }
@@ -139,13 +187,16 @@ impl Outcome {
 /// and its reading costs that check five seconds (restic #1523, still so in 0.19): with a
 /// sliding window, a box starting as another ends did so in about one run in five on the rig.
 ///
-/// Returns each box's outcome and the seconds it took.
+/// Returns each box's outcome, the seconds it took and the snapshot it is at (its line's);
+/// each box's line is printed as it ends when `print`.
 fn snapshot_in_parallel(
     names: &[String],
     waves: &[usize],
     accept_partial: bool,
-) -> Result<(Vec<Outcome>, Vec<f64>)> {
+    print: bool,
+) -> Result<Ran> {
     let exe = host::own_exe();
+    let mut ids = vec![None; names.len()];
     let mut outcomes = vec![Outcome::Failed; names.len()];
     let mut seconds = vec![0.0; names.len()];
     let mut running: Vec<(usize, Instant, std::process::Child)> = Vec::new();
@@ -185,7 +236,10 @@ fn snapshot_in_parallel(
                         let _ = o.read_to_string(&mut text);
                     }
                     let text = text.trim_end();
-                    out!("{text}");
+                    if print {
+                        out!("{text}");
+                    }
+                    ids[i] = text.split_whitespace().nth(1).map(str::to_string);
                     outcomes[i] = match cmd::exit_code(status) {
                         0 if text.ends_with(Outcome::Unchanged.note()) => Outcome::Unchanged,
                         0 => Outcome::Taken,
@@ -200,7 +254,20 @@ fn snapshot_in_parallel(
         }
         running = still;
     }
-    Ok((outcomes, seconds))
+    Ok(Ran {
+        outcomes,
+        seconds,
+        ids,
+    })
+}
+
+/// What each box's snapshot of a run came to, in the run's order.
+struct Ran {
+    outcomes: Vec<Outcome>,
+    /// How long each took.
+    seconds: Vec<f64>,
+    /// The snapshot each is at (its line's), None when it failed.
+    ids: Vec<Option<String>>,
 }
 
 /// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).
@@ -260,10 +327,17 @@ fn conclude(names: &[String], outcomes: Vec<Outcome>) -> Result<()> {
     if !forked.is_empty() {
         return Err(UserError::new(
             Code::LeaseHeld,
-            format!(
-                "box(es) {} run here but were taken over by another node; their snapshots here are forks",
-                forked.join(", ")
-            ),
+            if forked.len() == 1 {
+                format!(
+                    "box {} runs here but was taken over by another node; its snapshot here is a fork",
+                    forked[0]
+                )
+            } else {
+                format!(
+                    "boxes {} run here but were taken over by another node; their snapshots here are forks",
+                    forked.join(", ")
+                )
+            },
             "'ag-box park <box>' here stops this copy; its files stay in the fork snapshot",
         )
         .into());

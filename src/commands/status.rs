@@ -34,7 +34,8 @@ struct Status {
     tmpfs_max: u64,
     /// `BOX_SNAPSHOT_ADD_MAX` in bytes; null: no bound.
     snapshot_add_max: Option<u64>,
-    timer: String,
+    /// The hourly snapshot timer's state; null without systemd.
+    timer: Option<String>,
     /// What the last `snapshot --active` here measured (the hourly timer runs it).
     last_active_run: Option<ActiveRun>,
     runtime: &'static str,
@@ -82,18 +83,21 @@ struct BoxEgress {
     paused_since: Option<String>,
 }
 
-fn timer_state(runtime: Runtime) -> String {
+/// What `systemctl is-active box-snapshot.timer` says (`active`, `inactive`, ...); None without
+/// systemd (the direct runtime has no timer).
+fn timer_state(runtime: Runtime) -> Option<String> {
     if runtime != Runtime::Systemd {
-        return "n/a (no systemd)".into();
+        return None;
     }
-    match cmd::which("systemctl") {
-        Some(sc) => Command::new(sc)
+    let said = cmd::which("systemctl").and_then(|sc| {
+        Command::new(sc)
             .args(["is-active", "box-snapshot.timer"])
             .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_else(|e| format!("unknown ({e})")),
-        None => "unknown (no systemctl)".into(),
-    }
+            .ok()
+    });
+    Some(said.map_or("unknown".into(), |o| {
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }))
 }
 
 /// The last count of the repository's snapshots, and when it was made.
@@ -200,7 +204,7 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
             .collect(),
     };
     if json {
-        out!("{}", serde_json::to_string_pretty(&s)?);
+        super::print_json(&s)?;
         return Ok(());
     }
     out!("node:          {} (ag-box {})", s.node, s.version);
@@ -240,7 +244,12 @@ pub fn run(json: bool, deep: bool) -> Result<()> {
                 history::size(b)
             ))
     );
-    out!("snapshot timer: {}", s.timer);
+    out!(
+        "snapshot timer: {}",
+        s.timer
+            .as_deref()
+            .unwrap_or("none (no systemd: the direct runtime)")
+    );
     if let Some(r) = &s.last_active_run {
         out!(
             "last --active: {}, {} boxes, {} at once (cores {:.0}% busy){}, at most {} MiB per process",

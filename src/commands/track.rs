@@ -13,7 +13,23 @@ use crate::store::{self, events};
 use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
 
-pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
+/// `track --json`.
+#[derive(serde::Serialize)]
+struct Tracked<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    path: &'a std::path::Path,
+    /// The node that holds it now (its files are here).
+    node: &'a str,
+    uid: u32,
+    gid: u32,
+    pinned_node: Option<&'a str>,
+    /// The first snapshot's full id.
+    snapshot: &'a str,
+}
+
+pub fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
     names::validate(name)?;
     let ctx = Ctx::load()?;
     let given = path.unwrap_or_else(|| ctx.config.home.join(name));
@@ -115,6 +131,18 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool) -> Result<()> {
                 project.display(),
                 short(&t.snapshot.id)
             );
+            if json {
+                super::print_json(&Tracked {
+                    schema_version: super::JSON_SCHEMA_VERSION,
+                    name,
+                    path: &project,
+                    node,
+                    uid: ids.uid,
+                    gid: ids.gid,
+                    pinned_node: meta.pinned_node.as_deref(),
+                    snapshot: &t.snapshot.id,
+                })?;
+            }
             Ok(())
         }
         Err(e) => {

@@ -10,7 +10,35 @@ use crate::store::lease::{self, UpPlan};
 use crate::sys::nodes::Nodes;
 use crate::sys::{cmd, interrupt};
 
-pub fn run(name: &str, node: Option<&str>, force: bool) -> Result<()> {
+/// `up --json`: the box as it now runs, from its record.
+#[derive(serde::Serialize)]
+struct Started<'a> {
+    schema_version: u32,
+    #[serde(rename = "box")]
+    name: &'a str,
+    node: Option<&'a str>,
+    epoch: Option<u64>,
+    /// The snapshot it was last saved as (full id): what a restore brought, if one did.
+    snapshot: Option<&'a str>,
+}
+
+pub fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Result<()> {
+    start(name, node, force)?;
+    if json {
+        let ctx = Ctx::load()?;
+        let meta = ctx.tracked(name)?.meta;
+        super::print_json(&Started {
+            schema_version: super::JSON_SCHEMA_VERSION,
+            name,
+            node: meta.lease.as_ref().map(|l| l.node.as_str()),
+            epoch: meta.lease.as_ref().map(|l| l.epoch),
+            snapshot: meta.last_snapshot.as_ref().map(|s| s.id.as_str()),
+        })?;
+    }
+    Ok(())
+}
+
+fn start(name: &str, node: Option<&str>, force: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
     if stored.meta.dropping {

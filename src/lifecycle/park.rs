@@ -13,7 +13,8 @@ use crate::sys::{crash, digest};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
 /// the lease.
-pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
+/// Returns the final snapshot's id.
+pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
     let _lock = w.lock(name, "park")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -120,12 +121,11 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<()> {
             ..Default::default()
         },
     );
-    out!("{name} {}", snapshot.id);
     say!(
         "parked box '{name}' (snapshot {}); this node is free of it",
         short(&snapshot.id)
     );
-    Ok(())
+    Ok(snapshot.id)
 }
 
 fn taken_over(name: &str, lost: LeaseLost, snapshot: &str) -> UserError {

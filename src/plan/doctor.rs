@@ -18,7 +18,7 @@ pub struct Check {
     pub check: String,
     pub status: Status,
     pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// null when the check passed.
     pub fix: Option<String>,
 }
 

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod egress;
 pub mod globals;
 pub mod history;
+pub mod json;
 pub mod manual;
 pub mod names;
 pub mod project;

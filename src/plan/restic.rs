@@ -258,6 +258,13 @@ pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
     a
 }
 
+/// `restic snapshots --json <id>`: the one snapshot a (short) id names.
+pub fn snapshot_named_args(id: &str) -> Vec<String> {
+    ["snapshots", "--json", "--no-lock", id]
+        .map(String::from)
+        .to_vec()
+}
+
 /// A line of `restic backup --json` (and `restore --json` on restic 0.16+).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "message_type", rename_all = "snake_case")]
@@ -581,5 +588,9 @@ mod tests {
             ["snapshots", "--json", "--no-lock", "--tag", "box:x"]
         );
         assert_eq!(snapshots_args(None), ["snapshots", "--json", "--no-lock"]);
+        assert_eq!(
+            snapshot_named_args("ab12cd34"),
+            ["snapshots", "--json", "--no-lock", "ab12cd34"]
+        );
     }
 }

@@ -23,13 +23,13 @@ pub struct Record {
     pub method: String,
     pub allowed: bool,
     /// The entry that admitted it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub rule: Option<String>,
     /// Why it was refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reason: Option<String>,
     /// Admitted, but the destination could not be reached or the exchange broke.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
     /// From the box to the destination.
     pub bytes_out: u64,

@@ -552,13 +552,31 @@ impl Restic {
                     );
                 }
                 Ok(Backup {
-                    id: snapshot_id,
+                    id: self.full_id(snapshot_id),
                     unreadable,
                     files_added: files_new + files_changed,
                     bytes_added: data_added,
                 })
             }
             _ => anyhow::bail!("restic backup of {label} printed no snapshot id"),
+        }
+    }
+
+    /// The full id of a snapshot restic named by its short id (0.14's backup summary does):
+    /// records and `--json` hold full ids. Kept short when restic cannot say.
+    fn full_id(&self, id: String) -> String {
+        if id.len() >= 64 {
+            return id;
+        }
+        match self.snapshots_named(&id) {
+            Ok(found) => match found.as_slice() {
+                [one] => one.id.clone(),
+                _ => id,
+            },
+            Err(e) => {
+                tracing::debug!("the full id of snapshot {id}: {e:#}");
+                id
+            }
         }
     }
 
@@ -725,6 +743,16 @@ impl Restic {
     /// Remove stale locks only (restic's own judgement).
     pub fn unlock(&self) -> Result<()> {
         self.run(&["unlock".into()], &mut |_| {}).map(|_| ())
+    }
+
+    /// The snapshot `id` names (a prefix), as `restic snapshots <id>` lists it.
+    fn snapshots_named(&self, id: &str) -> Result<Vec<SnapshotInfo>> {
+        let mut text = String::new();
+        self.run(&plan::snapshot_named_args(id), &mut |l| {
+            text.push_str(l);
+            text.push('\n');
+        })?;
+        serde_json::from_str(text.trim()).context("parsing restic snapshots --json")
     }
 
     pub fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {

@@ -436,3 +436,81 @@ pub fn attach_and_type(t: &dyn Target, name: &str) -> String {
     );
     out.stdout()
 }
+
+/// Checks `doc` against the shape `docs/json-shapes.json` gives `name`, key for key: no key
+/// missing, none extra, each of its type.
+pub fn assert_shape(name: &str, doc: &serde_json::Value) {
+    let text = std::fs::read_to_string(repo_root().join("docs/json-shapes.json")).unwrap();
+    let shapes: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(shapes.get(name).is_some(), "no shape named {name}");
+    let mut wrong = Vec::new();
+    check_shape(&shapes[name], doc, name, &mut wrong);
+    assert!(wrong.is_empty(), "{name}: {wrong:#?}\n{doc:#}");
+}
+
+fn check_shape(
+    shape: &serde_json::Value,
+    v: &serde_json::Value,
+    at: &str,
+    wrong: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    match shape {
+        Value::String(types) => {
+            if !types.split('|').any(|t| of_type(t, v)) {
+                wrong.push(format!("{at}: {v} is not {types}"));
+            }
+        }
+        Value::Object(keys) => {
+            if v.is_null() && keys.contains_key("_null") {
+                return;
+            }
+            let Some(object) = v.as_object() else {
+                wrong.push(format!("{at}: {v} is not an object"));
+                return;
+            };
+            for key in keys.keys().filter(|k| !k.starts_with('_')) {
+                match object.get(key) {
+                    Some(inner) => check_shape(&keys[key], inner, &format!("{at}.{key}"), wrong),
+                    None => wrong.push(format!("{at}.{key} is missing")),
+                }
+            }
+            for key in object.keys().filter(|k| !keys.contains_key(*k)) {
+                wrong.push(format!("{at}.{key} is not documented"));
+            }
+        }
+        Value::Array(items) => match v.as_array() {
+            Some(list) => {
+                for (i, item) in list.iter().enumerate() {
+                    check_shape(&items[0], item, &format!("{at}[{i}]"), wrong);
+                }
+            }
+            None => wrong.push(format!("{at}: {v} is not a list")),
+        },
+        other => panic!("{at}: {other} is no shape"),
+    }
+}
+
+fn of_type(t: &str, v: &serde_json::Value) -> bool {
+    let text = v.as_str().unwrap_or("");
+    match t {
+        "string" => v.is_string(),
+        "number" => v.is_number(),
+        "bool" => v.is_boolean(),
+        "null" => v.is_null(),
+        "any" => true,
+        "id" => text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()),
+        "time" => {
+            let b = text.as_bytes();
+            b.len() == 20
+                && b[19] == b'Z'
+                && b[..19].iter().enumerate().all(|(i, c)| match i {
+                    4 | 7 => *c == b'-',
+                    10 => *c == b'T',
+                    13 | 16 => *c == b':',
+                    _ => c.is_ascii_digit(),
+                })
+        }
+        other => panic!("no type {other}"),
+    }
+}
