@@ -29,7 +29,11 @@ pub fn run(name: &str) -> Result<()> {
             format!("restart it ('ag-box park {name}', then 'ag-box up {name}'), or run 'ag-box exec {name} -- bash' meanwhile"),
         )
     })?;
-    let mut c = Sandbox::open(&spec, ctx.runtime)?.command(&spec.attach_argv())?;
+    let sandbox = Sandbox::open(&spec, ctx.runtime)?;
+    // The client counts as the box's (and pauses with it): the box's tmux server can make it
+    // run a command of the box's choosing (`detach-client -E`).
+    crate::sys::runtime::join_cgroups_of(sandbox.pid);
+    let mut c = sandbox.command(&spec.attach_argv())?;
     c.env_clear().envs(spec.env()).envs(super::caller_term());
     // Through a terminal of ag-box's own, which drops what would act on the operator's
     // terminal beyond its screen (the clipboard, passthrough).

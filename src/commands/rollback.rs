@@ -70,7 +70,10 @@ pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool, json: bool)
         .last_snapshot
         .as_ref()
         .is_some_and(|l| same_snapshot(&l.id, &to.id));
-    if at_latest && (!here || lifecycle::snapshot::unchanged_since_latest(&world, &meta)?) {
+    let parked = meta.lease.is_none();
+    if at_latest
+        && (parked || (here && lifecycle::snapshot::unchanged_since_latest(&world, &meta)?))
+    {
         say!(
             "box '{name}' is already at snapshot {}{}; nothing to roll back",
             short(&to.id),

@@ -199,9 +199,25 @@ fn partial(name: &str, why: &str) -> UserError {
 /// a box filling its copy does not fill the store. Measured against the manifest this node
 /// kept as the copy last equalled a snapshot (at its `up` or `park` here; every file counts when
 /// it kept none), so it counts what changed since then, at least what this one adds.
-fn refuse_above_bound(w: &World, name: &str, now: &Manifest, bound: u64) -> Result<()> {
+fn refuse_above_bound(
+    w: &World,
+    name: &str,
+    copy: &CopyState,
+    now: Option<&Manifest>,
+    bound: u64,
+) -> Result<()> {
+    let Some(now) = now else {
+        return Err(UserError::failed(
+            format!("box '{name}': not snapshotted: a file name in it is not UTF-8, so what it adds cannot be measured against BOX_SNAPSHOT_ADD_MAX"),
+            format!("rename that file, or add --accept-partial to take it (e.g. 'ag-box snapshot {name} --accept-partial')"),
+        )
+        .into());
+    };
     let kept = CopyManifest::load(&w.config.state_dir, name);
-    let changed = delta::bytes_changed(kept.as_ref().map(|k| &k.entries), now);
+    let changed = match copy.snapshot_began {
+        Some(since) => delta::bytes_changed_since(now, since),
+        None => delta::bytes_changed(kept.as_ref().map(|k| &k.entries), now),
+    };
     if changed <= bound {
         return Ok(());
     }
@@ -209,7 +225,11 @@ fn refuse_above_bound(w: &World, name: &str, now: &Manifest, bound: u64) -> Resu
         format!(
             "box '{name}': not snapshotted: {} of its files are new or changed{}, above BOX_SNAPSHOT_ADD_MAX ({})",
             history::size(changed),
-            kept.map_or(String::new(), |k| format!(" since snapshot {}", short(&k.snapshot))),
+            match (copy.snapshot_began, &kept) {
+                (Some(_), _) => " since its last snapshot here".to_string(),
+                (None, Some(k)) => format!(" since snapshot {}", short(&k.snapshot)),
+                (None, None) => String::new(),
+            },
             history::size(bound)
         ),
         format!(
@@ -292,6 +312,7 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     if paused.is_some() {
         crash::point("snapshot.paused");
     }
+    let began = unix_nanos(SystemTime::now());
     // The manifest only where a bound asks what changed.
     let (digest_before, manifest) = match w.config.snapshot_add_max {
         Some(_) => digest::walk(&roots)?,
@@ -308,10 +329,12 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
         .snapshot
         .clone()
         .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
-    if let (Some(bound), Some(now)) = (w.config.snapshot_add_max, &manifest)
+    // (A box's first snapshot, at `track`, is the whole of it.)
+    if let Some(bound) = w.config.snapshot_add_max
+        && meta.last_snapshot.is_some()
         && !accept_partial
     {
-        refuse_above_bound(w, &meta.name, now, bound)?;
+        refuse_above_bound(w, &meta.name, &copy, manifest.as_ref(), bound)?;
     }
     let restored = copy.restored && copy.snapshot.is_some();
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
@@ -393,6 +416,11 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
         } else {
             copy.project_had_files
         },
+        snapshot_began: if forked.is_none() {
+            Some(began)
+        } else {
+            copy.snapshot_began
+        },
         ..copy
     }
     .save(&w.config.state_dir, &meta.name)?;
@@ -410,6 +438,12 @@ pub fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
     let digest = digest::of(&local_copy(&w.spec(meta)))?;
     Ok(unchanged_since_last(meta, &copy, &digest).is_some())
+}
+
+/// Nanoseconds since the Unix epoch (0 before it).
+pub fn unix_nanos(t: SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// The box's last snapshot, when this copy is still what it saved: the copy equals it (as

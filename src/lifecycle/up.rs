@@ -314,6 +314,8 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
         let (digest, manifest) = digest::walk(&roots)?;
         tracing::debug!("box '{}': walked its restored copy", meta.name);
         copy.digest = Some(digest);
+        // Its files' ctimes are the restore's: none of them is new to the snapshot.
+        copy.snapshot_began = Some(snapshot::unix_nanos(SystemTime::now()));
         copy.save(state_dir, &meta.name)?;
         snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
     }

@@ -270,6 +270,25 @@ pub fn bytes_changed(before: Option<&Manifest>, now: &Manifest) -> u64 {
         .sum()
 }
 
+/// The bytes of the files of `now` changed (their ctime) at or after `since` (nanoseconds
+/// since the Unix epoch): at most what a snapshot of `now` reads in over one that began then.
+pub fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
+    now.values()
+        .filter(|line| line.starts_with('f'))
+        .filter_map(|line| {
+            let mut fields = line.split('\0').skip(1);
+            let size = fields.next()?.parse::<u64>().ok()?;
+            let (secs, nanos) = fields.nth(1)?.split_once('.')?;
+            let ctime = secs
+                .parse::<i64>()
+                .ok()?
+                .checked_mul(1_000_000_000)?
+                .checked_add(nanos.parse::<i64>().ok()?)?;
+            (ctime >= since).then_some(size)
+        })
+        .sum()
+}
+
 /// What a node publishes as it parks: its copy went from snapshot `from` to `to` by `delta`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Published {
@@ -751,6 +770,15 @@ mod tests {
         ]);
         assert_eq!(bytes_changed(Some(&before), &now), 430);
         assert_eq!(bytes_changed(None, &now), 440);
+        let timed = m(&[
+            ("/p/old", "f\x00100\x0090.0\x0099.999\x001"),
+            ("/p/new", "f\x0020\x0090.0\x00100.500000000\x002"),
+            ("/p/dir", "d\x000\x0090.0\x00150.0\x003"),
+        ]);
+        assert_eq!(bytes_changed_since(&timed, 100_000_000_000), 20);
+        assert_eq!(bytes_changed_since(&timed, 100_500_000_000), 20);
+        assert_eq!(bytes_changed_since(&timed, 100_500_000_001), 0);
+        assert_eq!(bytes_changed_since(&timed, 0), 120);
     }
 
     #[test]

@@ -8,7 +8,13 @@ use crate::error::UserError;
 
 /// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
 /// restore into a mount point may have left in it).
-pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret", ".ag-box-restore", ".ag-box-previous"];
+pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret", INSIDE_RESTORE, INSIDE_PREVIOUS, INCOMING];
+
+/// ag-box's own work names inside a box's tree: a restore's staging and aside dirs inside a
+/// project that is a mount point, and where a move across filesystems copies first.
+pub const INSIDE_RESTORE: &str = ".ag-box-restore";
+pub const INSIDE_PREVIOUS: &str = ".ag-box-previous";
+pub const INCOMING: &str = ".ag-box-incoming";
 
 pub const FORK_TAG: &str = "fork";
 pub const GLOBALS_TAG: &str = "globals";
@@ -385,6 +391,7 @@ mod tests {
                 "--tag", "box:demo", "--tag", "node:nodeA", "--tag", "epoch:4", "--tag", "fork",
                 "--parent", "abc123", "--ignore-inode", "--exclude", ".auth-secret",
                 "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",
+                "--exclude", ".ag-box-incoming",
                 "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
                 "--", "/root/demo", "/var/lib/ag-box/homes/demo",
@@ -424,6 +431,8 @@ mod tests {
                 ".ag-box-restore",
                 "--exclude",
                 ".ag-box-previous",
+                "--exclude",
+                ".ag-box-incoming",
                 "--",
                 "/p"
             ]
@@ -529,7 +538,8 @@ mod tests {
                 "--target", "/var/lib/ag-box/homes/demo",
                 "--overwrite", "if-changed", "--delete", "--sparse",
                 "--exclude", ".auth-secret", "--exclude", ".ag-box-restore",
-                "--exclude", ".ag-box-previous", "--exclude", "/.codex/auth.json",
+                "--exclude", ".ag-box-previous", "--exclude", ".ag-box-incoming",
+                "--exclude", "/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
             ]
         );

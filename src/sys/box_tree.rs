@@ -189,8 +189,8 @@ impl Tree {
     }
 
     /// Move `src` (a host path outside the tree: a staging dir's entry) to `rel` below the
-    /// root, replacing a file there. Across filesystems it is copied into `rel`'s dir (through
-    /// that dir's handle) under a name of ag-box's, then renamed.
+    /// root, replacing a file there. Across filesystems it is copied into a dir only root may
+    /// enter, made beside `rel` (through that dir's handle), then renamed into place.
     pub fn take_in(&self, src: &Path, rel: &Path) -> Result<()> {
         let (dir, name) = self.parent_of(rel)?;
         let fail = || format!("moving {} to {}", show(src), self.shown(rel));
@@ -198,21 +198,28 @@ impl Tree {
             Err(Errno::XDEV) => {}
             other => return other.with_context(fail),
         }
-        let incoming = OsString::from(".ag-box-incoming");
-        remove_at(&dir, &incoming).with_context(fail)?;
+        let incoming = OsStr::new(crate::plan::restic::INCOMING);
+        remove_at(&dir, incoming).with_context(fail)?;
+        rustix::fs::mkdirat(&dir, incoming, Mode::from_raw_mode(0o700)).with_context(fail)?;
+        let private =
+            rustix::fs::openat(&dir, incoming, DIR_FLAGS, Mode::empty()).with_context(fail)?;
         let via = PathBuf::from(format!(
-            "/proc/{}/fd/{}/.ag-box-incoming",
+            "/proc/{}/fd/{}/entry",
             std::process::id(),
-            std::os::fd::AsRawFd::as_raw_fd(&dir)
+            std::os::fd::AsRawFd::as_raw_fd(&private)
         ));
-        crate::sys::cmd::output(
+        let copied = crate::sys::cmd::output(
             std::process::Command::new("cp")
                 .arg("-a")
                 .arg(src)
                 .arg(&via),
         )
-        .with_context(fail)?;
-        rustix::fs::renameat(&dir, &incoming, &dir, name).with_context(fail)
+        .map(|_| ())
+        .and_then(|()| {
+            rustix::fs::renameat(&private, "entry", &dir, name).map_err(anyhow::Error::from)
+        });
+        let _ = remove_at(&dir, incoming);
+        copied.with_context(fail)
     }
 
     /// The mode and owner of the dir at `rel` (a link or a missing entry there is left alone:

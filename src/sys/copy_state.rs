@@ -49,6 +49,11 @@ pub struct CopyState {
     /// it, even though the box ran here.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stale: bool,
+    /// When (nanoseconds since the Unix epoch) this node's last snapshot of the copy began to
+    /// read it: a file whose ctime is older is in that snapshot (`BOX_SNAPSHOT_ADD_MAX` counts
+    /// the newer ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_began: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,18 +15,22 @@ use crate::plan::sandbox::BoxSpec;
 use crate::plan::unit;
 use crate::store::lease::timestamp;
 use crate::sys::enter::Sandbox;
+use crate::sys::interrupt;
 use crate::sys::runtime::Runtime;
-use crate::sys::{atomic, host};
+use nix::fcntl::{Flock, FlockArg};
 
 /// How long the kernel may take to stop every task of a box (tasks in uninterruptible sleep
 /// are stopped when they leave it).
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The box is paused until this is dropped.
-#[derive(Debug)]
+/// The box is paused until this is dropped. While it lives, the marker file is locked (a
+/// pause whose marker nobody holds locked is an orphan) and SIGINT, SIGTERM and SIGHUP are
+/// noted, not obeyed, so the command ends through this guard's thaw.
 pub struct Paused {
     cgroup: PathBuf,
     marker: PathBuf,
+    _held: Flock<fs::File>,
+    _signals: interrupt::Shield,
 }
 
 impl Drop for Paused {
@@ -38,7 +42,6 @@ impl Drop for Paused {
 /// What the run dir records of a pause.
 #[derive(Serialize, Deserialize)]
 struct Marker {
-    pid: u32,
     cgroup: PathBuf,
     since: String,
 }
@@ -63,7 +66,7 @@ pub fn v2_path_of(pid: &str) -> Option<String> {
 /// The box's own v2 cgroup: the one its sandbox runs in, when that is the box's (its unit's or
 /// the direct runtime's `ag-box-<box>`) and this process is not in it (which would freeze
 /// ag-box too).
-fn box_cgroup(spec: &BoxSpec, runtime: Runtime) -> Option<PathBuf> {
+fn box_cgroup(spec: &BoxSpec, runtime: Runtime) -> Option<(PathBuf, i32)> {
     let mount = v2_mount()?;
     let pid = Sandbox::open(spec, runtime).ok()?.pid;
     let rel = v2_path_of(&pid.to_string())?;
@@ -83,7 +86,7 @@ fn box_cgroup(spec: &BoxSpec, runtime: Runtime) -> Option<PathBuf> {
         tracing::debug!("box '{}': ag-box runs in its cgroup /{rel}", spec.name);
         return None;
     }
-    Some(mount.join(rel))
+    Some((mount.join(rel), pid))
 }
 
 fn marker_of(spec: &BoxSpec) -> PathBuf {
@@ -91,20 +94,34 @@ fn marker_of(spec: &BoxSpec) -> PathBuf {
 }
 
 /// Pause every process of the running box. None (with the reason logged) where it cannot be
-/// paused here: no cgroup v2, the box started before it had a cgroup of its own, or its tasks
-/// did not all stop in time (then it runs on).
+/// paused here: no cgroup v2, the box started before it had a cgroup of its own, its tasks did
+/// not all stop in time, or a process of its own runs outside its cgroup (then it runs on, and
+/// the snapshot is checked instead).
 pub fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
-    let Some(cgroup) = box_cgroup(spec, runtime) else {
+    let Some((cgroup, sandbox_pid)) = box_cgroup(spec, runtime) else {
         return Ok(None);
     };
     let marker = marker_of(spec);
     let record = Marker {
-        pid: std::process::id(),
         cgroup: cgroup.clone(),
         since: timestamp(SystemTime::now()),
     };
-    atomic::write(&marker, &serde_json::to_vec(&record)?, 0o600)?;
-    let paused = Paused { cgroup, marker };
+    let signals = interrupt::Shield::new();
+    // Locked before it is in place: no other command ever sees it unlocked while we live.
+    let fresh = marker.with_extension("json.new");
+    let file = fs::File::create(&fresh).with_context(|| format!("creating {}", fresh.display()))?;
+    let held = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("locking {}", fresh.display()))?;
+    std::io::Write::write_all(&mut &*held, &serde_json::to_vec(&record)?)
+        .and_then(|()| fs::rename(&fresh, &marker))
+        .with_context(|| format!("writing {}", marker.display()))?;
+    let paused = Paused {
+        cgroup,
+        marker,
+        _held: held,
+        _signals: signals,
+    };
     fs::write(paused.cgroup.join("cgroup.freeze"), "1")
         .with_context(|| format!("pausing box '{}'", spec.name))?;
     let deadline = Instant::now() + FREEZE_TIMEOUT;
@@ -119,8 +136,35 @@ pub fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    if let Some(outside) = outside_cgroup(sandbox_pid, &paused.cgroup) {
+        tracing::warn!(
+            "box '{}': its process {outside} runs outside its cgroup, so pausing does not hold the box still; the snapshot is checked for what the box could not have made instead",
+            spec.name
+        );
+        return Ok(None);
+    }
     tracing::debug!("box '{}': paused", spec.name);
     Ok(Some(paused))
+}
+
+/// A process in the sandbox's pid namespace whose cgroup is not `cgroup` or below it (one a
+/// box's tmux server made of an attached client, say).
+fn outside_cgroup(sandbox_pid: i32, cgroup: &Path) -> Option<i32> {
+    let ns = fs::read_link(format!("/proc/{sandbox_pid}/ns/pid")).ok()?;
+    let rel = cgroup
+        .strip_prefix(v2_mount()?)
+        .ok()?
+        .to_string_lossy()
+        .into_owned();
+    fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() == Some(&ns))
+        .find(|pid| {
+            // Gone meanwhile: no matter.
+            v2_path_of(&pid.to_string())
+                .is_some_and(|p| p != rel && !p.starts_with(&format!("{rel}/")))
+        })
 }
 
 fn frozen(cgroup: &Path) -> bool {
@@ -128,13 +172,16 @@ fn frozen(cgroup: &Path) -> bool {
         .is_ok_and(|events| events.lines().any(|l| l == "frozen 1"))
 }
 
+/// Resume the box; the marker stays when that failed, so the next command tries again.
 fn thaw(cgroup: &Path, marker: &Path) {
-    if let Err(e) = fs::write(cgroup.join("cgroup.freeze"), "0")
-        && cgroup.exists()
-    {
-        tracing::warn!("resuming the box in {}: {e}", cgroup.display());
+    match fs::write(cgroup.join("cgroup.freeze"), "0") {
+        Err(e) if cgroup.exists() => {
+            tracing::warn!("resuming the box in {}: {e}", cgroup.display());
+        }
+        _ => {
+            let _ = fs::remove_file(marker);
+        }
     }
-    let _ = fs::remove_file(marker);
 }
 
 /// Since when the box has been paused for a snapshot, if it is.
@@ -146,15 +193,18 @@ fn read_marker(spec: &BoxSpec) -> Option<Marker> {
     serde_json::from_slice(&fs::read(marker_of(spec)).ok()?).ok()
 }
 
-/// Resume a box whose pause outlived the ag-box that made it (killed mid-snapshot).
+/// Resume a box whose pause outlived the ag-box that made it (killed mid-snapshot): its marker
+/// is no longer locked.
 pub fn resume_orphaned(spec: &BoxSpec) {
     let Some(m) = read_marker(spec) else {
         return;
     };
-    let holder = fs::read_link(format!("/proc/{}/exe", m.pid)).ok();
-    if holder.is_some_and(|exe| exe == host::own_exe()) {
+    let Ok(file) = fs::File::open(marker_of(spec)) else {
         return;
-    }
+    };
+    let Ok(_orphan) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+        return;
+    };
     tracing::info!(
         "box '{}': resuming it (paused since {} by an ag-box that is gone)",
         spec.name,

@@ -45,9 +45,7 @@ fn move_into(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
-/// Where a restore into a mount point keeps its staging tree and the previous contents.
-const INSIDE_RESTORE: &str = ".ag-box-restore";
-const INSIDE_PREVIOUS: &str = ".ag-box-previous";
+use crate::plan::restic::{INCOMING, INSIDE_PREVIOUS, INSIDE_RESTORE};
 
 /// Where the previous copy of a path went during a swap.
 enum Aside {
@@ -155,7 +153,7 @@ pub fn recover_leftovers(paths: &[PathBuf], journal: &Path) -> Result<()> {
                 );
                 put_contents_back(path)?;
             }
-            for name in [INSIDE_PREVIOUS, INSIDE_RESTORE] {
+            for name in [INSIDE_PREVIOUS, INSIDE_RESTORE, INCOMING] {
                 if tree.kind(Path::new(name))?.is_some() {
                     tracing::warn!(
                         "removing {}/{name}, which no restore of this node made",

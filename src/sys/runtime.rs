@@ -518,7 +518,11 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
         let _ = k.join();
     }
     drop(file);
+    // Out of them first: a cgroup this process is in cannot be removed.
     for cg in cgroups.made {
+        if let Some(parent) = cg.parent() {
+            let _ = fs::write(parent.join("cgroup.procs"), std::process::id().to_string());
+        }
         let _ = fs::remove_dir(cg);
     }
     Ok(cmd::exit_code(status))
@@ -592,12 +596,15 @@ fn join_box_cgroups(run_dir: &Path, memory_max: Option<&str>) -> BoxCgroups {
         return cgroups;
     };
     let name = unit::direct_cgroup_name(&name.to_string_lossy());
-    let proxy_name = format!("{name}-proxy");
+    // `+` is in no box name: no box's own cgroup is another's proxy's.
+    let proxy_name = format!("{name}+proxy");
     let limit = memory_max.and_then(|m| Some((m, unit::memory_limit_bytes(m, host::mem_total())?)));
     let mut memory_set = false;
     if let (Some(mount), Some(own)) = (freezer::v2_mount(), freezer::v2_path_of("self")) {
         let parent = mount.join(own);
         let dir = parent.join(&name);
+        // One left by a supervisor killed mid-snapshot may still be frozen.
+        let _ = fs::write(dir.join("cgroup.freeze"), "0");
         match join_cgroup(&dir, &[], true) {
             Ok(()) => {
                 // Pure v2: the memory controller is here, when the parent hands it down.
