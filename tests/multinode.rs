@@ -71,7 +71,7 @@ fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
     let out = c.b.sh("ag-box snapshot --active");
     assert_code(&out, 3, "keeps this node's files as a fork");
     assert!(
-        out.stderr().contains("were taken over by another node"),
+        out.stderr().contains("was taken over by another node"),
         "{}",
         out.stderr()
     );
