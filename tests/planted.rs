@@ -672,7 +672,7 @@ fn odd_trees_restore_on_restic_0_18() {
         ),
         1,
         &format!(
-            "box '{name}': not snapshotted: 3.0 MiB of its files are new or changed since snapshot "
+            "box '{name}': not snapshotted: 3.0 MiB of its files are new or changed since its last snapshot here, above BOX_SNAPSHOT_ADD_MAX (2.0 MiB)"
         ),
     );
     let status = sh(&node, &format!("{pre}; {bound}"), "ag-box status")
