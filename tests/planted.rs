@@ -802,3 +802,60 @@ fn a_flood_of_half_requests_costs_only_its_proxy_with_the_direct_runtime() {
         [&format!("flood-{pid}"), &format!("calm-{pid}")],
     );
 }
+
+/// A box stopped while an operator is attached to it (its unit's stop reaches `attach`, which
+/// is in the box's cgroups) gives the operator's terminal back as it was, not raw.
+fn a_box_stopped_under_an_attach_gives_the_terminal_back(t: &dyn Target, pre: &str, name: &str) {
+    let home = t.home();
+    fresh_box(t, pre, name, "");
+    let out = sh(
+        t,
+        pre,
+        &format!(
+            "o=stopped-{name}; tmux -L $o kill-server 2>/dev/null
+             tmux -L $o new-session -d -s $o -x 160 -y 40 'bash --norc --noprofile' || exit 9
+             screen() {{ tmux -L $o capture-pane -p -t $o; }}
+             until_shown() {{ for i in $(seq 300); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; return 1; }}
+             tmux -L $o send-keys -t $o 'stty -g > {home}/tty-before; ag-box attach {name}; stty -g > {home}/tty-after; echo back-$((2*3))' Enter
+             until_shown '\\[(box:|main\\])' || {{ screen; exit 8; }}
+             ag-box stop {name} >/dev/null 2>&1 || exit 7
+             until_shown '^back-6' || {{ screen; exit 6; }}
+             tmux -L $o kill-server
+             cmp {home}/tty-before {home}/tty-after && echo same-mode"
+        ),
+    );
+    assert_eq!(
+        out.stdout().trim_end(),
+        "same-mode",
+        "exit {}: {}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sh(
+        t,
+        pre,
+        &format!("rm -rf {home}/{name} {home}/tty-before {home}/tty-after"),
+    )
+    .ok();
+}
+
+#[test]
+fn a_box_stopped_under_an_attach_gives_the_terminal_back_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    a_box_stopped_under_an_attach_gives_the_terminal_back(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "attached",
+    );
+}
+
+#[test]
+fn a_box_stopped_under_an_attach_gives_the_terminal_back_with_the_direct_runtime() {
+    let Some(host) = Host::new("attached") else {
+        return;
+    };
+    let name = format!("attached-{}", std::process::id());
+    a_box_stopped_under_an_attach_gives_the_terminal_back(&host, "", &name);
+}

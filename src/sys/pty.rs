@@ -113,9 +113,13 @@ pub fn run_relayed(mut cmd: Command, mut filter: Option<OutputFilter>) -> Result
         .context("starting the command on its terminal")?;
     // Only the child holds the terminal's other end now: its end is ours to hang up.
     drop(pty.slave);
+    // A SIGTERM (the box's unit stopping with this process in its cgroups) or a SIGHUP (the
+    // ssh connection gone) is noted, so the operator's terminal gets its mode back first.
+    let signals = crate::sys::interrupt::Shield::new();
     let raw = RawMode::enter()?;
     let status = relay(&pty.master, &mut child, &mut filter, &mut size);
     drop(raw);
+    drop(signals);
     // Closing our end hangs the terminal up: what the command left behind gets EOF, never
     // what the operator types next.
     drop(pty.master);
@@ -143,6 +147,11 @@ fn relay(
             // SAFETY: TIOCSWINSZ reads the one Winsize given.
             let _ = unsafe { set_winsize(master.as_raw_fd(), &raw const now) };
             *size = Some(now);
+        }
+        if let Err(e) = crate::sys::interrupt::check("the session ended") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
         }
         if let Some(status) = child.try_wait()? {
             // What it wrote before it ended still goes out.
