@@ -803,9 +803,10 @@ fn a_flood_of_half_requests_costs_only_its_proxy_with_the_direct_runtime() {
     );
 }
 
-/// A box stopped while an operator is attached to it (its unit's stop reaches `attach`, which
-/// is in the box's cgroups) gives the operator's terminal back as it was, not raw.
-fn a_box_stopped_under_an_attach_gives_the_terminal_back(t: &dyn Target, pre: &str, name: &str) {
+/// An `attach` ended by a signal (the SIGTERM of its box's unit stopping, `attach` being in
+/// the box's cgroups; a hangup) gives the operator's terminal back as it was, not raw. (Run by
+/// `sh`, which, unlike an interactive bash, does not put a killed job's terminal mode back.)
+fn an_attach_ended_by_a_signal_gives_the_terminal_back(t: &dyn Target, pre: &str, name: &str) {
     let home = t.home();
     fresh_box(t, pre, name, "");
     let out = sh(
@@ -816,10 +817,10 @@ fn a_box_stopped_under_an_attach_gives_the_terminal_back(t: &dyn Target, pre: &s
              tmux -L $o new-session -d -s $o -x 160 -y 40 'bash --norc --noprofile' || exit 9
              screen() {{ tmux -L $o capture-pane -p -t $o; }}
              until_shown() {{ for i in $(seq 300); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; return 1; }}
-             tmux -L $o send-keys -t $o 'stty -g > {home}/tty-before; ag-box attach {name}; stty -g > {home}/tty-after; echo back-$((2*3))' Enter
+             tmux -L $o send-keys -t $o \"sh -c 'stty -g > {home}/tty-before; ag-box attach {name}; stty -g > {home}/tty-after'; echo back-\\$((2*3))\" Enter
              until_shown '\\[(box:|main\\])' || {{ screen; exit 8; }}
-             ag-box stop {name} >/dev/null 2>&1 || exit 7
-             until_shown '^back-6' || {{ screen; exit 6; }}
+             pkill -TERM -f '^ag-box attach {name}$' || exit 7
+             until_shown 'back-6' || {{ screen; exit 6; }}
              tmux -L $o kill-server
              cmp {home}/tty-before {home}/tty-after && echo same-mode"
         ),
@@ -834,17 +835,17 @@ fn a_box_stopped_under_an_attach_gives_the_terminal_back(t: &dyn Target, pre: &s
     sh(
         t,
         pre,
-        &format!("rm -rf {home}/{name} {home}/tty-before {home}/tty-after"),
+        &format!("ag-box stop {name}; rm -rf {home}/{name} {home}/tty-before {home}/tty-after"),
     )
     .ok();
 }
 
 #[test]
-fn a_box_stopped_under_an_attach_gives_the_terminal_back_on_a_systemd_node() {
+fn an_attach_ended_by_a_signal_gives_the_terminal_back_on_a_systemd_node() {
     let Some(node) = Node::local_store("nodeB") else {
         return;
     };
-    a_box_stopped_under_an_attach_gives_the_terminal_back(
+    an_attach_ended_by_a_signal_gives_the_terminal_back(
         &node,
         "export BOX_STATE_DIR=/var/lib/ag-box-planted",
         "attached",
@@ -852,10 +853,10 @@ fn a_box_stopped_under_an_attach_gives_the_terminal_back_on_a_systemd_node() {
 }
 
 #[test]
-fn a_box_stopped_under_an_attach_gives_the_terminal_back_with_the_direct_runtime() {
+fn an_attach_ended_by_a_signal_gives_the_terminal_back_with_the_direct_runtime() {
     let Some(host) = Host::new("attached") else {
         return;
     };
     let name = format!("attached-{}", std::process::id());
-    a_box_stopped_under_an_attach_gives_the_terminal_back(&host, "", &name);
+    an_attach_ended_by_a_signal_gives_the_terminal_back(&host, "", &name);
 }
