@@ -501,5 +501,14 @@ fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
         ))
         .stdout();
     assert_eq!(forks.trim(), "0");
+    // The cgroups the box ran in go with it.
+    let cgroups = host
+        .sh(&format!("cat /run/box/{name}/cgroups"))
+        .ok()
+        .stdout();
+    assert!(cgroups.contains(&format!("ag-box-{name}")), "{cgroups}");
     host.sh(&format!("ag-box stop {name}")).ok();
+    for dir in cgroups.lines() {
+        assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
+    }
 }

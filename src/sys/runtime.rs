@@ -275,6 +275,7 @@ impl Runtime {
                         spec.name
                     );
                 }
+                remove_box_cgroups(&spec.run_dir);
             }
         }
         netns::remove(&spec.legacy_netns_pin())?;
@@ -499,6 +500,15 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
     )?;
     let memory_max = std::env::var("AG_BOX_MEMORY_MAX").ok();
     let cgroups = join_box_cgroups(&run_dir, memory_max.as_deref());
+    // For `stop`, which ends this process before it can remove them.
+    let listed: Vec<String> = cgroups
+        .made
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if let Err(e) = atomic::write(&cgroups_file(&run_dir), listed.join("\n").as_bytes(), 0o600) {
+        say!("ag-box: the box's cgroups were not recorded: {e:#}");
+    }
     let proxy_cgroup = cgroups.proxy.clone();
     let mut child = c.spawn().with_context(|| format!("starting {}", argv[0]))?;
     drop(namespace);
@@ -574,6 +584,41 @@ fn keep_proxy(argv: &[String], box_done: &AtomicBool, cgroup: Option<&Path>) {
         }
         std::thread::sleep(unit::PROXY_RESTART);
     }
+}
+
+/// Where the direct runtime's supervisor lists the cgroups it made (root's run dir).
+fn cgroups_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("cgroups")
+}
+
+/// The cgroups a stopped supervisor made, now empty, removed (only names of ag-box's own).
+fn remove_box_cgroups(run_dir: &Path) {
+    let Ok(listed) = fs::read_to_string(cgroups_file(run_dir)) else {
+        return;
+    };
+    for dir in listed.lines().map(Path::new) {
+        let ours = dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("ag-box-"))
+            && dir.starts_with("/sys/fs/cgroup");
+        if !ours {
+            continue;
+        }
+        // Its last tasks may take a moment to leave after the supervisor is gone.
+        for _ in 0..20 {
+            match fs::remove_dir(dir) {
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::debug!("not removing {}: {e}", dir.display());
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    let _ = fs::remove_file(cgroups_file(run_dir));
 }
 
 /// The cgroups the direct runtime's supervisor made for a box, removed when it is done.
