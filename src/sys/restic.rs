@@ -747,17 +747,17 @@ impl Restic {
 
     /// The snapshot `id` names (a prefix), as `restic snapshots <id>` lists it.
     fn snapshots_named(&self, id: &str) -> Result<Vec<SnapshotInfo>> {
-        let mut text = String::new();
-        self.run(&plan::snapshot_named_args(id), &mut |l| {
-            text.push_str(l);
-            text.push('\n');
-        })?;
-        serde_json::from_str(text.trim()).context("parsing restic snapshots --json")
+        self.listed_snapshots(&plan::snapshot_named_args(id))
     }
 
     pub fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+        self.listed_snapshots(&plan::snapshots_args(tag))
+    }
+
+    /// What a `restic snapshots --json ...` run lists.
+    fn listed_snapshots(&self, args: &[String]) -> Result<Vec<SnapshotInfo>> {
         let mut text = String::new();
-        self.run(&plan::snapshots_args(tag), &mut |l| {
+        self.run(args, &mut |l| {
             text.push_str(l);
             text.push('\n');
         })?;
