@@ -325,7 +325,7 @@ pub struct BecomeArgs {
     pub argv: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum GlobalsAction {
     /// Upload this node's global agent files as the newest globals snapshot
     #[command(after_help = "Example: ag-box globals push")]
@@ -336,6 +336,16 @@ pub enum GlobalsAction {
     /// push or pull, as BOX_GLOBALS_ROLE says (nothing when it is unset)
     #[command(after_help = "Example: ag-box globals auto")]
     Auto,
+    /// Make a login done inside a box (on a node without that agent's credentials) this node's,
+    /// so that the next push carries it; the box must not be running here
+    #[command(
+        after_help = "Example: ag-box globals adopt myproj && ag-box globals push\n\nThe box's files are read as they are: adopt only a login you made yourself."
+    )]
+    Adopt {
+        /// The box whose agent home holds the login
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

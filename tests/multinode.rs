@@ -840,3 +840,45 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     assert_eq!((own(), keys()), (by_proxy.clone(), vec![by_proxy]));
     c.c.sh("ag-box init").ok();
 }
+
+/// A login made inside a box on a node without that agent's credentials moves, once adopted,
+/// with `globals` to the next node, where the box comes up logged in.
+#[test]
+fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
+    let Some(c) = Cluster::get() else {
+        return;
+    };
+    let name = "adoptlogin";
+    let cred = "/root/.gemini/oauth_creds.json";
+    for n in c.all() {
+        n.sh(&format!("rm -f {cred}")).ok();
+    }
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "set -e; ag-box up {name} --node nodeA
+         ag-box exec {name} -- sh -c 'echo {{\\\"refresh_token\\\":\\\"from-a-box\\\"}} > ~/.gemini/oauth_creds.json'"
+    ))
+    .ok();
+    let out = c.a.sh(&format!("ag-box park {name}"));
+    assert_code(
+        &out,
+        0,
+        "holds a login made inside it (~/.gemini/oauth_creds.json)",
+    );
+    assert_eq!(
+        c.a.sh(&format!("ag-box globals adopt {name}"))
+            .ok()
+            .stdout(),
+        format!("adopted {cred}\n")
+    );
+    c.a.sh("ag-box globals push").ok();
+    c.b.sh("ag-box globals pull").ok();
+    let out = c.b.sh(&format!(
+        "set -e; ag-box up {name} --node nodeB >/dev/null; ag-box exec {name} -- cat ~/.gemini/oauth_creds.json"
+    ));
+    assert_eq!(out.ok().stdout(), "{\"refresh_token\":\"from-a-box\"}\n");
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    for n in c.all() {
+        n.sh(&format!("rm -f {cred}")).ok();
+    }
+}

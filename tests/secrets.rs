@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Checked, Host, Target};
+use common::{Checked, Host, Target, assert_code};
 
 #[test]
 fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
@@ -65,5 +65,150 @@ fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
     assert!(
         !transcript.contains("RESTIC_"),
         "restic variables leaked into the box:\n{transcript}"
+    );
+}
+
+/// A login made inside a box on a node without that agent's credentials: `park` says no
+/// snapshot carries it, `globals adopt` makes it the node's (refused while the box runs), and
+/// the box's next start shares the node's file.
+#[test]
+fn a_login_made_inside_a_box_is_adopted_by_the_node() {
+    let Some(host) = Host::new("adopt") else {
+        return;
+    };
+    let name = format!("adopt-{}", std::process::id());
+    let home = host.home().to_string();
+    let node_file = format!("{home}/.codex/auth.json");
+    let own_file = host
+        .base
+        .join(format!("state/homes/{name}/.codex/auth.json"));
+    host.sh(&format!(
+        "set -e; mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}; ag-box up {name}
+         ag-box exec {name} -- sh -c 'echo {{\\\"tokens\\\":\\\"made-inside\\\"}} > ~/.codex/auth.json'"
+    ))
+    .ok();
+    assert!(
+        own_file.is_file(),
+        "the login never landed in the box's home"
+    );
+    assert!(!std::path::Path::new(&node_file).exists());
+
+    let out = host.sh(&format!("ag-box globals adopt {name}"));
+    assert_code(&out, 1, &format!("box '{name}' is running here"));
+    assert!(!std::path::Path::new(&node_file).exists());
+
+    let out = host.sh(&format!("ag-box park {name}"));
+    assert_code(
+        &out,
+        0,
+        &format!(
+            "box '{name}' holds a login made inside it (~/.codex/auth.json) that no snapshot carries"
+        ),
+    );
+    assert!(
+        out.stderr()
+            .contains(&format!("'ag-box globals adopt {name}'"))
+    );
+
+    let out = host.sh(&format!("ag-box globals adopt {name}"));
+    assert_eq!(out.ok().stdout(), format!("adopted {node_file}\n"));
+    assert_eq!(
+        host.sh(&format!("stat -c '%a %u' {node_file}; cat {node_file}"))
+            .ok()
+            .stdout(),
+        "600 0\n{\"tokens\":\"made-inside\"}\n"
+    );
+    assert!(!own_file.exists(), "the box kept its own copy");
+    let out = host.sh(&format!("ag-box globals adopt {name}"));
+    assert_code(
+        &out,
+        0,
+        "holds no login of its own on this node: nothing to adopt",
+    );
+    assert_eq!(out.stdout(), "");
+
+    // The next start binds the node's file: the box reads it, and a refresh reaches the node.
+    let out = host.sh(&format!(
+        "set -e; ag-box up {name}; ag-box exec {name} -- cat ~/.codex/auth.json 2>&1
+         ag-box exec {name} -- sh -c 'echo {{\\\"tokens\\\":\\\"refreshed\\\"}} > ~/.codex/auth.json'
+         cat {node_file}; ag-box park {name} >/dev/null"
+    ));
+    assert_eq!(
+        out.ok().stdout(),
+        "{\"tokens\":\"made-inside\"}\n{\"tokens\":\"refreshed\"}\n"
+    );
+    assert!(
+        !out.stderr().contains("login made inside"),
+        "{}",
+        out.stderr()
+    );
+}
+
+/// What a box plants where a login belongs is never adopted: a link to a root-only file, a fifo,
+/// a file too big, a file that is no login; each refused in one line, the node left as it was.
+#[test]
+fn a_planted_login_is_never_adopted() {
+    let Some(host) = Host::new("adopt-planted") else {
+        return;
+    };
+    let name = format!("plant-{}", std::process::id());
+    let home = host.home().to_string();
+    let base = host.base.display().to_string();
+    host.sh(&format!(
+        "set -e; mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}; ag-box up {name}
+         umask 077; echo root-only-secret > {base}/secret"
+    ))
+    .ok();
+    let node_file = |rel: &str| std::path::Path::new(&home).join(rel);
+    // Each: what the box plants (in its own HOME), and what adopt says.
+    let cases = [
+        (
+            format!("ln -sfn {base}/secret ~/.claude/.credentials.json"),
+            ".claude/.credentials.json",
+            "/.claude/.credentials.json is a link, not a file".to_string(),
+        ),
+        (
+            "head -c 2000000 /dev/zero > ~/.codex/auth.json".to_string(),
+            ".codex/auth.json",
+            "/.codex/auth.json is larger than 1048576 bytes".to_string(),
+        ),
+        (
+            r#"printf "not json" > ~/.codex/auth.json"#.to_string(),
+            ".codex/auth.json",
+            format!("box '{name}': its ~/.codex/auth.json is not a login file"),
+        ),
+    ];
+    for (plant, rel, said) in cases {
+        host.sh(&format!(
+            "set -e; ag-box up {name}; ag-box exec {name} -- sh -c '{plant}'; ag-box stop {name}
+             ls -l {base}/state/homes/{name}/{rel}"
+        ))
+        .ok();
+        let out = host.sh(&format!("ag-box globals adopt {name}"));
+        assert_code(&out, 1, &said);
+        assert_eq!(
+            out.stderr().trim_end().lines().count(),
+            1,
+            "{}",
+            out.stderr()
+        );
+        assert!(!node_file(rel).exists(), "{rel} was adopted");
+        host.sh(&format!(
+            "set -e; ag-box up {name}; ag-box exec {name} -- rm -f ~/{rel}; ag-box stop {name}"
+        ))
+        .ok();
+    }
+    // A fifo (which would hold a reader forever) is no login at all.
+    host.sh(&format!(
+        "set -e; ag-box up {name}; ag-box exec {name} -- mkfifo ~/.gemini/oauth_creds.json; ag-box stop {name}
+         test -p {base}/state/homes/{name}/.gemini/oauth_creds.json"
+    ))
+    .ok();
+    let out = host.sh(&format!("timeout 20 ag-box globals adopt {name}"));
+    assert_code(&out, 0, "nothing to adopt");
+    assert!(!node_file(".gemini/oauth_creds.json").exists());
+    assert_eq!(
+        host.sh(&format!("cat {base}/secret")).ok().stdout(),
+        "root-only-secret\n"
     );
 }

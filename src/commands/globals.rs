@@ -1,4 +1,5 @@
-//! `globals push|pull|auto`: the global agent credentials and config, one way, as restic snapshots.
+//! `globals push|pull|auto`: the global agent credentials and config, one way, as restic snapshots;
+//! `globals adopt`: a login made inside a box becomes the node's.
 
 use anyhow::Result;
 
@@ -7,14 +8,19 @@ use crate::cli::GlobalsAction;
 use crate::error::UserError;
 use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
+use crate::plan::text::escaped;
+use crate::sys::agent_home::{self, Adopted};
 use crate::sys::restic::short;
 use crate::sys::restore;
 
 pub fn run(action: GlobalsAction) -> Result<()> {
     let ctx = Ctx::load()?;
-    require_tools(&["restic"])?;
     let role = ctx.config.globals_role;
+    if !matches!(action, GlobalsAction::Adopt { .. }) {
+        require_tools(&["restic"])?;
+    }
     match action {
+        GlobalsAction::Adopt { name } => adopt(&ctx, &name),
         GlobalsAction::Push => push(&ctx, role),
         GlobalsAction::Pull => pull(&ctx),
         GlobalsAction::Auto => match role {
@@ -81,5 +87,40 @@ fn pull(ctx: &Ctx) -> Result<()> {
         short(&newest.id),
         newest.time
     );
+    Ok(())
+}
+
+fn adopt(ctx: &Ctx, name: &str) -> Result<()> {
+    let meta = ctx.tracked(name)?.meta;
+    let spec = ctx.spec(&meta);
+    if ctx.runtime.is_active(&spec) {
+        return Err(UserError::failed(
+            format!("box '{name}' is running here: its agent may still refresh the login it holds"),
+            format!("'ag-box stop {name}' (or park it), then adopt"),
+        )
+        .into());
+    }
+    let adopted = agent_home::adopt_logins(&spec)?;
+    if adopted.is_empty() {
+        say!("box '{name}' holds no login of its own on this node: nothing to adopt");
+        return Ok(());
+    }
+    for (rel, what) in &adopted {
+        match what {
+            Adopted::Moved(dest) => {
+                out!("adopted {}", escaped(&dest.to_string_lossy()));
+                say!("box '{name}': its ~/{rel} is now this node's");
+            }
+            Adopted::NodeHasOne(dest) => tracing::warn!(
+                "box '{name}': this node has {} of its own meanwhile: both left as they are",
+                escaped(&dest.to_string_lossy())
+            ),
+        }
+    }
+    if adopted.iter().any(|(_, a)| matches!(a, Adopted::Moved(_))) {
+        say!(
+            "every box on this node uses it from its next start; 'ag-box globals push' carries it to the other nodes"
+        );
+    }
     Ok(())
 }

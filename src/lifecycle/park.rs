@@ -9,7 +9,7 @@ use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, events, update};
 use crate::sys::copy_state::{CopyManifest, CopyState};
 use crate::sys::restic::short;
-use crate::sys::{crash, digest};
+use crate::sys::{agent_home, crash, digest};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
 /// the lease.
@@ -125,6 +125,14 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
         "parked box '{name}' (snapshot {}); this node is free of it",
         short(&snapshot.id)
     );
+    match agent_home::own_logins(&spec) {
+        Ok(logins) if !logins.is_empty() => tracing::warn!(
+            "box '{name}' holds a login made inside it (~/{}) that no snapshot carries: it stays on this node; 'ag-box globals adopt {name}' makes it this node's",
+            logins.join(", ~/")
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("box '{name}': looking for logins made inside it: {e:#}"),
+    }
     Ok(snapshot.id)
 }
 

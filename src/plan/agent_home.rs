@@ -89,12 +89,16 @@ fn in_own_dir(rel: &str) -> bool {
         .any(|d| Path::new(rel).starts_with(d) && rel != *d)
 }
 
+/// What an agent's login writes: its credentials and keyed config. Shared from the node when
+/// the node has them; a login made inside a box on a node without them lands in the box's own
+/// agent home, which no snapshot carries (`globals adopt` makes it the node's).
+pub fn logins() -> impl Iterator<Item = &'static str> {
+    CREDENTIALS.iter().chain(KEYED_CONFIG).copied()
+}
+
 /// A shared file the box user must own to use (a credential, or a keyed config).
 pub fn handed_to_box(rel: &Path) -> bool {
-    CREDENTIALS
-        .iter()
-        .chain(KEYED_CONFIG)
-        .any(|c| Path::new(c) == rel)
+    logins().any(|c| Path::new(c) == rel)
 }
 
 impl AgentHome {

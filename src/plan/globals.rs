@@ -2,9 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// Relative to the home directory; files and directories.
+use super::agent_home;
+
+/// Relative to the home directory, files and directories, besides the agents' logins
+/// ([`agent_home::logins`]).
 const GLOBAL_FILES: &[&str] = &[
-    ".claude/.credentials.json",
     ".claude/settings.json",
     ".claude/CLAUDE.md",
     ".claude/skills",
@@ -13,10 +15,8 @@ const GLOBAL_FILES: &[&str] = &[
     ".claude/agents",
     ".claude/commands",
     ".claude.json",
-    ".codex/auth.json",
     ".codex/config.toml",
     ".codex/AGENTS.md",
-    ".grok/user-settings.json",
     ".grok/auth.json",
     ".grok/config.toml",
     ".gitconfig",
@@ -24,7 +24,10 @@ const GLOBAL_FILES: &[&str] = &[
 ];
 
 pub fn global_paths(home: &Path) -> Vec<PathBuf> {
-    GLOBAL_FILES.iter().map(|rel| home.join(rel)).collect()
+    agent_home::logins()
+        .chain(GLOBAL_FILES.iter().copied())
+        .map(|rel| home.join(rel))
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +59,17 @@ mod tests {
     #[test]
     fn credentials_and_config_under_home_only() {
         let paths = global_paths(Path::new("/root"));
-        assert_eq!(paths.len(), GLOBAL_FILES.len());
+        assert_eq!(
+            paths.len(),
+            GLOBAL_FILES.len() + agent_home::logins().count()
+        );
         assert!(paths.iter().all(|p| p.starts_with("/root")));
+        // Every login a box can make, so that an adopted one moves.
+        for rel in agent_home::logins() {
+            assert!(paths.contains(&Path::new("/root").join(rel)), "{rel}");
+        }
         assert!(paths.contains(&PathBuf::from("/root/.claude/.credentials.json")));
+        assert!(paths.contains(&PathBuf::from("/root/.gemini/oauth_creds.json")));
         assert!(paths.contains(&PathBuf::from("/root/.config/gh")));
         // Session data never travels as globals.
         assert!(

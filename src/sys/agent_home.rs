@@ -92,6 +92,84 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
     Ok(())
 }
 
+/// A login file's largest size (a token file is a few KiB).
+const LOGIN_MAX: u64 = 1 << 20;
+
+/// Logins made inside the box: a login file (`plan::agent_home::logins`) in its own agent
+/// home where the node has none, so nothing was bound over it. No snapshot carries them.
+pub fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
+    let root = &spec.agent_home.root;
+    if !root.exists() {
+        return Ok(Vec::new());
+    }
+    let tree = Tree::open(root)?;
+    let mut found = Vec::new();
+    for rel in crate::plan::agent_home::logins() {
+        if spec.home().join(rel).exists() {
+            continue;
+        }
+        let st = tree.stat(Path::new(rel))?;
+        if st.is_some_and(|st| st.st_size > 0) {
+            found.push(rel);
+        }
+    }
+    Ok(found)
+}
+
+/// What `adopt_logins` did with each of the box's own logins.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Adopted {
+    /// Now the node's, at this path (root's, mode 0600), and gone from the agent home.
+    Moved(PathBuf),
+    /// The node has one of its own meanwhile: both left as they are.
+    NodeHasOne(PathBuf),
+}
+
+/// The box's own logins made the node's: read from the agent home with no link followed (a
+/// regular JSON file, at most 1 MiB), written beside the node's other files, never over one,
+/// then removed from the box. The next start binds the node's file, shared as any other.
+pub fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)>> {
+    let mut done = Vec::new();
+    let own = own_logins(spec)?;
+    if own.is_empty() {
+        return Ok(done);
+    }
+    let tree = Tree::open(&spec.agent_home.root)?;
+    for rel in own {
+        let Some(bytes) = tree.read_file(Path::new(rel), LOGIN_MAX)? else {
+            continue;
+        };
+        let shown = crate::plan::text::escaped(&format!("~/{rel}"));
+        serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| {
+            crate::error::UserError::failed(
+                format!("box '{}': its {shown} is not a login file ({e})", spec.name),
+                "nothing was adopted from it; log in again inside the box",
+            )
+        })?;
+        let dest = spec.home().join(rel);
+        let dir = dest.parent().unwrap_or(spec.home());
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".ag-box-adopt")
+            .tempfile_in(dir)
+            .with_context(|| format!("writing into {}", dir.display()))?;
+        std::io::Write::write_all(&mut tmp, &bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .with_context(|| format!("writing {}", dest.display()))?;
+        match tmp.persist_noclobber(&dest) {
+            Ok(_) => {
+                tree.remove(Path::new(rel))?;
+                done.push((rel, Adopted::Moved(dest)));
+            }
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+                done.push((rel, Adopted::NodeHasOne(dest)));
+            }
+            Err(e) => return Err(e.error).with_context(|| format!("writing {}", dest.display())),
+        }
+    }
+    Ok(done)
+}
+
 /// A project not owned by the box user (made by root, or a changed uid) becomes its own.
 pub fn reown_project(spec: &BoxSpec) -> Result<()> {
     let owner = fs::metadata(&spec.project)

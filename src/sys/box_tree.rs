@@ -180,6 +180,41 @@ impl Tree {
         remove_at(&dir, name).with_context(|| format!("removing {}", self.shown(rel)))
     }
 
+    /// The contents of the regular file at `rel`, at most `max` bytes; None when it is missing.
+    /// A link, a fifo or a device there is an error (opened without following or blocking).
+    pub fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+        let (dir, name) = match self.parent_of(rel) {
+            Ok(p) => p,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let fail = || format!("reading {}", self.shown(rel));
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::LOOP) => bail!("{} is a link, not a file", self.shown(rel)),
+            Err(e) => return Err(e).with_context(fail),
+        };
+        let st = rustix::fs::fstat(&fd).with_context(fail)?;
+        if kind_of(&st) != Kind::File {
+            bail!("{} is not a regular file", self.shown(rel));
+        }
+        if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+            bail!("{} is larger than {max} bytes", self.shown(rel));
+        }
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::from(fd), max + 1),
+            &mut out,
+        )
+        .with_context(fail)?;
+        if out.len() as u64 > max {
+            bail!("{} is larger than {max} bytes", self.shown(rel));
+        }
+        Ok(Some(out))
+    }
+
     /// Rename `from` to `to`, both below the root (`to` replaced if it is a file or empty dir).
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let (fd, fname) = self.parent_of(from)?;
@@ -483,6 +518,44 @@ mod tests {
         fs::create_dir_all(&host).unwrap();
         fs::write(host.join("secret"), "s").unwrap();
         (d, t, host)
+    }
+
+    #[test]
+    fn read_file_reads_only_a_regular_file_below_the_root() {
+        let (_d, t, host) = setup();
+        fs::write(t.join("a/f"), "ok").unwrap();
+        symlink(host.join("secret"), t.join("a/link")).unwrap();
+        symlink(&host, t.join("a/dirlink")).unwrap();
+        nix::unistd::mkfifo(
+            &t.join("a/fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let tree = Tree::open(&t).unwrap();
+        assert_eq!(
+            tree.read_file(Path::new("a/f"), 2).unwrap(),
+            Some(b"ok".to_vec())
+        );
+        assert_eq!(tree.read_file(Path::new("a/none"), 2).unwrap(), None);
+        assert_eq!(tree.read_file(Path::new("none/f"), 2).unwrap(), None);
+        let err = |rel: &str| format!("{:#}", tree.read_file(Path::new(rel), 2).unwrap_err());
+        assert!(
+            err("a/link").contains("is a link, not a file"),
+            "{}",
+            err("a/link")
+        );
+        assert!(
+            err("a/dirlink/secret").contains("no link"),
+            "{}",
+            err("a/dirlink/secret")
+        );
+        assert!(
+            err("a/fifo").contains("is not a regular file"),
+            "{}",
+            err("a/fifo")
+        );
+        let big = format!("{:#}", tree.read_file(Path::new("a/f"), 1).unwrap_err());
+        assert!(big.ends_with("a/f is larger than 1 bytes"), "{big}");
     }
 
     #[test]
