@@ -10,6 +10,7 @@ use crate::plan::manual;
 
 /// The command line as parsed, helped and documented: the derived definitions, each verb's
 /// long help (`--help`) ending in its EXIT STATUS.
+#[must_use]
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     let with_status = |cmd: clap::Command, verb: &str| {
@@ -36,23 +37,23 @@ pub fn command() -> clap::Command {
     about = "Isolated, movable work boxes for AI coding agents",
     after_help = "Example: ag-box track myproj && ag-box up myproj && ag-box attach myproj"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
     /// Say only warnings and errors (no progress or info lines); data on stdout stays
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// Say more: -v debug lines, -vv trace lines (AG_BOX_LOG takes a filter of its own)
+    /// Say more: -v debug lines, -vv trace lines (`AG_BOX_LOG` takes a filter of its own)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Cmd {
+pub(crate) enum Cmd {
     /// List all boxes
     #[command(after_help = "Example: ag-box ls --json")]
     Ls {
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -66,7 +67,7 @@ pub enum Cmd {
         /// Start the box's shell inside `nix develop /etc/base-flake`
         #[arg(long)]
         nix: bool,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -82,7 +83,7 @@ pub enum Cmd {
         /// Take the lease from another node (its unsnapshotted work forks)
         #[arg(long)]
         force: bool,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -117,7 +118,7 @@ pub enum Cmd {
         /// Count a snapshot restic could not read every file for (or of an empty project)
         #[arg(long)]
         accept_partial: bool,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -141,7 +142,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Interleave the box's lifecycle events
@@ -160,7 +161,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Snapshot ids: none, one (against the working copy), or two
         #[arg(num_args = 0..=2, value_name = "SNAPSHOT", add = ArgValueCandidates::new(snapshot_ids))]
         snapshots: Vec<String>,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
@@ -182,14 +183,14 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Do not ask before stopping and restarting a running box (for scripts)
         #[arg(long)]
         yes: bool,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]
     Status {
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Also count the repository's snapshots now (a walk of the repository; the count
@@ -221,11 +222,11 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Do not ask for the name (for scripts)
         #[arg(long)]
         yes: bool,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
     },
-    /// Change a box's settings: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
+    /// Change a box's settings: `memory_max`=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
     /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them)
     #[command(
         after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
@@ -244,7 +245,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// The box's name
         #[arg(add = ArgValueCandidates::new(box_names))]
         name: String,
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// Keep printing decisions as they are made
@@ -262,7 +263,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
     /// its fix
     #[command(after_help = "Example: ag-box doctor")]
     Doctor {
-        /// Print the result as JSON (schema_version 1; see docs/reference.md)
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
         /// First remove the repository's stale locks (restic unlock)
@@ -305,7 +306,7 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
 
 /// Inside a box: drop to the box's ids, then run `argv`.
 #[derive(Debug, Args)]
-pub struct BecomeArgs {
+pub(crate) struct BecomeArgs {
     #[arg(long)]
     pub uid: u32,
     #[arg(long)]
@@ -326,14 +327,14 @@ pub struct BecomeArgs {
 }
 
 #[derive(Debug, Clone, Subcommand)]
-pub enum GlobalsAction {
+pub(crate) enum GlobalsAction {
     /// Upload this node's global agent files as the newest globals snapshot
     #[command(after_help = "Example: ag-box globals push")]
     Push,
     /// Replace this node's global agent files with the newest globals snapshot
     #[command(after_help = "Example: ag-box globals pull")]
     Pull,
-    /// push or pull, as BOX_GLOBALS_ROLE says (nothing when it is unset)
+    /// push or pull, as `BOX_GLOBALS_ROLE` says (nothing when it is unset)
     #[command(after_help = "Example: ag-box globals auto")]
     Auto,
     /// Make a login done inside a box (on a node without that agent's credentials) this node's,
@@ -349,7 +350,7 @@ pub enum GlobalsAction {
 }
 
 #[derive(Debug, Args)]
-pub struct SnapshotArgs {
+pub(crate) struct SnapshotArgs {
     /// The box to snapshot (or --active)
     #[arg(
         add = ArgValueCandidates::new(box_names),
@@ -363,7 +364,7 @@ pub struct SnapshotArgs {
     /// Count a snapshot restic could not read every file for (or of an empty project)
     #[arg(long)]
     pub accept_partial: bool,
-    /// Print the result as JSON (schema_version 1; see docs/reference.md)
+    /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
     #[arg(long)]
     pub json: bool,
 }

@@ -15,7 +15,7 @@ use crate::plan::globals::Role;
 use crate::plan::retention::Policy;
 use crate::plan::unit::valid_memory_max;
 
-pub const KNOWN_KEYS: &[&str] = &[
+pub(crate) const KNOWN_KEYS: &[&str] = &[
     "BOX_NODE",
     "BOX_GLOBALS_ROLE",
     "BOX_S3_ENDPOINT",
@@ -41,21 +41,21 @@ pub const KNOWN_KEYS: &[&str] = &[
 
 /// A box's default bound on its processes and threads: room for an agent, its language
 /// servers and a build, not for a fork bomb that would starve the node.
-pub const DEFAULT_TASKS_MAX: u64 = 4096;
+pub(crate) const DEFAULT_TASKS_MAX: u64 = 4096;
 /// A box's memory when neither its record nor `BOX_MEMORY_MAX` say: one box running away
 /// leaves the node (sshd, ag-box, the other boxes) a quarter. `infinity` lifts it.
-pub const DEFAULT_MEMORY_MAX: &str = "75%";
+pub(crate) const DEFAULT_MEMORY_MAX: &str = "75%";
 /// A box's `/tmp` and HOME each hold at most this (they are memory): room for builds and caches.
-pub const DEFAULT_TMPFS_MAX: u64 = 2 << 30;
+pub(crate) const DEFAULT_TMPFS_MAX: u64 = 2 << 30;
 /// Fewer would not start a shell and an agent.
 const MIN_TASKS_MAX: u64 = 32;
 
 /// A value that must never reach argv or a log line.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub(crate) struct Secret(String);
 
 impl Secret {
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -67,14 +67,14 @@ impl fmt::Debug for Secret {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuntimeChoice {
+pub(crate) enum RuntimeChoice {
     Auto,
     Systemd,
     Direct,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeEntry {
+pub(crate) struct NodeEntry {
     pub name: String,
     /// None for the `local` line.
     pub ssh_alias: Option<String>,
@@ -82,7 +82,7 @@ pub struct NodeEntry {
 
 /// Records and snapshots in an S3 bucket (multi-node).
 #[derive(Debug, Clone, PartialEq)]
-pub struct S3Config {
+pub(crate) struct S3Config {
     pub endpoint: String,
     pub bucket: String,
     pub region: String,
@@ -93,7 +93,7 @@ pub struct S3Config {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Config {
+pub(crate) struct Config {
     pub node: String,
     pub globals_role: Option<Role>,
     pub s3: Option<S3Config>,
@@ -104,7 +104,7 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// How long a command waits for another one on the same box on this node.
     pub lock_wait: Duration,
-    /// Processes and threads one box may have at once (its unit's TasksMax, and RLIMIT_NPROC
+    /// Processes and threads one box may have at once (its unit's `TasksMax`, and `RLIMIT_NPROC`
     /// of its own uid).
     pub tasks_max: u64,
     /// Bytes each of a box's memory-backed dirs (`/tmp`, HOME) may hold.
@@ -120,14 +120,12 @@ pub struct Config {
 }
 
 /// Where the env and nodes files are: `$BOX_CONFIG_DIR`, else `~/.config/box`.
-pub fn config_dir(home: &Path) -> PathBuf {
-    std::env::var_os("BOX_CONFIG_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".config/box"))
+pub(crate) fn config_dir(home: &Path) -> PathBuf {
+    std::env::var_os("BOX_CONFIG_DIR").map_or_else(|| home.join(".config/box"), PathBuf::from)
 }
 
 /// `KEY=VALUE` lines; `#` comments, blank lines, an optional `export ` and quotes allowed.
-pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -153,7 +151,7 @@ pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// `<node> <ssh-alias|local>` lines.
-pub fn parse_nodes(text: &str) -> Result<Vec<NodeEntry>, String> {
+pub(crate) fn parse_nodes(text: &str) -> Result<Vec<NodeEntry>, String> {
     let mut out: Vec<NodeEntry> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
@@ -179,7 +177,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeEntry>, String> {
 }
 
 /// Values from the file, overridden by the process environment.
-pub struct Sources {
+pub(crate) struct Sources {
     pub file: BTreeMap<String, String>,
     pub process: BTreeMap<String, String>,
     pub nodes: Vec<NodeEntry>,
@@ -202,7 +200,9 @@ fn bad_key(key: &str, value: &str, hint: &str) -> UserError {
 }
 
 impl Config {
-    pub fn from_sources(src: &Sources) -> Result<Config, UserError> {
+    // One key after another, as docs/reference.md lists them.
+    #[allow(clippy::too_many_lines)]
+    pub(crate) fn from_sources(src: &Sources) -> Result<Config, UserError> {
         let runtime = match src.get("BOX_RUNTIME").unwrap_or("auto") {
             "auto" => RuntimeChoice::Auto,
             "systemd" => RuntimeChoice::Systemd,
@@ -210,12 +210,12 @@ impl Config {
             other => return Err(bad_key("BOX_RUNTIME", other, "use auto, systemd or direct")),
         };
         let lease_ttl = match src.get("BOX_LEASE_TTL") {
-            None => Duration::from_secs(3 * 3600),
+            None => Duration::from_hours(3),
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LEASE_TTL", v, "use a duration such as 3h or 90m"))?,
         };
         let lock_wait = match src.get("BOX_LOCK_WAIT") {
-            None => Duration::from_secs(120),
+            None => Duration::from_mins(2),
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LOCK_WAIT", v, "use a duration such as 2m or 30s"))?,
         };
@@ -354,10 +354,8 @@ impl Config {
     }
 
     /// Read the config dir and the process environment.
-    pub fn load() -> Result<Config> {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/root"));
+    pub(crate) fn load() -> Result<Config> {
+        let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
         let config_dir = config_dir(&home);
         let file = read_env_file(&config_dir.join("env"))?;
         for key in file.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
@@ -502,8 +500,8 @@ mod tests {
                 home: "/root".into(),
                 restic_password: None,
                 memory_max: Some("2G".into()),
-                lease_ttl: Duration::from_secs(10800),
-                lock_wait: Duration::from_secs(120),
+                lease_ttl: Duration::from_hours(3),
+                lock_wait: Duration::from_mins(2),
                 tasks_max: 4096,
                 tmpfs_max: 2 << 30,
                 snapshot_add_max: None,

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// Exit codes (docs/reference.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     Failure = 1,
     Usage = 2,
     LeaseHeld = 3,
@@ -13,7 +13,7 @@ pub enum Code {
 
 /// An error meant for the operator: one line naming the thing, then a hint.
 #[derive(Debug, thiserror::Error)]
-pub struct UserError {
+pub(crate) struct UserError {
     pub code: Code,
     pub message: String,
     pub hint: Option<String>,
@@ -29,20 +29,20 @@ impl fmt::Display for UserError {
 }
 
 impl UserError {
-    pub fn new(code: Code, message: impl Into<String>, hint: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, message: impl Into<String>, hint: impl Into<String>) -> Self {
         UserError {
             code,
             message: message.into(),
             hint: Some(hint.into()),
         }
     }
-    pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>, hint: impl Into<String>) -> Self {
         Self::new(Code::Usage, message, hint)
     }
-    pub fn failed(message: impl Into<String>, hint: impl Into<String>) -> Self {
+    pub(crate) fn failed(message: impl Into<String>, hint: impl Into<String>) -> Self {
         Self::new(Code::Failure, message, hint)
     }
-    pub fn tool_missing(tool: &str) -> Self {
+    pub(crate) fn tool_missing(tool: &str) -> Self {
         let package = match tool {
             "bwrap" => "bubblewrap",
             "nsenter" | "unshare" => "util-linux",
@@ -61,7 +61,7 @@ impl UserError {
 
 /// The line an error is reported as, and the exit code: every context of the chain, outermost
 /// first; the hint and the code of the innermost user error (the one that knows what went wrong).
-pub fn report(e: &anyhow::Error) -> (String, Code) {
+pub(crate) fn report(e: &anyhow::Error) -> (String, Code) {
     let innermost = e
         .chain()
         .filter_map(|c| c.downcast_ref::<UserError>())
@@ -87,7 +87,7 @@ pub fn report(e: &anyhow::Error) -> (String, Code) {
 /// The exit status of a child whose code `exec`/`attach` pass through.
 #[derive(Debug, thiserror::Error)]
 #[error("command exited with status {0}")]
-pub struct ChildExit(pub i32);
+pub(crate) struct ChildExit(pub i32);
 
 #[cfg(test)]
 mod tests {

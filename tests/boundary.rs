@@ -1,5 +1,7 @@
 //! The box as a boundary: what a prompt-injected agent tries from inside a box, on a booted
 //! systemd node of the rig (and, for the direct runtime's supervisor, on the bare host).
+// A test is one scenario told top to bottom; splitting it would hide the story.
+#![allow(clippy::too_many_lines)]
 
 mod common;
 

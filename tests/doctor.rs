@@ -117,7 +117,7 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
     );
 
     // Another ag-box version on nodeC.
-    let _real = RealBinary(&c.c);
+    let real = RealBinary(&c.c);
     c.c.sh("mv /opt/box/bin/ag-box /opt/box/bin/ag-box.real && \
             printf '#!/bin/sh\\necho ag-box 0.0.9\\n' > /opt/box/bin/ag-box && chmod +x /opt/box/bin/ag-box")
         .ok();
@@ -126,7 +126,7 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
         mismatch.contains("runs ag-box 0.0.9 but this node runs ag-box"),
         "{mismatch}"
     );
-    drop(_real);
+    drop(real);
 
     // A stale restic lock: a backup killed as a power cut would.
     a.sh(&format!(

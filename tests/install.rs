@@ -1,5 +1,7 @@
 //! install.sh on booted systemd nodes of the rig: files, units and timers, the snapshot unit with
 //! and without an active box, `--to` over ssh, and a damaged bundle refused before installing.
+// A test is one scenario told top to bottom; splitting it would hide the story.
+#![allow(clippy::too_many_lines)]
 
 mod common;
 
@@ -288,7 +290,7 @@ const DROP_IN: &str = "/run/systemd/system/box-snapshot.service.d";
 /// snapshots it.
 fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str) {
     let a = &c.a;
-    let _unstuck = Unstuck(a);
+    let unstuck = Unstuck(a);
     a.sh(&format!(
         "mkdir -p {DROP_IN} && printf '[Service]\nTimeoutStartSec=3s\nTimeoutStopSec=20s\nEnvironment=BOX_S3_ENDPOINT=http://10.200.0.1:5002\n' \
            > {DROP_IN}/stuck.conf && systemctl daemon-reload
@@ -317,7 +319,7 @@ fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str)
     a.sh(&format!("systemctl is-active -q boxrun-{name}")).ok();
     let left = common::restic_locks_added(a, &locks_before);
     assert!(left.is_empty(), "restic locks left: {left:?}");
-    drop(_unstuck);
+    drop(unstuck);
     let journal = run_snapshot_unit(a, &format!("{name} "));
     assert!(
         journal.lines().any(|l| l.starts_with(&format!("{name} "))),
@@ -328,9 +330,6 @@ fn a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(c: &Cluster, name: &str)
 
 #[test]
 fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
-    let Some(c) = Cluster::get() else { return };
-    let b = &c.b;
-    let _off = TimersOff(b);
     // Whatever happens, node B keeps the ag-box on PATH the rig gave it (remote up needs it).
     struct Relink<'a>(&'a Node);
     impl Drop for Relink<'_> {
@@ -339,6 +338,9 @@ fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
                 .sh("ln -sfn /opt/box/bin/ag-box /usr/local/bin/ag-box");
         }
     }
+    let Some(c) = Cluster::get() else { return };
+    let b = &c.b;
+    let _off = TimersOff(b);
     let _relink = Relink(b);
     // Node B as if nothing had been installed by install.sh (the rig's binary stays).
     b.sh(

@@ -1,5 +1,7 @@
 //! The whole box lifecycle with the real binary: on a booted systemd node of the rig, and on
 //! the bare host with the direct runtime.
+// A test is one scenario told top to bottom; splitting it would hide the story.
+#![allow(clippy::too_many_lines)]
 
 mod common;
 

@@ -131,13 +131,13 @@ fn simultaneous_up_on_three_nodes_has_exactly_one_winner() {
                 .collect();
             runs.into_iter().map(|r| r.join().unwrap()).collect()
         });
-        let codes: Vec<i32> = outs.iter().map(|o| o.code()).collect();
+        let codes: Vec<i32> = outs.iter().map(common::Checked::code).collect();
         let winners: Vec<usize> = (0..3).filter(|i| codes[*i] == 0).collect();
         assert!(
             winners.len() == 1 && codes.iter().filter(|c| **c == 3).count() == 2,
             "round {round}: want one 0 and two 3, got {codes:?}\n{}",
             outs.iter()
-                .map(|o| o.stderr())
+                .map(common::Checked::stderr)
                 .collect::<Vec<_>>()
                 .join("\n")
         );
@@ -364,8 +364,11 @@ fn sha256_hex(s: &str) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(s.as_bytes())
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+        .fold(String::new(), |mut out, b| {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{b:02x}");
+            out
+        })
 }
 
 #[test]
@@ -766,8 +769,10 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
 
 #[test]
 fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces_it() {
-    let Some(c) = Cluster::get() else { return };
     const KEY_FILE: &str = "/var/lib/ag-box/restic-node-key.json";
+    const MASTER_KEY_FILE: &str = "/var/lib/ag-box/restic-master-key.json";
+    const BY_PROXY: &str = "BOX_S3_ENDPOINT=http://10.200.0.1:5002";
+    let Some(c) = Cluster::get() else { return };
     // nodeC's keys in the repository, as the operator's password lists them.
     let keys = || -> Vec<String> {
         let listed =
@@ -806,7 +811,6 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     assert_eq!(keys(), [own()]);
     // The master key kept beside the node key goes with it when it is refused (the repository
     // may be a new one at the same address), and is kept again with the next key.
-    const MASTER_KEY_FILE: &str = "/var/lib/ag-box/restic-master-key.json";
     let kept = || {
         c.c.sh(&format!("test -s {MASTER_KEY_FILE}"))
             .status
@@ -825,7 +829,6 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     assert!(kept());
     // The same repository at another address (the fault proxy in front of the S3 server): one
     // new key replaces the old, and the next command opens with it.
-    const BY_PROXY: &str = "BOX_S3_ENDPOINT=http://10.200.0.1:5002";
     let before = own();
     c.c.sh(&format!("{BY_PROXY} ag-box init")).ok();
     let by_proxy = own();

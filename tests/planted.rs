@@ -133,7 +133,7 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
     .ok();
 }
 
-/// A box that nests its tree deeper than PATH_MAX (with a name full of escapes) can still be
+/// A box that nests its tree deeper than `PATH_MAX` (with a name full of escapes) can still be
 /// stopped, and parked once what restic could not read is accepted.
 fn a_box_deeper_than_path_max_is_stopped_and_parked(t: &dyn Target, pre: &str, name: &str) {
     let home = t.home();

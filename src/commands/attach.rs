@@ -9,7 +9,7 @@ use crate::plan::term_filter::OutputFilter;
 use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, pty};
 
-pub fn run(name: &str) -> Result<()> {
+pub(crate) fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;

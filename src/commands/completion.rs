@@ -11,7 +11,7 @@ use super::{Ctx, record_cache_dir};
 use crate::config::Config;
 
 /// When the shell asks for completions, answer and exit; otherwise return.
-pub fn answer_if_asked() {
+pub(crate) fn answer_if_asked() {
     clap_complete::CompleteEnv::with_factory(crate::cli::command).complete();
 }
 
@@ -21,7 +21,7 @@ const STORE_WAIT: Duration = Duration::from_secs(2);
 /// Box names, with their holder, from the store; when the store does not answer at once (a
 /// node offline, S3 down), the names this node last listed. Never an error in the operator's
 /// line.
-pub fn box_names() -> Vec<CompletionCandidate> {
+pub(crate) fn box_names() -> Vec<CompletionCandidate> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let listed = Ctx::load().and_then(|ctx| ctx.store.list());
@@ -46,7 +46,7 @@ pub fn box_names() -> Vec<CompletionCandidate> {
 }
 
 /// The nodes of this install: this one and its nodes file's.
-pub fn node_names() -> Vec<CompletionCandidate> {
+pub(crate) fn node_names() -> Vec<CompletionCandidate> {
     let Ok(config) = Config::load() else {
         return Vec::new();
     };
@@ -64,7 +64,7 @@ pub fn node_names() -> Vec<CompletionCandidate> {
 }
 
 /// What `set` takes, with the values that are a fixed few.
-pub fn setting_keys() -> Vec<CompletionCandidate> {
+pub(crate) fn setting_keys() -> Vec<CompletionCandidate> {
     [
         ("memory_max=", "a size (4G, 50%) or none"),
         ("nix=true", "shells in nix develop /etc/base-flake"),
@@ -84,7 +84,7 @@ pub fn setting_keys() -> Vec<CompletionCandidate> {
 
 /// Snapshot ids (short), newest first, each with its box and time; none when the repository
 /// does not answer at once.
-pub fn snapshot_ids() -> Vec<CompletionCandidate> {
+pub(crate) fn snapshot_ids() -> Vec<CompletionCandidate> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let listed = Ctx::load().and_then(|ctx| ctx.restic()?.snapshots(None));
@@ -132,7 +132,7 @@ fn cached_names() -> Vec<(String, String)> {
 
 /// The man pages (ag-box.1 and one per verb, ag-box-up.1 ...) into `dir`: clap's sections, then
 /// EXAMPLES, EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO (`plan::manual`).
-pub fn man(dir: &Path) -> Result<()> {
+pub(crate) fn man(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut top = crate::cli::command().disable_help_subcommand(true);
     top.build();

@@ -26,7 +26,7 @@ struct Report<'a> {
     changes: &'a [Change],
 }
 
-pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
+pub(crate) fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;
@@ -53,23 +53,20 @@ pub fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
             })?,
     };
     let old = restic.files(&from)?;
-    let (to_id, new) = match snapshots.get(1) {
-        Some(prefix) => {
-            let id = id_of(prefix)?;
-            let files = restic.files(&id)?;
-            (Some(id), files)
+    let (to_id, new) = if let Some(prefix) = snapshots.get(1) {
+        let id = id_of(prefix)?;
+        let files = restic.files(&id)?;
+        (Some(id), files)
+    } else {
+        let spec = ctx.spec(&meta);
+        if !spec.project.is_dir() {
+            return Err(UserError::failed(
+                format!("box '{name}' has no working copy on this node ({} is missing)", spec.project.display()),
+                format!("run the diff on the node holding it, or give two snapshots ('ag-box history {name}')"),
+            )
+            .into());
         }
-        None => {
-            let spec = ctx.spec(&meta);
-            if !spec.project.is_dir() {
-                return Err(UserError::failed(
-                    format!("box '{name}' has no working copy on this node ({} is missing)", spec.project.display()),
-                    format!("run the diff on the node holding it, or give two snapshots ('ag-box history {name}')"),
-                )
-                .into());
-            }
-            (None, working_copy::files(&spec)?)
-        }
+        (None, working_copy::files(&spec)?)
     };
     let changes = diff::compare(&old, &new);
     if json {

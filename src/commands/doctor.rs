@@ -27,7 +27,7 @@ struct Report<'a> {
     checks: &'a [Check],
 }
 
-pub fn run(json: bool, unlock: bool) -> Result<()> {
+pub(crate) fn run(json: bool, unlock: bool) -> Result<()> {
     let mut checks = tools();
     let ctx = match Ctx::load() {
         Ok(ctx) => Some(ctx),
@@ -226,10 +226,10 @@ fn store(ctx: &Ctx) -> Vec<Check> {
                 Ok(ahead) => ahead.as_secs_f64(),
                 Err(behind) => -behind.duration().as_secs_f64(),
             };
-            out.push(doctor::clock(
-                skew.round() as i64,
-                ctx.config.lease_ttl.as_secs(),
-            ));
+            // Seconds of skew between two clocks: far inside i64.
+            #[allow(clippy::cast_possible_truncation)]
+            let skew = skew.round() as i64;
+            out.push(doctor::clock(skew, ctx.config.lease_ttl.as_secs()));
         }
         Ok(None) => {}
         Err(e) => out.push(fail("clock", detail_of(&e), fix_of(&e))),

@@ -55,7 +55,9 @@ struct Dropped<'a> {
     agent_home_kept_at: Option<&'a std::path::Path>,
 }
 
-pub fn run(name: &str, yes: bool, json: bool) -> Result<()> {
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn run(name: &str, yes: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;
@@ -194,7 +196,7 @@ fn set_aside_home(spec: &crate::plan::sandbox::BoxSpec) -> Result<Option<std::pa
         .to_string()
         .replace(':', "");
     // A box of the name dropped before, within the same second, has the first name.
-    let aside = (1..)
+    let aside = (1..=u32::MAX)
         .map(|n| {
             let tail = if n == 1 {
                 String::new()

@@ -70,7 +70,7 @@ fn line(r: &Record) -> String {
     ))
 }
 
-pub fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
+pub(crate) fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec_in_force(&meta);
@@ -169,7 +169,7 @@ fn print_report(r: &Report) {
 }
 
 /// What became of a policy change for a box that may be running.
-pub enum Applied {
+pub(crate) enum Applied {
     Live,
     /// The box runs with the other kind of network; the change waits for its next `up`.
     AtNextUp,
@@ -177,7 +177,7 @@ pub enum Applied {
 }
 
 /// Hand the record's policy to the box's proxy on this node.
-pub fn apply_here(runtime: Runtime, spec: &BoxSpec) -> Result<Applied> {
+pub(crate) fn apply_here(runtime: Runtime, spec: &BoxSpec) -> Result<Applied> {
     if !runtime.is_active(spec) {
         return Ok(Applied::NotRunning);
     }
@@ -190,7 +190,7 @@ pub fn apply_here(runtime: Runtime, spec: &BoxSpec) -> Result<Applied> {
 }
 
 /// `egress <box> --apply`.
-pub fn apply(name: &str) -> Result<()> {
+pub(crate) fn apply(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec(&meta);
@@ -209,7 +209,7 @@ pub fn apply(name: &str) -> Result<()> {
 }
 
 /// After `set` changed the policy: apply it where the box runs, here or over ssh.
-pub fn apply_everywhere(ctx: &Ctx, meta: &Meta) {
+pub(crate) fn apply_everywhere(ctx: &Ctx, meta: &Meta) {
     let name = &meta.name;
     let Some(holder) = meta.lease.as_ref().map(|l| l.node.clone()) else {
         say!("box '{name}': the network policy takes effect at its next 'ag-box up'");
@@ -222,7 +222,7 @@ pub fn apply_everywhere(ctx: &Ctx, meta: &Meta) {
                 "box '{name}': the network mode takes effect at its next up (park, then up); entries already stored"
             ),
             Ok(Applied::NotRunning) => {
-                say!("box '{name}': the network policy takes effect at its next 'ag-box up'")
+                say!("box '{name}': the network policy takes effect at its next 'ag-box up'");
             }
             Err(e) => say!("box '{name}': stored, but not applied here: {e:#}"),
         }

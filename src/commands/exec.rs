@@ -8,7 +8,7 @@ use crate::error::ChildExit;
 use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, pty, runtime};
 
-pub fn run(name: &str, command: &[String]) -> Result<()> {
+pub(crate) fn run(name: &str, command: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;

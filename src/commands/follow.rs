@@ -13,7 +13,7 @@ use crate::sys::cmd;
 
 /// `ssh` running `ag-box <args>` on `alias`; `tty`: with a terminal (an attach, an interactive
 /// exec). The remote shell reads one string, so every argument is quoted for it.
-pub fn ssh_argv(alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
+pub(crate) fn ssh_argv(alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
     let remote: Vec<String> = std::iter::once("ag-box")
         .chain(args.iter().copied())
         .map(quote)
@@ -42,7 +42,7 @@ fn quote(arg: &str) -> String {
 }
 
 /// The box is not running here: run `args` on the node holding its lease, or tell why not.
-pub fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
     let name = &meta.name;
     let Some(lease) = &meta.lease else {
         return Err(UserError::failed(
@@ -78,9 +78,9 @@ pub fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()
         "box '{name}' is up on node {}; running '{verb}' there over ssh ({alias})",
         lease.node
     );
-    let argv = ssh_argv(alias, tty || verb == "attach", args);
-    let status = Command::new(&argv[0])
-        .args(&argv[1..])
+    let ssh = ssh_argv(alias, tty || verb == "attach", args);
+    let status = Command::new(&ssh[0])
+        .args(&ssh[1..])
         .status()
         .with_context(|| format!("running ssh {alias}"))?;
     match cmd::exit_code(status) {

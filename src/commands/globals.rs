@@ -13,7 +13,7 @@ use crate::sys::agent_home::{self, Adopted};
 use crate::sys::restic::short;
 use crate::sys::restore;
 
-pub fn run(action: GlobalsAction) -> Result<()> {
+pub(crate) fn run(action: GlobalsAction) -> Result<()> {
     let ctx = Ctx::load()?;
     let role = ctx.config.globals_role;
     if !matches!(action, GlobalsAction::Adopt { .. }) {

@@ -18,7 +18,7 @@ struct Report<'a> {
     entries: &'a [Entry],
 }
 
-pub fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
+pub(crate) fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use super::{Ctx, require_tools};
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let ctx = Ctx::load()?;
     require_tools(&["restic"])?;
     ctx.store.check_reachable()?;

@@ -26,7 +26,7 @@ struct Listing<'a> {
     boxes: &'a [Row],
 }
 
-pub fn run(json: bool) -> Result<()> {
+pub(crate) fn run(json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let now = ctx.now();
     let running = ctx.running_here();
@@ -95,7 +95,7 @@ pub fn run(json: bool) -> Result<()> {
 }
 
 /// How `ls` and `status` show a mode: `host` is said to be unguarded.
-pub fn network_label(mode: Mode) -> &'static str {
+pub(crate) fn network_label(mode: Mode) -> &'static str {
     match mode {
         Mode::Host => "host (unguarded)",
         m => m.label(),

@@ -1,27 +1,27 @@
 //! One thin file per verb: load, plan, print, execute.
 
-pub mod attach;
-pub mod completion;
-pub mod diff;
-pub mod doctor;
-pub mod drop;
-pub mod egress;
-pub mod exec;
-pub mod follow;
-pub mod globals;
-pub mod history;
-pub mod init;
-pub mod ls;
-pub mod park;
-pub mod probe;
-pub mod prune;
-pub mod rollback;
-pub mod set;
-pub mod snapshot;
-pub mod status;
-pub mod stop;
-pub mod track;
-pub mod up;
+pub(crate) mod attach;
+pub(crate) mod completion;
+pub(crate) mod diff;
+pub(crate) mod doctor;
+pub(crate) mod drop;
+pub(crate) mod egress;
+pub(crate) mod exec;
+pub(crate) mod follow;
+pub(crate) mod globals;
+pub(crate) mod history;
+pub(crate) mod init;
+pub(crate) mod ls;
+pub(crate) mod park;
+pub(crate) mod probe;
+pub(crate) mod prune;
+pub(crate) mod rollback;
+pub(crate) mod set;
+pub(crate) mod snapshot;
+pub(crate) mod status;
+pub(crate) mod stop;
+pub(crate) mod track;
+pub(crate) mod up;
 
 use std::time::SystemTime;
 
@@ -42,21 +42,21 @@ use crate::sys::copy_state::CopyState;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 
-pub use crate::lifecycle::RUN_ROOT;
+pub(crate) use crate::lifecycle::RUN_ROOT;
 
 /// The layout version of every `--json` output (`ls`, `status`, `history`): raised when a
 /// field changes meaning or goes away, not when one is added.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// Print a `--json` document on stdout, its timestamps to the second (`plan::json`).
-pub fn print_json(doc: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn print_json(doc: &impl serde::Serialize) -> Result<()> {
     let v = crate::plan::json::normalized(serde_json::to_value(doc)?);
     out!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }
 
 /// Where this node keeps the records it last listed from the S3 store (None: the local store).
-pub fn record_cache_dir(config: &Config) -> Option<std::path::PathBuf> {
+pub(crate) fn record_cache_dir(config: &Config) -> Option<std::path::PathBuf> {
     let bucket: String = config
         .s3
         .as_ref()?
@@ -74,14 +74,16 @@ pub fn record_cache_dir(config: &Config) -> Option<std::path::PathBuf> {
 }
 
 /// What every verb works with on this node.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub config: Config,
     pub store: Box<dyn MetaStore>,
     pub runtime: Runtime,
+    /// The time, as the verbs see it.
+    pub clock: fn() -> SystemTime,
 }
 
 impl Ctx {
-    pub fn load() -> Result<Ctx> {
+    pub(crate) fn load() -> Result<Ctx> {
         let config = Config::load()?;
         let runtime = Runtime::select(config.runtime)?;
         let store: Box<dyn MetaStore> = match (&config.s3, record_cache_dir(&config)) {
@@ -92,23 +94,24 @@ impl Ctx {
             config,
             store,
             runtime,
+            clock: SystemTime::now,
         })
     }
 
     /// Add a step to box `name`'s history (never failing the step).
-    pub fn record_event(&self, name: &str, step: events::Step) {
+    pub(crate) fn record_event(&self, name: &str, step: events::Step) {
         events::record(self.store.as_ref(), &self.config.node, name, step);
     }
 
     /// The repository, opened with this node's own key (added on first use).
-    pub fn restic(&self) -> Result<Restic> {
+    pub(crate) fn restic(&self) -> Result<Restic> {
         let mut restic = Restic::new(&self.config)?;
         restic.add_node_key(self.store.as_ref(), &self.config.node);
         Ok(restic)
     }
 
     /// Does the store honour conditional writes? Probed once per store, cached in the state dir.
-    pub fn conditional_writes(&self) -> Result<bool> {
+    pub(crate) fn conditional_writes(&self) -> Result<bool> {
         let cache = self.config.state_dir.join("store-probe.json");
         let store = self.store.describe();
         if let Ok(text) = std::fs::read_to_string(&cache)
@@ -137,7 +140,7 @@ impl Ctx {
     }
 
     /// Leases are only as good as the store's compare-and-swap.
-    pub fn require_safe_leases(&self) -> Result<()> {
+    pub(crate) fn require_safe_leases(&self) -> Result<()> {
         let opted_in = self.config.s3.as_ref().is_some_and(|s| s.unsafe_leases);
         if opted_in || self.conditional_writes()? {
             return Ok(());
@@ -153,27 +156,27 @@ impl Ctx {
     }
 
     /// This command alone on the box, on this node (see `sys::box_lock`).
-    pub fn lock_box(&self, name: &str, verb: &str) -> Result<BoxLock> {
+    pub(crate) fn lock_box(&self, name: &str, verb: &str) -> Result<BoxLock> {
         box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
     }
 
-    pub fn now(&self) -> SystemTime {
-        SystemTime::now()
+    pub(crate) fn now(&self) -> SystemTime {
+        (self.clock)()
     }
 
     /// The record of a tracked box, after checking the name.
-    pub fn tracked(&self, name: &str) -> Result<Stored> {
+    pub(crate) fn tracked(&self, name: &str) -> Result<Stored> {
         names::validate(name)?;
         get_existing(self.store.as_ref(), name)
     }
 
-    pub fn spec(&self, meta: &Meta) -> BoxSpec {
+    pub(crate) fn spec(&self, meta: &Meta) -> BoxSpec {
         lifecycle::spec_for(&self.config, meta)
     }
 
     /// The box as it is here: a running one with the network it runs with, which its record
     /// may no longer say (`set network=host` takes effect at the next `up`).
-    pub fn spec_in_force(&self, meta: &Meta) -> BoxSpec {
+    pub(crate) fn spec_in_force(&self, meta: &Meta) -> BoxSpec {
         let mut spec = self.spec(meta);
         if self.runtime.is_active(&spec) {
             spec.egress = crate::sys::runtime::egress_in_force(&spec);
@@ -182,7 +185,7 @@ impl Ctx {
     }
 
     /// The sequences' view of this node, with `repo` as the repository.
-    pub fn world<'a>(&'a self, repo: &'a dyn Repo) -> World<'a> {
+    pub(crate) fn world<'a>(&'a self, repo: &'a dyn Repo) -> World<'a> {
         World {
             config: &self.config,
             store: self.store.as_ref(),
@@ -192,7 +195,7 @@ impl Ctx {
     }
 
     /// Boxes whose process tree is running on this node.
-    pub fn active_boxes(&self) -> Result<Vec<Meta>> {
+    pub(crate) fn active_boxes(&self) -> Result<Vec<Meta>> {
         let running = self.running_here();
         Ok(self
             .store
@@ -206,7 +209,7 @@ impl Ctx {
     /// this node's state knows them all (it holds an epoch for each box up here). A box it
     /// does not know runs for another install on this machine (another `BOX_STATE_DIR`), or
     /// this state was lost: the store's records say which of those are ours.
-    pub fn active_box_names(&self) -> Result<Vec<String>> {
+    pub(crate) fn active_box_names(&self) -> Result<Vec<String>> {
         let running = self
             .running_here()
             .into_iter()
@@ -228,7 +231,7 @@ impl Ctx {
     }
 
     /// Names of the boxes running on this node, asked once (not once per box).
-    pub fn running_here(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn running_here(&self) -> std::collections::BTreeSet<String> {
         self.runtime
             .running_boxes(std::path::Path::new(RUN_ROOT))
             .into_iter()
@@ -236,11 +239,11 @@ impl Ctx {
     }
 }
 
-pub use crate::lifecycle::not_up_here;
+pub(crate) use crate::lifecycle::not_up_here;
 
 /// The caller's terminal type, for `attach` and `exec`; nothing else of its environment enters
 /// a box.
-pub fn caller_term() -> Option<(&'static str, String)> {
+pub(crate) fn caller_term() -> Option<(&'static str, String)> {
     std::env::var("TERM")
         .ok()
         .filter(|t| {
@@ -252,7 +255,7 @@ pub fn caller_term() -> Option<(&'static str, String)> {
         .map(|t| ("TERM", t))
 }
 
-pub fn require_tools(tools: &[&str]) -> Result<()> {
+pub(crate) fn require_tools(tools: &[&str]) -> Result<()> {
     for t in tools {
         cmd::require(t)?;
     }

@@ -17,7 +17,7 @@ struct Parked<'a> {
     snapshot: &'a str,
 }
 
-pub fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;

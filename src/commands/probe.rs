@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, RUN_ROOT};
 use crate::plan::schedule::ProbeReply;
 
-pub fn reply(ctx: &Ctx) -> Result<ProbeReply> {
+pub(crate) fn reply(ctx: &Ctx) -> Result<ProbeReply> {
     let mut sys = sysinfo::System::new().context("reading memory figures")?;
     sys.refresh_memory();
     Ok(ProbeReply {
@@ -18,7 +18,7 @@ pub fn reply(ctx: &Ctx) -> Result<ProbeReply> {
     })
 }
 
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let ctx = Ctx::load()?;
     out!("{}", serde_json::to_string(&reply(&ctx)?)?);
     Ok(())

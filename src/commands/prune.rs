@@ -17,13 +17,14 @@ use crate::sys::restic::short;
 fn snaps(infos: &[SnapshotInfo]) -> Vec<Snap> {
     infos
         .iter()
-        .filter_map(|i| match humantime::parse_rfc3339_weak(&i.time) {
-            Ok(time) => Some(Snap {
-                id: i.id.clone(),
-                time,
-                fork: i.tags.iter().any(|t| t == FORK_TAG),
-            }),
-            Err(_) => {
+        .filter_map(|i| {
+            if let Ok(time) = humantime::parse_rfc3339_weak(&i.time) {
+                Some(Snap {
+                    id: i.id.clone(),
+                    time,
+                    fork: i.tags.iter().any(|t| t == FORK_TAG),
+                })
+            } else {
                 tracing::warn!(
                     "snapshot {} has an unreadable time '{}'; kept",
                     short(&i.id),
@@ -35,7 +36,7 @@ fn snaps(infos: &[SnapshotInfo]) -> Vec<Snap> {
         .collect()
 }
 
-pub fn run(dry_run: bool) -> Result<()> {
+pub(crate) fn run(dry_run: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;

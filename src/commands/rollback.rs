@@ -27,7 +27,13 @@ struct RolledBack<'a> {
     restored_to: Option<&'a Path>,
 }
 
-pub fn run(name: &str, snapshot: &str, to: Option<&Path>, yes: bool, json: bool) -> Result<()> {
+pub(crate) fn run(
+    name: &str,
+    snapshot: &str,
+    to: Option<&Path>,
+    yes: bool,
+    json: bool,
+) -> Result<()> {
     let done = |snapshot: &str, undo: Option<&str>, restored_to: Option<&Path>| {
         if json {
             super::print_json(&RolledBack {

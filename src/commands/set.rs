@@ -1,4 +1,4 @@
-//! `set <name> key=value...`: per-box settings (memory_max, nix, pin, uid, gid, network, allow).
+//! `set <name> key=value...`: per-box settings (`memory_max`, nix, pin, uid, gid, network, allow).
 //! The network policy applies to the running box at once; the rest at its next `up`.
 
 use anyhow::Result;
@@ -39,7 +39,7 @@ fn refuse_taken_ids(ctx: &Ctx, name: &str, assignments: &[String]) -> Result<()>
     Ok(())
 }
 
-pub fn run(name: &str, assignments: &[String]) -> Result<()> {
+pub(crate) fn run(name: &str, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     // A pin to a node this install does not know would make every later `up` fail.

@@ -17,7 +17,7 @@ use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
 use crate::sys::{atomic, cmd, host};
 
-pub fn run(args: SnapshotArgs) -> Result<()> {
+pub(crate) fn run(args: &SnapshotArgs) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
     // Each snapshot reads its own record: no store read need stand before the first starts.
@@ -48,7 +48,7 @@ pub fn run(args: SnapshotArgs) -> Result<()> {
     } else {
         out!("{name} {}{}", taken.snapshot.id, outcome.note());
     }
-    conclude(&names, vec![outcome])
+    conclude(&names, &[outcome])
 }
 
 /// `snapshot --json`.
@@ -143,7 +143,7 @@ fn snapshot_active(
     if json {
         print_report(&ordered, &outcomes, &ids)?;
     }
-    conclude(&ordered, outcomes)
+    conclude(&ordered, &outcomes)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -274,7 +274,7 @@ struct Ran {
 const LAST_RUN: &str = "snapshot-last-run.json";
 
 /// What the last `--active` run here measured, and when it ended.
-pub fn last_run(state_dir: &Path) -> Option<(LastRun, SystemTime)> {
+pub(crate) fn last_run(state_dir: &Path) -> Option<(LastRun, SystemTime)> {
     let path = state_dir.join(LAST_RUN);
     let run = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
     Some((run, std::fs::metadata(&path).ok()?.modified().ok()?))
@@ -313,14 +313,14 @@ fn peak_memory() -> Result<u64> {
 
 /// The exit of a run over `names`: failures first, then a split brain (the hourly timer's unit
 /// fails either way, so it shows).
-fn conclude(names: &[String], outcomes: Vec<Outcome>) -> Result<()> {
+fn conclude(names: &[String], outcomes: &[Outcome]) -> Result<()> {
     let failed = outcomes.iter().filter(|o| **o == Outcome::Failed).count();
     if failed > 0 {
         anyhow::bail!("{failed} of {} snapshots failed", names.len());
     }
     let forked: Vec<&str> = names
         .iter()
-        .zip(&outcomes)
+        .zip(outcomes)
         .filter(|(_, o)| **o == Outcome::Forked)
         .map(|(n, _)| n.as_str())
         .collect();

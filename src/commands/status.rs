@@ -155,7 +155,9 @@ fn snapshot_count(
     })
 }
 
-pub fn run(json: bool, deep: bool) -> Result<()> {
+// One report, gathered in the order it prints.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn run(json: bool, deep: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let (snapshots, snapshots_counted_at, snapshots_error) = snapshot_count(&ctx, deep)?;
     let conditional_writes = match ctx.conditional_writes() {

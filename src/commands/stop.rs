@@ -6,7 +6,7 @@ use super::{Ctx, follow};
 use crate::lifecycle;
 use crate::sys::restic::Restic;
 
-pub fn run(name: &str) -> Result<()> {
+pub(crate) fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     if !ctx.runtime.is_active(&ctx.spec(&meta)) {

@@ -29,7 +29,9 @@ struct Tracked<'a> {
     snapshot: &'a str,
 }
 
-pub fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
     names::validate(name)?;
     let ctx = Ctx::load()?;
     let given = path.unwrap_or_else(|| ctx.config.home.join(name));
@@ -94,9 +96,8 @@ pub fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<(
     ctx.require_safe_leases()?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
-    let meta = match store::create(ctx.store.as_ref(), meta)? {
-        Some(written) => written,
-        None => return Err(already_tracked(name).into()),
+    let Some(meta) = store::create(ctx.store.as_ref(), meta)? else {
+        return Err(already_tracked(name).into());
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
     CopyState {

@@ -22,7 +22,7 @@ struct Started<'a> {
     snapshot: Option<&'a str>,
 }
 
-pub fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Result<()> {
     start(name, node, force)?;
     if json {
         let ctx = Ctx::load()?;

@@ -3,13 +3,13 @@
 //! node's files (the box runtime, the restic repository) is behind traits, so every failure
 //! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
 
-pub mod park;
-pub mod rollback;
-pub mod snapshot;
-pub mod stop;
+pub(crate) mod park;
+pub(crate) mod rollback;
+pub(crate) mod snapshot;
+pub(crate) mod stop;
 #[cfg(test)]
 mod tests;
-pub mod up;
+pub(crate) mod up;
 
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ use crate::sys::restic::Backup;
 use crate::sys::{cmd, host};
 
 /// Where a box's process tree runs (`sys::runtime::Runtime`).
-pub trait BoxRuntime {
+pub(crate) trait BoxRuntime {
     fn is_active(&self, spec: &BoxSpec) -> bool;
     fn start(
         &self,
@@ -46,7 +46,7 @@ pub trait BoxRuntime {
 }
 
 /// The snapshot repository (`sys::restic::Restic`).
-pub trait Repo {
+pub(crate) trait Repo {
     fn ensure_repo(&self) -> Result<()>;
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
@@ -74,7 +74,7 @@ pub trait Repo {
 }
 
 /// What the sequences act on.
-pub struct World<'a> {
+pub(crate) struct World<'a> {
     pub config: &'a Config,
     pub store: &'a dyn MetaStore,
     pub runtime: &'a dyn BoxRuntime,
@@ -82,24 +82,24 @@ pub struct World<'a> {
 }
 
 impl World<'_> {
-    pub fn spec(&self, meta: &Meta) -> BoxSpec {
+    pub(crate) fn spec(&self, meta: &Meta) -> BoxSpec {
         spec_for(self.config, meta)
     }
 
-    pub fn tracked(&self, name: &str) -> Result<Stored> {
+    pub(crate) fn tracked(&self, name: &str) -> Result<Stored> {
         get_existing(self.store, name)
     }
 
     /// This command alone on the box, on this node.
-    pub fn lock(&self, name: &str, verb: &str) -> Result<BoxLock> {
+    pub(crate) fn lock(&self, name: &str, verb: &str) -> Result<BoxLock> {
         box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
     }
 }
 
-pub const RUN_ROOT: &str = "/run/box";
+pub(crate) const RUN_ROOT: &str = "/run/box";
 
 /// A box as this node runs it.
-pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
+pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
     BoxSpec {
         name: meta.name.clone(),
         project: meta.path.clone(),
@@ -122,7 +122,7 @@ pub fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
 }
 
 /// Ids for box `name` that no record of `records` holds and no account of this node has.
-pub fn free_ids(name: &str, records: &[Meta]) -> Result<Ids, UserError> {
+pub(crate) fn free_ids(name: &str, records: &[Meta]) -> Result<Ids, UserError> {
     let taken = records
         .iter()
         .flat_map(|m| [m.uid, m.gid])
@@ -136,7 +136,7 @@ pub fn free_ids(name: &str, records: &[Meta]) -> Result<Ids, UserError> {
     })
 }
 
-pub fn not_up_here(name: &str) -> UserError {
+pub(crate) fn not_up_here(name: &str) -> UserError {
     UserError::failed(
         format!("box '{name}' is not up on this node"),
         format!("run 'ag-box up {name}' first, or 'ag-box ls' to see where it is"),

@@ -14,7 +14,9 @@ use crate::sys::{agent_home, crash, digest};
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
 /// the lease.
 /// Returns the final snapshot's id.
-pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
     let _lock = w.lock(name, "park")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -85,7 +87,13 @@ pub fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
         Some(m) => m,
         None => digest::walk(&roots)?.1,
     };
-    snapshot::publish_changes(w, &spec, &taken.snapshot.id, kept_manifest, final_manifest);
+    snapshot::publish_changes(
+        w,
+        &spec,
+        &taken.snapshot.id,
+        kept_manifest.as_ref(),
+        final_manifest,
+    );
     tracing::debug!("box '{name}': published what changed");
     crash::point("park.before-release");
     let epoch = taken.epoch;

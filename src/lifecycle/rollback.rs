@@ -17,7 +17,7 @@ use crate::sys::crash;
 use crate::sys::restic::short;
 
 /// Roll box `name` back to `to`; returns the snapshot of the state it replaced.
-pub fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
+pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
     let lock = w.lock(name, "rollback")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;

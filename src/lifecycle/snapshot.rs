@@ -21,7 +21,7 @@ use crate::sys::copy_state::CopyState;
 use crate::sys::restic::short;
 use crate::sys::{crash, digest, host, working_copy};
 
-pub struct Taken {
+pub(crate) struct Taken {
     pub snapshot: SnapshotRef,
     /// Another node took the lease: the snapshot is tagged `fork` and `last_snapshot` did not move.
     pub forked: Option<LeaseLost>,
@@ -36,7 +36,7 @@ pub struct Taken {
 const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
 
 /// The exclude files this node's snapshots (and restores in place) follow.
-pub fn exclude_files() -> Vec<PathBuf> {
+pub(crate) fn exclude_files() -> Vec<PathBuf> {
     [PathBuf::from(EXCLUDE_FILE)]
         .into_iter()
         .filter(|p| p.exists())
@@ -44,7 +44,7 @@ pub fn exclude_files() -> Vec<PathBuf> {
 }
 
 /// The box's local copy on this node: its project and its agent home.
-pub fn local_copy(spec: &BoxSpec) -> Vec<PathBuf> {
+pub(crate) fn local_copy(spec: &BoxSpec) -> Vec<PathBuf> {
     vec![spec.project.clone(), spec.agent_home.root.clone()]
 }
 
@@ -74,7 +74,7 @@ fn backup_spec(
 
 /// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
 /// name has none: then nothing is remembered, and the next park publishes nothing).
-pub fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>) {
+pub(crate) fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>) {
     let state = &w.config.state_dir;
     let kept = match manifest {
         Some(entries) => CopyManifest {
@@ -93,21 +93,21 @@ pub fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>
 /// changed since the snapshot the copy last equalled here (`before`, as kept then), for the
 /// next node that holds that one, with the contents when they can travel in the bundle; then
 /// remember `after`. Only a warning when it fails: the next `up` diffs instead.
-pub fn publish_changes(
+pub(crate) fn publish_changes(
     w: &World,
     spec: &BoxSpec,
     to: &str,
-    before: Option<CopyManifest>,
+    before: Option<&CopyManifest>,
     after: Option<Manifest>,
 ) {
     let name = &spec.name;
     let published = (|| -> Result<()> {
-        let (Some(b), Some(a)) = (&before, &after) else {
+        let (Some(b), Some(a)) = (before, &after) else {
             return w.store.put_delta(name, None);
         };
         let excludes = working_copy::excludes(spec)?;
-        let excluded = |p: &Path| excludes.matches(p);
-        let Some(d) = delta::between(&b.entries, a, &excluded) else {
+        let left_out = |p: &Path| excludes.matches(p);
+        let Some(d) = delta::between(&b.entries, a, &left_out) else {
             return w.store.put_delta(name, None);
         };
         let published = Published::new(b.snapshot.clone(), to.to_string(), d);
@@ -115,7 +115,7 @@ pub fn publish_changes(
         let contents = if excludes.unfollowed {
             None
         } else {
-            sys_bundle::collect(&published.fetch, a, &excluded).unwrap_or_else(|e| {
+            sys_bundle::collect(&published.fetch, a, &left_out).unwrap_or_else(|e| {
                 tracing::debug!("box '{name}': the changes travel without their contents: {e:#}");
                 None
             })
@@ -144,7 +144,7 @@ pub fn publish_changes(
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
-pub fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
+pub(crate) fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
     let spec = backup_spec(
         w,
         &w.spec(meta),
@@ -280,7 +280,9 @@ fn refuse_foreign_owners(
 /// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
 /// (unreadable files, a missing or emptied project) never becomes the box's latest unless
 /// `accept_partial`.
-pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &w.config.node;
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
@@ -434,14 +436,14 @@ pub fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
 }
 
 /// Whether this node's copy of the box is still what its latest snapshot saved.
-pub fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
+pub(crate) fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
     let digest = digest::of(&local_copy(&w.spec(meta)))?;
     Ok(unchanged_since_last(meta, &copy, &digest).is_some())
 }
 
 /// Nanoseconds since the Unix epoch (0 before it).
-pub fn unix_nanos(t: SystemTime) -> i64 {
+pub(crate) fn unix_nanos(t: SystemTime) -> i64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
@@ -465,13 +467,13 @@ fn renew_only(
 ) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &w.config.node;
-    let now = SystemTime::now();
+    let at = SystemTime::now();
     let ttl = w.config.lease_ttl;
     let forked = update_from(w.store, &meta.name, Some(stored.clone()), |m| {
         Ok(
-            match lease::renew(m, node, epoch, m.last_snapshot.clone(), now, ttl) {
+            match lease::renew(m, node, epoch, m.last_snapshot.clone(), at, ttl) {
                 Ok(next) => Step::Write(next, None),
-                Err(lost) => Step::Keep(Some(lost)),
+                Err(gone) => Step::Keep(Some(gone)),
             },
         )
     })?;

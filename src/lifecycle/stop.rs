@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::{World, not_up_here};
 use crate::store::events;
 
-pub fn stop(w: &World, name: &str) -> Result<()> {
+pub(crate) fn stop(w: &World, name: &str) -> Result<()> {
     let _lock = w.lock(name, "stop")?;
     let meta = w.tracked(name)?.meta;
     let spec = w.spec(&meta);

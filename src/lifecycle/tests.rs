@@ -2,8 +2,10 @@
 //! runtime that records what it was asked, and a repository of plain directory copies.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
@@ -91,7 +93,6 @@ struct FakeRepo {
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
 /// Every file and dir under `tree`, as `restic ls` lists them (their paths under `at`).
 fn list_tree(tree: &Path, at: &Path, out: &mut Vec<Listed>) {
-    use std::os::unix::fs::MetadataExt;
     for entry in fs::read_dir(tree).unwrap() {
         let entry = entry.unwrap();
         let m = entry.path().symlink_metadata().unwrap();
@@ -132,13 +133,13 @@ fn diff_trees(a: &Path, b: &Path, at: &Path, out: &mut Vec<Change>) {
             (Some(ma), None) => out.push(Change::new(&shown(&ma), "-")),
             (None, Some(mb)) => out.push(Change::new(&shown(&mb), "+")),
             (Some(ma), Some(mb)) if ma.is_dir() && mb.is_dir() => {
-                diff_trees(&pa, &pb, &at.join(name), out)
+                diff_trees(&pa, &pb, &at.join(name), out);
             }
             (Some(ma), Some(mb)) if ma.is_dir() != mb.is_dir() => {
-                out.push(Change::new(&shown(&mb), "T"))
+                out.push(Change::new(&shown(&mb), "T"));
             }
             (Some(_), Some(mb)) if fs::read(&pa).ok() != fs::read(&pb).ok() => {
-                out.push(Change::new(&shown(&mb), "M"))
+                out.push(Change::new(&shown(&mb), "M"));
             }
             _ => {}
         }
@@ -158,7 +159,7 @@ fn delete_missing(snap: &Path, live: &Path) {
         match fs::symlink_metadata(&there) {
             Err(_) => crate::sys::restore::remove_any(&entry.path()).unwrap(),
             Ok(m) if m.is_dir() && entry.file_type().unwrap().is_dir() => {
-                delete_missing(&there, &entry.path())
+                delete_missing(&there, &entry.path());
             }
             Ok(_) => {}
         }
@@ -305,7 +306,7 @@ impl Node {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-            process: Default::default(),
+            process: BTreeMap::default(),
             nodes: vec![],
             home: tmp.path().join("home"),
             hostname: "here".into(),
@@ -411,7 +412,7 @@ impl Node {
     /// Another node took the box's latest snapshot "there" from this node's last one, with
     /// f.txt changed, old.txt removed and new/n.txt added.
     fn changed_elsewhere(&self) {
-        self.changed_elsewhere_as("there")
+        self.changed_elsewhere_as("there");
     }
 
     fn changed_elsewhere_as(&self, id: &str) {
@@ -459,11 +460,11 @@ impl Node {
         .unwrap();
     }
 
-    fn set_lease(&self, lease: Option<Lease>) {
+    fn set_lease(&self, lease: Option<&Lease>) {
         update(&self.store, "demo", |m| {
             Ok(Step::Write(
                 Meta {
-                    lease: lease.clone(),
+                    lease: lease.cloned(),
                     ..m.clone()
                 },
                 (),
@@ -546,7 +547,7 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
     }
     .save(&n.config.state_dir, "demo")
     .unwrap();
-    n.set_lease(Some(lease_of("here", 8)));
+    n.set_lease(Some(&lease_of("here", 8)));
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
@@ -684,7 +685,7 @@ fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     up::up_here(&n.world(), "demo", false).unwrap();
     n.write("f.txt", "mine");
     let taker = lease_of("there", 9);
-    n.set_lease(Some(taker.clone()));
+    n.set_lease(Some(&taker));
     let e = park::park(&n.world(), "demo", false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert!(!n.runtime.active.borrow().contains("demo"));
@@ -702,7 +703,7 @@ fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
 fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
     let n = Node::new();
     n.parked();
-    n.set_lease(Some(lease_of("there", 3)));
+    n.set_lease(Some(&lease_of("there", 3)));
     let e = up::up_here(&n.world(), "demo", false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert_eq!(n.copy().pending_up, None);
@@ -779,7 +780,6 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
     assert_eq!(n.read("old.txt"), None);
     assert_eq!(n.read(".auth-secret").as_deref(), Some("this node's"));
-    use std::os::unix::fs::MetadataExt;
     let after = fs::metadata(n.project().join("same.txt")).unwrap();
     assert_eq!(
         (after.ino(), after.mtime_nsec()),
@@ -993,7 +993,6 @@ fn published_contents_are_written_without_restic_unless_altered() {
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
     assert_eq!(n.read("old.txt"), None);
-    use std::os::unix::fs::MetadataExt;
     let f = fs::metadata(n.project().join("f.txt")).unwrap();
     assert_eq!(
         (f.mode() & 0o7777, f.mtime(), f.mtime_nsec()),

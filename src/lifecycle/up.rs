@@ -18,7 +18,7 @@ use crate::sys::copy_state::{self, CopyManifest, CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore};
 
-pub fn held_elsewhere(name: &str, l: &Lease) -> UserError {
+pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
         Code::LeaseHeld,
         format!(
@@ -32,7 +32,7 @@ pub fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     )
 }
 
-pub fn being_dropped(name: &str) -> UserError {
+pub(crate) fn being_dropped(name: &str) -> UserError {
     UserError::failed(
         format!("box '{name}' is being dropped (a 'drop' of it did not finish)"),
         format!("run 'ag-box drop {name} --yes' to finish it"),
@@ -47,7 +47,9 @@ enum Held {
 
 /// `up` on this node: the lease, the restore it needs, the start. The caller checked the
 /// tools and the store's leases.
-pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     let _lock = w.lock(name, "up")?;
     // What another command changed while this one waited.
     let stored = w.tracked(name)?;
@@ -146,7 +148,7 @@ pub fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
             Held::Already { .. } => None,
         };
         if let Some((epoch, previous)) = give_back {
-            hand_back(w, name, epoch, previous);
+            hand_back(w, name, epoch, previous.as_ref());
         }
         return Err(e);
     }
@@ -321,7 +323,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     }
     crash::point("up.before-start");
     interrupt::check("the start")?;
-    let mounts = spec.mounts(|p| p.exists());
+    let mounts = spec.mounts(std::path::Path::exists);
     let bwrap_args = spec.bwrap_args(&mounts, 3);
     let memory_max = meta
         .memory_max
@@ -562,17 +564,19 @@ fn agent_home_as_kept(w: &World, name: &str, root: &Path) -> bool {
 }
 
 /// A failed `up` must not leave the lease taken.
-fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<Lease>) {
+fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<&Lease>) {
     let here = w.config.node.clone();
     let res = update(w.store, name, |m| {
         Ok(match &m.lease {
-            Some(l) if l.node == here && l.epoch == epoch && m.lease != previous => Step::Write(
-                Meta {
-                    lease: previous.clone(),
-                    ..m.clone()
-                },
-                (),
-            ),
+            Some(l) if l.node == here && l.epoch == epoch && m.lease.as_ref() != previous => {
+                Step::Write(
+                    Meta {
+                        lease: previous.cloned(),
+                        ..m.clone()
+                    },
+                    (),
+                )
+            }
             _ => Step::Keep(()),
         })
     });

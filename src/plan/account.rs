@@ -14,45 +14,45 @@ use crate::plan::delta::Listed;
 /// The ids ag-box gives boxes, one per box (uid and gid the same number): above the accounts a
 /// distribution makes (1000-59999), the system ranges and the subordinate ranges rootless
 /// containers take (from 100000, 65536 each), and below 2^31.
-pub const BOX_IDS: RangeInclusive<u32> = 2_000_000_000..=2_000_065_535;
+pub(crate) const BOX_IDS: RangeInclusive<u32> = 2_000_000_000..=2_000_065_535;
 /// The range's last id is no box's: the group every box user is also in, which the node's
 /// shared credential files belong to (mode 0660), so each box reads and refreshes them as when
 /// all boxes shared one uid (until a credential broker keeps them out of boxes).
-pub const SHARED_GID: u32 = *BOX_IDS.end();
-pub const SHARED_GROUP: &str = "ag-box-shared";
+pub(crate) const SHARED_GID: u32 = *BOX_IDS.end();
+pub(crate) const SHARED_GROUP: &str = "ag-box-shared";
 /// The user of boxes tracked before each box had its own (and of records without ids); such a
 /// box gets its own at its next `up`.
-pub const LEGACY_ID: u32 = 1000;
+pub(crate) const LEGACY_ID: u32 = 1000;
 /// The user of `attach`'s tmux client inside a box; never a box's user.
-pub const CLIENT_ID: u32 = 65533;
-pub const BOX_USER: &str = "agent";
-pub const CLIENT_USER: &str = "ag-box-client";
+pub(crate) const CLIENT_ID: u32 = 65533;
+pub(crate) const BOX_USER: &str = "agent";
+pub(crate) const CLIENT_USER: &str = "ag-box-client";
 
 /// Numeric ids: the same numbers on every node, so ownership survives a migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ids {
+pub(crate) struct Ids {
     pub uid: u32,
     pub gid: u32,
 }
 
 impl Ids {
-    pub const CLIENT: Ids = Ids {
+    pub(crate) const CLIENT: Ids = Ids {
         uid: CLIENT_ID,
         gid: CLIENT_ID,
     };
-    pub const LEGACY: Ids = Ids {
+    pub(crate) const LEGACY: Ids = Ids {
         uid: LEGACY_ID,
         gid: LEGACY_ID,
     };
 
     /// Both in ag-box's range: the box's own, no other box's.
-    pub fn own(self) -> bool {
+    pub(crate) fn own(self) -> bool {
         BOX_IDS.contains(&self.uid) && BOX_IDS.contains(&self.gid)
     }
 }
 
 /// A uid or gid a record may hold: never root, never the client's (a legacy box's 1000 too).
-pub fn check_id(key: &str, value: &str) -> Result<u32, String> {
+pub(crate) fn check_id(key: &str, value: &str) -> Result<u32, String> {
     let n: u32 = value.parse().map_err(|_| {
         format!(
             "{key} takes a number in {}-{}",
@@ -70,7 +70,7 @@ pub fn check_id(key: &str, value: &str) -> Result<u32, String> {
 }
 
 /// A uid or gid `set` may give a box: one of ag-box's range.
-pub fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
+pub(crate) fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
     let n = check_id(key, value)?;
     if n == SHARED_GID {
         Err(format!(
@@ -90,7 +90,11 @@ pub fn check_box_id(key: &str, value: &str) -> Result<u32, String> {
 /// The ids for box `name`: the first free one from a point its name picks (so boxes tracked
 /// at once on two nodes rarely meet), held by no record (`taken`) and no account of this node.
 /// None when the range is full.
-pub fn allocate(name: &str, taken: &BTreeSet<u32>, node_has: impl Fn(u32) -> bool) -> Option<Ids> {
+pub(crate) fn allocate(
+    name: &str,
+    taken: &BTreeSet<u32>,
+    node_has: impl Fn(u32) -> bool,
+) -> Option<Ids> {
     // Every id of the range but the shared group's.
     let len = BOX_IDS.end() - BOX_IDS.start();
     // FNV-1a: a spread, not a secret.
@@ -104,7 +108,7 @@ pub fn allocate(name: &str, taken: &BTreeSet<u32>, node_has: impl Fn(u32) -> boo
 }
 
 /// `/etc/passwd` as the box sees it: root, the box user, the client, nobody.
-pub fn passwd(ids: Ids, home: &Path) -> String {
+pub(crate) fn passwd(ids: Ids, home: &Path) -> String {
     format!(
         "root:x:0:0:root:/root:/usr/sbin/nologin\n\
          {BOX_USER}:x:{}:{}:ag-box box user:{}:/bin/bash\n\
@@ -118,7 +122,7 @@ pub fn passwd(ids: Ids, home: &Path) -> String {
 
 /// `/etc/group` as the box sees it; the client is a member of the box group (the socket's),
 /// the box user of the shared one.
-pub fn group(ids: Ids) -> String {
+pub(crate) fn group(ids: Ids) -> String {
     format!(
         "root:x:0:\n\
          {BOX_USER}:x:{}:{CLIENT_USER}\n\
@@ -132,7 +136,7 @@ pub fn group(ids: Ids) -> String {
 /// The entries at or below `roots` of a snapshot listing that the box's user could not have made:
 /// owned by another user, or by a group the box user is not in. Only a snapshot that read the
 /// box while it ran can hold them (a dir swapped for a link mid-read steers restic elsewhere).
-pub fn foreign_owned(listed: &[Listed], roots: &[PathBuf], ids: Ids) -> Vec<PathBuf> {
+pub(crate) fn foreign_owned(listed: &[Listed], roots: &[PathBuf], ids: Ids) -> Vec<PathBuf> {
     listed
         .iter()
         .map(|l| &l.attrs)

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// What the last run measured, for the next one to plan by.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LastRun {
+pub(crate) struct LastRun {
     /// The most memory (bytes) one of its processes took: a restic holds the repository's
     /// whole index.
     pub peak_memory: u64,
@@ -28,7 +28,7 @@ pub struct LastRun {
 
 impl LastRun {
     /// The box that took longest, and its seconds.
-    pub fn longest(&self) -> Option<(&str, f64)> {
+    pub(crate) fn longest(&self) -> Option<(&str, f64)> {
         self.seconds
             .iter()
             .max_by(|a, b| a.1.total_cmp(b.1))
@@ -48,7 +48,7 @@ const BUSY: f64 = 0.75;
 /// restic that reads the locks as another removes its own waits five seconds, and the idle
 /// time that makes looks like room for more. No more than half the memory available holds,
 /// each an ag-box and its restic at the run's peak before: the agents keep theirs.
-pub fn width(cores: usize, available: Option<u64>, last: &LastRun) -> usize {
+pub(crate) fn width(cores: usize, available: Option<u64>, last: &LastRun) -> usize {
     let cores = cores.max(1);
     let waited = last
         .quickest_backup
@@ -70,7 +70,7 @@ pub fn width(cores: usize, available: Option<u64>, last: &LastRun) -> usize {
 /// The boxes, longest first by what they took the last time (one not in it first of all: its
 /// first snapshot here may read everything). A wave lasts as long as its longest box, so the
 /// long ones share the first and the short ones the last.
-pub fn order(names: &[String], last: &LastRun) -> Vec<String> {
+pub(crate) fn order(names: &[String], last: &LastRun) -> Vec<String> {
     let mut ordered = names.to_vec();
     let took = |n: &String| last.seconds.get(n).copied().unwrap_or(f64::INFINITY);
     ordered.sort_by(|a, b| took(b).total_cmp(&took(a)).then_with(|| a.cmp(b)));
@@ -79,7 +79,7 @@ pub fn order(names: &[String], last: &LastRun) -> Vec<String> {
 
 /// The sizes of the waves `count` snapshots run in, at most `width` each: as few as that allows,
 /// as even as can be (one short wave at the end would leave cores idle).
-pub fn waves(count: usize, width: usize) -> Vec<usize> {
+pub(crate) fn waves(count: usize, width: usize) -> Vec<usize> {
     if count == 0 {
         return Vec::new();
     }
@@ -90,12 +90,12 @@ pub fn waves(count: usize, width: usize) -> Vec<usize> {
 }
 
 /// How long a wave's boxes may run before the next wave starts beside those still running.
-pub const STRAGGLER: Duration = Duration::from_secs(60);
+pub(crate) const STRAGGLER: Duration = Duration::from_mins(1);
 
 /// Whether the next wave starts, given how long each running snapshot has run: when none runs,
 /// or all have run past [`STRAGGLER`] (one stuck on the network must not hold back the boxes
 /// after it; its end may then cost a lock check in the next wave its five seconds).
-pub fn next_wave_due(running_for: &[Duration]) -> bool {
+pub(crate) fn next_wave_due(running_for: &[Duration]) -> bool {
     running_for.iter().all(|t| *t >= STRAGGLER)
 }
 

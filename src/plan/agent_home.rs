@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 /// Dirs of HOME that live in the box's agent home (read-write, snapshotted).
-pub const OWN_DIRS: &[&str] = &[
+pub(crate) const OWN_DIRS: &[&str] = &[
     ".claude",
     ".codex",
     ".grok",
@@ -17,9 +17,9 @@ pub const OWN_DIRS: &[&str] = &[
     ".local/share/opencode",
 ];
 /// Files of HOME that live in the box's agent home; `.claude.json` is seeded from the node's.
-pub const OWN_FILES: &[&str] = &[".claude.json"];
+pub(crate) const OWN_FILES: &[&str] = &[".claude.json"];
 /// The agents' credentials, shared per node: read-write, owned by the box user.
-pub const CREDENTIALS: &[&str] = &[
+pub(crate) const CREDENTIALS: &[&str] = &[
     ".claude/.credentials.json",
     ".codex/auth.json",
     ".gemini/oauth_creds.json",
@@ -29,9 +29,9 @@ pub const CREDENTIALS: &[&str] = &[
 /// Shared config that holds the agent's key and also says where it sends its requests (grok's
 /// `baseURL`): the box user's, to read the key, but read-only, so that no box can point the
 /// operator's own agent, or the next box, elsewhere.
-pub const KEYED_CONFIG: &[&str] = &[".grok/user-settings.json"];
+pub(crate) const KEYED_CONFIG: &[&str] = &[".grok/user-settings.json"];
 /// Global config, shared per node, read-only inside a box.
-pub const GLOBAL_CONFIG: &[&str] = &[
+pub(crate) const GLOBAL_CONFIG: &[&str] = &[
     ".claude/CLAUDE.md",
     ".claude/settings.json",
     ".claude/output-styles",
@@ -49,14 +49,14 @@ pub const GLOBAL_CONFIG: &[&str] = &[
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     ReadOnly,
     ReadWrite,
 }
 
 /// One path of the box's HOME and where it comes from on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HomeBind {
+pub(crate) struct HomeBind {
     pub src: PathBuf,
     pub dest: PathBuf,
     pub access: Access,
@@ -64,21 +64,21 @@ pub struct HomeBind {
 
 impl HomeBind {
     /// One of the node's shared files (bound at its own path), not of the box's agent home.
-    pub fn is_node_file(&self) -> bool {
+    pub(crate) fn is_node_file(&self) -> bool {
         self.src == self.dest
     }
 }
 
 /// The host side of a box's HOME: the node's home (shared files) and the box's agent home.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentHome {
+pub(crate) struct AgentHome {
     /// HOME inside the box, and the node's home whose shared files are bound.
     pub home: PathBuf,
     /// `$BOX_STATE_DIR/homes/<name>`.
     pub root: PathBuf,
 }
 
-pub fn root_for(state_dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn root_for(state_dir: &Path, name: &str) -> PathBuf {
     state_dir.join("homes").join(name)
 }
 
@@ -92,19 +92,19 @@ fn in_own_dir(rel: &str) -> bool {
 /// What an agent's login writes: its credentials and keyed config. Shared from the node when
 /// the node has them; a login made inside a box on a node without them lands in the box's own
 /// agent home, which no snapshot carries (`globals adopt` makes it the node's).
-pub fn logins() -> impl Iterator<Item = &'static str> {
+pub(crate) fn logins() -> impl Iterator<Item = &'static str> {
     CREDENTIALS.iter().chain(KEYED_CONFIG).copied()
 }
 
 /// A shared file the box user must own to use (a credential, or a keyed config).
-pub fn handed_to_box(rel: &Path) -> bool {
+pub(crate) fn handed_to_box(rel: &Path) -> bool {
     logins().any(|c| Path::new(c) == rel)
 }
 
 impl AgentHome {
     /// The binds of HOME, parents before children; shared files the node lacks are left out.
     /// The opencode store needs its mount point in the node's `~/.local` when that is bound.
-    pub fn binds(&self, node_has: impl Fn(&Path) -> bool) -> Vec<HomeBind> {
+    pub(crate) fn binds(&self, node_has: impl Fn(&Path) -> bool) -> Vec<HomeBind> {
         let node = |rel: &str| self.home.join(rel);
         let own = |rel: &str| HomeBind {
             src: self.root.join(rel),
@@ -148,7 +148,7 @@ impl AgentHome {
 
     /// Mount points of shared files inside the agent home: made (as the box user's) before
     /// the box starts, since bwrap would make them root's.
-    pub fn mount_points(&self, binds: &[HomeBind]) -> Vec<PathBuf> {
+    pub(crate) fn mount_points(&self, binds: &[HomeBind]) -> Vec<PathBuf> {
         binds
             .iter()
             .filter(|b| b.src != self.root.join(self.rel(&b.dest)))
@@ -162,7 +162,7 @@ impl AgentHome {
     }
 
     /// Never in a snapshot: the shared files' mount points in the agent home.
-    pub fn snapshot_excludes(&self) -> Vec<PathBuf> {
+    pub(crate) fn snapshot_excludes(&self) -> Vec<PathBuf> {
         CREDENTIALS
             .iter()
             .chain(KEYED_CONFIG)

@@ -22,11 +22,11 @@ use crate::plan::restic_key;
 
 /// Contents of more bytes than this are left to restic: a bundle is held in memory (twice, as
 /// it is sealed), and past a few megabytes restic's fixed cost matters little.
-pub const MAX_CONTENT_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_CONTENT_BYTES: u64 = 16 << 20;
 
 /// One entry of the contents, with the metadata restic would restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Item {
+pub(crate) struct Item {
     pub path: PathBuf,
     pub kind: Kind,
     /// Permission bits, with setuid, setgid and sticky.
@@ -39,7 +39,7 @@ pub struct Item {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum Kind {
+pub(crate) enum Kind {
     File { size: u64 },
     Dir,
     Symlink { target: PathBuf },
@@ -47,7 +47,7 @@ pub enum Kind {
 
 /// The fetched paths' entries, every dir before what is in it, and the files' bytes in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Contents {
+pub(crate) struct Contents {
     pub items: Vec<Item>,
     pub data: Vec<u8>,
 }
@@ -60,7 +60,7 @@ struct Header {
 }
 
 /// The bundle of `published` (with `contents`, if any), sealed under `keys` with `iv`.
-pub fn seal(
+pub(crate) fn seal(
     keys: &[u8; 64],
     iv: &[u8; 16],
     published: &Published,
@@ -80,7 +80,7 @@ pub fn seal(
 
 /// A bundle opened with `keys`: what changed, and the contents when they came along and every
 /// entry lies under a path to fetch, plainly named, in order.
-pub fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<(Published, Option<Contents>)> {
+pub(crate) fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<(Published, Option<Contents>)> {
     let plain = restic_key::open(keys, sealed)?;
     ensure!(plain.len() >= 8, "the bundle has no header");
     let (len, rest) = plain.split_at(8);

@@ -21,14 +21,14 @@ use crate::plan::restic::same_snapshot;
 
 /// One change `restic diff --json` prints; dirs end with `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Change {
+pub(crate) struct Change {
     pub path: String,
     pub modifier: String,
 }
 
 #[cfg(test)]
 impl Change {
-    pub fn new(path: &str, modifier: &str) -> Change {
+    pub(crate) fn new(path: &str, modifier: &str) -> Change {
         Change {
             path: path.into(),
             modifier: modifier.into(),
@@ -37,7 +37,7 @@ impl Change {
 }
 
 /// The `change` lines of `restic diff --json`; other lines are statistics.
-pub fn parse_diff_line(line: &str) -> Option<Change> {
+pub(crate) fn parse_diff_line(line: &str) -> Option<Change> {
     #[derive(Deserialize)]
     struct Line {
         message_type: String,
@@ -49,7 +49,7 @@ pub fn parse_diff_line(line: &str) -> Option<Change> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// Removed in B: deleted from the copy.
     pub remove: Vec<PathBuf>,
     /// New, changed, or of another type in B: replaced by B's subtree.
@@ -60,7 +60,7 @@ pub struct Delta {
 
 /// A dir's mode (permission bits) and owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirAttrs {
+pub(crate) struct DirAttrs {
     pub path: PathBuf,
     pub mode: u32,
     pub uid: u32,
@@ -69,7 +69,7 @@ pub struct DirAttrs {
 
 /// More changes than this and restic's own restore is as quick: restic matches every include
 /// against every entry it walks (a few milliseconds per include on 20,000 files).
-pub const MAX_CHANGES: usize = 1000;
+pub(crate) const MAX_CHANGES: usize = 1000;
 
 /// Includes per restic process, at most: restic matches each against every entry it walks, and
 /// past about 200 a process costs more than two of half the size (measured: 0.12 s for one
@@ -82,7 +82,7 @@ const INCLUDES_PER_FETCH: usize = 200;
 /// that, as many runs as fill every wave (a wave of fewer runs than cores leaves cores idle
 /// while the run length is the same), each with at most that many includes. Consecutive paths
 /// share their dirs, so each process walks only its part of the tree.
-pub fn fetch_batches(fetch: &[PathBuf], width: usize) -> Vec<Vec<PathBuf>> {
+pub(crate) fn fetch_batches(fetch: &[PathBuf], width: usize) -> Vec<Vec<PathBuf>> {
     if fetch.is_empty() {
         return Vec::new();
     }
@@ -100,7 +100,7 @@ pub fn fetch_batches(fetch: &[PathBuf], width: usize) -> Vec<Vec<PathBuf>> {
 
 /// What to do with the copy for `changes`; None when a change falls outside `roots` (the
 /// snapshots hold paths this node does not keep) or there are too many.
-pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
+pub(crate) fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
     let mut delta = Delta::default();
     for c in changes {
         let is_dir = c.path.ends_with('/');
@@ -124,13 +124,13 @@ pub fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
 /// A file or dir of a snapshot, as `restic ls --json` lists it (symlinks and the rest are left
 /// out: their mode is not set apart from them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
+pub(crate) struct Listed {
     pub attrs: DirAttrs,
     pub dir: bool,
 }
 
 /// `restic ls --json <snapshot>`: every entry of it, with its mode and owner.
-pub fn ls_args(snapshot: &str) -> Vec<String> {
+pub(crate) fn ls_args(snapshot: &str) -> Vec<String> {
     ["ls", "--json", "--no-lock", snapshot]
         .map(String::from)
         .to_vec()
@@ -138,7 +138,7 @@ pub fn ls_args(snapshot: &str) -> Vec<String> {
 
 /// A file or dir of a `restic ls --json` line; its mode as `stat` has it (Go keeps the set-id
 /// and sticky bits apart from the permission bits).
-pub fn parse_ls_line(line: &str) -> Option<Listed> {
+pub(crate) fn parse_ls_line(line: &str) -> Option<Listed> {
     #[derive(Deserialize)]
     struct Node {
         struct_type: String,
@@ -181,14 +181,14 @@ pub fn parse_ls_line(line: &str) -> Option<Listed> {
 }
 
 /// An entry's mode (permission bits as `stat` has them), uid and gid.
-pub type ModeAndOwner = (u32, u32, u32);
+pub(crate) type ModeAndOwner = (u32, u32, u32);
 
 /// `delta`, plus what `listed` (every file and dir of the snapshot) holds inside `roots` with
 /// another mode or owner than the copy has (`ours`: mode, uid, gid; None where the copy has
 /// nothing): such a file is fetched, such a dir gets them set. The dirs above the roots are
 /// the node's, not the box's. What `delta` fetches or removes is left to it. None past
 /// [`MAX_CHANGES`].
-pub fn with_attrs(
+pub(crate) fn with_attrs(
     delta: Delta,
     listed: &[Listed],
     roots: &[PathBuf],
@@ -257,11 +257,11 @@ fn outermost(mut paths: Vec<PathBuf>, covered: &[PathBuf]) -> Vec<PathBuf> {
 
 /// A copy's entries by path with their metadata, as `sys::digest` reads them; each value
 /// starts with the entry's kind (`d` dir, `f` file, `l` symlink).
-pub type Manifest = BTreeMap<String, String>;
+pub(crate) type Manifest = BTreeMap<String, String>;
 
 /// The bytes of the files of `now` that are new or differ from `before` (None: every file),
 /// by their size: at most what a snapshot of `now` reads in over the one `before` was kept for.
-pub fn bytes_changed(before: Option<&Manifest>, now: &Manifest) -> u64 {
+pub(crate) fn bytes_changed(before: Option<&Manifest>, now: &Manifest) -> u64 {
     now.iter()
         .filter(|(path, line)| {
             line.starts_with('f') && before.is_none_or(|b| b.get(*path) != Some(*line))
@@ -272,7 +272,7 @@ pub fn bytes_changed(before: Option<&Manifest>, now: &Manifest) -> u64 {
 
 /// The bytes of the files of `now` changed (their ctime) at or after `since` (nanoseconds
 /// since the Unix epoch): at most what a snapshot of `now` reads in over one that began then.
-pub fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
+pub(crate) fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
     now.values()
         .filter(|line| line.starts_with('f'))
         .filter_map(|line| {
@@ -291,7 +291,7 @@ pub fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
 
 /// What a node publishes as it parks: its copy went from snapshot `from` to `to` by `delta`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Published {
+pub(crate) struct Published {
     pub from: String,
     pub to: String,
     pub fetch: Vec<PathBuf>,
@@ -302,7 +302,7 @@ pub struct Published {
 }
 
 impl Published {
-    pub fn new(from: String, to: String, delta: Delta) -> Published {
+    pub(crate) fn new(from: String, to: String, delta: Delta) -> Published {
         Published {
             from,
             to,
@@ -317,7 +317,7 @@ impl Published {
 /// another kind, files and symlinks whose metadata differ, and dirs whose mode or owner differ
 /// (a dir's times change as children come and go: its children tell). `excluded` paths are in
 /// no snapshot. None when there are too many changes.
-pub fn between(
+pub(crate) fn between(
     before: &Manifest,
     after: &Manifest,
     excluded: &dyn Fn(&Path) -> bool,
@@ -364,7 +364,7 @@ fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
 
 /// A published delta, when it leads from `from` (what the copy here equals) to `to` and
 /// touches only `roots`.
-pub fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
+pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
     let plain = |x: &PathBuf| {
         x.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
@@ -385,7 +385,7 @@ pub fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<
 
 /// `restic restore <to> --target <staging> --include ...`: only the paths to fetch. No lock:
 /// the copy is not touched by it, so a concurrent prune can only make it fail.
-pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bool) -> Vec<String> {
+pub(crate) fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
@@ -405,7 +405,7 @@ pub fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bool) -> 
 
 /// `restic diff --json <from> <to>`: content, type, added and removed. (Not `--metadata`: it
 /// flags every file saved on another node, whose inode and ctime differ.)
-pub fn diff_args(from: &str, to: &str) -> Vec<String> {
+pub(crate) fn diff_args(from: &str, to: &str) -> Vec<String> {
     ["diff", "--json", "--no-lock", from, to]
         .map(String::from)
         .to_vec()

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileEntry {
+pub(crate) struct FileEntry {
     pub path: PathBuf,
     pub size: u64,
     pub mtime: Option<SystemTime>,
@@ -16,14 +16,14 @@ pub struct FileEntry {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum What {
+pub(crate) enum What {
     Added,
     Removed,
     Modified,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Change {
+pub(crate) struct Change {
     pub what: What,
     pub path: PathBuf,
     pub old_size: Option<u64>,
@@ -42,7 +42,7 @@ struct LsNode {
     mtime: Option<String>,
 }
 
-pub fn parse_ls_line(line: &str) -> Option<FileEntry> {
+pub(crate) fn parse_ls_line(line: &str) -> Option<FileEntry> {
     let node: LsNode = serde_json::from_str(line).ok()?;
     // A symlink counts 0 bytes, in a snapshot as in a working copy.
     (node.kind == "file" || node.kind == "symlink").then(|| FileEntry {
@@ -55,7 +55,7 @@ pub fn parse_ls_line(line: &str) -> Option<FileEntry> {
 }
 
 /// Sorted by path: every change from `old` to `new`.
-pub fn compare(old: &[FileEntry], new: &[FileEntry]) -> Vec<Change> {
+pub(crate) fn compare(old: &[FileEntry], new: &[FileEntry]) -> Vec<Change> {
     let before: BTreeMap<&Path, &FileEntry> = old.iter().map(|e| (e.path.as_path(), e)).collect();
     let after: BTreeMap<&Path, &FileEntry> = new.iter().map(|e| (e.path.as_path(), e)).collect();
     let mut out = Vec::new();
@@ -90,7 +90,7 @@ fn change(what: What, path: &Path, old_size: Option<u64>, new_size: Option<u64>)
 /// `*` wildcard, matched against every path component: restic's patterns without a `/`) and
 /// whole paths. Patterns with a `/` in an exclude file are not followed here.
 #[derive(Debug, Clone, Default)]
-pub struct Excludes {
+pub(crate) struct Excludes {
     pub names: Vec<String>,
     pub paths: Vec<PathBuf>,
     /// An exclude file had patterns with a `/`, which [`Excludes::matches`] does not follow.
@@ -99,7 +99,7 @@ pub struct Excludes {
 
 impl Excludes {
     /// The lines of an exclude file (comments and blank lines skipped).
-    pub fn add_file_lines(&mut self, text: &str) {
+    pub(crate) fn add_file_lines(&mut self, text: &str) {
         let patterns = text
             .lines()
             .map(str::trim)
@@ -113,7 +113,7 @@ impl Excludes {
         }
     }
 
-    pub fn matches(&self, path: &Path) -> bool {
+    pub(crate) fn matches(&self, path: &Path) -> bool {
         self.paths.iter().any(|p| path.starts_with(p))
             || path.components().any(|c| {
                 let name = c.as_os_str().to_string_lossy();

@@ -7,14 +7,16 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
+    // The key `doctor --json` prints (docs/json-shapes.json).
+    #[allow(clippy::struct_field_names)]
     pub check: String,
     pub status: Status,
     pub detail: String,
@@ -22,7 +24,7 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
-pub fn ok(check: &str, detail: impl Into<String>) -> Check {
+pub(crate) fn ok(check: &str, detail: impl Into<String>) -> Check {
     Check {
         check: check.into(),
         status: Status::Ok,
@@ -31,7 +33,7 @@ pub fn ok(check: &str, detail: impl Into<String>) -> Check {
     }
 }
 
-pub fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+pub(crate) fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
     Check {
         check: check.into(),
         status: Status::Warn,
@@ -40,7 +42,7 @@ pub fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> C
     }
 }
 
-pub fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+pub(crate) fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
     Check {
         check: check.into(),
         status: Status::Fail,
@@ -50,11 +52,11 @@ pub fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> C
 }
 
 /// restic's own age for a stale lock.
-const STALE_LOCK: Duration = Duration::from_secs(30 * 60);
+const STALE_LOCK: Duration = Duration::from_mins(30);
 
 /// A lock of the repository as `restic cat lock` shows it; `alive`: its process may still run
 /// (another host's, or this host's and still there).
-pub struct Lock {
+pub(crate) struct Lock {
     pub time: String,
     pub taken: Option<SystemTime>,
     pub hostname: String,
@@ -64,7 +66,7 @@ pub struct Lock {
 
 /// Stale locks (restic's judgement: older than 30 minutes, or of a process gone from this host)
 /// stop prune and check until removed.
-pub fn locks(locks: &[Lock], now: SystemTime) -> Check {
+pub(crate) fn locks(locks: &[Lock], now: SystemTime) -> Check {
     let stale: Vec<String> = locks
         .iter()
         .filter(|l| {
@@ -91,17 +93,16 @@ pub fn locks(locks: &[Lock], now: SystemTime) -> Check {
 }
 
 /// The first `a.b` (or `a.b.c`) in a `--version` line, e.g. `tmux 3.3a` -> (3, 3).
-pub fn version_of(text: &str) -> Option<(u32, u32)> {
+pub(crate) fn version_of(text: &str) -> Option<(u32, u32)> {
     text.split(|c: char| !c.is_ascii_digit() && c != '.')
-        .filter_map(|w| {
+        .find_map(|w| {
             let mut parts = w.split('.').filter(|p| !p.is_empty());
             Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
         })
-        .next()
 }
 
 /// A tool ag-box runs: missing, older than `min`, or fine.
-pub fn tool(name: &str, version_line: Option<&str>, min: Option<(u32, u32)>) -> Check {
+pub(crate) fn tool(name: &str, version_line: Option<&str>, min: Option<(u32, u32)>) -> Check {
     let check = format!("tool {name}");
     let Some(line) = version_line else {
         return fail(
@@ -123,7 +124,7 @@ pub fn tool(name: &str, version_line: Option<&str>, min: Option<(u32, u32)>) -> 
 
 /// A config file holding secrets (the env file) or naming hosts (the nodes file): owned by the
 /// user running ag-box, and writable by nobody else; the env file readable by nobody else.
-pub fn config_file(path: &str, owner: u32, mode: u32, me: u32, secret: bool) -> Check {
+pub(crate) fn config_file(path: &str, owner: u32, mode: u32, me: u32, secret: bool) -> Check {
     let check = format!("file {path}");
     let loose = if secret { 0o077 } else { 0o022 };
     let want = if secret { "600" } else { "644" };
@@ -150,7 +151,7 @@ pub fn config_file(path: &str, owner: u32, mode: u32, me: u32, secret: bool) -> 
 
 /// Leases expire by the clock: a node whose clock is off from the store's takes or keeps
 /// leases at the wrong time.
-pub fn clock(skew_secs: i64, lease_ttl_secs: u64) -> Check {
+pub(crate) fn clock(skew_secs: i64, lease_ttl_secs: u64) -> Check {
     let off = skew_secs.unsigned_abs();
     let detail = format!("this node's clock is {skew_secs:+} s from the store's");
     let fix = "run a time service (systemd-timesyncd, chrony) on every node";
@@ -164,8 +165,10 @@ pub fn clock(skew_secs: i64, lease_ttl_secs: u64) -> Check {
 }
 
 /// Room for a restore's staging copy beside the projects.
-pub fn free_space(path: &str, free: u64, total: u64) -> Check {
+pub(crate) fn free_space(path: &str, free: u64, total: u64) -> Check {
     const GIB: u64 = 1 << 30;
+    // To one decimal, for the operator.
+    #[allow(clippy::cast_precision_loss)]
     let detail = format!(
         "{:.1} GiB free of {:.1} GiB on the filesystem of {path}",
         free as f64 / GIB as f64,
@@ -184,7 +187,7 @@ pub fn free_space(path: &str, free: u64, total: u64) -> Check {
 }
 
 /// The same ag-box everywhere (a record written by a newer one may not be read by an older).
-pub fn peer(node: &str, answer: Result<&str, &str>, mine: &str) -> Check {
+pub(crate) fn peer(node: &str, answer: Result<&str, &str>, mine: &str) -> Check {
     let check = format!("node {node}");
     match answer {
         Err(why) => fail(
@@ -204,10 +207,10 @@ pub fn peer(node: &str, answer: Result<&str, &str>, mine: &str) -> Check {
 }
 
 /// Each agent CLI's `--version` line (None: not installed).
-pub type AgentVersions = Vec<(String, Option<String>)>;
+pub(crate) type AgentVersions = Vec<(String, Option<String>)>;
 
 /// Agent CLIs here against other nodes': a session resumed with another version may not load.
-pub fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -> Check {
+pub(crate) fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -> Check {
     let installed: Vec<String> = here
         .iter()
         .filter_map(|(cli, v)| v.as_ref().map(|v| format!("{cli} {}", v.trim())))
@@ -307,11 +310,11 @@ mod tests {
     fn config_files_are_private() {
         let f = "/root/.config/box/env";
         assert_eq!(
-            config_file(f, 0, 0o100600, 0, true),
+            config_file(f, 0, 0o100_600, 0, true),
             ok("file /root/.config/box/env", "mode 600")
         );
         assert_eq!(
-            config_file(f, 0, 0o100644, 0, true),
+            config_file(f, 0, 0o100_644, 0, true),
             fail(
                 "file /root/.config/box/env",
                 "mode 644: readable by other users",
@@ -331,10 +334,10 @@ mod tests {
 
     #[test]
     fn clocks_space_peers_and_agents() {
+        const GIB: u64 = 1 << 30;
         assert_eq!(clock(2, 7200).status, Status::Ok);
         assert_eq!(clock(-30, 7200).status, Status::Warn);
         assert_eq!(clock(900, 7200).status, Status::Fail);
-        const GIB: u64 = 1 << 30;
         assert_eq!(free_space("/root", GIB / 2, 100 * GIB).status, Status::Fail);
         assert_eq!(free_space("/root", 4 * GIB, 10 * GIB).status, Status::Warn);
         assert_eq!(free_space("/root", 50 * GIB, 100 * GIB).status, Status::Ok);

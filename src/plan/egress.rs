@@ -14,15 +14,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// Where the proxy listens inside every box's network namespace.
-pub const PROXY_PORT: u16 = 3128;
+pub(crate) const PROXY_PORT: u16 = 3128;
 
 /// Ports an entry without one admits.
-pub const DEFAULT_PORTS: [u16; 2] = [443, 80];
+pub(crate) const DEFAULT_PORTS: [u16; 2] = [443, 80];
 
 /// `network=` of a box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Own namespace; the proxy admits what the node's list and the box's entries name.
     Allow,
     /// Own namespace; the proxy refuses everything.
@@ -32,7 +32,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn parse(v: &str) -> Option<Mode> {
+    pub(crate) fn parse(v: &str) -> Option<Mode> {
         match v {
             "allow" => Some(Mode::Allow),
             "none" => Some(Mode::None),
@@ -41,7 +41,7 @@ impl Mode {
         }
     }
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Mode::Allow => "allow",
             Mode::None => "none",
@@ -50,7 +50,7 @@ impl Mode {
     }
 
     /// The box gets its own network namespace and proxy.
-    pub fn isolated(self) -> bool {
+    pub(crate) fn isolated(self) -> bool {
         self != Mode::Host
     }
 }
@@ -75,14 +75,14 @@ enum Target {
 
 /// One allow-list entry: `host`, `*.suffix`, `IP` or `CIDR`, each optionally with `:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     text: String,
     target: Target,
     port: Option<u16>,
 }
 
 impl Entry {
-    pub fn parse(text: &str) -> Result<Entry, String> {
+    pub(crate) fn parse(text: &str) -> Result<Entry, String> {
         let text = text.trim();
         let bad = |why: &str| format!("allow-list entry '{text}': {why}");
         let (host, port) = split_port(text).map_err(|w| bad(&w))?;
@@ -112,7 +112,7 @@ impl Entry {
         })
     }
 
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
@@ -170,15 +170,12 @@ fn split_port(text: &str) -> Result<(String, Option<u16>), String> {
             },
         };
     }
-    match text.matches(':').count() {
-        0 => Ok((text.to_string(), None)),
-        1 => {
-            let (host, p) = text.split_once(':').ok_or("no port")?;
-            Ok((host.to_string(), Some(port(p)?)))
-        }
-        // An IPv6 address or network; a port needs the brackets.
-        _ => Ok((text.to_string(), None)),
+    // None, or more than one (an IPv6 address or network; a port needs the brackets): no port.
+    if text.matches(':').count() != 1 {
+        return Ok((text.to_string(), None));
     }
+    let (host, p) = text.split_once(':').ok_or("no port")?;
+    Ok((host.to_string(), Some(port(p)?)))
 }
 
 fn valid_name(name: &str) -> Option<String> {
@@ -197,21 +194,21 @@ fn valid_name(name: &str) -> Option<String> {
 }
 
 /// The policy the proxy reads, in a box's run dir (rewritten to apply a change live).
-pub fn policy_file(run_dir: &Path) -> PathBuf {
+pub(crate) fn policy_file(run_dir: &Path) -> PathBuf {
     run_dir.join("egress.json")
 }
 
 /// The proxy's decisions, one JSON line each, in a box's run dir.
-pub fn log_file(run_dir: &Path) -> PathBuf {
+pub(crate) fn log_file(run_dir: &Path) -> PathBuf {
     run_dir.join("egress.log")
 }
 
 /// Installed by `install.sh` from the top-level `egress-allow.txt`.
-pub const NODE_LIST: &str = "/etc/box/egress-allow.txt";
+pub(crate) const NODE_LIST: &str = "/etc/box/egress-allow.txt";
 
 /// The node's list: one entry per line, `#` starts a comment. Lines that are no entry are
 /// returned apart (the proxy skips them: a typo never widens what a box may reach).
-pub fn parse_list(text: &str) -> (Vec<Entry>, Vec<String>) {
+pub(crate) fn parse_list(text: &str) -> (Vec<Entry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut bad = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -229,7 +226,7 @@ pub fn parse_list(text: &str) -> (Vec<Entry>, Vec<String>) {
 
 /// What the proxy reads from the box's run dir: the record's policy, as `up` and `set` wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BoxPolicy {
+pub(crate) struct BoxPolicy {
     pub mode: Mode,
     #[serde(default)]
     pub allow: Vec<String>,
@@ -237,7 +234,7 @@ pub struct BoxPolicy {
 
 impl BoxPolicy {
     /// The effective policy: the node's entries, then the box's.
-    pub fn with_node_entries(&self, node: Vec<Entry>) -> Result<Policy, String> {
+    pub(crate) fn with_node_entries(&self, node: Vec<Entry>) -> Result<Policy, String> {
         let mut entries = node;
         for e in &self.allow {
             entries.push(Entry::parse(e)?);
@@ -250,7 +247,7 @@ impl BoxPolicy {
 }
 
 /// A box's entries as `set allow=` takes them: comma-separated, empty for none.
-pub fn parse_box_entries(value: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_box_entries(value: &str) -> Result<Vec<String>, String> {
     value
         .split(',')
         .map(str::trim)
@@ -260,7 +257,7 @@ pub fn parse_box_entries(value: &str) -> Result<Vec<String>, String> {
 }
 
 /// IPv4 carried in IPv6 (mapped, NAT64 well-known prefix, 6to4) as IPv4; anything else as is.
-pub fn canonical(addr: IpAddr) -> IpAddr {
+pub(crate) fn canonical(addr: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = addr else {
         return addr;
     };
@@ -322,7 +319,7 @@ const SPECIAL: &[(&str, &str)] = &[
 ];
 
 /// What kind of special address this is, if it is one.
-pub fn special(addr: IpAddr) -> Option<&'static str> {
+pub(crate) fn special(addr: IpAddr) -> Option<&'static str> {
     let addr = canonical(addr);
     SPECIAL.iter().find_map(|(net, kind)| {
         let (a, p) = net.split_once('/')?;
@@ -334,14 +331,14 @@ pub fn special(addr: IpAddr) -> Option<&'static str> {
 
 /// A destination as the proxy was asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Host {
+pub(crate) enum Host {
     Name(String),
     Addr(IpAddr),
 }
 
 impl Host {
     /// The host of a request (`name`, `1.2.3.4`, `[::1]`).
-    pub fn parse(text: &str) -> Option<Host> {
+    pub(crate) fn parse(text: &str) -> Option<Host> {
         let bare = text
             .strip_prefix('[')
             .and_then(|t| t.strip_suffix(']'))
@@ -365,7 +362,7 @@ impl fmt::Display for Host {
 /// A plain-HTTP request's `Host` header names the host and port the proxy judged (from the
 /// request's absolute URI): else a box could have an allowed address serve another site
 /// (domain fronting). Names compare without case; port 80 may be left out.
-pub fn host_header_matches(header: &str, host: &str, port: u16) -> bool {
+pub(crate) fn host_header_matches(header: &str, host: &str, port: u16) -> bool {
     let header = header.trim();
     let (h, p) = match header.rsplit_once(':') {
         Some((h, p)) if !p.contains(']') && !h.is_empty() => match p.parse::<u16>() {
@@ -383,7 +380,7 @@ pub fn host_header_matches(header: &str, host: &str, port: u16) -> bool {
 
 /// The `Host` a plain-HTTP request goes out with: the judged host (an IPv6 address bracketed),
 /// and the port unless it is 80.
-pub fn host_header(host: &str, port: u16) -> String {
+pub(crate) fn host_header(host: &str, port: u16) -> String {
     let host = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -398,7 +395,7 @@ pub fn host_header(host: &str, port: u16) -> String {
 
 /// The proxy's answer for one destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Connect to these addresses (in order), admitted by `rule`.
     Allow {
         rule: String,
@@ -411,7 +408,7 @@ pub enum Decision {
 
 /// After looking at the name alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Done(Decision),
     /// A listed name: resolve it, then [`Policy::admit`].
     Resolve {
@@ -421,7 +418,7 @@ pub enum Lookup {
 
 /// The effective policy of a box on this node: its mode, the node's entries and its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub mode: Mode,
     pub entries: Vec<Entry>,
 }
@@ -431,7 +428,7 @@ fn refuse(reason: String) -> Decision {
 }
 
 impl Policy {
-    pub fn decide(&self, host: &Host, port: u16) -> Lookup {
+    pub(crate) fn decide(&self, host: &Host, port: u16) -> Lookup {
         if self.mode != Mode::Allow {
             return Lookup::Done(refuse(format!("network={}", self.mode)));
         }
@@ -461,7 +458,13 @@ impl Policy {
     }
 
     /// A listed name's addresses: the special ones only where an entry covers the address.
-    pub fn admit(&self, rule: String, name: &str, port: u16, resolved: &[IpAddr]) -> Decision {
+    pub(crate) fn admit(
+        &self,
+        rule: String,
+        name: &str,
+        port: u16,
+        resolved: &[IpAddr],
+    ) -> Decision {
         let mut addrs = Vec::new();
         let mut refused = None;
         for addr in resolved.iter().map(|a| canonical(*a)) {
@@ -484,7 +487,7 @@ impl Policy {
 }
 
 /// The box's environment that sends its agents and tools through the proxy.
-pub fn proxy_env() -> Vec<(String, String)> {
+pub(crate) fn proxy_env() -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{PROXY_PORT}");
     [
         ("HTTP_PROXY", url.as_str()),

@@ -23,7 +23,7 @@ const GLOBAL_FILES: &[&str] = &[
     ".config/gh",
 ];
 
-pub fn global_paths(home: &Path) -> Vec<PathBuf> {
+pub(crate) fn global_paths(home: &Path) -> Vec<PathBuf> {
     agent_home::logins()
         .chain(GLOBAL_FILES.iter().copied())
         .map(|rel| home.join(rel))
@@ -31,13 +31,13 @@ pub fn global_paths(home: &Path) -> Vec<PathBuf> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Push,
     Pull,
 }
 
 impl Role {
-    pub fn parse(v: &str) -> Option<Role> {
+    pub(crate) fn parse(v: &str) -> Option<Role> {
         match v {
             "push" => Some(Role::Push),
             "pull" => Some(Role::Pull),
@@ -47,7 +47,7 @@ impl Role {
 }
 
 /// What `push` on a pull node does and does not do (the spec's one-way rule).
-pub const PUSH_FROM_PULL_NODE: &str = "this node's BOX_GLOBALS_ROLE is pull: this push uploads its files as the newest \
+pub(crate) const PUSH_FROM_PULL_NODE: &str = "this node's BOX_GLOBALS_ROLE is pull: this push uploads its files as the newest \
 globals snapshot, but does not write them to the push node's disk, and the push node's next hourly push overwrites \
 them; to keep credentials refreshed here, log in on the push node instead, or run 'ag-box globals pull' there now";
 

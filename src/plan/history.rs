@@ -8,7 +8,7 @@ use crate::plan::restic::{FORK_TAG, SnapshotInfo, same_snapshot};
 use crate::store::events::Event;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SnapshotRow {
+pub(crate) struct SnapshotRow {
     pub id: String,
     pub time: String,
     pub node: Option<String>,
@@ -22,7 +22,7 @@ pub struct SnapshotRow {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Entry {
+pub(crate) enum Entry {
     Snapshot(SnapshotRow),
     Event(Event),
 }
@@ -37,7 +37,11 @@ impl Entry {
 }
 
 /// Newest first; events (when given) interleaved by time.
-pub fn entries(snapshots: &[SnapshotInfo], events: &[Event], latest: Option<&str>) -> Vec<Entry> {
+pub(crate) fn entries(
+    snapshots: &[SnapshotInfo],
+    events: &[Event],
+    latest: Option<&str>,
+) -> Vec<Entry> {
     let recorded = |id: &str| {
         events.iter().find(|e| {
             e.files_added.is_some() && e.snapshot.as_deref().is_some_and(|s| same_snapshot(s, id))
@@ -81,8 +85,10 @@ fn sortable(time: &str) -> String {
 }
 
 /// `1.5 MiB`, `340 B`.
-pub fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    // Shown to one decimal.
+    #[allow(clippy::cast_precision_loss)]
     let mut v = bytes as f64;
     let mut unit = 0;
     while v >= 1024.0 && unit < UNITS.len() - 1 {
@@ -106,7 +112,7 @@ mod tests {
         SnapshotInfo {
             id: id.into(),
             time: time.into(),
-            tags: tags.iter().map(|t| t.to_string()).collect(),
+            tags: tags.iter().map(std::string::ToString::to_string).collect(),
             summary: summary.map(|(files_new, data_added)| SnapshotSummary {
                 files_new,
                 files_changed: 1,

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 /// Timestamps (the values of `at`, `time` and `*_at` keys) to the second, as RFC 3339 in UTC
 /// (`2026-12-01T22:06:52Z`), however many fractional digits they were written with.
-pub fn normalized(v: Value) -> Value {
+pub(crate) fn normalized(v: Value) -> Value {
     match v {
         Value::Object(map) => Value::Object(
             map.into_iter()
@@ -29,7 +29,7 @@ fn is_time_key(key: &str) -> bool {
 
 /// `2026-12-01T22:06:52.572962648Z` (or `+00:00`) as `2026-12-01T22:06:52Z`; anything else
 /// (another offset, not a timestamp) as it is.
-pub fn to_the_second(ts: &str) -> String {
+pub(crate) fn to_the_second(ts: &str) -> String {
     let bytes = ts.as_bytes();
     let shaped = bytes.len() >= 19
         && bytes[..19].iter().enumerate().all(|(i, b)| match i {
@@ -55,7 +55,7 @@ pub fn to_the_second(ts: &str) -> String {
 }
 
 /// The keys of `defaults` an object lacks, added with their default (null, `[]`, `false`).
-pub fn fill(object: &mut Value, defaults: &[(&str, Value)]) {
+pub(crate) fn fill(object: &mut Value, defaults: &[(&str, Value)]) {
     if let Value::Object(map) = object {
         for (key, value) in defaults {
             map.entry(*key).or_insert_with(|| value.clone());
@@ -64,7 +64,7 @@ pub fn fill(object: &mut Value, defaults: &[(&str, Value)]) {
 }
 
 /// What a box record lacks when it was written without its empty fields.
-pub fn record_defaults() -> Vec<(&'static str, Value)> {
+pub(crate) fn record_defaults() -> Vec<(&'static str, Value)> {
     vec![
         ("pinned_node", Value::Null),
         ("memory_max", Value::Null),
@@ -80,7 +80,7 @@ pub fn record_defaults() -> Vec<(&'static str, Value)> {
 }
 
 /// A record as `--json` shows it: every key, and its last snapshot's paths.
-pub fn record(mut v: Value) -> Value {
+pub(crate) fn record(mut v: Value) -> Value {
     fill(&mut v, &record_defaults());
     if let Some(snapshot) = v.get_mut("last_snapshot").filter(|s| s.is_object()) {
         fill(snapshot, &[("paths", Value::Array(vec![]))]);
@@ -89,7 +89,7 @@ pub fn record(mut v: Value) -> Value {
 }
 
 /// An event of a box's history, every key present.
-pub fn event(mut v: Value) -> Value {
+pub(crate) fn event(mut v: Value) -> Value {
     fill(
         &mut v,
         &["epoch", "snapshot", "detail", "files_added", "bytes_added"].map(|k| (k, Value::Null)),

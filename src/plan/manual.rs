@@ -1,5 +1,6 @@
 //! What every verb's long help and man page says beyond its options: its exit status, the
 //! environment and files it reads, and where to read on.
+use std::fmt::Write as _;
 
 /// The exit codes every verb shares.
 const COMMON: [(&str, &str); 5] = [
@@ -14,7 +15,7 @@ const COMMON: [(&str, &str); 5] = [
 ];
 
 /// The exit codes of `verb` (a subcommand's name; "" for ag-box itself).
-pub fn exit_status(verb: &str) -> Vec<(&'static str, &'static str)> {
+pub(crate) fn exit_status(verb: &str) -> Vec<(&'static str, &'static str)> {
     let mut codes = COMMON.to_vec();
     let own: &[(&str, &str)] = match verb {
         "exec" => &[
@@ -47,7 +48,7 @@ pub fn exit_status(verb: &str) -> Vec<(&'static str, &'static str)> {
 }
 
 /// The EXIT STATUS part of a verb's long help.
-pub fn exit_status_text(verb: &str) -> String {
+pub(crate) fn exit_status_text(verb: &str) -> String {
     let lines: Vec<String> = exit_status(verb)
         .iter()
         .map(|(code, meaning)| format!("  {code:<4} {meaning}"))
@@ -55,7 +56,7 @@ pub fn exit_status_text(verb: &str) -> String {
     format!("EXIT STATUS\n{}", lines.join("\n"))
 }
 
-pub const ENVIRONMENT: [(&str, &str); 8] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 8] = [
     (
         "BOX_CONFIG_DIR",
         "where the env and nodes files are (default ~/.config/box); the env file's keys may also be set in the environment, which wins",
@@ -81,7 +82,7 @@ pub const ENVIRONMENT: [(&str, &str); 8] = [
     ("NO_COLOR", "set: no colour in the log lines"),
 ];
 
-pub const FILES: [(&str, &str); 6] = [
+pub(crate) const FILES: [(&str, &str); 6] = [
     (
         "~/.config/box/env",
         "KEY=VALUE settings and secrets (mode 600, else refused)",
@@ -106,7 +107,7 @@ pub const FILES: [(&str, &str); 6] = [
 ];
 
 /// The SEE ALSO line of a page.
-pub fn see_also(verb: &str) -> String {
+pub(crate) fn see_also(verb: &str) -> String {
     let mut pages: Vec<String> = ["ag-box", "ag-box-status", "ag-box-doctor"]
         .iter()
         .filter(|p| **p != format!("ag-box-{verb}") && !(verb.is_empty() && **p == "ag-box"))
@@ -138,29 +139,27 @@ fn roff_text(text: &str) -> String {
 fn tagged(heading: &str, items: &[(&str, &str)]) -> String {
     let mut out = format!(".SH \"{heading}\"\n");
     for (tag, text) in items {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             ".TP\n\\fB{}\\fR\n{}\n",
             roff_text(tag),
             roff_text(text)
-        ));
+        );
     }
     out
 }
 
 /// The sections a man page has after its options: EXAMPLES (the help's), EXIT STATUS,
 /// ENVIRONMENT, FILES and SEE ALSO.
-pub fn man_sections(verb: &str, examples: Option<&str>) -> String {
+pub(crate) fn man_sections(verb: &str, examples: Option<&str>) -> String {
     let mut out = String::new();
     if let Some(text) = examples {
-        out.push_str(&format!(".SH EXAMPLES\n{}\n", roff_text(text)));
+        let _ = write!(out, ".SH EXAMPLES\n{}\n", roff_text(text));
     }
     out.push_str(&tagged("EXIT STATUS", &exit_status(verb)));
     out.push_str(&tagged("ENVIRONMENT", &ENVIRONMENT));
     out.push_str(&tagged("FILES", &FILES));
-    out.push_str(&format!(
-        ".SH \"SEE ALSO\"\n{}\n",
-        roff_text(&see_also(verb))
-    ));
+    let _ = write!(out, ".SH \"SEE ALSO\"\n{}\n", roff_text(&see_also(verb)));
     out
 }
 

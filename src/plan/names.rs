@@ -2,7 +2,7 @@
 
 use crate::error::UserError;
 
-pub fn validate(name: &str) -> Result<(), UserError> {
+pub(crate) fn validate(name: &str) -> Result<(), UserError> {
     let mut chars = name.chars();
     let first_ok = chars
         .next()

@@ -32,7 +32,7 @@ const PARENTS: &[&str] = &[
 ];
 
 /// An absolute path without `.`, `..` or control characters.
-pub fn is_normal(path: &Path) -> bool {
+pub(crate) fn is_normal(path: &Path) -> bool {
     let text = path.to_string_lossy();
     text == "/"
         || text.strip_prefix('/').is_some_and(|rest| {
@@ -42,7 +42,7 @@ pub fn is_normal(path: &Path) -> bool {
 }
 
 /// Why `path` cannot be a project on any node, if it cannot.
-pub fn refusal(path: &Path) -> Option<String> {
+pub(crate) fn refusal(path: &Path) -> Option<String> {
     if !is_normal(path) {
         return Some("it must be an absolute path without '.', '..' or control characters".into());
     }
@@ -57,7 +57,7 @@ pub fn refusal(path: &Path) -> Option<String> {
 
 /// Why `path` cannot be a project on this node: the rules above, this node's home and state
 /// dir, and the other boxes' projects (`(name, path)`).
-pub fn refusal_here<'a>(
+pub(crate) fn refusal_here<'a>(
     path: &Path,
     home: &Path,
     state_dir: &Path,

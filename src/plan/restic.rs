@@ -8,36 +8,37 @@ use crate::error::UserError;
 
 /// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
 /// restore into a mount point may have left in it).
-pub const ALWAYS_EXCLUDED: &[&str] = &[".auth-secret", INSIDE_RESTORE, INSIDE_PREVIOUS, INCOMING];
+pub(crate) const ALWAYS_EXCLUDED: &[&str] =
+    &[".auth-secret", INSIDE_RESTORE, INSIDE_PREVIOUS, INCOMING];
 
 /// ag-box's own work names inside a box's tree: a restore's staging and aside dirs inside a
 /// project that is a mount point, and where a move across filesystems copies first.
-pub const INSIDE_RESTORE: &str = ".ag-box-restore";
-pub const INSIDE_PREVIOUS: &str = ".ag-box-previous";
-pub const INCOMING: &str = ".ag-box-incoming";
+pub(crate) const INSIDE_RESTORE: &str = ".ag-box-restore";
+pub(crate) const INSIDE_PREVIOUS: &str = ".ag-box-previous";
+pub(crate) const INCOMING: &str = ".ag-box-incoming";
 
-pub const FORK_TAG: &str = "fork";
-pub const GLOBALS_TAG: &str = "globals";
+pub(crate) const FORK_TAG: &str = "fork";
+pub(crate) const GLOBALS_TAG: &str = "globals";
 const GLOBALS_HOST: &str = "ag-box-globals";
 
 /// Ids of one snapshot: equal, or one a prefix of the other with the shorter at least 8 chars
 /// (restic before 0.17 reports a backup's short id; listings give full ones).
-pub fn same_snapshot(a: &str, b: &str) -> bool {
+pub(crate) fn same_snapshot(a: &str, b: &str) -> bool {
     let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
     short == long || (short.len() >= 8 && long.starts_with(short))
 }
 
-pub fn box_tag(name: &str) -> String {
+pub(crate) fn box_tag(name: &str) -> String {
     format!("box:{name}")
 }
 
 /// One `--host` per box so restic finds the parent from any node.
-pub fn host_for(name: &str) -> String {
+pub(crate) fn host_for(name: &str) -> String {
     format!("ag-box-{name}")
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct BackupSpec {
+pub(crate) struct BackupSpec {
     pub name: String,
     pub node: String,
     pub epoch: u64,
@@ -52,7 +53,7 @@ pub struct BackupSpec {
     pub paths: Vec<PathBuf>,
 }
 
-pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
+pub(crate) fn backup_args(spec: &BackupSpec) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "backup".into(),
         "--json".into(),
@@ -90,14 +91,18 @@ pub fn backup_args(spec: &BackupSpec) -> Vec<String> {
 
 /// What restic's stderr says it could not read during a backup (exit 3): its `error: ...`
 /// lines, at most a few, and how many more.
-pub fn unreadable_items(stderr: &str) -> Vec<String> {
+pub(crate) fn unreadable_items(stderr: &str) -> Vec<String> {
     const SHOWN: usize = 5;
     let all: Vec<&str> = stderr
         .lines()
         .filter_map(|l| l.trim().strip_prefix("error: "))
         .filter(|l| !l.is_empty())
         .collect();
-    let mut out: Vec<String> = all.iter().take(SHOWN).map(|l| l.to_string()).collect();
+    let mut out: Vec<String> = all
+        .iter()
+        .take(SHOWN)
+        .map(std::string::ToString::to_string)
+        .collect();
     if all.len() > SHOWN {
         out.push(format!("and {} more", all.len() - SHOWN));
     }
@@ -110,7 +115,7 @@ pub fn unreadable_items(stderr: &str) -> Vec<String> {
 /// The global agent files of the push node; `paths` are those that exist.
 /// Who holds the repository's lock, when restic could not take it: from its error, "locked
 /// exclusively by PID 11 on nodeB by root (UID 0, GID 0), since 2026-11-30 18:40:00".
-pub fn lock_holder(stderr: &str) -> Option<String> {
+pub(crate) fn lock_holder(stderr: &str) -> Option<String> {
     let mut lines = stderr
         .lines()
         .skip_while(|l| !l.contains("repository is already locked"));
@@ -126,7 +131,7 @@ pub fn lock_holder(stderr: &str) -> Option<String> {
     })
 }
 
-pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
+pub(crate) fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
     let mut a: Vec<String> = [
         "backup",
         "--json",
@@ -149,7 +154,7 @@ pub fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
 const FORGET_PER_RUN: usize = 1000;
 
 /// Forget the given snapshots (the space is freed by a later `prune`): the argv of each run.
-pub fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
+pub(crate) fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
     ids.chunks(FORGET_PER_RUN)
         .map(|chunk| {
             let mut a = vec!["forget".to_string()];
@@ -162,7 +167,7 @@ pub fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
 /// `--json`: restic 0.16+ reports progress like backup does; 0.14 accepts it and stays quiet.
 /// `sparse` (restic 0.15+): runs of zeros stay holes, so a sparse file takes no more disk on the
 /// node it is restored to than on the one it was saved on.
-pub fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Vec<String> {
+pub(crate) fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
@@ -180,7 +185,7 @@ pub fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Vec<Strin
 /// rewriting only files whose size or time differ and deleting what the snapshot lacks. What
 /// the backup excluded is neither restored nor deleted, so its patterns come along: the
 /// absolute ones under `path` rewritten relative to it, as restic matches them below a subfolder.
-pub fn restore_in_place_args(
+pub(crate) fn restore_in_place_args(
     snapshot_id: &str,
     path: &Path,
     excludes: &[PathBuf],
@@ -213,22 +218,22 @@ pub fn restore_in_place_args(
 
 /// A restic release, as `restic version` prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Version(pub u32, pub u32, pub u32);
+pub(crate) struct Version(pub u32, pub u32, pub u32);
 
 impl Version {
     /// `restore --overwrite if-changed --delete` came with 0.17.
-    pub fn restores_in_place(self) -> bool {
+    pub(crate) fn restores_in_place(self) -> bool {
         self >= Version(0, 17, 0)
     }
 
     /// `restore --sparse` came with 0.15.
-    pub fn restores_sparse(self) -> bool {
+    pub(crate) fn restores_sparse(self) -> bool {
         self >= Version(0, 15, 0)
     }
 
     /// Before 0.18, restic retried for up to a minute to load a lock that another restic had
     /// removed between listing and loading it (restic #1523): restic runs side by side stall.
-    pub fn runs_side_by_side(self) -> bool {
+    pub(crate) fn runs_side_by_side(self) -> bool {
         self >= Version(0, 18, 0)
     }
 }
@@ -240,7 +245,7 @@ impl std::fmt::Display for Version {
 }
 
 /// `restic 0.18.0 compiled with go1.24.4 on linux/amd64` (or `0.18.1-dev (compiled manually)`).
-pub fn parse_version(text: &str) -> Option<Version> {
+pub(crate) fn parse_version(text: &str) -> Option<Version> {
     let word = text.split_whitespace().nth(1)?;
     let numbers = word
         .split(|c: char| !c.is_ascii_digit() && c != '.')
@@ -254,7 +259,7 @@ pub fn parse_version(text: &str) -> Option<Version> {
 
 /// All snapshots, or those of one tag. Listings take no lock: they change nothing, and the
 /// lock costs restic a fixed 200 ms wait.
-pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
+pub(crate) fn snapshots_args(tag: Option<&str>) -> Vec<String> {
     let mut a = ["snapshots", "--json", "--no-lock"]
         .map(String::from)
         .to_vec();
@@ -265,7 +270,7 @@ pub fn snapshots_args(tag: Option<&str>) -> Vec<String> {
 }
 
 /// `restic snapshots --json <id>`: the one snapshot a (short) id names.
-pub fn snapshot_named_args(id: &str) -> Vec<String> {
+pub(crate) fn snapshot_named_args(id: &str) -> Vec<String> {
     ["snapshots", "--json", "--no-lock", id]
         .map(String::from)
         .to_vec()
@@ -274,7 +279,7 @@ pub fn snapshot_named_args(id: &str) -> Vec<String> {
 /// A line of `restic backup --json` (and `restore --json` on restic 0.16+).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "message_type", rename_all = "snake_case")]
-pub enum ProgressMessage {
+pub(crate) enum ProgressMessage {
     Status {
         #[serde(default)]
         percent_done: f64,
@@ -298,13 +303,13 @@ pub enum ProgressMessage {
     Other,
 }
 
-pub fn parse_progress_line(line: &str) -> Option<ProgressMessage> {
+pub(crate) fn parse_progress_line(line: &str) -> Option<ProgressMessage> {
     serde_json::from_str(line).ok()
 }
 
 /// One entry of `restic snapshots --json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct SnapshotInfo {
+pub(crate) struct SnapshotInfo {
     pub id: String,
     pub time: String,
     #[serde(default)]
@@ -318,7 +323,7 @@ pub struct SnapshotInfo {
 
 impl SnapshotInfo {
     /// The value of its `key:value` tag (`node`, `epoch`).
-    pub fn tag(&self, key: &str) -> Option<&str> {
+    pub(crate) fn tag(&self, key: &str) -> Option<&str> {
         self.tags
             .iter()
             .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
@@ -326,7 +331,7 @@ impl SnapshotInfo {
 }
 
 /// The one of `snaps` (a box's) whose id starts with `prefix`, or why there is none.
-pub fn find_snapshot<'a>(
+pub(crate) fn find_snapshot<'a>(
     snaps: &'a [SnapshotInfo],
     name: &str,
     prefix: &str,
@@ -356,7 +361,7 @@ pub fn find_snapshot<'a>(
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct SnapshotSummary {
+pub(crate) struct SnapshotSummary {
     #[serde(default)]
     pub files_new: u64,
     #[serde(default)]
@@ -450,9 +455,10 @@ mod tests {
                 "lstat /root/p/b: input/output error"
             ]
         );
-        let many: String = (0..7)
+        let many = (0..7)
             .map(|i| format!("error: open /f{i}: denied\n"))
-            .collect();
+            .collect::<Vec<_>>()
+            .concat();
         assert_eq!(unreadable_items(&many).last().unwrap(), "and 2 more");
         assert_eq!(unreadable_items(""), Vec::<String>::new());
     }

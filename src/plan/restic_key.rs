@@ -10,6 +10,7 @@
 //! The same sealing under the master key itself protects what ag-box keeps beside the
 //! repository (`plan::bundle`).
 
+use super::text::hex;
 use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use anyhow::{Context, Result};
 use base64::Engine;
@@ -18,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// scrypt's cost for a random password: N = 2^12, r = 8, p = 1 (a few milliseconds).
-pub const LOG_N: u8 = 12;
-pub const R: u32 = 8;
-pub const P: u32 = 1;
+pub(crate) const LOG_N: u8 = 12;
+pub(crate) const R: u32 = 8;
+pub(crate) const P: u32 = 1;
 
 /// What restic stores under `keys/<id>` (its field names).
 #[derive(Serialize)]
@@ -38,7 +39,7 @@ struct KeyFile<'a> {
 }
 
 /// The randomness a key file needs, drawn by the caller.
-pub struct Randomness {
+pub(crate) struct Randomness {
     pub salt: [u8; 64],
     pub iv: [u8; 16],
 }
@@ -46,7 +47,7 @@ pub struct Randomness {
 /// The key file that opens the repository whose master key is `master` (the JSON `restic cat
 /// masterkey` prints) with `password`; returns its id (the SHA-256 of its bytes, as restic
 /// names files) and its bytes.
-pub fn key_file(
+pub(crate) fn key_file(
     master: &[u8],
     password: &[u8],
     random: &Randomness,
@@ -89,7 +90,7 @@ fn derive(password: &[u8], salt: &[u8]) -> Result<[u8; 64]> {
 
 /// The repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
 /// [`seal`] and [`open`] take: the AES-256 key, then the MAC's `k` and `r`.
-pub fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
+pub(crate) fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
     #[derive(Deserialize)]
     struct Mac {
         k: String,
@@ -117,7 +118,7 @@ pub fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
 
 /// What [`seal`] made with `keys`, after checking its MAC; an altered or foreign one is an
 /// error.
-pub fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
     anyhow::ensure!(sealed.len() >= 32, "too short to be sealed");
     let (iv, rest) = sealed.split_at(16);
     let (ciphertext, tag) = rest.split_at(rest.len() - 16);
@@ -140,7 +141,7 @@ pub fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout.
-pub fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
     let mut ciphertext = plain.to_vec();
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
@@ -184,7 +185,7 @@ struct KeyMeta {
 /// Of the repository's key files (id, JSON): the key to try the operator's password on first
 /// (the oldest not made by ag-box: restic gives up after trying 20 keys without a hint), and
 /// the keys ag-box made earlier for `node` (a reinstalled node's, to remove).
-pub fn sort_keys(keys: &[(String, Vec<u8>)], node: &str) -> (Option<String>, Vec<String>) {
+pub(crate) fn sort_keys(keys: &[(String, Vec<u8>)], node: &str) -> (Option<String>, Vec<String>) {
     let mut metas: Vec<(&str, KeyMeta)> = keys
         .iter()
         .filter_map(|(id, b)| Some((id.as_str(), serde_json::from_slice(b).ok()?)))
@@ -200,10 +201,6 @@ pub fn sort_keys(keys: &[(String, Vec<u8>)], node: &str) -> (Option<String>, Vec
         .map(|(id, _)| id.to_string())
         .collect();
     (operator, earlier)
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -13,14 +13,14 @@ const DAY_SECS: i64 = 86_400;
 
 /// One restic snapshot, as far as retention cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snap {
+pub(crate) struct Snap {
     pub id: String,
     pub time: SystemTime,
     pub fork: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub last: usize,
     pub daily: usize,
     pub weekly: usize,
@@ -28,14 +28,14 @@ pub struct Policy {
 
 impl Policy {
     /// Defaults documented for operators: keep the 10 newest, one a day for 7 days, one a week for 8 weeks.
-    pub const DEFAULT: Policy = Policy {
+    pub(crate) const DEFAULT: Policy = Policy {
         last: 10,
         daily: 7,
         weekly: 8,
     };
 
     /// How far back forks are protected: max(daily days, weekly*7 days).
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         let days = self.daily.max(self.weekly.saturating_mul(7)) as u64;
         Duration::from_secs(days.saturating_mul(DAY_SECS as u64))
     }
@@ -43,7 +43,7 @@ impl Policy {
 
 /// Why a snapshot is kept: the first rule that applies, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Last,
     Daily,
     Weekly,
@@ -65,7 +65,7 @@ impl std::fmt::Display for Reason {
 
 /// Every input id exactly once, newest first in each list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub keep: Vec<(String, Reason)>,
     pub forget: Vec<String>,
 }
@@ -120,7 +120,7 @@ fn mark_buckets(order: &[&Snap], count: usize, bucket: fn(SystemTime) -> i64) ->
 }
 
 /// Decides which snapshots to keep (with the first reason that applies) and which to forget.
-pub fn plan(snaps: &[Snap], policy: Policy, pinned: Option<&str>, now: SystemTime) -> Plan {
+pub(crate) fn plan(snaps: &[Snap], policy: Policy, pinned: Option<&str>, now: SystemTime) -> Plan {
     let mut order: Vec<&Snap> = snaps.iter().collect();
     order.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| a.id.cmp(&b.id)));
 
@@ -165,7 +165,7 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    /// 1_789_948_800 = Monday 2026-09-21 00:00:00 UTC, the start of a day and of a week bucket.
+    /// `1_789_948_800` = Monday 2026-09-21 00:00:00 UTC, the start of a day and of a week bucket.
     const MON: u64 = 1_789_948_800;
     const HOUR: u64 = 3_600;
     const DAY: u64 = 86_400;
@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn ids(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| s.to_string()).collect()
+        items.iter().map(std::string::ToString::to_string).collect()
     }
 
     /// Monday 2026-09-28 00:00 UTC: one week after MON.

@@ -2,7 +2,7 @@
 //! (docs/design.md "The box").
 //!
 //! bwrap is started by root without a user namespace; its child is `ag-box __become`, which
-//! drops to the box user (no capabilities, no_new_privs) before anything of the box runs.
+//! drops to the box user (no capabilities, `no_new_privs`) before anything of the box runs.
 //! Mount order, and why:
 //! 1. `/proc`, `/dev`, a private `/tmp`, then the host's `/usr` (+ the merged-/usr symlinks),
 //!    `/etc` and `/nix`, read-only: the system is never writable from inside.
@@ -29,14 +29,14 @@ use super::egress::{self, BoxPolicy};
 use super::tmux;
 
 /// Where boxes' network namespaces are pinned (no box name starts with a dot).
-pub const NETNS_DIR: &str = "/run/box/.netns";
+pub(crate) const NETNS_DIR: &str = "/run/box/.netns";
 
 /// Where the ag-box binary is inside every box.
-pub const BOX_EXE: &str = "/run/ag-box";
+pub(crate) const BOX_EXE: &str = "/run/ag-box";
 
 /// What a box is made of, as seen from the host.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BoxSpec {
+pub(crate) struct BoxSpec {
     pub name: String,
     pub project: PathBuf,
     pub agent_home: AgentHome,
@@ -57,7 +57,7 @@ pub struct BoxSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mount {
+pub(crate) enum Mount {
     Proc,
     Dev,
     /// The private `/tmp`: a tmpfs anyone in the box may write (mode 1777).
@@ -86,7 +86,7 @@ pub enum Mount {
 }
 
 /// What Docker masks in `/proc` (the host's disks, keys, timers, devices), and the partitions.
-pub const MASKED_PROC_FILES: &[&str] = &[
+pub(crate) const MASKED_PROC_FILES: &[&str] = &[
     "/proc/partitions",
     "/proc/kcore",
     "/proc/keys",
@@ -95,7 +95,7 @@ pub const MASKED_PROC_FILES: &[&str] = &[
     "/proc/latency_stats",
     "/proc/interrupts",
 ];
-pub const MASKED_PROC_DIRS: &[&str] = &["/proc/acpi", "/proc/asound", "/proc/scsi"];
+pub(crate) const MASKED_PROC_DIRS: &[&str] = &["/proc/acpi", "/proc/asound", "/proc/scsi"];
 
 impl Mount {
     fn dest(&self) -> PathBuf {
@@ -129,7 +129,7 @@ impl Mount {
 
 /// How `ag-box __become` runs a command inside a box.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Become {
+pub(crate) struct Become {
     pub ids: Ids,
     /// Supplementary groups (the client's: the box group, for the socket).
     pub groups: Vec<u32>,
@@ -138,13 +138,13 @@ pub struct Become {
     /// Supervise the command (the box's tmux server) and, once this socket appears, make it
     /// reachable by the box group and have the server load its config.
     pub share_socket: Option<PathBuf>,
-    /// RLIMIT_NPROC of `ids`: with a uid of its own per box, a bound on the box's processes.
+    /// `RLIMIT_NPROC` of `ids`: with a uid of its own per box, a bound on the box's processes.
     pub tasks: Option<u64>,
     pub chdir: Option<PathBuf>,
 }
 
 impl Become {
-    pub fn argv(&self, command: &[String]) -> Vec<String> {
+    pub(crate) fn argv(&self, command: &[String]) -> Vec<String> {
         let mut a = vec![
             BOX_EXE.to_string(),
             "__become".into(),
@@ -177,7 +177,7 @@ impl Become {
 impl BoxSpec {
     /// The box `demo` at `/root/demo`, for tests.
     #[cfg(test)]
-    pub fn sample() -> BoxSpec {
+    pub(crate) fn sample() -> BoxSpec {
         BoxSpec {
             name: "demo".into(),
             project: "/root/demo".into(),
@@ -202,55 +202,55 @@ impl BoxSpec {
         }
     }
 
-    pub fn home(&self) -> &Path {
+    pub(crate) fn home(&self) -> &Path {
         &self.agent_home.home
     }
-    pub fn socket_dir(&self) -> PathBuf {
+    pub(crate) fn socket_dir(&self) -> PathBuf {
         self.run_dir.join("sock")
     }
-    pub fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.socket_dir().join("tmux.sock")
     }
-    pub fn tmux_conf(&self) -> PathBuf {
+    pub(crate) fn tmux_conf(&self) -> PathBuf {
         self.run_dir.join("tmux.conf")
     }
-    pub fn info_file(&self) -> PathBuf {
+    pub(crate) fn info_file(&self) -> PathBuf {
         self.run_dir.join("info.json")
     }
-    pub fn passwd_file(&self) -> PathBuf {
+    pub(crate) fn passwd_file(&self) -> PathBuf {
         self.run_dir.join("passwd")
     }
-    pub fn group_file(&self) -> PathBuf {
+    pub(crate) fn group_file(&self) -> PathBuf {
         self.run_dir.join("group")
     }
     /// The bound on tasks the box started with, for `exec` to hold its commands to.
-    pub fn tasks_file(&self) -> PathBuf {
+    pub(crate) fn tasks_file(&self) -> PathBuf {
         self.run_dir.join("tasks_max")
     }
     /// Where the box's own network namespace is pinned: a dir only ag-box mounts in (another
     /// tool's `ip netns add` bind-mounts `/run/netns` over itself, which hid pins made there
     /// before and left them impossible to remove).
-    pub fn netns_pin(&self) -> PathBuf {
+    pub(crate) fn netns_pin(&self) -> PathBuf {
         Path::new(NETNS_DIR).join(&self.name)
     }
     /// Where ag-box versions before pinned it, released at a stop.
-    pub fn legacy_netns_pin(&self) -> PathBuf {
+    pub(crate) fn legacy_netns_pin(&self) -> PathBuf {
         PathBuf::from(format!("/run/netns/box-{}", self.name))
     }
     /// The box's own network namespace; None: it uses the host's.
-    pub fn netns(&self) -> Option<PathBuf> {
+    pub(crate) fn netns(&self) -> Option<PathBuf> {
         self.egress.mode.isolated().then(|| self.netns_pin())
     }
-    pub fn egress_policy_file(&self) -> PathBuf {
+    pub(crate) fn egress_policy_file(&self) -> PathBuf {
         egress::policy_file(&self.run_dir)
     }
-    pub fn egress_log(&self) -> PathBuf {
+    pub(crate) fn egress_log(&self) -> PathBuf {
         egress::log_file(&self.run_dir)
     }
 
     /// The mount plan; shared HOME files (and `/proc` entries to mask) for which `exists` is
     /// false are left out.
-    pub fn mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
+    pub(crate) fn mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
         let mut m = vec![Mount::Proc];
         let present = |list: &'static [&'static str]| {
             list.iter()
@@ -318,7 +318,7 @@ impl BoxSpec {
     }
 
     /// Environment of every process in the box: the tmux server, attach and exec alike.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let home = self.home().display();
         let path = format!(
             "{home}/.local/bin:{home}/.nix-profile/bin:/nix/var/nix/profiles/default/bin:\
@@ -349,7 +349,7 @@ impl BoxSpec {
 
     /// bwrap's arguments (without the program name); its child becomes the box user and
     /// supervises the foreground tmux server.
-    pub fn bwrap_args(&self, mounts: &[Mount], info_fd: i32) -> Vec<String> {
+    pub(crate) fn bwrap_args(&self, mounts: &[Mount], info_fd: i32) -> Vec<String> {
         let mut a: Vec<String> = [
             "--unshare-pid",
             "--unshare-ipc",
@@ -390,7 +390,7 @@ impl BoxSpec {
                     a.extend(["--tmpfs".into(), s(p), "--remount-ro".into(), s(p)]);
                 }
                 Mount::Symlink { target, link } => {
-                    a.extend(["--symlink".into(), target.clone(), s(link)])
+                    a.extend(["--symlink".into(), target.clone(), s(link)]);
                 }
             }
         }
@@ -418,7 +418,7 @@ impl BoxSpec {
     }
 
     /// `exec`: the command as the box user, in `dir`.
-    pub fn exec_argv(&self, dir: &Path, command: &[String]) -> Vec<String> {
+    pub(crate) fn exec_argv(&self, dir: &Path, command: &[String]) -> Vec<String> {
         Become {
             ids: self.ids,
             groups: vec![account::SHARED_GID],
@@ -431,7 +431,7 @@ impl BoxSpec {
     }
 
     /// A tmux client inside the box, as the client user: `attach`, and the readiness probe.
-    pub fn client_argv(&self, tmux_args: &[String]) -> Vec<String> {
+    pub(crate) fn client_argv(&self, tmux_args: &[String]) -> Vec<String> {
         let mut command = vec![s(&self.tmux_bin)];
         command.extend(tmux_args.iter().cloned());
         Become {
@@ -445,16 +445,16 @@ impl BoxSpec {
         .argv(&command)
     }
 
-    pub fn attach_argv(&self) -> Vec<String> {
+    pub(crate) fn attach_argv(&self) -> Vec<String> {
         self.client_argv(&tmux::attach_args(&self.socket()))
     }
 
-    pub fn probe_argv(&self) -> Vec<String> {
+    pub(crate) fn probe_argv(&self) -> Vec<String> {
         self.client_argv(&tmux::ready_args(&self.socket()))
     }
 
     /// Where `exec` starts: the caller's directory when it lies inside the project.
-    pub fn exec_dir(&self, caller_cwd: Option<&Path>) -> PathBuf {
+    pub(crate) fn exec_dir(&self, caller_cwd: Option<&Path>) -> PathBuf {
         match caller_cwd {
             Some(cwd) if cwd.starts_with(&self.project) => cwd.to_path_buf(),
             _ => self.project.clone(),
@@ -503,7 +503,7 @@ mod tests {
     }
 
     fn v(items: &[&str]) -> Vec<String> {
-        items.iter().map(|x| x.to_string()).collect()
+        items.iter().map(std::string::ToString::to_string).collect()
     }
 
     #[test]

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// What `ag-box __probe` answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProbeReply {
+pub(crate) struct ProbeReply {
     pub node: String,
     pub version: String,
     pub mem_available_kb: u64,
@@ -12,26 +12,30 @@ pub struct ProbeReply {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reach {
+pub(crate) enum Reach {
     Answered(ProbeReply),
     Failed(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub node: String,
     pub reach: Reach,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Choice {
+pub(crate) struct Choice {
     pub node: String,
     /// One line per node left out, for the operator.
     pub skipped: Vec<String>,
 }
 
-/// The answering node of our version with the most MemAvailable; ties go to `local`, then by name.
-pub fn choose(candidates: &[Candidate], version: &str, local: &str) -> Result<Choice, String> {
+/// The answering node of our version with the most `MemAvailable`; ties go to `local`, then by name.
+pub(crate) fn choose(
+    candidates: &[Candidate],
+    version: &str,
+    local: &str,
+) -> Result<Choice, String> {
     let mut skipped = Vec::new();
     let mut eligible: Vec<&ProbeReply> = Vec::new();
     for c in candidates {

@@ -1,12 +1,13 @@
 //! Which agent session files move with a box (docs/design.md "Agent session slices").
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const MAX_SLUG: usize = 200;
 
 /// Claude Code's project directory name: every non-alphanumeric UTF-16 unit becomes `-`;
 /// past 200 units, the first 200 plus `-` and a base36 hash of the original path.
-pub fn claude_slug(project: &Path) -> String {
+pub(crate) fn claude_slug(project: &Path) -> String {
     let raw = project.to_string_lossy();
     let units: Vec<u16> = raw.encode_utf16().collect();
     let slug: String = units
@@ -41,12 +42,12 @@ fn base36(mut n: u32) -> String {
 }
 
 /// `~/.claude/projects/<slug>`: the transcripts `claude --resume` needs.
-pub fn claude_project_dir(home: &Path, project: &Path) -> PathBuf {
+pub(crate) fn claude_project_dir(home: &Path, project: &Path) -> PathBuf {
     home.join(".claude/projects").join(claude_slug(project))
 }
 
 /// Per-session Claude dirs kept beside the transcripts, for the given session ids.
-pub fn claude_session_dirs(home: &Path, session_ids: &[String]) -> Vec<PathBuf> {
+pub(crate) fn claude_session_dirs(home: &Path, session_ids: &[String]) -> Vec<PathBuf> {
     let claude = home.join(".claude");
     session_ids
         .iter()
@@ -55,7 +56,7 @@ pub fn claude_session_dirs(home: &Path, session_ids: &[String]) -> Vec<PathBuf> 
 }
 
 /// Codex: the `cwd` of a rollout file's first line (`session_meta`), if it is one.
-pub fn codex_rollout_cwd(first_line: &str) -> Option<String> {
+pub(crate) fn codex_rollout_cwd(first_line: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(first_line).ok()?;
     if v.get("type")?.as_str()? != "session_meta" {
         return None;
@@ -64,42 +65,44 @@ pub fn codex_rollout_cwd(first_line: &str) -> Option<String> {
 }
 
 /// Codex keeps rollouts under `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`.
-pub fn codex_sessions_root(home: &Path) -> PathBuf {
+pub(crate) fn codex_sessions_root(home: &Path) -> PathBuf {
     home.join(".codex/sessions")
 }
 
-pub fn is_codex_rollout(file_name: &str) -> bool {
-    file_name.starts_with("rollout-") && file_name.ends_with(".jsonl")
+pub(crate) fn is_codex_rollout(file_name: &str) -> bool {
+    // Codex names them itself, always in lower case.
+    #[allow(clippy::case_sensitive_file_extension_comparisons)]
+    let rollout = file_name.starts_with("rollout-") && file_name.ends_with(".jsonl");
+    rollout
 }
 
 /// Grok: `~/.grok/sessions/<percent-encoded cwd>/` (JavaScript's encodeURIComponent).
-pub fn grok_session_dir(home: &Path, project: &Path) -> PathBuf {
+pub(crate) fn grok_session_dir(home: &Path, project: &Path) -> PathBuf {
     let mut enc = String::new();
     for b in project.to_string_lossy().bytes() {
         if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
             enc.push(char::from(b));
         } else {
-            enc.push_str(&format!("%{b:02X}"));
+            let _ = write!(enc, "%{b:02X}");
         }
     }
     home.join(".grok/sessions").join(enc)
 }
 
 /// Gemini CLI, older layout: `~/.gemini/tmp/<sha256 of the project path>/`.
-pub fn gemini_hash_dir(home: &Path, project: &Path) -> PathBuf {
+pub(crate) fn gemini_hash_dir(home: &Path, project: &Path) -> PathBuf {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(project.to_string_lossy().as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    gemini_tmp(home).join(hex)
+    gemini_tmp(home).join(super::text::hex(&digest))
 }
 
 /// Gemini CLI, newer layout: `~/.gemini/tmp/<slug>/` holding a `.project_root` file with the path.
-pub fn gemini_tmp(home: &Path) -> PathBuf {
+pub(crate) fn gemini_tmp(home: &Path) -> PathBuf {
     home.join(".gemini/tmp")
 }
 
 /// Session ids are the names of the `<id>.jsonl` transcripts in the project dir.
-pub fn session_ids(transcript_names: &[String]) -> Vec<String> {
+pub(crate) fn session_ids(transcript_names: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = transcript_names
         .iter()
         .filter_map(|n| n.strip_suffix(".jsonl"))

@@ -27,7 +27,7 @@ enum State {
 
 /// Carries its state from one read to the next.
 #[derive(Debug)]
-pub struct OutputFilter {
+pub(crate) struct OutputFilter {
     state: State,
     held: Vec<u8>,
 }
@@ -46,7 +46,7 @@ const CLIPBOARD: &[u8] = b"52;";
 
 impl OutputFilter {
     /// What of `input` goes on, appended to `out`.
-    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
         for &b in input {
             self.state = match (self.state, b) {
                 (State::Ground, ESC) => State::Esc,
@@ -78,10 +78,10 @@ impl OutputFilter {
                         out.extend([ESC, b']']);
                         self.held.pop();
                         out.append(&mut self.held);
-                        self.pass_osc(b, out)
+                        pass_osc(b, out)
                     }
                 }
-                (State::OscPass, _) => self.pass_osc(b, out),
+                (State::OscPass, _) => pass_osc(b, out),
                 (State::OscPassEsc, _) => {
                     out.push(b);
                     if b == b'\\' {
@@ -90,27 +90,25 @@ impl OutputFilter {
                         State::OscPass
                     }
                 }
-                (State::OscDrop, BEL) => State::Ground,
+                (State::OscDrop, BEL) | (State::OscDropEsc | State::DropEsc, b'\\') => {
+                    State::Ground
+                }
                 (State::OscDrop, ESC) => State::OscDropEsc,
-                (State::OscDrop, _) => State::OscDrop,
-                (State::OscDropEsc, b'\\') => State::Ground,
-                (State::OscDropEsc, _) => State::OscDrop,
+                (State::OscDrop | State::OscDropEsc, _) => State::OscDrop,
                 (State::Drop, ESC) => State::DropEsc,
-                (State::Drop, _) | (State::DropEsc, ESC) => State::Drop,
-                (State::DropEsc, b'\\') => State::Ground,
-                (State::DropEsc, _) => State::Drop,
+                (State::Drop | State::DropEsc, _) => State::Drop,
             };
         }
     }
+}
 
-    /// One byte of an OSC string that passes.
-    fn pass_osc(&mut self, b: u8, out: &mut Vec<u8>) -> State {
-        out.push(b);
-        match b {
-            BEL => State::Ground,
-            ESC => State::OscPassEsc,
-            _ => State::OscPass,
-        }
+/// One byte of an OSC string that passes.
+fn pass_osc(b: u8, out: &mut Vec<u8>) -> State {
+    out.push(b);
+    match b {
+        BEL => State::Ground,
+        ESC => State::OscPassEsc,
+        _ => State::OscPass,
     }
 }
 

@@ -7,7 +7,17 @@ use std::fmt::Write;
 
 /// `s` with every C0/C1 control, DEL and bidi control escaped (`\n`, `\x1b`, `\u{202e}`);
 /// everything else as it is.
-pub fn escaped(s: &str) -> String {
+/// Lower-case hex of `bytes` (digests, ids, keys).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+pub(crate) fn escaped(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -29,7 +39,7 @@ pub fn escaped(s: &str) -> String {
 /// A line for the terminal (an error, a message, a log line, ending in one newline or not):
 /// as [`escaped`], but for that final newline and the colour codes (`ESC [ digits ; m`) the
 /// log formatter adds (it escapes the ESC of what it prints itself).
-pub fn terminal_line(s: &str) -> String {
+pub(crate) fn terminal_line(s: &str) -> String {
     let (body, newline) = match s.strip_suffix('\n') {
         Some(b) => (b, "\n"),
         None => (s, ""),
@@ -43,16 +53,13 @@ pub fn terminal_line(s: &str) -> String {
             let end = p.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
             (p[end..].starts_with('m')).then_some(end + 2)
         });
-        match sgr {
-            Some(len) => {
-                out.push('\u{1b}');
-                out.push_str(&after[..len]);
-                rest = &after[len..];
-            }
-            None => {
-                out.push_str("\\x1b");
-                rest = after;
-            }
+        if let Some(len) = sgr {
+            out.push('\u{1b}');
+            out.push_str(&after[..len]);
+            rest = &after[len..];
+        } else {
+            out.push_str("\\x1b");
+            rest = after;
         }
     }
     out.push_str(&escaped(rest));
@@ -61,7 +68,7 @@ pub fn terminal_line(s: &str) -> String {
 }
 
 /// `n` and the noun, plural when `n` is not 1 (`1 snapshot`, `2 snapshots`).
-pub fn count(n: usize, noun: &str) -> String {
+pub(crate) fn count(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -71,7 +78,7 @@ pub fn count(n: usize, noun: &str) -> String {
 
 /// Rows as lines of columns each as wide as its widest cell (two spaces apart; the last
 /// column is not padded).
-pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+pub(crate) fn table(rows: &[Vec<String>]) -> Vec<String> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {

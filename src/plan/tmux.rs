@@ -4,13 +4,13 @@ use std::path::Path;
 
 use super::account::CLIENT_USER;
 
-pub const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
-pub const BASE_FLAKE: &str = "/etc/base-flake";
+pub(crate) const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
+pub(crate) const BASE_FLAKE: &str = "/etc/base-flake";
 
 /// Lets the client user in (it attaches from inside the box), sources the operator's inner
 /// config when present and creates session `main` in the project; a `nix` box's shells start
 /// inside the base flake's dev shell.
-pub fn server_conf(project: &Path, nix: bool) -> String {
+pub(crate) fn server_conf(project: &Path, nix: bool) -> String {
     let shell = if nix {
         format!("set -g default-command \"nix develop {BASE_FLAKE} --command bash\"\n")
     } else {
@@ -39,7 +39,7 @@ fn quote(s: &str) -> String {
 }
 
 /// `-N`: a client never starts a server of its own (a box without one is down).
-pub fn attach_args(socket: &Path) -> Vec<String> {
+pub(crate) fn attach_args(socket: &Path) -> Vec<String> {
     vec![
         "-N".into(),
         "-S".into(),
@@ -52,11 +52,11 @@ pub fn attach_args(socket: &Path) -> Vec<String> {
 }
 
 /// What the readiness probe's client prints once the server has let it in.
-pub const READY: &str = "ag-box-ready";
+pub(crate) const READY: &str = "ag-box-ready";
 
 /// The readiness probe: an admitted client prints [`READY`]; a refused one prints nothing
 /// (tmux 3.3 says `access not allowed` on stderr and still exits 0).
-pub fn ready_args(socket: &Path) -> Vec<String> {
+pub(crate) fn ready_args(socket: &Path) -> Vec<String> {
     vec![
         "-N".into(),
         "-S".into(),
@@ -69,7 +69,7 @@ pub fn ready_args(socket: &Path) -> Vec<String> {
 
 /// The server owner's first client: a `tmux -D` server reads its config (which admits the
 /// client user) only when a client it allows arrives, and until then it refuses all others.
-pub fn load_config_args(socket: &Path) -> Vec<String> {
+pub(crate) fn load_config_args(socket: &Path) -> Vec<String> {
     vec![
         "-N".into(),
         "-S".into(),

@@ -12,23 +12,23 @@ fn s(p: &Path) -> String {
 }
 
 /// The hidden subcommand that opens bwrap's info fd and runs (or supervises) bwrap.
-pub const ANCHOR_SUBCOMMAND: &str = "__anchor";
+pub(crate) const ANCHOR_SUBCOMMAND: &str = "__anchor";
 /// The hidden subcommand of a box's egress proxy.
-pub const PROXY_SUBCOMMAND: &str = "__proxy";
+pub(crate) const PROXY_SUBCOMMAND: &str = "__proxy";
 
-pub fn unit_name(box_name: &str) -> String {
+pub(crate) fn unit_name(box_name: &str) -> String {
     format!("boxrun-{box_name}")
 }
 
 /// The unit of a box's egress proxy, bound to the box's unit.
-pub fn proxy_unit_name(box_name: &str) -> String {
+pub(crate) fn proxy_unit_name(box_name: &str) -> String {
     format!("boxnet-{box_name}")
 }
 
 /// `ag-box __anchor [--supervise [--netns <pin>]] --info <file> -- bwrap <args>`. Under
 /// systemd the unit itself joins the namespace; the direct supervisor joins it for bwrap and
 /// keeps the proxy running.
-pub fn anchor_argv(
+pub(crate) fn anchor_argv(
     spec: &BoxSpec,
     supervise: bool,
     bwrap: &Path,
@@ -49,7 +49,7 @@ pub fn anchor_argv(
 /// systemd's own sandboxing of the unit, under bwrap's: what still lets bwrap build the box
 /// (mounts, namespaces, the drop to the box user) and nothing more. `ProtectSystem=strict`
 /// leaves writable only the paths the box writes (given as `ReadWritePaths`).
-pub const HARDENING: &[&str] = &[
+pub(crate) const HARDENING: &[&str] = &[
     "NoNewPrivileges=yes",
     "ProtectSystem=strict",
     "PrivateTmp=yes",
@@ -67,7 +67,7 @@ pub const HARDENING: &[&str] = &[
 ];
 
 /// `ag-box __proxy ...` for the box `name` in its own network namespace.
-pub fn proxy_argv(exe: &Path, name: &str, run_dir: &Path, netns: &Path) -> Vec<String> {
+pub(crate) fn proxy_argv(exe: &Path, name: &str, run_dir: &Path, netns: &Path) -> Vec<String> {
     vec![
         s(exe),
         PROXY_SUBCOMMAND.into(),
@@ -83,14 +83,14 @@ pub fn proxy_argv(exe: &Path, name: &str, run_dir: &Path, netns: &Path) -> Vec<S
 }
 
 /// How soon a dead proxy is started again.
-pub const PROXY_RESTART: Duration = Duration::from_millis(200);
+pub(crate) const PROXY_RESTART: Duration = Duration::from_millis(200);
 /// A box's proxy's memory, apart from the box's: a box that opens connections without end
 /// costs its proxy, not the node.
-pub const PROXY_MEMORY_MAX: u64 = 256 << 20;
+pub(crate) const PROXY_MEMORY_MAX: u64 = 256 << 20;
 
 /// The proxy's unit: it stops with the box's, comes back whenever it dies, and may do nothing
 /// but join the box's namespace once, write its run dir, resolve names and connect out.
-pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
+pub(crate) fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
     let bound = format!("{}.service", unit_name(&spec.name));
     let mut a = systemd_run_head(
         &proxy_unit_name(&spec.name),
@@ -129,7 +129,7 @@ pub fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
 }
 
 /// What a box writes on the host: its project, agent home, run dir and the shared credentials.
-pub fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+pub(crate) fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut paths = vec![
         spec.project.clone(),
         spec.agent_home.root.clone(),
@@ -161,7 +161,7 @@ fn systemd_run_head(unit: &str, description: &str) -> Vec<String> {
 }
 
 /// The transient service around the anchor.
-pub fn systemd_run_argv(
+pub(crate) fn systemd_run_argv(
     spec: &BoxSpec,
     memory_max: Option<&str>,
     writable: &[PathBuf],
@@ -201,7 +201,7 @@ pub fn systemd_run_argv(
 
 /// Memory limits: a number with an optional K/M/G/T suffix, a percentage up to 100, or
 /// `infinity`; never zero (a box that could not start).
-pub fn valid_memory_max(v: &str) -> bool {
+pub(crate) fn valid_memory_max(v: &str) -> bool {
     if v == "infinity" {
         return true;
     }
@@ -213,7 +213,7 @@ pub fn valid_memory_max(v: &str) -> bool {
 }
 
 /// Bytes for a cgroup limit file (direct runtime): a percentage of `total`; None for infinity.
-pub fn memory_limit_bytes(v: &str, total: u64) -> Option<u64> {
+pub(crate) fn memory_limit_bytes(v: &str, total: u64) -> Option<u64> {
     match v.strip_suffix('%') {
         Some(p) => u64::try_from(u128::from(total) * u128::from(p.parse::<u64>().ok()?) / 100).ok(),
         None => memory_max_bytes(v),
@@ -222,7 +222,7 @@ pub fn memory_limit_bytes(v: &str, total: u64) -> Option<u64> {
 
 /// Bytes of a size (a number with an optional K/M/G/T suffix); None for percentages and
 /// infinity.
-pub fn memory_max_bytes(v: &str) -> Option<u64> {
+pub(crate) fn memory_max_bytes(v: &str) -> Option<u64> {
     let (digits, shift) = match v.chars().last()? {
         'K' => (&v[..v.len() - 1], 10),
         'M' => (&v[..v.len() - 1], 20),
@@ -234,7 +234,7 @@ pub fn memory_max_bytes(v: &str) -> Option<u64> {
 }
 
 /// The name of the direct runtime's cgroups for a box (v2, and v1 memory on hybrid hosts).
-pub fn direct_cgroup_name(box_name: &str) -> String {
+pub(crate) fn direct_cgroup_name(box_name: &str) -> String {
     format!("ag-box-{box_name}")
 }
 

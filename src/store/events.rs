@@ -11,10 +11,10 @@ use super::MetaStore;
 use super::lease::timestamp;
 
 /// Events kept per box by `prune` (the newest).
-pub const KEEP: usize = 500;
+pub(crate) const KEEP: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
+pub(crate) struct Event {
     pub time: String,
     pub node: String,
     /// Who ran the command: the login user, and where they came from over ssh.
@@ -36,7 +36,7 @@ pub struct Event {
 
 impl Event {
     /// Sorts by time, unique per node and verb at nanosecond resolution.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         let compact: String = self
             .time
             .chars()
@@ -47,7 +47,7 @@ impl Event {
 }
 
 /// `user@address` from the login user and `$SSH_CONNECTION` ("client port server port").
-pub fn operator_from(user: Option<&str>, ssh_connection: Option<&str>) -> String {
+pub(crate) fn operator_from(user: Option<&str>, ssh_connection: Option<&str>) -> String {
     let user = user.filter(|u| !u.is_empty()).unwrap_or("unknown");
     match ssh_connection.and_then(|c| c.split_whitespace().next()) {
         Some(addr) => format!("{user}@{addr}"),
@@ -73,7 +73,7 @@ fn operator() -> String {
 
 /// What one step adds to a box's history.
 #[derive(Default)]
-pub struct Step<'a> {
+pub(crate) struct Step<'a> {
     pub verb: &'a str,
     pub epoch: Option<u64>,
     pub snapshot: Option<&'a str>,
@@ -83,7 +83,7 @@ pub struct Step<'a> {
 }
 
 /// Append an event for box `name`; a failure is a warning, never the step's.
-pub fn record(store: &dyn MetaStore, node: &str, name: &str, step: Step) {
+pub(crate) fn record(store: &dyn MetaStore, node: &str, name: &str, step: Step) {
     let event = Event {
         time: timestamp_nanos(SystemTime::now()),
         node: node.to_string(),
@@ -116,7 +116,7 @@ fn timestamp_nanos(t: SystemTime) -> String {
 }
 
 /// The keys to delete so that the newest `keep` remain (keys sort by time).
-pub fn beyond(mut keys: Vec<String>, keep: usize) -> Vec<String> {
+pub(crate) fn beyond(mut keys: Vec<String>, keep: usize) -> Vec<String> {
     keys.sort();
     let extra = keys.len().saturating_sub(keep);
     keys.truncate(extra);

@@ -5,13 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use super::meta::{Lease, Meta, SnapshotRef};
 
-pub fn timestamp(t: SystemTime) -> String {
+pub(crate) fn timestamp(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// What `up` on `node` does with the record as it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpPlan {
+pub(crate) enum UpPlan {
     /// Nobody holds it: take it, epoch + 1.
     Acquire,
     /// This node already holds it (crash, reboot, or still running): the local copy is the newest.
@@ -22,7 +22,7 @@ pub enum UpPlan {
     TakeOver(Lease),
 }
 
-pub fn plan_up(meta: &Meta, node: &str, force: bool) -> UpPlan {
+pub(crate) fn plan_up(meta: &Meta, node: &str, force: bool) -> UpPlan {
     match &meta.lease {
         None => UpPlan::Acquire,
         Some(l) if l.node == node => UpPlan::AlreadyOurs { epoch: l.epoch },
@@ -39,7 +39,7 @@ fn last_epoch(meta: &Meta) -> u64 {
 }
 
 /// Take the lease for `node` with a new epoch.
-pub fn acquire(meta: &Meta, node: &str, now: SystemTime, ttl: Duration) -> Meta {
+pub(crate) fn acquire(meta: &Meta, node: &str, now: SystemTime, ttl: Duration) -> Meta {
     let at = timestamp(now);
     Meta {
         lease: Some(Lease {
@@ -55,7 +55,7 @@ pub fn acquire(meta: &Meta, node: &str, now: SystemTime, ttl: Duration) -> Meta 
 
 /// The lease is no longer the one the caller held.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseLost {
+pub(crate) struct LeaseLost {
     pub now_held_by: Option<Lease>,
 }
 
@@ -69,7 +69,7 @@ fn check_held<'a>(meta: &'a Meta, node: &str, epoch: u64) -> Result<&'a Lease, L
 }
 
 /// Renew after a snapshot; the snapshot becomes `last_snapshot` only while the lease is ours.
-pub fn renew(
+pub(crate) fn renew(
     meta: &Meta,
     node: &str,
     epoch: u64,
@@ -90,7 +90,7 @@ pub fn renew(
 }
 
 /// Park: drop the lease, pointing `last_snapshot` at the parking snapshot.
-pub fn release(
+pub(crate) fn release(
     meta: &Meta,
     node: &str,
     epoch: u64,
@@ -105,7 +105,7 @@ pub fn release(
 }
 
 /// A lease not renewed within its TTL looks abandoned (its node may be down).
-pub fn is_stale(lease: &Lease, now: SystemTime) -> bool {
+pub(crate) fn is_stale(lease: &Lease, now: SystemTime) -> bool {
     humantime::parse_rfc3339(&lease.expires_at).map_or(true, |exp| exp < now)
 }
 
@@ -117,7 +117,7 @@ mod tests {
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
     }
-    const TTL: Duration = Duration::from_secs(3 * 3600);
+    const TTL: Duration = Duration::from_hours(3);
 
     fn meta() -> Meta {
         Meta {

@@ -13,7 +13,7 @@ use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
 use crate::sys::atomic;
 
-pub struct LocalStore {
+pub(crate) struct LocalStore {
     dir: PathBuf,
     /// `<name>/<key>.json` per event.
     events: PathBuf,
@@ -29,7 +29,7 @@ struct Record {
 }
 
 impl LocalStore {
-    pub fn new(state_dir: &Path) -> Self {
+    pub(crate) fn new(state_dir: &Path) -> Self {
         LocalStore {
             dir: state_dir.join("meta"),
             events: state_dir.join("events"),
@@ -132,9 +132,10 @@ impl MetaStore for LocalStore {
             else {
                 continue;
             };
-            match fs::read(&path).map(|b| serde_json::from_slice::<Event>(&b)) {
-                Ok(Ok(event)) => out.push((key, event)),
-                _ => tracing::warn!("skipping the unreadable event {}", path.display()),
+            if let Ok(Ok(event)) = fs::read(&path).map(|b| serde_json::from_slice::<Event>(&b)) {
+                out.push((key, event));
+            } else {
+                tracing::warn!("skipping the unreadable event {}", path.display());
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));

@@ -10,25 +10,25 @@ use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::unit::valid_memory_max;
 use crate::plan::{names, project};
 
-pub const META_VERSION: u32 = 1;
+pub(crate) const META_VERSION: u32 = 1;
 /// A record longer than this is not read.
-pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// A box's own allow-list entries at most.
-pub const MAX_ALLOW_ENTRIES: usize = 256;
+pub(crate) const MAX_ALLOW_ENTRIES: usize = 256;
 
 /// A record that must not be acted on: reported by name, skipped by listings.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "box record '{key}' is invalid ({why}); ag-box will not act on it: fix it or delete it from the store"
 )]
-pub struct BadRecord {
+pub(crate) struct BadRecord {
     pub key: String,
     pub why: String,
 }
 
 /// A stored record read back: size, JSON and [`Meta::problem`] checked. `T` is the backend's
 /// record (the local store's carries a revision besides the meta).
-pub fn parse<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
     key: &str,
     bytes: &[u8],
     meta_of: impl Fn(&T) -> &Meta,
@@ -51,7 +51,7 @@ pub fn parse<T: serde::de::DeserializeOwned>(
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Meta {
+pub(crate) struct Meta {
     pub version: u32,
     pub name: String,
     pub path: PathBuf,
@@ -83,7 +83,7 @@ pub struct Meta {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub node: String,
     pub epoch: u64,
     pub acquired_at: String,
@@ -92,7 +92,7 @@ pub struct Lease {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotRef {
+pub(crate) struct SnapshotRef {
     pub id: String,
     pub at: String,
     pub node: String,
@@ -105,7 +105,7 @@ pub struct SnapshotRef {
 impl Meta {
     /// A fresh, unleased record for tests.
     #[cfg(test)]
-    pub fn sample(name: &str) -> Meta {
+    pub(crate) fn sample(name: &str) -> Meta {
         Meta {
             version: META_VERSION,
             name: name.into(),
@@ -126,7 +126,7 @@ impl Meta {
     }
 
     /// Why this record, stored under `key`, must not be acted on (None: it may).
-    pub fn problem(&self, key: &str) -> Option<String> {
+    pub(crate) fn problem(&self, key: &str) -> Option<String> {
         if self.version != META_VERSION {
             return Some(format!("unknown version {}", self.version));
         }
@@ -171,7 +171,7 @@ impl Meta {
     }
 
     /// The box user's ids: the record's (those of a record from before ids: the legacy 1000).
-    pub fn ids(&self) -> Ids {
+    pub(crate) fn ids(&self) -> Ids {
         Ids {
             uid: self.uid.unwrap_or(Ids::LEGACY.uid),
             gid: self.gid.unwrap_or(Ids::LEGACY.gid),
@@ -179,12 +179,12 @@ impl Meta {
     }
 
     /// The box's network mode: the record's, else the node's default.
-    pub fn network(&self, default: Mode) -> Mode {
+    pub(crate) fn network(&self, default: Mode) -> Mode {
         self.network.unwrap_or(default)
     }
 
     /// `ag-box set`: one `key=value` applied to the record.
-    pub fn with_setting(&self, assignment: &str) -> Result<Meta, UserError> {
+    pub(crate) fn with_setting(&self, assignment: &str) -> Result<Meta, UserError> {
         let bad = |hint: &str| {
             UserError::usage(
                 format!("box '{}': invalid setting '{assignment}'", self.name),
@@ -213,7 +213,7 @@ impl Meta {
             }
             "pin" if none => next.pinned_node = None,
             "pin" if !value.contains(char::is_whitespace) => {
-                next.pinned_node = Some(value.to_string())
+                next.pinned_node = Some(value.to_string());
             }
             "uid" | "gid" => {
                 let id = account::check_box_id(key, value).map_err(|h| bad(&h))?;
@@ -225,7 +225,7 @@ impl Meta {
             "network" => {
                 next.network = Some(
                     Mode::parse(value).ok_or_else(|| bad("network takes allow, none or host"))?,
-                )
+                );
             }
             "allow" => {
                 next.allow = egress::parse_box_entries(value).map_err(|why| {

@@ -1,10 +1,10 @@
 //! Box records: the `MetaStore` trait, its backends, and the compare-and-swap loop.
 
-pub mod events;
-pub mod lease;
-pub mod local;
-pub mod meta;
-pub mod s3;
+pub(crate) mod events;
+pub(crate) mod lease;
+pub(crate) mod local;
+pub(crate) mod meta;
+pub(crate) mod s3;
 
 use anyhow::{Result, bail};
 
@@ -12,25 +12,25 @@ use crate::error::UserError;
 use events::Event;
 use meta::Meta;
 
-/// Opaque token of one stored version (an ETag on S3, a revision number locally).
+/// Opaque token of one stored version (an `ETag` on S3, a revision number locally).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version(pub String);
+pub(crate) struct Version(pub String);
 
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub(crate) struct Stored {
     pub meta: Meta,
     pub version: Version,
 }
 
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cas {
+pub(crate) enum Cas {
     Written,
     /// Someone else wrote first: re-read and decide again.
     Conflict,
 }
 
-pub trait MetaStore {
+pub(crate) trait MetaStore {
     /// Where records live, for `status`.
     fn describe(&self) -> String;
     fn get(&self, name: &str) -> Result<Option<Stored>>;
@@ -85,14 +85,14 @@ pub trait MetaStore {
 
 /// What a decision function wants done with the record it was shown.
 #[allow(clippy::large_enum_variant)] // short-lived, one per CAS attempt
-pub enum Step<T> {
+pub(crate) enum Step<T> {
     Write(Meta, T),
     Keep(T),
 }
 
 const MAX_ATTEMPTS: usize = 50;
 
-pub fn unknown_box(name: &str) -> UserError {
+pub(crate) fn unknown_box(name: &str) -> UserError {
     UserError::failed(
         format!("box '{name}' is not tracked"),
         format!("run 'ag-box track {name} [path]' first, or 'ag-box ls' to see the boxes"),
@@ -108,9 +108,12 @@ fn op_id() -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         bytes[..4].copy_from_slice(&std::process::id().to_le_bytes());
-        bytes[4..].copy_from_slice(&(nanos as u64).to_le_bytes());
+        // The low bits are the ones that vary.
+        #[allow(clippy::cast_possible_truncation)]
+        let low = nanos as u64;
+        bytes[4..].copy_from_slice(&low.to_le_bytes());
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::plan::text::hex(&bytes)
 }
 
 /// Did the write carrying `op` land after all? (Its answer may have been lost, and a retry
@@ -120,21 +123,20 @@ fn landed(store: &dyn MetaStore, name: &str, op: &str) -> bool {
 }
 
 /// Create a record; None when one of that name exists (and is not this very write).
-pub fn create(store: &dyn MetaStore, mut meta: Meta) -> Result<Option<Meta>> {
+pub(crate) fn create(store: &dyn MetaStore, mut meta: Meta) -> Result<Option<Meta>> {
     let op = op_id();
     meta.op = Some(op.clone());
     match store.put(&meta, None) {
         Ok(Cas::Written) => Ok(Some(meta)),
-        Ok(Cas::Conflict) if landed(store, &meta.name, &op) => Ok(Some(meta)),
+        Ok(Cas::Conflict) | Err(_) if landed(store, &meta.name, &op) => Ok(Some(meta)),
         Ok(Cas::Conflict) => Ok(None),
-        Err(_) if landed(store, &meta.name, &op) => Ok(Some(meta)),
         Err(e) => Err(e),
     }
 }
 
 /// Delete a record at `version`; false when it changed meanwhile. A record already gone counts
 /// as deleted (a delete whose answer was lost, retried).
-pub fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bool> {
+pub(crate) fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bool> {
     match store.delete(name, version) {
         Ok(Cas::Written) => Ok(true),
         Ok(Cas::Conflict) => Ok(store.get(name)?.is_none()),
@@ -147,7 +149,7 @@ pub fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bo
 
 /// Read-decide-write until the write lands on the version that was read. Every write carries a
 /// fresh operation id, so one that landed but whose answer was lost is not decided again.
-pub fn update<T>(
+pub(crate) fn update<T>(
     store: &dyn MetaStore,
     name: &str,
     decide: impl FnMut(&Meta) -> Result<Step<T>>,
@@ -157,7 +159,7 @@ pub fn update<T>(
 
 /// `update`, deciding first on `read`, a record read earlier: a write on a version that moved
 /// on since conflicts and reads again, so it costs a round trip only when it changed.
-pub fn update_from<T>(
+pub(crate) fn update_from<T>(
     store: &dyn MetaStore,
     name: &str,
     mut read: Option<Stored>,
@@ -187,7 +189,7 @@ pub fn update_from<T>(
     bail!("box '{name}': gave up after {MAX_ATTEMPTS} conflicting writes to its record")
 }
 
-pub fn get_existing(store: &dyn MetaStore, name: &str) -> Result<Stored> {
+pub(crate) fn get_existing(store: &dyn MetaStore, name: &str) -> Result<Stored> {
     store.get(name)?.ok_or_else(|| unknown_box(name).into())
 }
 

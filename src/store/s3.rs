@@ -26,12 +26,12 @@ use crate::sys::atomic;
 /// Record reads a listing keeps in flight.
 const READS_IN_FLIGHT: usize = 32;
 
-pub struct S3Store {
+pub(crate) struct S3Store {
     rt: Runtime,
     client: Client,
     bucket: String,
     endpoint: String,
-    /// Records as last read, by ETag: a listing reads only those that changed.
+    /// Records as last read, by `ETag`: a listing reads only those that changed.
     cache: RecordCache,
 }
 
@@ -66,7 +66,7 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
 const REPOSITORY_KEYS: &str = "restic/keys/";
 
 impl S3Store {
-    pub fn new(cfg: &S3Config, cache_dir: &Path) -> Result<S3Store> {
+    pub(crate) fn new(cfg: &S3Config, cache_dir: &Path) -> Result<S3Store> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -90,7 +90,7 @@ impl S3Store {
                 TimeoutConfig::builder()
                     .connect_timeout(Duration::from_secs(5))
                     .operation_attempt_timeout(Duration::from_secs(20))
-                    .operation_timeout(Duration::from_secs(60))
+                    .operation_timeout(Duration::from_mins(1))
                     .build(),
             )
             .build();
@@ -124,7 +124,11 @@ impl S3Store {
             .await
         {
             Ok(r) => r,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key,
+                ) =>
+            {
                 return Ok(None);
             }
             Err(e) => {
@@ -150,7 +154,7 @@ impl S3Store {
 }
 
 impl S3Store {
-    /// Every object under `prefix`: its key and ETag.
+    /// Every object under `prefix`: its key and `ETag`.
     fn objects(&self, prefix: &str) -> Result<Vec<(String, Option<String>)>> {
         let mut objects = Vec::new();
         let mut token: Option<String> = None;
@@ -198,7 +202,11 @@ impl S3Store {
             .await
         {
             Ok(r) => r,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key,
+                ) =>
+            {
                 return Ok(None);
             }
             Err(e) => {
@@ -360,7 +368,7 @@ impl MetaStore for S3Store {
         match self.rt.block_on(req.send()) {
             Ok(_) => Ok(Cas::Written),
             // 412: another writer won; 404 on If-Match: the record went away meanwhile.
-            Err(e) if matches!(status(&e), Some(412) | Some(409)) => Ok(Cas::Conflict),
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
             Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
             Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
         }
@@ -375,7 +383,7 @@ impl MetaStore for S3Store {
             .if_match(&expected.0);
         match self.rt.block_on(req.send()) {
             Ok(_) => Ok(Cas::Written),
-            Err(e) if matches!(status(&e), Some(412) | Some(404)) => Ok(Cas::Conflict),
+            Err(e) if matches!(status(&e), Some(412 | 404)) => Ok(Cas::Conflict),
             Err(e) => Err(self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
         }
     }
@@ -513,8 +521,8 @@ impl MetaStore for S3Store {
     }
 }
 
-/// Records as this node last read them, each with its ETag (the version S3 gives the content):
-/// a listing whose ETag matches uses the copy here instead of reading the record again. Only
+/// Records as this node last read them, each with its `ETag` (the version S3 gives the content):
+/// a listing whose `ETag` matches uses the copy here instead of reading the record again. Only
 /// listings use it; every read before a write goes to the store.
 struct RecordCache {
     dir: PathBuf,

@@ -15,7 +15,7 @@ use crate::sys::{cmd, privs, restore, slices};
 
 /// Make the box's agent home when this node has none (importing the project's sessions from
 /// the node's home, and the node's `~/.claude.json`), then everything the box binds in it.
-pub fn ensure(spec: &BoxSpec) -> Result<()> {
+pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     let ah = &spec.agent_home;
     if !ah.root.exists() {
         let homes = ah.root.parent().unwrap_or(&ah.root);
@@ -57,7 +57,7 @@ pub fn ensure(spec: &BoxSpec) -> Result<()> {
     for rel in crate::plan::agent_home::OWN_FILES {
         tree.ensure(Path::new(rel), Entry::File(b"{}\n"), 0o644, spec.ids)?;
     }
-    let binds = ah.binds(|p| p.exists());
+    let binds = ah.binds(std::path::Path::exists);
     for point in ah.mount_points(&binds) {
         let rel = point.strip_prefix(&ah.root).unwrap_or(&point);
         let (entry, mode) = if spec.home().join(rel).is_dir() {
@@ -97,7 +97,7 @@ const LOGIN_MAX: u64 = 1 << 20;
 
 /// Logins made inside the box: a login file (`plan::agent_home::logins`) in its own agent
 /// home where the node has none, so nothing was bound over it. No snapshot carries them.
-pub fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
+pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
     let root = &spec.agent_home.root;
     if !root.exists() {
         return Ok(Vec::new());
@@ -118,7 +118,7 @@ pub fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
 
 /// What `adopt_logins` did with each of the box's own logins.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Adopted {
+pub(crate) enum Adopted {
     /// Now the node's, at this path (root's, mode 0600), and gone from the agent home.
     Moved(PathBuf),
     /// The node has one of its own meanwhile: both left as they are.
@@ -128,7 +128,7 @@ pub enum Adopted {
 /// The box's own logins made the node's: read from the agent home with no link followed (a
 /// regular JSON file, at most 1 MiB), written beside the node's other files, never over one,
 /// then removed from the box. The next start binds the node's file, shared as any other.
-pub fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)>> {
+pub(crate) fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)>> {
     let mut done = Vec::new();
     let own = own_logins(spec)?;
     if own.is_empty() {
@@ -171,7 +171,7 @@ pub fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)>> {
 }
 
 /// A project not owned by the box user (made by root, or a changed uid) becomes its own.
-pub fn reown_project(spec: &BoxSpec) -> Result<()> {
+pub(crate) fn reown_project(spec: &BoxSpec) -> Result<()> {
     let owner = fs::metadata(&spec.project)
         .with_context(|| format!("reading {}", spec.project.display()))?
         .uid();
@@ -190,7 +190,7 @@ pub fn reown_project(spec: &BoxSpec) -> Result<()> {
 
 /// The project's sessions under `from_root` (the node's `/`, or an old snapshot's tree) copied
 /// into the agent home `into`; returns how many stores were copied.
-pub fn import_sessions(
+pub(crate) fn import_sessions(
     from_root: &Path,
     home: &Path,
     project: &Path,
@@ -218,7 +218,7 @@ pub fn import_sessions(
 /// What a restore puts in place from its staging tree: the project and the agent home. An
 /// older snapshot holds the sessions at their places in the node's home instead; they are
 /// imported into an agent home in the staging tree first.
-pub fn restored_paths(staging: &Path, spec: &BoxSpec) -> Result<Vec<PathBuf>> {
+pub(crate) fn restored_paths(staging: &Path, spec: &BoxSpec) -> Result<Vec<PathBuf>> {
     let under = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
     let root = &spec.agent_home.root;
     if !under(root).exists() {

@@ -43,7 +43,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Replace `path` with `bytes` (mode `mode`).
-pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let (tmp, dir) = temp_beside(path, bytes, mode)?;
     tmp.persist(path)
         .map_err(|e| e.error)
@@ -52,7 +52,7 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 /// Create `path` with `bytes` unless it exists; Ok(false) when it did.
-pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<bool> {
+pub(crate) fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<bool> {
     let (tmp, dir) = temp_beside(path, bytes, mode)?;
     match tmp.persist_noclobber(path) {
         Ok(_) => {}
@@ -64,7 +64,7 @@ pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<bool> {
 }
 
 /// Remove `path` (if there) durably.
-pub fn remove(path: &Path) -> Result<()> {
+pub(crate) fn remove(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(e).with_context(|| format!("removing {}", path.display()));

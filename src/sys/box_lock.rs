@@ -14,11 +14,11 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::error::UserError;
 use crate::store::lease::timestamp;
 
-pub struct BoxLock {
+pub(crate) struct BoxLock {
     _held: Flock<File>,
 }
 
-pub fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) -> Result<BoxLock> {
+pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) -> Result<BoxLock> {
     let dir = state_dir.join("locks");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{name}.lock"));

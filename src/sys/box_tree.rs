@@ -18,14 +18,14 @@ use crate::plan::account::Ids;
 use crate::plan::text::escaped;
 
 /// A box-owned tree, held by a handle on its root dir.
-pub struct Tree {
+pub(crate) struct Tree {
     fd: OwnedFd,
     path: PathBuf,
 }
 
 /// What an entry is, seen without following it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Dir,
     File,
     Link,
@@ -34,7 +34,7 @@ pub enum Kind {
 
 /// What [`Tree::ensure`] makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     Dir,
     /// A file, with what a new one holds.
     File(&'static [u8]),
@@ -71,7 +71,7 @@ fn names_of(rel: &Path) -> Result<Vec<&OsStr>> {
 impl Tree {
     /// The tree at `root`, a dir the host made (its own path is the host's to resolve; its
     /// last component must not be a link).
-    pub fn open(root: &Path) -> Result<Tree> {
+    pub(crate) fn open(root: &Path) -> Result<Tree> {
         let fd = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
             .with_context(|| format!("opening {} (a dir, not a link)", show(root)))?;
         Ok(Tree {
@@ -81,14 +81,14 @@ impl Tree {
     }
 
     /// The mode of the tree's root dir itself.
-    pub fn set_root_mode(&self, mode: u32) -> Result<()> {
+    pub(crate) fn set_root_mode(&self, mode: u32) -> Result<()> {
         rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(mode))
             .with_context(|| format!("setting the mode of {}", show(&self.path)))
     }
 
     /// A new dir at `rel` that only root may enter (ag-box's own work inside the tree); its
     /// identity, for a journal to recognise it by.
-    pub fn make_private_dir(&self, rel: &Path) -> Result<Stat> {
+    pub(crate) fn make_private_dir(&self, rel: &Path) -> Result<Stat> {
         let (dir, name) = self.parent_of(rel)?;
         let fail = || format!("making {}", self.shown(rel));
         rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700)).with_context(fail)?;
@@ -136,7 +136,7 @@ impl Tree {
     }
 
     /// The entry at `rel`, not followed; None when it or a dir above it is missing.
-    pub fn stat(&self, rel: &Path) -> Result<Option<Stat>> {
+    pub(crate) fn stat(&self, rel: &Path) -> Result<Option<Stat>> {
         let (dir, name) = match self.parent_of(rel) {
             Ok(p) => p,
             Err(e) if is_missing(&e) => return Ok(None),
@@ -149,12 +149,12 @@ impl Tree {
         }
     }
 
-    pub fn kind(&self, rel: &Path) -> Result<Option<Kind>> {
+    pub(crate) fn kind(&self, rel: &Path) -> Result<Option<Kind>> {
         Ok(self.stat(rel)?.map(|st| kind_of(&st)))
     }
 
     /// The names in the dir at `rel`.
-    pub fn names(&self, rel: &Path) -> Result<Vec<OsString>> {
+    pub(crate) fn names(&self, rel: &Path) -> Result<Vec<OsString>> {
         let fd = self
             .open_dir(rel)
             .with_context(|| format!("opening {}", self.shown(rel)))?;
@@ -171,7 +171,7 @@ impl Tree {
 
     /// Remove the entry at `rel` whatever it is: a link itself (never what it names), a file,
     /// or a dir with all below it. A missing entry is no error.
-    pub fn remove(&self, rel: &Path) -> Result<()> {
+    pub(crate) fn remove(&self, rel: &Path) -> Result<()> {
         let (dir, name) = match self.parent_of(rel) {
             Ok(p) => p,
             Err(e) if is_missing(&e) => return Ok(()),
@@ -182,7 +182,7 @@ impl Tree {
 
     /// The contents of the regular file at `rel`, at most `max` bytes; None when it is missing.
     /// A link, a fifo or a device there is an error (opened without following or blocking).
-    pub fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
         let (dir, name) = match self.parent_of(rel) {
             Ok(p) => p,
             Err(e) if is_missing(&e) => return Ok(None),
@@ -216,7 +216,7 @@ impl Tree {
     }
 
     /// Rename `from` to `to`, both below the root (`to` replaced if it is a file or empty dir).
-    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+    pub(crate) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let (fd, fname) = self.parent_of(from)?;
         let (td, tname) = self.parent_of(to)?;
         rustix::fs::renameat(&fd, fname, &td, tname)
@@ -226,7 +226,7 @@ impl Tree {
     /// Move `src` (a host path outside the tree: a staging dir's entry) to `rel` below the
     /// root, replacing a file there. Across filesystems it is copied into a dir only root may
     /// enter, made beside `rel` (through that dir's handle), then renamed into place.
-    pub fn take_in(&self, src: &Path, rel: &Path) -> Result<()> {
+    pub(crate) fn take_in(&self, src: &Path, rel: &Path) -> Result<()> {
         let (dir, name) = self.parent_of(rel)?;
         let fail = || format!("moving {} to {}", show(src), self.shown(rel));
         match rustix::fs::renameat(rustix::fs::CWD, src, &dir, name) {
@@ -259,7 +259,7 @@ impl Tree {
 
     /// The mode and owner of the dir at `rel` (a link or a missing entry there is left alone:
     /// a dir this copy lacks, excluded here, or one the box replaced).
-    pub fn set_dir_attrs(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
+    pub(crate) fn set_dir_attrs(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
         let fd = match self.open_dir(rel) {
             Ok(fd) => fd,
             Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => return Ok(()),
@@ -280,7 +280,7 @@ impl Tree {
     /// root goes last, so a handover cut off half-way is taken up again by the next one (it
     /// looks at the root). A file with other names elsewhere (a hard link into a tree that is
     /// not the box's, as `git clone --local` makes) is left as it is, and counted.
-    pub fn give_all(&self, ids: Ids) -> Result<()> {
+    pub(crate) fn give_all(&self, ids: Ids) -> Result<()> {
         let root = rustix::fs::fstat(&self.fd)?;
         let (uid, gid) = owner(ids);
         let mut stack: Vec<(std::sync::Arc<OwnedFd>, Vec<u8>)> = Vec::new();
@@ -342,7 +342,7 @@ impl Tree {
     /// a link, or an entry of another kind (or a file with other names), found on the way or
     /// at the end is removed and made afresh, so nothing that follows the path (bwrap binding
     /// onto it) leaves the tree. An existing entry of the right kind is kept, its owner set.
-    pub fn ensure(&self, rel: &Path, entry: Entry, mode: u32, ids: Ids) -> Result<()> {
+    pub(crate) fn ensure(&self, rel: &Path, entry: Entry, mode: u32, ids: Ids) -> Result<()> {
         let names = names_of(rel)?;
         let Some((last, dirs)) = names.split_last() else {
             bail!("{}: the tree's root itself", self.shown(rel));
@@ -423,9 +423,9 @@ fn owner(ids: Ids) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>) {
 
 fn make_dir(dir: &impl AsFd, name: &OsStr, mode: u32, ids: Ids) -> Result<(), Errno> {
     rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))?;
-    let made = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
-    rustix::fs::fchown(&made, owner(ids).0, owner(ids).1)?;
-    rustix::fs::fchmod(&made, Mode::from_raw_mode(mode))
+    let new_dir = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    rustix::fs::fchown(&new_dir, owner(ids).0, owner(ids).1)?;
+    rustix::fs::fchmod(&new_dir, Mode::from_raw_mode(mode))
 }
 
 /// Remove `name` in `dir`: a dir with everything below it, depth first, each level opened

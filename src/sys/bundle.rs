@@ -19,7 +19,7 @@ use crate::sys::digest;
 /// must be as `manifest` says. None when something cannot travel in a bundle as restic would
 /// restore it: a special file, a hard link, extended attributes, more than
 /// [`MAX_CONTENT_BYTES`], or an entry that differs from the manifest.
-pub fn collect(
+pub(crate) fn collect(
     fetch: &[PathBuf],
     manifest: &Manifest,
     excluded: &dyn Fn(&Path) -> bool,
@@ -107,7 +107,7 @@ fn add(
     Ok(true)
 }
 
-/// Extended attributes (ACLs, SELinux labels among them) travel only through restic.
+/// Extended attributes (ACLs, `SELinux` labels among them) travel only through restic.
 fn has_xattrs(path: &Path) -> Result<bool> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
@@ -125,7 +125,7 @@ fn has_xattrs(path: &Path) -> Result<bool> {
 
 /// Write `contents` under `staging` (a path `/x/y` at `staging/x/y`), with their owners, modes
 /// and times. `staging` holds nothing of them yet.
-pub fn unpack(staging: &Path, contents: &Contents) -> Result<()> {
+pub(crate) fn unpack(staging: &Path, contents: &Contents) -> Result<()> {
     let at = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
     let mut offset = 0usize;
     for item in &contents.items {
@@ -183,6 +183,7 @@ fn set_metadata(target: &Path, item: &Item) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::symlink;
 
     /// A copy with a changed file, a new dir (an excluded name inside), a symlink; its manifest.
@@ -278,7 +279,6 @@ mod tests {
             "differs from the manifest"
         );
         assert!(none(&[p.join("absent")], &manifest), "gone");
-        use std::os::unix::ffi::OsStrExt;
         let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
         symlink(odd, p.join("odd-link")).unwrap();
         let odd_manifest = digest::walk(std::slice::from_ref(&p)).unwrap().1.unwrap();

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::error::UserError;
 
-pub fn which(tool: &str) -> Option<PathBuf> {
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -22,12 +22,12 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 }
 
 /// The path of a required tool, or exit 4 naming it.
-pub fn require(tool: &str) -> Result<PathBuf, UserError> {
+pub(crate) fn require(tool: &str) -> Result<PathBuf, UserError> {
     which(tool).ok_or_else(|| UserError::tool_missing(tool))
 }
 
 /// A child's status as a shell would report it: its code, or 128 + signal.
-pub fn exit_code(status: ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
         .code()
@@ -35,12 +35,12 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
-pub fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     cmd.get_program().to_string_lossy().into_owned()
 }
 
 /// Run to completion with stdout captured; a failure carries the program's last stderr line.
-pub fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -59,7 +59,7 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 
 /// As [`output`], but the whole process group is killed after `limit` (a program whose peer
 /// may stall it: a box's tmux server); its stderr's last line is kept either way.
-pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<(String, String)> {
+pub(crate) fn output_within(cmd: &mut Command, limit: Duration) -> Result<(String, String)> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -100,7 +100,7 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<(String, Stri
 }
 
 /// Run for its status only, output discarded.
-pub fn succeeds(cmd: &mut Command) -> bool {
+pub(crate) fn succeeds(cmd: &mut Command) -> bool {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -108,7 +108,7 @@ pub fn succeeds(cmd: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-pub fn last_line(text: &str) -> &str {
+pub(crate) fn last_line(text: &str) -> &str {
     text.lines()
         .rev()
         .find(|l| !l.trim().is_empty())

@@ -13,7 +13,7 @@ use crate::store::meta::Lease;
 use crate::sys::atomic;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CopyState {
+pub(crate) struct CopyState {
     /// The local files equal this snapshot (as of the last snapshot or restore here).
     pub snapshot: Option<String>,
     /// The paths that snapshot holds.
@@ -57,7 +57,7 @@ pub struct CopyState {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingUp {
+pub(crate) struct PendingUp {
     /// The lease the record held before that `up`.
     pub previous: Option<Lease>,
 }
@@ -65,7 +65,7 @@ pub struct PendingUp {
 /// The manifest of a box's copy when it equalled a snapshot restored (or parked) here: what
 /// the next park compares the copy with to publish what changed.
 #[derive(Serialize, Deserialize)]
-pub struct CopyManifest {
+pub(crate) struct CopyManifest {
     pub snapshot: String,
     pub entries: Manifest,
 }
@@ -80,12 +80,12 @@ impl CopyManifest {
             .join(format!("{name}.json"))
     }
 
-    pub fn load(state_dir: &Path, name: &str) -> Option<CopyManifest> {
+    pub(crate) fn load(state_dir: &Path, name: &str) -> Option<CopyManifest> {
         let bytes = fs::read(Self::file(state_dir, name)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
-    pub fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
+    pub(crate) fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
         atomic::write(
             &Self::file(state_dir, name),
             &serde_json::to_vec(self)?,
@@ -93,7 +93,7 @@ impl CopyManifest {
         )
     }
 
-    pub fn remove(state_dir: &Path, name: &str) -> Result<()> {
+    pub(crate) fn remove(state_dir: &Path, name: &str) -> Result<()> {
         atomic::remove(&Self::file(state_dir, name))
     }
 }
@@ -104,13 +104,13 @@ fn file(state_dir: &Path, name: &str) -> PathBuf {
 
 /// Where a restore records the swap it has under way inside the box's project (root's alone,
 /// outside every box), so that only a swap this node made is ever undone.
-pub fn swap_journal(state_dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn swap_journal(state_dir: &Path, name: &str) -> PathBuf {
     // A dir of its own: `<name>.swap.json` beside the copy states is box `<name>.swap`'s.
     state_dir.join("local/swap").join(format!("{name}.json"))
 }
 
 impl CopyState {
-    pub fn load(state_dir: &Path, name: &str) -> Result<CopyState> {
+    pub(crate) fn load(state_dir: &Path, name: &str) -> Result<CopyState> {
         let path = file(state_dir, name);
         match fs::read(&path) {
             Ok(b) => {
@@ -121,7 +121,7 @@ impl CopyState {
         }
     }
 
-    pub fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
+    pub(crate) fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
         atomic::write(
             &file(state_dir, name),
             &serde_json::to_vec_pretty(self)?,
@@ -129,12 +129,12 @@ impl CopyState {
         )
     }
 
-    pub fn remove(state_dir: &Path, name: &str) -> Result<()> {
+    pub(crate) fn remove(state_dir: &Path, name: &str) -> Result<()> {
         atomic::remove(&file(state_dir, name))
     }
 
     /// The local copy is current for `snapshot` and still all there.
-    pub fn is_current(&self, snapshot: &str) -> bool {
+    pub(crate) fn is_current(&self, snapshot: &str) -> bool {
         self.snapshot.as_deref() == Some(snapshot) && self.paths.iter().all(|p| p.exists())
     }
 }

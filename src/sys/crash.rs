@@ -4,7 +4,7 @@
 //! there for 3 s (for a test to send a signal). Without the feature, points cost nothing.
 
 #[cfg(feature = "crash-points")]
-pub fn point(name: &str) {
+pub(crate) fn point(name: &str) {
     let armed = |var: &str| std::env::var(var).is_ok_and(|v| v == name);
     if armed("AG_BOX_PAUSE_AT") {
         say!("ag-box: pausing at {name}");
@@ -18,4 +18,4 @@ pub fn point(name: &str) {
 
 #[cfg(not(feature = "crash-points"))]
 #[inline(always)]
-pub fn point(_name: &str) {}
+pub(crate) fn point(_name: &str) {}

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::plan::delta::Manifest;
 
 /// An entry's metadata after its path: kind first.
-pub fn line(path: &Path, meta: &fs::Metadata) -> String {
+pub(crate) fn line(path: &Path, meta: &fs::Metadata) -> String {
     let target = if meta.is_symlink() {
         fs::read_link(path)
             .map(|t| t.to_string_lossy().into_owned())
@@ -95,7 +95,7 @@ fn fields(
 }
 
 /// The digest of `roots` (missing ones count as missing).
-pub fn of(roots: &[PathBuf]) -> Result<String> {
+pub(crate) fn of(roots: &[PathBuf]) -> Result<String> {
     Ok(walk(roots)?.0)
 }
 
@@ -103,10 +103,10 @@ pub fn of(roots: &[PathBuf]) -> Result<String> {
 /// which a manifest cannot name). The tree is read by a few threads: it is all `fstatat` and
 /// `getdents`, and a copy of 20,000 files takes a tenth of a second on one core. Below each
 /// root, every entry is read relative to its dir's handle with no link followed, so a box that
-/// swaps a dir for a link mid-walk, or nests deeper than PATH_MAX, steers and stops nothing:
+/// swaps a dir for a link mid-walk, or nests deeper than `PATH_MAX`, steers and stops nothing:
 /// an entry that vanishes counts as missing, one that changes kind or cannot be read gets a
 /// line of its own (the copy then differs, never an error).
-pub fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
+pub(crate) fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
     let mut seen = Vec::new();
     // Breadth first until there is work enough to share out.
     let width = std::thread::available_parallelism()
@@ -168,7 +168,7 @@ fn summed(seen: Vec<Seen>) -> (String, Option<Manifest>) {
         hash.update(entry.as_deref().unwrap_or("missing").as_bytes());
         hash.update(b"\n");
     }
-    let digest = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let digest = crate::plan::text::hex(&hash.finalize());
     let manifest = utf8.then(|| {
         keyed
             .into_iter()
@@ -227,7 +227,7 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
             return;
         }
         Err(e) => {
-            seen.push((item.path, Some(unknown("unreadable", &e))));
+            seen.push((item.path, Some(unknown("unreadable", e))));
             return;
         }
     };
@@ -236,7 +236,7 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
     if kind == FileType::Directory && item.path.as_os_str().len() > MAX_PATH_BYTES {
         // What lies deeper is not listed: a chain of dirs would cost root memory by the
         // square of its depth. The copy counts as changed, every time.
-        seen.push((item.path, Some(unknown("too deep", &Errno::NAMETOOLONG))));
+        seen.push((item.path, Some(unknown("too deep", Errno::NAMETOOLONG))));
         return;
     }
     if kind == FileType::Directory {
@@ -248,7 +248,7 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
                 return;
             }
             Err(e) => {
-                seen.push((item.path, Some(unknown("changed", &e))));
+                seen.push((item.path, Some(unknown("changed", e))));
                 return;
             }
         }
@@ -260,13 +260,13 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
     seen.push((item.path, Some(stat_line(&st, &target))));
 }
 
-/// Below this length of path a walk lists a dir (twice PATH_MAX: deeper than any tool but a
+/// Below this length of path a walk lists a dir (twice `PATH_MAX`: deeper than any tool but a
 /// box's own can reach).
 const MAX_PATH_BYTES: usize = 8192;
 
 /// The line of an entry the walk could not take whole: unlike every walk before and after
 /// (a random part, new each process), so a copy holding one never counts as unchanged.
-fn unknown(what: &str, e: &Errno) -> String {
+fn unknown(what: &str, e: Errno) -> String {
     static NONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let nonce = NONCE.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
@@ -360,10 +360,7 @@ mod tests {
             .map(|(p, e)| format!("{}\0{}\n", p.display(), e.as_deref().unwrap_or("missing")))
             .collect();
         lines.sort();
-        let defined: String = Sha256::digest(lines.concat().as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let defined = crate::plan::text::hex(&Sha256::digest(lines.concat().as_bytes()));
         assert_eq!(of(&roots).unwrap(), defined);
     }
 
@@ -448,9 +445,9 @@ mod tests {
             .filter(|v| v.starts_with("too deep\0"))
             .collect();
         // One line where it got too deep, with this process's random part.
-        assert_eq!(summed, [&unknown("too deep", &Errno::NAMETOOLONG)]);
+        assert_eq!(summed, [&unknown("too deep", Errno::NAMETOOLONG)]);
         assert_ne!(
-            unknown("too deep", &Errno::NAMETOOLONG),
+            unknown("too deep", Errno::NAMETOOLONG),
             "too deep\0File name too long (os error 36)\0"
         );
         assert_eq!(

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 const ROTATE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     pub time: String,
     #[serde(rename = "box")]
     pub box_name: String,
@@ -37,7 +37,7 @@ pub struct Record {
     pub bytes_in: u64,
 }
 
-pub struct Writer {
+pub(crate) struct Writer {
     path: PathBuf,
     file: Mutex<File>,
     rotate_at: u64,
@@ -58,7 +58,7 @@ fn rotated(path: &Path) -> PathBuf {
 }
 
 impl Writer {
-    pub fn open(path: &Path) -> Result<Writer> {
+    pub(crate) fn open(path: &Path) -> Result<Writer> {
         Ok(Writer {
             path: path.to_path_buf(),
             file: Mutex::new(open_append(path)?),
@@ -67,7 +67,7 @@ impl Writer {
     }
 
     /// One line to the file and to stdout. A log that cannot be written never stops traffic.
-    pub fn write(&self, record: &Record) {
+    pub(crate) fn write(&self, record: &Record) {
         let Ok(mut line) = serde_json::to_string(record) else {
             return;
         };
@@ -101,14 +101,14 @@ fn records(path: &Path) -> Vec<Record> {
 }
 
 /// Every decision still kept, oldest first.
-pub fn read(path: &Path) -> Vec<Record> {
+pub(crate) fn read(path: &Path) -> Vec<Record> {
     let mut all = records(&rotated(path));
     all.extend(records(path));
     all
 }
 
 /// Print each new line of the log as it comes, as `show` formats it; survives rotation.
-pub fn follow(path: &Path, mut show: impl FnMut(&Record)) -> Result<()> {
+pub(crate) fn follow(path: &Path, mut show: impl FnMut(&Record)) -> Result<()> {
     let mut file = open_read_end(path)?;
     let mut pending = String::new();
     loop {

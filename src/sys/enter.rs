@@ -32,7 +32,7 @@ const NAMESPACES: &[(&str, &str)] = &[
 /// First descriptor the namespaces are handed to nsenter on.
 const FIRST_FD: RawFd = 3;
 
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     namespaces: Vec<(&'static str, File)>,
     pub pid: i32,
 }
@@ -58,7 +58,7 @@ fn parent_of(status: &str) -> Option<i32> {
 }
 
 impl Sandbox {
-    pub fn open(spec: &BoxSpec, runtime: Runtime) -> Result<Sandbox> {
+    pub(crate) fn open(spec: &BoxSpec, runtime: Runtime) -> Result<Sandbox> {
         // Whatever enters the box first undoes a pause an ag-box killed mid-snapshot left.
         freezer::resume_orphaned(spec);
         let pid = child_pid(spec)?;
@@ -115,27 +115,34 @@ impl Sandbox {
 
     /// nsenter into the held namespaces, running `inner` (an argv inside the box). The command
     /// holds the namespaces from here on.
-    pub fn command(self, inner: &[String]) -> Result<Command> {
+    pub(crate) fn command(self, inner: &[String]) -> Result<Command> {
         let mut c = Command::new(cmd::require("nsenter")?);
-        for (i, (flag, _)) in self.namespaces.iter().enumerate() {
-            c.arg(format!("{flag}=/proc/self/fd/{}", FIRST_FD + i as RawFd));
+        for (target, (flag, _)) in (FIRST_FD..).zip(&self.namespaces) {
+            c.arg(format!("{flag}=/proc/self/fd/{target}"));
         }
         c.arg("--").args(inner);
         let files: Vec<File> = self.namespaces.into_iter().map(|(_, f)| f).collect();
-        // SAFETY: only fcntl and dup2 between fork and exec.
+        // Filled here, in fixed arrays: nothing is allocated between fork and exec.
+        let mut held: [RawFd; NAMESPACES.len()] = [-1; NAMESPACES.len()];
+        for (slot, f) in held.iter_mut().zip(&files) {
+            *slot = f.as_raw_fd();
+        }
+        let count = files.len();
+        // SAFETY: between fork and exec the closure only calls fcntl and dup2 (async-signal-safe)
+        // on fixed arrays: no allocation, no lock. `files` moves in to keep the fds open.
         unsafe {
             c.pre_exec(move || {
+                let _open = &files;
                 // Out of the way first, so no target number is overwritten before it is moved.
-                let mut high = Vec::with_capacity(files.len());
-                for f in &files {
-                    let h = nix::libc::fcntl(f.as_raw_fd(), nix::libc::F_DUPFD_CLOEXEC, 64);
-                    if h < 0 {
+                let mut high: [RawFd; NAMESPACES.len()] = [-1; NAMESPACES.len()];
+                for (h, fd) in high.iter_mut().zip(&held[..count]) {
+                    *h = nix::libc::fcntl(*fd, nix::libc::F_DUPFD_CLOEXEC, 64);
+                    if *h < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    high.push(h);
                 }
-                for (i, h) in high.iter().enumerate() {
-                    if nix::libc::dup2(*h, FIRST_FD + i as RawFd) < 0 {
+                for (target, h) in (FIRST_FD..).zip(&high[..count]) {
+                    if nix::libc::dup2(*h, target) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }

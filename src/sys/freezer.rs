@@ -26,7 +26,7 @@ const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The box is paused until this is dropped. While it lives, the marker file is locked (a
 /// pause whose marker nobody holds locked is an orphan) and SIGINT, SIGTERM and SIGHUP are
 /// noted, not obeyed, so the command ends through this guard's thaw.
-pub struct Paused {
+pub(crate) struct Paused {
     cgroup: PathBuf,
     marker: PathBuf,
     _held: Flock<fs::File>,
@@ -47,7 +47,7 @@ struct Marker {
 }
 
 /// Where cgroup v2 is mounted: `/sys/fs/cgroup`, or `.../unified` on a hybrid host.
-pub fn v2_mount() -> Option<&'static Path> {
+pub(crate) fn v2_mount() -> Option<&'static Path> {
     ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
         .into_iter()
         .map(Path::new)
@@ -55,7 +55,7 @@ pub fn v2_mount() -> Option<&'static Path> {
 }
 
 /// The v2 cgroup of process `pid` (`self` for this one), as a path below the mount.
-pub fn v2_path_of(pid: &str) -> Option<String> {
+pub(crate) fn v2_path_of(pid: &str) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .ok()?
         .lines()
@@ -97,7 +97,7 @@ fn marker_of(spec: &BoxSpec) -> PathBuf {
 /// paused here: no cgroup v2, the box started before it had a cgroup of its own, its tasks did
 /// not all stop in time, or a process of its own runs outside its cgroup (then it runs on, and
 /// the snapshot is checked instead).
-pub fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
+pub(crate) fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
     let Some((cgroup, sandbox_pid)) = box_cgroup(spec, runtime) else {
         return Ok(None);
     };
@@ -185,7 +185,7 @@ fn thaw(cgroup: &Path, marker: &Path) {
 }
 
 /// Since when the box has been paused for a snapshot, if it is.
-pub fn paused_since(spec: &BoxSpec) -> Option<String> {
+pub(crate) fn paused_since(spec: &BoxSpec) -> Option<String> {
     read_marker(spec).map(|m| m.since)
 }
 
@@ -195,7 +195,7 @@ fn read_marker(spec: &BoxSpec) -> Option<Marker> {
 
 /// Resume a box whose pause outlived the ag-box that made it (killed mid-snapshot): its marker
 /// is no longer locked.
-pub fn resume_orphaned(spec: &BoxSpec) {
+pub(crate) fn resume_orphaned(spec: &BoxSpec) {
     let Some(m) = read_marker(spec) else {
         return;
     };

@@ -3,30 +3,30 @@
 use std::path::{Path, PathBuf};
 
 /// Merged-/usr hosts have /bin etc. as symlinks into /usr.
-pub fn merged_usr() -> bool {
+pub(crate) fn merged_usr() -> bool {
     Path::new("/bin").is_symlink()
 }
 
 /// systemd is PID 1 (the test for this that systemd itself documents).
-pub fn systemd_booted() -> bool {
+pub(crate) fn systemd_booted() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
 /// Fill `bytes` from the kernel's random source.
-pub fn random_bytes(bytes: &mut [u8]) -> anyhow::Result<()> {
+pub(crate) fn random_bytes(bytes: &mut [u8]) -> anyhow::Result<()> {
     use anyhow::Context;
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, bytes))
         .context("reading /dev/urandom")
 }
 
-pub fn stderr_is_terminal() -> bool {
+pub(crate) fn stderr_is_terminal() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal()
 }
 
 /// Colour on stderr: a terminal that can show it, and no `NO_COLOR` (no-color.org).
-pub fn colour_on_stderr() -> bool {
+pub(crate) fn colour_on_stderr() -> bool {
     stderr_is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
@@ -34,7 +34,7 @@ pub fn colour_on_stderr() -> bool {
 
 /// A line to stderr, escaped (what `say!` writes). A closed stderr (a dropped ssh connection)
 /// must not stop a command half-way, so a failed write is ignored.
-pub fn say_line(line: &str) {
+pub(crate) fn say_line(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "{}", crate::plan::text::escaped(line));
 }
@@ -42,18 +42,18 @@ pub fn say_line(line: &str) {
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `-q`: ag-box's own messages (not its errors and warnings) are left unsaid.
-pub fn set_quiet() {
+pub(crate) fn set_quiet() {
     QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-pub fn quiet() -> bool {
+pub(crate) fn quiet() -> bool {
     QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// This binary's path, for the box to run (`__become`) and systemd to start (`__anchor`).
 /// A binary replaced while running (an install) shows as "<path> (deleted)": the new one at the
 /// same path is meant.
-pub fn own_exe() -> PathBuf {
+pub(crate) fn own_exe() -> PathBuf {
     match std::env::current_exe() {
         Ok(p) => {
             let text = p.to_string_lossy();
@@ -67,7 +67,7 @@ pub fn own_exe() -> PathBuf {
 }
 
 /// `path` is where a filesystem is mounted (so it cannot be renamed; its contents can).
-pub fn is_mount_point(path: &Path) -> bool {
+pub(crate) fn is_mount_point(path: &Path) -> bool {
     let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
@@ -84,12 +84,11 @@ fn unescape_mount(field: &str) -> String {
     while let Some(c) = chars.next() {
         if c == '\\' {
             let code: String = chars.by_ref().take(3).collect();
-            match u8::from_str_radix(&code, 8) {
-                Ok(b) => out.push(char::from(b)),
-                Err(_) => {
-                    out.push('\\');
-                    out.push_str(&code);
-                }
+            if let Ok(b) = u8::from_str_radix(&code, 8) {
+                out.push(char::from(b));
+            } else {
+                out.push('\\');
+                out.push_str(&code);
             }
         } else {
             out.push(c);
@@ -99,7 +98,7 @@ fn unescape_mount(field: &str) -> String {
 }
 
 /// Bytes of memory this node has (`MemTotal`), 0 when unknown.
-pub fn mem_total() -> u64 {
+pub(crate) fn mem_total() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -111,7 +110,7 @@ pub fn mem_total() -> u64 {
 }
 
 /// This node has an account (a user or a group) with id `id`: no box may run as it.
-pub fn has_account(id: u32) -> bool {
+pub(crate) fn has_account(id: u32) -> bool {
     let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id));
     let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(id));
     // An unreadable account database counts as holding it: pick another.
@@ -120,7 +119,7 @@ pub fn has_account(id: u32) -> bool {
 
 /// Log lines to stderr with what the box may have put in them escaped (the formatter writes
 /// each line whole, in one call).
-pub struct EscapedStderr;
+pub(crate) struct EscapedStderr;
 
 impl std::io::Write for EscapedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

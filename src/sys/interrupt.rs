@@ -64,7 +64,7 @@ fn note_all() {
 
 /// From here on SIGINT, SIGTERM and SIGHUP are noted for [`check`] (unless ignored from the
 /// start: `nohup ag-box up` goes on after a hangup).
-pub fn arm() {
+pub(crate) fn arm() {
     ARMED.store(true, Ordering::SeqCst);
     if SHIELDS.load(Ordering::SeqCst) == 0 {
         note_all();
@@ -72,7 +72,7 @@ pub fn arm() {
 }
 
 /// Fails once a noted signal arrived, naming the step it stopped before.
-pub fn check(step: &str) -> Result<()> {
+pub(crate) fn check(step: &str) -> Result<()> {
     match CAUGHT.load(Ordering::SeqCst) {
         0 => Ok(()),
         n => {
@@ -88,12 +88,12 @@ pub fn check(step: &str) -> Result<()> {
 
 /// While it lives, signals are noted (not obeyed) and passed on to the restic it was told of.
 /// Made before the restic is started, so that no signal falls between the two.
-pub struct Shield {
+pub(crate) struct Shield {
     slot: Option<usize>,
 }
 
 impl Shield {
-    pub fn new() -> Shield {
+    pub(crate) fn new() -> Shield {
         if SHIELDS.fetch_add(1, Ordering::SeqCst) == 0 && !ARMED.load(Ordering::SeqCst) {
             note_all();
         }
@@ -101,7 +101,7 @@ impl Shield {
     }
 
     /// The restic just started: a signal from here on reaches it too.
-    pub fn forward_to(&mut self, pid: u32) {
+    pub(crate) fn forward_to(&mut self, pid: u32) {
         let Ok(pid) = i32::try_from(pid) else { return };
         // More at once than slots: those are not told (a unit's stop still reaches them).
         self.slot = RESTICS.iter().position(|s| {
@@ -114,7 +114,7 @@ impl Shield {
 impl Shield {
     /// Its restic has ended: signals are obeyed again, and one noted meanwhile stops the
     /// command here.
-    pub fn end(self, step: &str) -> Result<()> {
+    pub(crate) fn end(self, step: &str) -> Result<()> {
         drop(self);
         check(step)
     }

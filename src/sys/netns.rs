@@ -15,7 +15,7 @@ use nix::sched::{CloneFlags, setns};
 use crate::sys::{cmd, host};
 
 /// A fresh namespace pinned at `pin` (an older one there is released first).
-pub fn create(pin: &Path) -> Result<()> {
+pub(crate) fn create(pin: &Path) -> Result<()> {
     remove(pin)?;
     if let Some(dir) = pin.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -34,7 +34,7 @@ pub fn create(pin: &Path) -> Result<()> {
 }
 
 /// Release the namespace pinned at `pin` (it lives on while a process is still in it).
-pub fn remove(pin: &Path) -> Result<()> {
+pub(crate) fn remove(pin: &Path) -> Result<()> {
     if host::is_mount_point(pin) {
         umount2(pin, MntFlags::MNT_DETACH)
             .with_context(|| format!("unmounting {}", pin.display()))?;
@@ -49,7 +49,7 @@ pub fn remove(pin: &Path) -> Result<()> {
 
 /// Run `f` on a thread of its own that has joined the namespace at `pin`; the sockets it makes
 /// stay in that namespace.
-pub fn within<T: Send + 'static>(
+pub(crate) fn within<T: Send + 'static>(
     pin: &Path,
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> Result<T> {
@@ -64,13 +64,13 @@ pub fn within<T: Send + 'static>(
 }
 
 /// A listener on loopback inside the namespace.
-pub fn listen(pin: &Path, port: u16) -> Result<TcpListener> {
+pub(crate) fn listen(pin: &Path, port: u16) -> Result<TcpListener> {
     within(pin, move || TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
         .with_context(|| format!("listening on 127.0.0.1:{port} in {}", pin.display()))
 }
 
 /// Something answers on loopback `port` inside the namespace.
-pub fn answers(pin: &Path, port: u16) -> bool {
+pub(crate) fn answers(pin: &Path, port: u16) -> bool {
     within(pin, move || {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map(drop)

@@ -11,12 +11,12 @@ use crate::config::NodeEntry;
 use crate::plan::schedule::{Candidate, ProbeReply, Reach};
 use crate::sys::cmd;
 
-pub const PROBE_SUBCOMMAND: &str = "__probe";
+pub(crate) const PROBE_SUBCOMMAND: &str = "__probe";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Open connections, reused from probing to the remote `up`.
-pub struct Nodes {
+pub(crate) struct Nodes {
     rt: Runtime,
     sessions: HashMap<String, Session>,
 }
@@ -48,7 +48,7 @@ async fn probe(session: &Session) -> Result<ProbeReply> {
 }
 
 impl Nodes {
-    pub fn new() -> Result<Nodes> {
+    pub(crate) fn new() -> Result<Nodes> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -60,7 +60,7 @@ impl Nodes {
     }
 
     /// Probe every remote node in parallel; `local` answers for this node.
-    pub fn probe_all(&mut self, entries: &[NodeEntry], local: ProbeReply) -> Vec<Candidate> {
+    pub(crate) fn probe_all(&mut self, entries: &[NodeEntry], local: ProbeReply) -> Vec<Candidate> {
         let remotes: Vec<(String, String)> = entries
             .iter()
             .filter_map(|e| Some((e.name.clone(), e.ssh_alias.clone()?)))
@@ -109,7 +109,7 @@ impl Nodes {
     }
 
     /// `ag-box up <name> --node <node>` on that node, its output streamed; returns its exit code.
-    pub fn remote_up(&mut self, entry: &NodeEntry, name: &str, force: bool) -> Result<i32> {
+    pub(crate) fn remote_up(&mut self, entry: &NodeEntry, name: &str, force: bool) -> Result<i32> {
         let mut args = vec!["up", name, "--node", &entry.name];
         if force {
             args.push("--force");
@@ -118,7 +118,7 @@ impl Nodes {
     }
 
     /// `ag-box <args>` on that node, its output streamed; returns its exit code.
-    pub fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
+    pub(crate) fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
         let alias = entry
             .ssh_alias
             .as_deref()

@@ -1,5 +1,5 @@
 //! `ag-box __become`, run inside a box as root: hand the box's HOME tmpfs to its user, drop to
-//! the given ids with every capability set empty and no_new_privs, then run the command.
+//! the given ids with every capability set empty and `no_new_privs`, then run the command.
 //! Nothing of the box runs before this drop.
 
 use std::fs;
@@ -22,7 +22,7 @@ use crate::sys::cmd;
 /// How long the anchor waits for tmux to make its socket.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(15);
 
-pub fn run(b: &Become, argv: &[String]) -> Result<i32> {
+pub(crate) fn run(b: &Become, argv: &[String]) -> Result<i32> {
     close_inherited_fds();
     if let Some(home) = &b.own_home {
         give_tree(home, b.ids)
@@ -122,7 +122,7 @@ fn load_config(tmux: &str, socket: &Path) -> bool {
 
 /// Every entry of the filesystem at `root` below it (not what is mounted there) becomes the
 /// box user's; symlinks themselves, never their targets (fd-relative, however deep).
-pub fn give_tree(root: &Path, ids: Ids) -> Result<()> {
+pub(crate) fn give_tree(root: &Path, ids: Ids) -> Result<()> {
     Tree::open(root)?.give_all(ids)
 }
 
@@ -156,7 +156,7 @@ fn drop_privileges(ids: Ids, groups: &[u32]) -> Result<()> {
 
 /// Give up every capability for good, staying root (the proxy after it has joined a namespace:
 /// it still reads and writes root's files in the box's run dir).
-pub fn drop_capabilities() -> Result<()> {
+pub(crate) fn drop_capabilities() -> Result<()> {
     for set in [
         CapSet::Ambient,
         CapSet::Inheritable,

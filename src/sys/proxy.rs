@@ -55,7 +55,7 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
-pub struct Paths {
+pub(crate) struct Paths {
     pub box_name: String,
     pub netns: PathBuf,
     pub policy: PathBuf,
@@ -63,7 +63,7 @@ pub struct Paths {
     pub node_list: PathBuf,
 }
 
-pub fn run(paths: Paths) -> Result<()> {
+pub(crate) fn run(paths: Paths) -> Result<()> {
     let listener = netns::listen(&paths.netns, egress::PROXY_PORT)?;
     listener.set_nonblocking(true)?;
     let log = egress_log::Writer::open(&paths.log)?;
@@ -375,7 +375,7 @@ async fn handle(
 }
 
 /// A client connection's upstream for plain HTTP, kept for its next request to the same place
-/// (a fresh connection per request would leave the node full of TIME_WAIT sockets).
+/// (a fresh connection per request would leave the node full of `TIME_WAIT` sockets).
 struct Upstream {
     to: (String, u16),
     sender: SendRequest<Incoming>,
@@ -456,7 +456,7 @@ async fn forward(
                     inner,
                     error: None,
                     on_end: Some(Box::new(move |error| {
-                        attempt.log(Ok(&rule), error, since())
+                        attempt.log(Ok(&rule), error, since());
                     })),
                 }
                 .boxed()

@@ -54,13 +54,13 @@ fn winsize_of(fd: BorrowedFd<'_>) -> Option<Winsize> {
     Some(ws)
 }
 
-fn same(a: &Winsize, b: &Winsize) -> bool {
+fn same(a: Winsize, b: Winsize) -> bool {
     (a.ws_row, a.ws_col) == (b.ws_row, b.ws_col)
 }
 
 /// Where the caller's input comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Terminal {
+pub(crate) enum Terminal {
     /// A terminal whose foreground this process is: it can be relayed.
     Foreground,
     /// A terminal another process group has (a job in a shell's background): setting it raw
@@ -69,7 +69,7 @@ pub enum Terminal {
     None,
 }
 
-pub fn terminal_of_caller() -> Terminal {
+pub(crate) fn terminal_of_caller() -> Terminal {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Terminal::None;
@@ -82,7 +82,10 @@ pub fn terminal_of_caller() -> Terminal {
 
 /// Run `cmd` (an nsenter into the box) on a new pseudo-terminal, the caller's terminal relayed
 /// to it; `filter` judges what the box writes. Returns the command's status.
-pub fn run_relayed(mut cmd: Command, mut filter: Option<OutputFilter>) -> Result<ExitStatus> {
+pub(crate) fn run_relayed(
+    mut cmd: Command,
+    mut filter: Option<OutputFilter>,
+) -> Result<ExitStatus> {
     let stdin = std::io::stdin();
     let mut size = winsize_of(stdin.as_fd());
     // Output going to a file or a pipe passes as it is (no newline translation).
@@ -142,7 +145,7 @@ fn relay(
     loop {
         // A resized terminal is passed on (looked at every turn: no signal handler needed).
         if let Some(now) = winsize_of(stdin.as_fd())
-            && size.as_ref().is_none_or(|s| !same(s, &now))
+            && size.as_ref().is_none_or(|s| !same(*s, now))
         {
             // SAFETY: TIOCSWINSZ reads the one Winsize given.
             let _ = unsafe { set_winsize(master.as_raw_fd(), &raw const now) };

@@ -25,7 +25,7 @@ enum Password {
     File(PathBuf),
 }
 
-pub struct Restic {
+pub(crate) struct Restic {
     bin: PathBuf,
     repository: String,
     password: Password,
@@ -78,7 +78,7 @@ fn missing_repository(stderr: &str) -> bool {
 
 impl Restic {
     /// `s3:<endpoint>/<bucket>/restic` with the S3 store, else `$BOX_STATE_DIR/restic`.
-    pub fn new(config: &Config) -> Result<Restic> {
+    pub(crate) fn new(config: &Config) -> Result<Restic> {
         let bin = cmd::require("restic")?;
         if let Some(s3) = &config.s3 {
             let password = config
@@ -141,7 +141,7 @@ impl Restic {
     /// `restic cat masterkey` with the operator's password; the key file goes into the
     /// repository's `keys/` (the bucket's `restic/keys/`, through `store`). Any failure leaves
     /// the operator's password in use.
-    pub fn add_node_key(&mut self, store: &dyn MetaStore, node: &str) {
+    pub(crate) fn add_node_key(&mut self, store: &dyn MetaStore, node: &str) {
         if self.node_key().is_some() {
             return;
         }
@@ -218,7 +218,7 @@ impl Restic {
         for bytes in [&mut random.salt[..], &mut random.iv[..], &mut password[..]] {
             host::random_bytes(bytes)?;
         }
-        let password = restic_key::hex(&password);
+        let password = crate::plan::text::hex(&password);
         let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let (id, bytes) =
             restic_key::key_file(&out.stdout, password.as_bytes(), &random, &created, node)?;
@@ -258,7 +258,7 @@ impl Restic {
 
     /// The repository's master key ([`restic_key::master_keys`]): read once with `restic cat
     /// masterkey`, then kept in the state dir.
-    pub fn master_key(&self) -> Result<[u8; 64]> {
+    pub(crate) fn master_key(&self) -> Result<[u8; 64]> {
         let kept = std::fs::read(&self.master_key_file)
             .ok()
             .and_then(|b| serde_json::from_slice::<MasterKey>(&b).ok())
@@ -288,7 +288,7 @@ impl Restic {
     }
 
     /// The id of this node's own key, when it opens the repository.
-    pub fn node_key_id(&self) -> Option<&str> {
+    pub(crate) fn node_key_id(&self) -> Option<&str> {
         self.node_key().map(|k| k.id.as_str())
     }
 
@@ -298,7 +298,7 @@ impl Restic {
             .filter(|_| !self.node_key_refused.load(Ordering::Relaxed))
     }
 
-    pub fn describe(&self) -> &str {
+    pub(crate) fn describe(&self) -> &str {
         &self.repository
     }
 
@@ -343,7 +343,7 @@ impl Restic {
     }
 
     /// Does the repository exist? (An unreachable one is an error, not a "no".)
-    pub fn exists(&self) -> Result<bool> {
+    pub(crate) fn exists(&self) -> Result<bool> {
         if let Some(dir) = &self.local_dir {
             return Ok(dir.join("config").exists());
         }
@@ -361,7 +361,7 @@ impl Restic {
     }
 
     /// Create the repository when it does not exist yet; true when it was created.
-    pub fn init(&self) -> Result<bool> {
+    pub(crate) fn init(&self) -> Result<bool> {
         if self.exists()? {
             return Ok(false);
         }
@@ -375,7 +375,7 @@ impl Restic {
     }
 
     /// The local repository is created on first use; a remote one only by `ag-box init`.
-    pub fn ensure_repo(&self) -> Result<()> {
+    pub(crate) fn ensure_repo(&self) -> Result<()> {
         if self.local_dir.is_some() {
             self.init()?;
         }
@@ -383,7 +383,7 @@ impl Restic {
     }
 
     /// Like `ensure_repo`, but also checks that a remote repository is there.
-    pub fn require_repo(&self) -> Result<()> {
+    pub(crate) fn require_repo(&self) -> Result<()> {
         self.ensure_repo()?;
         if self.exists()? {
             return Ok(());
@@ -522,7 +522,7 @@ impl Restic {
     }
 
     /// Run a planned `restic backup --json`; `label` names what is saved.
-    pub fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
+    pub(crate) fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
         let mut progress = Progress::new(format!("snapshot {label}"));
         let mut summary = None;
         let result = self.run(args, &mut |line| match plan::parse_progress_line(line) {
@@ -592,16 +592,16 @@ impl Restic {
         result.map(|_| ())
     }
 
-    pub fn forget(&self, args: &[String]) -> Result<()> {
+    pub(crate) fn forget(&self, args: &[String]) -> Result<()> {
         self.run(args, &mut |_| {}).map(|_| ())
     }
 
     /// Free the space of forgotten snapshots (takes the repository's exclusive lock).
-    pub fn prune(&self) -> Result<()> {
+    pub(crate) fn prune(&self) -> Result<()> {
         self.run(&["prune".into()], &mut |_| {}).map(|_| ())
     }
 
-    pub fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+    pub(crate) fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         let args = plan::restore_args(snapshot_id, target, self.restores_sparse());
         self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
     }
@@ -609,7 +609,12 @@ impl Restic {
     /// Restore only `paths` of a snapshot under `target`: by one restic process, or past a few
     /// hundred paths by several side by side (`plan::delta::fetch_batches`). Each writes files
     /// of its own; dirs they share are made by whichever comes first.
-    pub fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+    pub(crate) fn restore_only(
+        &self,
+        snapshot_id: &str,
+        target: &Path,
+        paths: &[PathBuf],
+    ) -> Result<()> {
         let width = std::thread::available_parallelism().map_or(2, usize::from);
         let batches = delta::fetch_batches(paths, width);
         for wave in batches.chunks(width) {
@@ -652,7 +657,7 @@ impl Restic {
     }
 
     /// Bring `path` to what snapshot `snapshot_id` holds there, in place (restic 0.17+).
-    pub fn restore_path(
+    pub(crate) fn restore_path(
         &self,
         snapshot_id: &str,
         path: &Path,
@@ -669,7 +674,7 @@ impl Restic {
         self.version().is_some_and(Version::restores_sparse)
     }
 
-    pub fn version(&self) -> Option<Version> {
+    pub(crate) fn version(&self) -> Option<Version> {
         let stamp = std::fs::metadata(&self.bin).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
             (m.size(), m.mtime(), m.mtime_nsec())
@@ -701,13 +706,13 @@ impl Restic {
     }
 
     /// The box's snapshot whose id starts with `prefix`.
-    pub fn find(&self, name: &str, prefix: &str) -> Result<SnapshotInfo> {
+    pub(crate) fn find(&self, name: &str, prefix: &str) -> Result<SnapshotInfo> {
         let snaps = self.snapshots(Some(&box_tag(name)))?;
         Ok(plan::find_snapshot(&snaps, name, prefix)?.clone())
     }
 
     /// The files and symlinks snapshot `id` holds.
-    pub fn files(&self, id: &str) -> Result<Vec<FileEntry>> {
+    pub(crate) fn files(&self, id: &str) -> Result<Vec<FileEntry>> {
         let mut files = Vec::new();
         let args = ["ls", "--json", "--no-lock", id].map(String::from);
         self.run(&args, &mut |line| {
@@ -717,7 +722,7 @@ impl Restic {
     }
 
     /// The repository's locks (`list locks`, then each one's JSON).
-    pub fn locks(&self) -> Result<Vec<LockInfo>> {
+    pub(crate) fn locks(&self) -> Result<Vec<LockInfo>> {
         let mut ids = Vec::new();
         self.run(
             &["list".into(), "locks".into(), "--no-lock".into()],
@@ -741,7 +746,7 @@ impl Restic {
     }
 
     /// Remove stale locks only (restic's own judgement).
-    pub fn unlock(&self) -> Result<()> {
+    pub(crate) fn unlock(&self) -> Result<()> {
         self.run(&["unlock".into()], &mut |_| {}).map(|_| ())
     }
 
@@ -750,7 +755,7 @@ impl Restic {
         self.listed_snapshots(&plan::snapshot_named_args(id))
     }
 
-    pub fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+    pub(crate) fn snapshots(&self, tag: Option<&str>) -> Result<Vec<SnapshotInfo>> {
         self.listed_snapshots(&plan::snapshots_args(tag))
     }
 
@@ -775,7 +780,7 @@ struct VersionSeen {
 
 /// One of `restic cat lock`'s fields.
 #[derive(Debug, serde::Deserialize)]
-pub struct LockInfo {
+pub(crate) struct LockInfo {
     pub time: String,
     #[serde(default)]
     pub hostname: String,
@@ -784,7 +789,7 @@ pub struct LockInfo {
 }
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
-pub struct Backup {
+pub(crate) struct Backup {
     pub id: String,
     pub unreadable: Vec<String>,
     /// New and changed files, and the bytes they added to the repository.
@@ -843,7 +848,7 @@ impl crate::lifecycle::Repo for Restic {
     }
 }
 
-pub fn short(id: &str) -> &str {
+pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
@@ -894,7 +899,9 @@ impl Progress {
             return;
         };
         if let Some(b) = &self.bar {
-            b.set_position((percent_done * 100.0) as u64);
+            // A fraction in [0, 1], as a percentage.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            b.set_position((percent_done.clamp(0.0, 1.0) * 100.0) as u64);
         } else if self.last_line.elapsed() >= line_every() {
             self.last_line = Instant::now();
             say!(
@@ -920,7 +927,7 @@ fn write_new_password(path: &Path) -> Result<()> {
     }
     let mut bytes = [0u8; 24];
     host::random_bytes(&mut bytes)?;
-    let text = restic_key::hex(&bytes);
+    let text = crate::plan::text::hex(&bytes);
     // Never a half-written password: a concurrent first use keeps the one that landed first.
     if atomic::create_new(path, format!("{text}\n").as_bytes(), 0o600)? {
         tracing::warn!(

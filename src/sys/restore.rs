@@ -22,7 +22,7 @@ fn sibling(path: &Path, tag: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.ag-box-{tag}"))
 }
 
-pub fn remove_any(path: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_any(path: &Path) -> std::io::Result<()> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir_all(path),
         Ok(_) => fs::remove_file(path),
@@ -99,8 +99,8 @@ fn swap_contents(staged: &Path, live: &Path, journal: &Path) -> Result<()> {
     for name in own_entries(&tree, staged)? {
         tree.rename(&staged.join(&name), Path::new(&name))?;
     }
-    let mode = tree.stat(staged)?.map_or(0o755, |st| st.st_mode & 0o7777);
-    tree.set_root_mode(mode)
+    let staged_mode = tree.stat(staged)?.map_or(0o755, |st| st.st_mode & 0o7777);
+    tree.set_root_mode(staged_mode)
 }
 
 /// Undo a cut-off [`swap_contents`]: every old entry goes back; the new entries (all moved in
@@ -142,7 +142,7 @@ fn recorded_aside(tree: &Tree, path: &Path, journal: &Path) -> Result<bool> {
 /// was known to equal a snapshot or was kept as a fork snapshot); half-moved copies are removed.
 /// Inside a path (a box's tree), only an aside dir that `journal` recorded is acted on; any
 /// other entry of ag-box's work names there is removed without being followed.
-pub fn recover_leftovers(paths: &[PathBuf], journal: &Path) -> Result<()> {
+pub(crate) fn recover_leftovers(paths: &[PathBuf], journal: &Path) -> Result<()> {
     for path in paths {
         if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             let tree = Tree::open(path)?;
@@ -209,7 +209,7 @@ fn locate<'a>(trees: &'a [(&Path, Tree)], p: &'a Path) -> Result<(&'a Tree, &'a 
 /// Bring a copy that equals one snapshot to snapshot `id` by changing only `delta` (see
 /// `plan::delta`): what to fetch is restored into a staging dir first, and the copy is not
 /// touched until all of it is there; then removed paths go and fetched ones move in.
-pub fn restore_delta(
+pub(crate) fn restore_delta(
     restic: &dyn Repo,
     id: &str,
     anchor: &Path,
@@ -284,7 +284,7 @@ pub fn restore_delta(
 }
 
 /// A copy's entry's mode (as `stat` has it) and owner; None when it has none there.
-pub fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
+pub(crate) fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
     use std::os::unix::fs::MetadataExt;
     let m = fs::symlink_metadata(path).ok()?;
     Some((m.mode() & 0o7777, m.uid(), m.gid()))
@@ -292,7 +292,7 @@ pub fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
 
 /// Restore snapshot `id` into a staging dir beside `anchor`, then swap into place the paths that
 /// `paths_in(staging)` finds there; returns the paths now in place.
-pub fn restore_in_place(
+pub(crate) fn restore_in_place(
     restic: &dyn Repo,
     id: &str,
     anchor: &Path,
@@ -388,7 +388,7 @@ pub fn restore_in_place(
 /// written into it and keeps its owner; an existing dir gets the snapshot's entries copied in
 /// (nothing is removed from under a box); only what is missing is moved in. Returns what was
 /// placed.
-pub fn restore_into_live(
+pub(crate) fn restore_into_live(
     restic: &dyn Repo,
     id: &str,
     anchor: &Path,

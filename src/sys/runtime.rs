@@ -23,7 +23,7 @@ use crate::sys::enter::Sandbox;
 use crate::sys::{atomic, cmd, freezer, host, netns};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtime {
+pub(crate) enum Runtime {
     Systemd,
     Direct,
 }
@@ -34,9 +34,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Runtime {
-    pub fn select(choice: RuntimeChoice) -> Result<Runtime> {
+    pub(crate) fn select(choice: RuntimeChoice) -> Result<Runtime> {
         match choice {
-            RuntimeChoice::Direct => Ok(Runtime::Direct),
             RuntimeChoice::Systemd if !host::systemd_booted() => Err(UserError::usage(
                 "config key BOX_RUNTIME=systemd, but systemd is not PID 1 on this machine",
                 "set BOX_RUNTIME=auto or direct",
@@ -44,11 +43,11 @@ impl Runtime {
             .into()),
             RuntimeChoice::Systemd => Ok(Runtime::Systemd),
             RuntimeChoice::Auto if host::systemd_booted() => Ok(Runtime::Systemd),
-            RuntimeChoice::Auto => Ok(Runtime::Direct),
+            RuntimeChoice::Direct | RuntimeChoice::Auto => Ok(Runtime::Direct),
         }
     }
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Runtime::Systemd => "systemd",
             Runtime::Direct => "direct",
@@ -56,14 +55,14 @@ impl Runtime {
     }
 
     /// Tools `up` needs with this runtime, checked before anything is changed.
-    pub fn required_tools(self) -> &'static [&'static str] {
+    pub(crate) fn required_tools(self) -> &'static [&'static str] {
         match self {
             Runtime::Systemd => &["bwrap", "tmux", "systemd-run", "systemctl"],
             Runtime::Direct => &["bwrap", "tmux"],
         }
     }
 
-    pub fn is_active(self, spec: &BoxSpec) -> bool {
+    pub(crate) fn is_active(self, spec: &BoxSpec) -> bool {
         match self {
             Runtime::Systemd => cmd::which("systemctl").is_some_and(|sc| {
                 cmd::succeeds(Command::new(sc).args([
@@ -77,7 +76,7 @@ impl Runtime {
     }
 
     /// Names of the boxes whose process tree runs on this node (without asking the store).
-    pub fn running_boxes(self, run_root: &Path) -> Vec<String> {
+    pub(crate) fn running_boxes(self, run_root: &Path) -> Vec<String> {
         let mut names: Vec<String> = match self {
             Runtime::Systemd => cmd::which("systemctl")
                 .and_then(|sc| {
@@ -105,7 +104,7 @@ impl Runtime {
             Runtime::Direct => fs::read_dir(run_root)
                 .map(|entries| {
                     entries
-                        .filter_map(|e| e.ok())
+                        .filter_map(std::result::Result::ok)
                         .filter(|e| supervisor_pid(&e.path()).is_some())
                         .filter_map(|e| e.file_name().into_string().ok())
                         .collect()
@@ -117,7 +116,7 @@ impl Runtime {
     }
 
     /// Start the box and wait until its tmux server answers a client inside it.
-    pub fn start(
+    pub(crate) fn start(
         self,
         spec: &BoxSpec,
         bwrap_args: &[String],
@@ -144,7 +143,7 @@ impl Runtime {
         let anchor = unit::anchor_argv(spec, supervise, &bwrap, bwrap_args);
         match self {
             Runtime::Systemd => {
-                let writable = unit::writable_paths(spec, |p| p.exists());
+                let writable = unit::writable_paths(spec, std::path::Path::exists);
                 let argv = unit::systemd_run_argv(spec, memory_max, &writable, &anchor);
                 run_unit(&argv, &unit::unit_name(&spec.name))?;
                 if let Some(pin) = spec.netns() {
@@ -169,7 +168,7 @@ impl Runtime {
     /// The box's tmux server lets the client user in and answers it: a client inside the box
     /// (never one on the host: a box controls its server, and a server can make its clients
     /// write files and run commands). The error says what tmux said.
-    pub fn admits(self, spec: &BoxSpec) -> Result<()> {
+    pub(crate) fn admits(self, spec: &BoxSpec) -> Result<()> {
         let mut probe = Sandbox::open(spec, self)?.command(&spec.probe_argv())?;
         let (out, err) = cmd::output_within(probe.env_clear().envs(spec.env()), PROBE_TIMEOUT)?;
         if out.trim_end() != tmux_plan::READY {
@@ -247,7 +246,7 @@ impl Runtime {
     }
 
     /// Stop the box's whole process tree and wait until it is gone.
-    pub fn stop(self, spec: &BoxSpec) -> Result<()> {
+    pub(crate) fn stop(self, spec: &BoxSpec) -> Result<()> {
         freezer::resume_orphaned(spec);
         match self {
             Runtime::Systemd => {
@@ -336,7 +335,7 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
 }
 
 /// The policy the box's proxy reads; a rewrite applies to the running proxy.
-pub fn write_policy(spec: &BoxSpec) -> Result<()> {
+pub(crate) fn write_policy(spec: &BoxSpec) -> Result<()> {
     let json = serde_json::to_vec(&spec.egress)?;
     atomic::write(&spec.egress_policy_file(), &json, 0o600)
 }
@@ -344,7 +343,7 @@ pub fn write_policy(spec: &BoxSpec) -> Result<()> {
 /// The network a running box has, which a `set network=` changes only between guarded modes
 /// (host and guarded switch at the next `up`): host when it has no network namespace of its
 /// own, else the policy its proxy reads.
-pub fn egress_in_force(spec: &BoxSpec) -> egress::BoxPolicy {
+pub(crate) fn egress_in_force(spec: &BoxSpec) -> egress::BoxPolicy {
     if !host::is_mount_point(&spec.netns_pin()) {
         return egress::BoxPolicy {
             mode: egress::Mode::Host,
@@ -358,7 +357,7 @@ pub fn egress_in_force(spec: &BoxSpec) -> egress::BoxPolicy {
 }
 
 /// The direct runtime's supervisor of the box in `run_dir`, while it runs.
-pub fn supervisor_pid(run_dir: &Path) -> Option<Pid> {
+pub(crate) fn supervisor_pid(run_dir: &Path) -> Option<Pid> {
     let pid = read_pid(&run_dir.join("anchor.pid"))?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
@@ -388,7 +387,7 @@ fn read_pid(path: &Path) -> Option<Pid> {
 /// counts against the box's memory limit like everything else in it. Best effort: a hierarchy
 /// that cannot be written (read-only, not delegated) is skipped.
 /// The bound on tasks the running box started with (its run dir says; root's alone).
-pub fn task_limit(spec: &BoxSpec) -> Option<u64> {
+pub(crate) fn task_limit(spec: &BoxSpec) -> Option<u64> {
     fs::read_to_string(spec.tasks_file())
         .ok()?
         .trim()
@@ -396,7 +395,7 @@ pub fn task_limit(spec: &BoxSpec) -> Option<u64> {
         .ok()
 }
 
-pub fn join_cgroups_of(pid: i32) {
+pub(crate) fn join_cgroups_of(pid: i32) {
     let Ok(table) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
         return;
     };
@@ -456,7 +455,12 @@ fn spawn_supervisor(spec: &BoxSpec, anchor: &[String], memory_max: Option<&str>)
 
 /// `ag-box __anchor`: give bwrap its info fd (3), then become bwrap (systemd) or supervise it
 /// (direct: in the box's network namespace, with its proxy kept running beside it).
-pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String]) -> Result<i32> {
+pub(crate) fn anchor(
+    info: &Path,
+    supervise: bool,
+    netns: Option<&Path>,
+    argv: &[String],
+) -> Result<i32> {
     let file = fs::File::create(info).with_context(|| format!("creating {}", info.display()))?;
     let namespace = match netns.filter(|_| supervise) {
         Some(pin) => {
@@ -491,8 +495,7 @@ pub fn anchor(info: &Path, supervise: bool, netns: Option<&Path>, argv: &[String
     }
     let run_dir = info
         .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     atomic::write(
         &run_dir.join("anchor.pid"),
         std::process::id().to_string().as_bytes(),

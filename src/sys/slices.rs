@@ -29,7 +29,7 @@ fn first_line(path: &Path) -> Option<String> {
 
 /// The project's session paths in `home`, looked up in the tree under `root` (`/`, or a
 /// restore's staging dir); only those that exist there.
-pub fn session_paths_under(root: &Path, home: &Path, project: &Path) -> Vec<PathBuf> {
+pub(crate) fn session_paths_under(root: &Path, home: &Path, project: &Path) -> Vec<PathBuf> {
     let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let claude_dir = slices::claude_project_dir(home, project);
     let ids = slices::session_ids(&names_in(&under(&claude_dir)));

@@ -12,9 +12,12 @@ use crate::plan::sandbox::BoxSpec;
 
 /// What a snapshot of the box leaves out: ag-box's own names, the agent home's shared files,
 /// and the exclude file's patterns that name no path.
-pub fn excludes(spec: &BoxSpec) -> Result<Excludes> {
+pub(crate) fn excludes(spec: &BoxSpec) -> Result<Excludes> {
     let mut excludes = Excludes {
-        names: ALWAYS_EXCLUDED.iter().map(|s| s.to_string()).collect(),
+        names: ALWAYS_EXCLUDED
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
         paths: spec.agent_home.snapshot_excludes(),
         unfollowed: false,
     };
@@ -27,7 +30,7 @@ pub fn excludes(spec: &BoxSpec) -> Result<Excludes> {
 }
 
 /// The files and symlinks a snapshot of the box here would hold (as its excludes say).
-pub fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
+pub(crate) fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
     let excludes = excludes(spec)?;
     let mut out = Vec::new();
     let mut stack: Vec<std::path::PathBuf> = snapshot::local_copy(spec)

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -13,7 +13,7 @@ fn rig_sh() -> PathBuf {
 }
 
 /// Where a test runs `ag-box` and shell scripts.
-pub trait Target {
+pub(crate) trait Target {
     /// Run a bash script with the target's environment; `env` adds variables.
     fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output;
     fn sh(&self, script: &str) -> Output {
@@ -25,16 +25,16 @@ pub trait Target {
 }
 
 /// A prerequisite is missing: the test fails, in CI or not (a skipped test proves nothing).
-pub fn missing(what: &str) -> Option<std::convert::Infallible> {
+pub(crate) fn missing(what: &str) -> Option<std::convert::Infallible> {
     panic!("prerequisite missing: {what}; run tests/run.sh, which installs and boots the rig");
 }
 
-pub struct Node {
+pub(crate) struct Node {
     pub name: &'static str,
     /// Variables every command on this node gets.
     env: Vec<(String, String)>,
     /// The nodes stay powered while this is held (see [`Cluster::get_alone`]).
-    _powered: Option<nix::fcntl::Flock<std::fs::File>>,
+    powered: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
 /// Tests share the rig's nodes (shared lock); one that cuts a node's power holds it alone
@@ -52,7 +52,7 @@ fn test_base() -> String {
 
 impl Node {
     /// A rig node configured with the embedded local store instead of the cluster's S3 store.
-    pub fn local_store(name: &'static str) -> Option<Node> {
+    pub(crate) fn local_store(name: &'static str) -> Option<Node> {
         let mut node = Node::get(name)?;
         node.env
             .push(("BOX_CONFIG_DIR".into(), "/root/.config/box-local".into()));
@@ -60,9 +60,9 @@ impl Node {
     }
 
     /// The rig's node (S3 cluster config), with this build of ag-box in its /opt/box/bin.
-    pub fn get(name: &'static str) -> Option<Node> {
+    pub(crate) fn get(name: &'static str) -> Option<Node> {
         let mut node = Node::unlocked(name)?;
-        node._powered = Some(nodes_lock(nix::fcntl::FlockArg::LockShared));
+        node.powered = Some(nodes_lock(nix::fcntl::FlockArg::LockShared));
         Some(node)
     }
 
@@ -95,14 +95,14 @@ impl Node {
         Some(Node {
             name,
             env: vec![],
-            _powered: None,
+            powered: None,
         })
     }
 }
 
 impl Node {
     /// Copy a file of the repository (`tests/...`) into the node's `/root`, as `name`.
-    pub fn put_in_root(&self, repo_file: &str, name: &str) {
+    pub(crate) fn put_in_root(&self, repo_file: &str, name: &str) {
         let dir = Command::new(rig_sh())
             .args(["dir", self.name])
             .output()
@@ -121,7 +121,7 @@ impl Target for Node {
         c.args(["bash", "-c", script]);
         c.output().unwrap()
     }
-    fn home(&self) -> &str {
+    fn home(&self) -> &'static str {
         "/root"
     }
     fn systemd(&self) -> bool {
@@ -130,13 +130,13 @@ impl Target for Node {
 }
 
 /// The bare host (no systemd as PID 1): everything under a private base dir.
-pub struct Host {
+pub(crate) struct Host {
     pub base: PathBuf,
     home: String,
 }
 
 impl Host {
-    pub fn new(tag: &str) -> Option<Host> {
+    pub(crate) fn new(tag: &str) -> Option<Host> {
         for tool in ["bwrap", "tmux", "restic", "nsenter"] {
             if !Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
@@ -209,7 +209,7 @@ impl Drop for Host {
 }
 
 /// The restic locks there now that were not in `before` (`restic_locks`).
-pub fn restic_locks_added(
+pub(crate) fn restic_locks_added(
     t: &dyn Target,
     before: &std::collections::BTreeSet<String>,
 ) -> Vec<String> {
@@ -217,7 +217,7 @@ pub fn restic_locks_added(
 }
 
 /// The restic locks in the rig's bucket, as the S3 server lists them.
-pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
+pub(crate) fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
     let listed = t
         .sh("curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'")
         .ok()
@@ -231,7 +231,7 @@ pub fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
 }
 
 /// A box's row of `ag-box ls --json` on a target.
-pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
+pub(crate) fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
     let ls = t.sh("ag-box ls --json").ok().stdout();
     let boxes: serde_json::Value = serde_json::from_str(&ls).unwrap();
     boxes["boxes"]
@@ -243,7 +243,7 @@ pub fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
 }
 
 /// A box's own uid (its gid is the same number), from its record: one of ag-box's range.
-pub fn uid_of(t: &dyn Target, name: &str) -> u64 {
+pub(crate) fn uid_of(t: &dyn Target, name: &str) -> u64 {
     let row = box_row(t, name).unwrap();
     let uid = row["uid"].as_u64().unwrap();
     assert_eq!(row["gid"].as_u64(), Some(uid), "{row}");
@@ -252,7 +252,7 @@ pub fn uid_of(t: &dyn Target, name: &str) -> u64 {
 }
 
 /// Output checks with the whole transcript in the failure message.
-pub trait Checked {
+pub(crate) trait Checked {
     fn code(&self) -> i32;
     fn stdout(&self) -> String;
     fn stderr(&self) -> String;
@@ -283,7 +283,7 @@ impl Checked for Output {
 }
 
 #[track_caller]
-pub fn assert_code(out: &Output, code: i32, stderr_has: &str) {
+pub(crate) fn assert_code(out: &Output, code: i32, stderr_has: &str) {
     assert_eq!(
         out.code(),
         code,
@@ -299,7 +299,7 @@ pub fn assert_code(out: &Output, code: i32, stderr_has: &str) {
 }
 
 /// Tests that share the two-node cluster (S3 store, links) run one at a time, across processes.
-pub fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
+pub(crate) fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
     let f = std::fs::File::create(Path::new(&test_base()).join(".cluster.lock")).unwrap();
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| e)
@@ -307,7 +307,7 @@ pub fn cluster_lock() -> nix::fcntl::Flock<std::fs::File> {
 }
 
 /// Both rig nodes, with a box name cleared everywhere: units, files, record, local state.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub a: Node,
     pub b: Node,
     /// A third node, for races among three.
@@ -318,7 +318,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn get() -> Option<Cluster> {
+    pub(crate) fn get() -> Option<Cluster> {
         let lock = cluster_lock();
         let a = Node::get("nodeA")?;
         let b = Node::get("nodeB")?;
@@ -334,7 +334,7 @@ impl Cluster {
     }
 
     /// Both nodes, with no other test on them: this one may cut their power.
-    pub fn get_alone() -> Option<Cluster> {
+    pub(crate) fn get_alone() -> Option<Cluster> {
         let lock = cluster_lock();
         let alone = nodes_lock(nix::fcntl::FlockArg::LockExclusive);
         let c = Cluster {
@@ -349,13 +349,15 @@ impl Cluster {
     }
 
     /// Cut a node's power, or bring it back on its disks (`tests/rig.sh power-off|power-on`).
-    pub fn power(&self, action: &str, node: &str) {
+    // Only a holder of the cluster alone cuts power: hence a method.
+    #[allow(clippy::unused_self)]
+    pub(crate) fn power(&self, action: &str, node: &str) {
         let rig = repo_root().join("tests/rig.sh");
         let ok = Command::new(rig).args([action, node]).status().unwrap();
         assert!(ok.success(), "rig.sh {action} {node} failed");
     }
 
-    pub fn node(&self, name: &str) -> &Node {
+    pub(crate) fn node(&self, name: &str) -> &Node {
         match name {
             "nodeA" => &self.a,
             "nodeB" => &self.b,
@@ -363,12 +365,12 @@ impl Cluster {
         }
     }
 
-    pub fn all(&self) -> [&Node; 3] {
+    pub(crate) fn all(&self) -> [&Node; 3] {
         [&self.a, &self.b, &self.c]
     }
 
     /// A project `/root/<name>` with files and a Claude session, tracked on A and parked.
-    pub fn parked_box(&self, name: &str) {
+    pub(crate) fn parked_box(&self, name: &str) {
         // Forget an earlier run's box: park it wherever it is, then drop its record and snapshots.
         for n in self.all() {
             n.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
@@ -398,12 +400,12 @@ impl Cluster {
     }
 
     /// The node holding a box's lease, read from node A.
-    pub fn holder(&self, name: &str) -> Option<String> {
+    pub(crate) fn holder(&self, name: &str) -> Option<String> {
         let row = box_row(&self.a, name)?;
         row["lease"]["node"].as_str().map(str::to_string)
     }
 
-    pub fn active(&self, node: &str, name: &str) -> bool {
+    pub(crate) fn active(&self, node: &str, name: &str) -> bool {
         self.node(node)
             .sh(&format!("systemctl is-active boxrun-{name}"))
             .stdout()
@@ -416,7 +418,7 @@ impl Cluster {
 /// person would: waits for the box's status bar (`[box:<host>]`, or tmux's own `[main]`), types `echo typed-$((6*7))`, waits for the
 /// box's shell to print `typed-42`, detaches with `C-b d`. Returns the screen, ending with
 /// attach's exit line (`attach-exit=N`); fails the test when the box never answered.
-pub fn attach_and_type(t: &dyn Target, name: &str) -> String {
+pub(crate) fn attach_and_type(t: &dyn Target, name: &str) -> String {
     let home = t.home();
     let out = t.sh(&format!(
         "o=outer-{name}; tmux -L $o kill-server 2>/dev/null
@@ -439,7 +441,7 @@ pub fn attach_and_type(t: &dyn Target, name: &str) -> String {
 
 /// Checks `doc` against the shape `docs/json-shapes.json` gives `name`, key for key: no key
 /// missing, none extra, each of its type.
-pub fn assert_shape(name: &str, doc: &serde_json::Value) {
+pub(crate) fn assert_shape(name: &str, doc: &serde_json::Value) {
     let text = std::fs::read_to_string(repo_root().join("docs/json-shapes.json")).unwrap();
     let shapes: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(shapes.get(name).is_some(), "no shape named {name}");

@@ -1,0 +1,208 @@
+//! ag-box: isolated, movable work boxes for AI coding agents (docs/design.md).
+//! The binary is `main.rs`; everything else is here, so tests can reach the CLI in-process.
+
+/// A message to stderr, left unsaid with `-q` (errors and warnings are not; see `host::say_line`).
+#[cfg(not(test))]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        if !$crate::sys::host::quiet() {
+            $crate::sys::host::say_line(&format!($($t)*));
+        }
+    }};
+}
+
+/// Data to stdout, likewise.
+#[cfg(not(test))]
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+// In unit tests, through the test harness's capture.
+#[cfg(test)]
+macro_rules! say {
+    ($($t:tt)*) => {
+        if !$crate::sys::host::quiet() {
+            eprintln!($($t)*)
+        }
+    };
+}
+
+#[cfg(test)]
+macro_rules! out {
+    ($($t:tt)*) => { println!($($t)*) };
+}
+
+mod cli;
+mod commands;
+mod config;
+mod error;
+mod lifecycle;
+mod plan;
+mod store;
+mod sys;
+
+use std::process::ExitCode;
+
+use clap::FromArgMatches;
+
+pub use cli::command;
+use cli::{Cli, Cmd};
+use error::ChildExit;
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Cmd::Ls { json } => commands::ls::run(json),
+        Cmd::Track {
+            name,
+            path,
+            nix,
+            json,
+        } => commands::track::run(&name, path, nix, json),
+        Cmd::Up {
+            name,
+            node,
+            force,
+            json,
+        } => commands::up::run(&name, node.as_deref(), force, json),
+        Cmd::Attach { name } => commands::attach::run(&name),
+        Cmd::Exec { name, command } => commands::exec::run(&name, &command),
+        Cmd::Park {
+            name,
+            accept_partial,
+            json,
+        } => commands::park::run(&name, accept_partial, json),
+        Cmd::Stop { name } => commands::stop::run(&name),
+        Cmd::Snapshot(args) => commands::snapshot::run(&args),
+        Cmd::History { name, json, events } => commands::history::run(&name, json, events),
+        Cmd::Diff {
+            name,
+            snapshots,
+            json,
+        } => commands::diff::run(&name, &snapshots, json),
+        Cmd::Rollback {
+            name,
+            snapshot,
+            to,
+            yes,
+            json,
+        } => commands::rollback::run(&name, &snapshot, to.as_deref(), yes, json),
+        Cmd::Status { json, deep } => commands::status::run(json, deep),
+        Cmd::Init => commands::init::run(),
+        Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
+        Cmd::Globals { action } => commands::globals::run(action),
+        Cmd::Prune { dry_run } => commands::prune::run(dry_run),
+        Cmd::Drop { name, yes, json } => commands::drop::run(&name, yes, json),
+        Cmd::Set { name, settings } => commands::set::run(&name, &settings),
+        Cmd::Probe => commands::probe::run(),
+        Cmd::Man { dir } => commands::completion::man(&dir),
+        Cmd::Egress {
+            name, apply: true, ..
+        } => commands::egress::apply(&name),
+        Cmd::Egress {
+            name,
+            json,
+            follow,
+            last,
+            ..
+        } => commands::egress::run(&name, json, follow, last),
+        Cmd::Anchor {
+            supervise,
+            info,
+            netns,
+            argv,
+        } => exit_with(sys::runtime::anchor(
+            &info,
+            supervise,
+            netns.as_deref(),
+            &argv,
+        )?),
+        Cmd::Proxy {
+            box_name,
+            netns,
+            run_dir,
+            node_list,
+        } => sys::proxy::run(sys::proxy::Paths {
+            policy: plan::egress::policy_file(&run_dir),
+            log: plan::egress::log_file(&run_dir),
+            box_name,
+            netns,
+            node_list,
+        }),
+        Cmd::Become(b) => exit_with(sys::privs::run(
+            &plan::sandbox::Become {
+                ids: plan::account::Ids {
+                    uid: b.uid,
+                    gid: b.gid,
+                },
+                groups: b.groups,
+                own_home: b.own_home,
+                share_socket: b.share_socket,
+                tasks: b.tasks,
+                chdir: b.chdir,
+            },
+            &b.argv,
+        )?),
+    }
+}
+
+fn exit_with(code: i32) -> anyhow::Result<()> {
+    match code {
+        0 => Ok(()),
+        c => Err(ChildExit(c).into()),
+    }
+}
+
+/// The whole CLI: parse the arguments, set up logging, run the verb, report and exit.
+#[must_use]
+pub fn main() -> ExitCode {
+    // Walks of a box's trees hold a descriptor per level of a deep one: all the kernel allows.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    commands::completion::answer_if_asked();
+    let cli = Cli::from_arg_matches(&cli::command().get_matches()).unwrap_or_else(|e| e.exit());
+    if cli.quiet {
+        sys::host::set_quiet();
+    }
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    // A flag says what the operator wants now; AG_BOX_LOG is the standing filter.
+    let filter = match tracing_subscriber::EnvFilter::try_from_env("AG_BOX_LOG") {
+        Ok(f) if !cli.quiet && cli.verbose == 0 => f,
+        _ => tracing_subscriber::EnvFilter::new(level),
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_writer(|| sys::host::EscapedStderr)
+        .with_target(false)
+        .with_ansi(sys::host::colour_on_stderr())
+        .with_env_filter(filter);
+    // Asked for (AG_BOX_LOG=debug, -v), lines carry the seconds since start: where time goes.
+    if std::env::var_os("AG_BOX_LOG").is_some() || cli.verbose > 0 {
+        logs.with_timer(tracing_subscriber::fmt::time::uptime())
+            .init();
+    } else {
+        logs.without_time().init();
+    }
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(ChildExit(code)) = e.downcast_ref::<ChildExit>() {
+                return ExitCode::from(u8::try_from(*code).unwrap_or(1));
+            }
+            let (line, code) = error::report(&e);
+            // Said even with -q.
+            sys::host::say_line(&format!("ag-box: {line}"));
+            ExitCode::from(code as u8)
+        }
+    }
+}
