@@ -280,15 +280,30 @@ fn a_tampered_supervisor_pid_kills_nothing_else() {
         "set -e; mkdir -p home/{name}; echo x > home/{name}/f; ag-box track {name}; ag-box up {name}"
     ))
     .ok();
-    let out = host
-        .sh(&format!(
-            "real=$(cat /run/box/{name}/anchor.pid)
-             setsid sleep 300 </dev/null >/dev/null 2>&1 & s=$!
-             echo $s > /run/box/{name}/anchor.pid
-             ag-box park {name} >/dev/null 2>&1; kill -0 $s && echo sentinel-alive; kill $s $real"
-        ))
-        .stdout();
-    assert_eq!(out, "sentinel-alive\n");
+    // The box's supervisor, and a process of another's in its place in the pid file.
+    let out = host.sh(&format!(
+        "set -e; real=$(cat /run/box/{name}/anchor.pid); kill -0 $real
+         grep -q __anchor /proc/$real/cmdline
+         setsid sleep 300 </dev/null >/dev/null 2>&1 & s=$!
+         echo $s > /run/box/{name}/anchor.pid
+         ag-box park {name} 2>&1
+         echo; kill -0 $s && echo sentinel-alive; kill $s
+         for _ in $(seq 100); do kill -0 $real 2>/dev/null || break; sleep 0.1; done
+         kill -0 $real 2>/dev/null && echo box-runs-on || echo box-stopped"
+    ));
+    let said = out.ok().stdout();
+    assert!(
+        said.ends_with("\nsentinel-alive\nbox-stopped\n"),
+        "park left the box running, or killed another's process:\n{said}"
+    );
+    assert!(
+        said.contains("ran on without its known supervisor"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("parked box '{name}'")), "{said}");
+    // The lease went only with the box.
+    let row = common::box_row(&host, &name).unwrap();
+    assert!(row["lease"].is_null(), "{row}");
 }
 
 #[test]

@@ -71,7 +71,7 @@ impl Runtime {
                     &unit::unit_name(&spec.name),
                 ]))
             }),
-            Runtime::Direct => supervisor_pid(&spec.run_dir).is_some(),
+            Runtime::Direct => direct_box_runs(&spec.run_dir),
         }
     }
 
@@ -105,7 +105,7 @@ impl Runtime {
                 .map(|entries| {
                     entries
                         .filter_map(std::result::Result::ok)
-                        .filter(|e| supervisor_pid(&e.path()).is_some())
+                        .filter(|e| direct_box_runs(&e.path()))
                         .filter_map(|e| e.file_name().into_string().ok())
                         .collect()
                 })
@@ -274,6 +274,7 @@ impl Runtime {
                         spec.name
                     );
                 }
+                end_what_runs_on(spec)?;
                 remove_box_cgroups(&spec.run_dir);
             }
         }
@@ -594,19 +595,88 @@ fn cgroups_file(run_dir: &Path) -> PathBuf {
     run_dir.join("cgroups")
 }
 
+/// The cgroups the direct runtime's supervisor made for a box (as it listed them; only names
+/// of ag-box's own), the proxy's among them.
+fn listed_box_cgroups(run_dir: &Path) -> Vec<PathBuf> {
+    let Ok(listed) = fs::read_to_string(cgroups_file(run_dir)) else {
+        return Vec::new();
+    };
+    listed
+        .lines()
+        .map(PathBuf::from)
+        .filter(|dir| {
+            dir.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("ag-box-"))
+                && dir.starts_with("/sys/fs/cgroup")
+        })
+        .collect()
+}
+
+fn cgroup_pids(dir: &Path) -> Vec<Pid> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .map(Pid::from_raw)
+        .collect()
+}
+
+/// A direct-runtime box runs while its supervisor does, or while anything is left in its own
+/// cgroups: a pid file that is lost or wrong must not make a running box look stopped (park
+/// would release its lease while it runs on).
+fn direct_box_runs(run_dir: &Path) -> bool {
+    // The proxy's cgroup is left out: a proxy that outlived its box is no box.
+    supervisor_pid(run_dir).is_some()
+        || listed_box_cgroups(run_dir)
+            .iter()
+            .filter(|dir| !dir.to_string_lossy().ends_with("+proxy"))
+            .any(|dir| !cgroup_pids(dir).is_empty())
+}
+
+/// Whatever still runs in the box's cgroups once its supervisor is gone (or was never known):
+/// killed, and waited for. Never a cgroup holding this very process.
+fn end_what_runs_on(spec: &BoxSpec) -> Result<()> {
+    let me = Pid::this();
+    let live = |dir: &PathBuf| {
+        let pids = cgroup_pids(dir);
+        !pids.is_empty() && !pids.contains(&me)
+    };
+    let left: Vec<PathBuf> = listed_box_cgroups(&spec.run_dir)
+        .into_iter()
+        .filter(live)
+        .collect();
+    if left.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(
+        "box '{}': processes of it ran on without its known supervisor; ending them",
+        spec.name
+    );
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while left.iter().any(live) {
+        for dir in left.iter().filter(|d| live(d)) {
+            // cgroup.kill (Linux 5.14) takes the whole cgroup at once; else one by one.
+            if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+                for pid in cgroup_pids(dir) {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "box '{}': processes are left in its cgroups after stop",
+                spec.name
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 /// The cgroups a stopped supervisor made, now empty, removed (only names of ag-box's own).
 fn remove_box_cgroups(run_dir: &Path) {
-    let Ok(listed) = fs::read_to_string(cgroups_file(run_dir)) else {
-        return;
-    };
-    for dir in listed.lines().map(Path::new) {
-        let ours = dir
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("ag-box-"))
-            && dir.starts_with("/sys/fs/cgroup");
-        if !ours {
-            continue;
-        }
+    for dir in listed_box_cgroups(run_dir) {
+        let dir = dir.as_path();
         // Its last tasks may take a moment to leave after the supervisor is gone.
         for _ in 0..20 {
             match fs::remove_dir(dir) {
