@@ -64,7 +64,9 @@ impl Target for StateOf<'_> {
 /// What `sh -c script` prints inside the box, as the box user.
 fn inside(n: &Bnd, name: &str, script: &str) -> String {
     let quoted = script.replace('\'', r"'\''");
-    run(n, &format!("ag-box exec {name} -- sh -c '{quoted}'")).stdout()
+    run(n, &format!("ag-box exec {name} -- sh -c '{quoted}'"))
+        .ok()
+        .stdout()
 }
 
 #[test]
@@ -328,9 +330,20 @@ fn a_box_sees_only_its_own_transcripts() {
     let seen = inside(
         &n,
         a,
-        "ls ~/.claude/projects; grep -rl secret-of-theirs /root /tmp /run 2>/dev/null; ls /var/lib 2>&1 | grep -c ag-box",
+        "ls ~/.claude/projects; grep -rl secret-of-theirs /root /tmp /run 2>/dev/null; ls /var/lib 2>&1 | grep -c ag-box || true",
     );
     assert_eq!(seen, "-root-mine\n0\n");
+    // The other box's secret is there, and the same search finds it from inside that box.
+    let theirs = inside(
+        &n,
+        b,
+        "grep -rl secret-of-theirs /root /tmp /run 2>/dev/null | sort",
+    );
+    assert!(
+        theirs.contains("/root/.claude/projects/-root-theirs/s.jsonl")
+            && theirs.contains("/root/.claude/history.jsonl"),
+        "{theirs}"
+    );
     // Each box's own history stays in its own agent home on the host.
     assert_eq!(
         run(&n, &format!("cat {state}/homes/{a}/.claude/history.jsonl"))

@@ -155,3 +155,43 @@ fn every_json_output_has_its_documented_shape() {
     expected.sort_unstable();
     assert_eq!(deleted, expected);
 }
+
+/// `set` says which of its settings wait for the next `up`, and only those.
+#[test]
+fn set_names_the_settings_that_wait_for_the_next_up() {
+    let Some(host) = Host::new("set") else {
+        return;
+    };
+    let name = format!("set-{}", std::process::id());
+    let home = host.home().to_string();
+    host.sh(&format!(
+        "mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}"
+    ))
+    .ok();
+    let egress = host.sh(&format!(
+        "ag-box set {name} network=allow allow=example.com"
+    ));
+    assert!(
+        !egress.ok().stderr().contains("at the next"),
+        "{}",
+        egress.stderr()
+    );
+    let both = host.sh(&format!(
+        "ag-box set {name} memory_max=2G nix=true allow=example.org"
+    ));
+    assert!(
+        both.ok().stderr().contains(&format!(
+            "box '{name}': memory_max, nix take effect at the next 'ag-box up'"
+        )),
+        "{}",
+        both.stderr()
+    );
+    let one = host.sh(&format!("ag-box set {name} memory_max=1G"));
+    assert!(
+        one.ok().stderr().contains(&format!(
+            "box '{name}': memory_max takes effect at the next 'ag-box up'"
+        )),
+        "{}",
+        one.stderr()
+    );
+}

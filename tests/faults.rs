@@ -314,6 +314,18 @@ fn set_faults(n: &Node, rules: &str) {
         .ok();
 }
 
+/// How many faults of the current rules are still to fire (the proxy counts each one down).
+fn faults_left(n: &Node) -> u64 {
+    let rules = n.sh(&format!("curl -sf {PROXY}/__faults")).ok().stdout();
+    let rules: serde_json::Value = serde_json::from_str(&rules).unwrap();
+    rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum()
+}
+
 /// The proxy's added delay, each way, in ms (0 ends it).
 fn set_latency(n: &Node, ms: u32) -> std::process::Output {
     n.sh(&format!(
@@ -340,6 +352,7 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     // up: the lease write lands, its answer is lost.
     set_faults(&c.a, &rule("PUT", name, "drop_after", 1));
     via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(faults_left(&c.a), 0, "up's lease write was never cut off");
     assert!(c.active("nodeA", name));
     assert_eq!(c.holder(name).as_deref(), Some("nodeA"));
 
@@ -350,14 +363,18 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     .ok();
     set_faults(&c.a, &rule("PUT", name, "drop_after", 3));
     via_proxy(&c.a, &format!("ag-box park {name}")).ok();
+    // One snapshot (nothing changed while it ran) and the release: two of the three.
+    assert_eq!(faults_left(&c.a), 1, "park's writes were not all cut off");
     assert_eq!(c.holder(name), None);
     assert!(!c.active("nodeA", name));
 
     // Writes refused with 500, or cut before they reach the server: retried.
     set_faults(&c.a, &rule("PUT", name, "status500", 2));
     via_proxy(&c.a, &format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(faults_left(&c.a), 0, "up's writes were never refused");
     set_faults(&c.a, &rule("PUT", name, "drop_before", 1));
     via_proxy(&c.a, &format!("ag-box park {name}")).ok();
+    assert_eq!(faults_left(&c.a), 0, "park's write was never cut");
     assert_eq!(c.holder(name), None);
     c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
     assert_eq!(
@@ -370,6 +387,7 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     set_faults(&c.a, &rule("DELETE", name, "drop_after", 1));
     let out = via_proxy(&c.a, &format!("ag-box drop {name} --yes"));
     assert_code(&out, 0, &format!("dropped box '{name}'"));
+    assert_eq!(faults_left(&c.a), 0, "drop's delete was never cut off");
     assert!(common::box_row(&c.a, name).is_none());
 
     // track: the create lands, its answer is lost.
@@ -380,6 +398,7 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     .ok();
     set_faults(&c.a, &rule("PUT", fresh, "drop_after", 1));
     via_proxy(&c.a, &format!("ag-box track {fresh}")).ok();
+    assert_eq!(faults_left(&c.a), 0, "track's create was never cut off");
     assert_eq!(c.holder(fresh).as_deref(), Some("nodeA"));
     set_faults(&c.a, "[]");
     c.a.sh(&format!("ag-box park {fresh} && ag-box drop {fresh} --yes"))
@@ -698,7 +717,7 @@ fn a_record_write_whose_answer_stalls_past_the_timeout_is_ours() {
     let rules = c
         .a
         .sh(&format!(
-            "for i in $(seq 150); do r=$(curl -sf {PROXY}/__faults); case $r in *'\"stalled\": 1'*) break;; esac; sleep 0.1; done; echo \"$r\""
+            "for i in $(seq 150); do r=$(curl -sf {PROXY}/__faults || true); case $r in *'\"stalled\": 1'*) break;; esac; sleep 0.1; done; echo \"$r\""
         ))
         .ok()
         .stdout();
@@ -893,10 +912,19 @@ fn a_snapshot_told_to_stop_ends_its_restic_without_a_lock_left() {
                 "set -m  # its own process group, and SIGINT not ignored as a script's '&' has it
                  ag-box snapshot {name} & pid=$!
                  for i in $(seq 150); do curl -sf {PROXY}/__faults | grep -q '\"count\": 0' && break; sleep 0.1; done
-                 kill -{signal} $pid; wait $pid"
+                 {list_locks}; echo
+                 kill -{signal} $pid; wait $pid",
+                list_locks = common::LIST_LOCKS
             ),
         );
         set_faults(&c.a, "[]");
+        // restic's lock, held while its upload stalls: the listing sees a lock when there is one.
+        let during = common::lock_keys(&out.stdout());
+        assert!(
+            during.difference(&locks_before).count() > 0,
+            "SIG{signal}: no restic lock was seen while the backup ran:\n{}",
+            out.stdout()
+        );
         assert_code(
             &out,
             1,

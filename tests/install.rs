@@ -112,9 +112,35 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     let a = &c.a;
     let src = stage("nodeA", "ag-box-src-local");
     let _off = TimersOff(a);
+    // The staged binary made unlike the rig's (bytes after an ELF image are never read), and
+    // the rig's link noted: what is there afterwards is install.sh's doing.
+    let before = a
+        .sh(&format!(
+            "set -e; printf 'staged-by-the-install-test' >> {src}/bin/ag-box
+             sha256sum < {src}/bin/ag-box; sha256sum < /opt/box/bin/ag-box; stat -c %i /usr/local/bin/ag-box"
+        ))
+        .ok()
+        .stdout();
+    let [staged, rigs, link_inode] = before.lines().collect::<Vec<_>>()[..] else {
+        panic!("{before}");
+    };
+    assert_ne!(staged, rigs);
 
     let out = a.sh(&format!("bash {src}/install.sh"));
     assert_code(&out, 0, "installed ag-box");
+    let after = a
+        .sh("set -e; sha256sum < /opt/box/bin/ag-box; stat -c %i /usr/local/bin/ag-box; readlink /usr/local/bin/ag-box")
+        .ok()
+        .stdout();
+    let [installed, new_link_inode, target] = after.lines().collect::<Vec<_>>()[..] else {
+        panic!("{after}");
+    };
+    assert_eq!(
+        (installed, target),
+        (staged, "/opt/box/bin/ag-box"),
+        "install.sh did not install the staged binary"
+    );
+    assert_ne!(new_link_inode, link_inode, "install.sh made no link");
     let timers = a.sh("systemctl list-timers --all --no-pager").ok().stdout();
     for t in ["box-snapshot.timer", "box-prune.timer"] {
         assert!(timers.contains(t), "{t} not listed:\n{timers}");

@@ -87,11 +87,20 @@ pub(crate) fn run(name: &str, assignments: &[String]) -> Result<()> {
         meta.nix,
         meta.pinned_node.as_deref().unwrap_or("none"),
     );
-    let egress_changed = assignments
+    let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
+    let egress_changed = assignments.iter().any(|a| is_egress(&a));
+    let mut later: Vec<&str> = assignments
         .iter()
-        .any(|a| a.starts_with("network=") || a.starts_with("allow="));
-    if assignments.len() > usize::from(egress_changed) || !egress_changed {
-        say!("box '{name}': memory_max, nix, pin, uid and gid take effect at the next 'ag-box up'");
+        .filter(|a| !is_egress(a))
+        .filter_map(|a| a.split_once('=').map(|(key, _)| key))
+        .collect();
+    later.dedup();
+    if !later.is_empty() {
+        say!(
+            "box '{name}': {} take{} effect at the next 'ag-box up'",
+            later.join(", "),
+            if later.len() == 1 { "s" } else { "" }
+        );
     }
     if egress_changed {
         egress::apply_everywhere(&ctx, &meta);

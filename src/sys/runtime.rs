@@ -645,9 +645,22 @@ fn end_what_runs_on(spec: &BoxSpec) -> Result<()> {
         .into_iter()
         .filter(live)
         .collect();
-    if left.is_empty() {
+    // The box's last processes leave a moment after its supervisor (a pid namespace's end is
+    // not instant): only what is still there after that ran on.
+    let grace = Instant::now() + Duration::from_secs(2);
+    while left.iter().any(live) && Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !left.iter().any(live) {
         return Ok(());
     }
+    tracing::debug!(
+        "box '{}': left in its cgroups: {:?}",
+        spec.name,
+        left.iter()
+            .map(|d| (d.display().to_string(), cgroup_pids(d)))
+            .collect::<Vec<_>>()
+    );
     tracing::warn!(
         "box '{}': processes of it ran on without its known supervisor; ending them",
         spec.name

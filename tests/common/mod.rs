@@ -14,7 +14,8 @@ fn rig_sh() -> PathBuf {
 
 /// Where a test runs `ag-box` and shell scripts.
 pub(crate) trait Target {
-    /// Run a bash script with the target's environment; `env` adds variables.
+    /// Run a bash script with the target's environment; `env` adds variables. The script stops
+    /// at its first failing command (`bash -e`), so that its exit status speaks for every step.
     fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output;
     fn sh(&self, script: &str) -> Output {
         self.sh_env(&[], script)
@@ -70,11 +71,14 @@ impl Node {
         let up = Command::new(rig_sh())
             .args(["leader", name])
             .output()
-            .ok()?;
+            .unwrap_or_else(|e| panic!("running tests/rig.sh leader {name}: {e}"));
         if !up.status.success() {
             missing(&format!("rig node {name} is not up (tests/rig.sh up)"))?;
         }
-        let dir = Command::new(rig_sh()).args(["dir", name]).output().ok()?;
+        let dir = Command::new(rig_sh())
+            .args(["dir", name])
+            .output()
+            .unwrap_or_else(|e| panic!("running tests/rig.sh dir {name}: {e}"));
         let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
         let bin_dir = dir.join("opt-box/bin");
         std::fs::create_dir_all(&bin_dir).unwrap();
@@ -118,7 +122,7 @@ impl Target for Node {
         c.args(["exec", self.name]);
         c.args(self.env.iter().map(|(k, v)| format!("{k}={v}")));
         c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
-        c.args(["bash", "-c", script]);
+        c.args(["bash", "-e", "-c", script]);
         c.output().unwrap()
     }
     fn home(&self) -> &'static str {
@@ -166,7 +170,7 @@ impl Target for Host {
             bin.display()
         );
         let mut c = Command::new("bash");
-        c.args(["-c", script])
+        c.args(["-e", "-c", script])
             .current_dir(&self.base)
             .env_clear()
             .env("PATH", path)
@@ -216,12 +220,17 @@ pub(crate) fn restic_locks_added(
     restic_locks(t).difference(before).cloned().collect()
 }
 
+/// The shell command that lists the restic locks in the rig's bucket (S3 XML).
+pub(crate) const LIST_LOCKS: &str =
+    "curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'";
+
 /// The restic locks in the rig's bucket, as the S3 server lists them.
 pub(crate) fn restic_locks(t: &dyn Target) -> std::collections::BTreeSet<String> {
-    let listed = t
-        .sh("curl -sf 'http://10.200.0.1:5001/agent-boxes?list-type=2&prefix=restic/locks/'")
-        .ok()
-        .stdout();
+    lock_keys(&t.sh(LIST_LOCKS).ok().stdout())
+}
+
+/// The keys in a listing of [`LIST_LOCKS`].
+pub(crate) fn lock_keys(listed: &str) -> std::collections::BTreeSet<String> {
     listed
         .split("<Key>")
         .skip(1)
