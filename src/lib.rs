@@ -46,6 +46,11 @@ mod sys;
 
 use std::process::ExitCode;
 
+/// Where unit tests make their trees: inside the build tree (hermetic), never under `/tmp`,
+/// which is no place for a project.
+#[cfg(test)]
+const UNIT_TEST_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ag-box-unit");
+
 use clap::FromArgMatches;
 
 pub use cli::command;

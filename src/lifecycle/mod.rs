@@ -1,5 +1,5 @@
-//! The sequences that move a box's state: a snapshot ([`snapshot::take`]), `up` on this node
-//! ([`up::up_here`]) and `park` ([`park::park`]). What they act on beyond the store and the
+//! The sequences that move a box's state: `track` ([`track::track`]), a snapshot
+//! ([`snapshot::take`]), `up` on this node ([`up::up_here`]) and `park` ([`park::park`]). What they act on beyond the store and the
 //! node's files (the box runtime, the restic repository) is behind traits, so every failure
 //! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
 
@@ -9,6 +9,7 @@ pub(crate) mod snapshot;
 pub(crate) mod stop;
 #[cfg(test)]
 mod tests;
+pub(crate) mod track;
 pub(crate) mod up;
 
 use std::path::{Path, PathBuf};

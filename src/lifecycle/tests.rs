@@ -13,17 +13,16 @@ use std::time::SystemTime;
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
-use super::{BoxRuntime, Repo, World, park, rollback, snapshot, up};
+use super::{BoxRuntime, Repo, World, park, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published};
 use crate::plan::sandbox::BoxSpec;
-use crate::store::lease::{self, timestamp};
+use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{self, MetaStore, Step, update};
-use crate::sys::agent_home;
+use crate::store::{MetaStore, Step, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::freezer::Paused;
 use crate::sys::restic::Backup;
@@ -293,7 +292,7 @@ struct Node {
 impl Node {
     fn new() -> Node {
         // Not under /tmp: that is no place for a project.
-        let base = Path::new("/srv/ag-box-unit");
+        let base = Path::new(crate::UNIT_TEST_DIR);
         fs::create_dir_all(base).unwrap();
         let tmp = tempfile::tempdir_in(base).unwrap();
         let state = tmp.path().join("state");
@@ -374,25 +373,12 @@ impl Node {
         CopyState::load(&self.config.state_dir, "demo").unwrap()
     }
 
-    /// `track demo` and `park demo`, as the commands do: f.txt holds "v1".
+    /// `track demo` and `park demo`: f.txt holds "v1".
     fn parked(&self) {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
-        let fresh = Meta {
-            path: self.project(),
-            ..Meta::sample("demo")
-        };
-        let meta = lease::acquire(&fresh, "here", SystemTime::now(), self.config.lease_ttl);
-        let meta = store::create(&self.store, meta).unwrap().unwrap();
-        CopyState {
-            epoch: Some(1),
-            ..CopyState::default()
-        }
-        .save(&self.config.state_dir, "demo")
-        .unwrap();
         let w = self.world();
-        agent_home::ensure(&w.spec(&meta)).unwrap();
-        snapshot::take(&w, &self.stored(), false).unwrap();
+        track::track(&w, "demo", &self.project(), false, SystemTime::now()).unwrap();
         park::park(&w, "demo", false).unwrap();
     }
 
@@ -573,6 +559,8 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     let n = Node::new();
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
+    // Changed since its last snapshot (an unchanged box takes none).
+    n.write("g.txt", "new");
     let before = n.meta();
     *n.repo.unreadable.borrow_mut() = vec!["open /x: permission denied".into()];
     let e = park::park(&n.world(), "demo", false).unwrap_err();
@@ -585,7 +573,9 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     assert!(n.runtime.active.borrow().contains("demo"));
 
     // An emptied project, likewise; --accept-partial counts it.
-    fs::remove_file(n.project().join("f.txt")).unwrap();
+    for f in ["f.txt", "g.txt"] {
+        fs::remove_file(n.project().join(f)).unwrap();
+    }
     let e = park::park(&n.world(), "demo", false).unwrap_err();
     assert!(format!("{e:#}").contains("is empty"), "{e:#}");
     assert!(n.runtime.active.borrow().contains("demo"));
@@ -1183,6 +1173,7 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     let n = Node::new();
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
+    n.write("g.txt", "new");
     let before = n.repo.next.get();
     park::park(&n.world(), "demo", false).unwrap();
     assert_eq!(n.repo.next.get(), before + 1, "one scan");
@@ -1258,4 +1249,60 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.repo.forks.borrow().is_empty());
+}
+
+#[test]
+fn a_first_snapshot_that_fails_tracks_nothing() {
+    let n = Node::new();
+    n.write_first("f.txt", "v1");
+    n.repo
+        .unreadable
+        .borrow_mut()
+        .push("open /f.txt: permission denied".into());
+    let e = track::track(&n.world(), "demo", &n.project(), false, SystemTime::now())
+        .err()
+        .unwrap();
+    assert!(
+        format!("{e:#}").starts_with("box 'demo': first snapshot failed, nothing was tracked"),
+        "{e:#}"
+    );
+    assert!(n.store.get("demo").unwrap().is_none(), "the record stayed");
+    assert!(
+        !n.config.state_dir.join("local/demo.json").exists(),
+        "this node's state of it stayed"
+    );
+    // Nothing is left in the way of tracking it again.
+    track::track(&n.world(), "demo", &n.project(), false, SystemTime::now()).unwrap();
+    assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
+    assert_eq!(n.copy().epoch, Some(1));
+}
+
+#[test]
+fn track_refuses_a_second_box_of_a_name_or_a_path() {
+    let n = Node::new();
+    n.parked();
+    let again = |name: &str| {
+        track::track(&n.world(), name, &n.project(), false, SystemTime::now())
+            .err()
+            .map(|e| (code(&e), format!("{e:#}")))
+    };
+    assert_eq!(
+        again("demo"),
+        Some((
+            Some(Code::Usage),
+            "box 'demo' is already tracked; hint: use 'ag-box up demo', or pick another name"
+                .to_string()
+        ))
+    );
+    assert_eq!(
+        again("other").map(|(c, e)| (c, e.split(';').next().map(str::to_string))),
+        Some((
+            Some(Code::Usage),
+            Some(format!(
+                "path {} is already tracked as box 'demo'",
+                n.project().display()
+            ))
+        ))
+    );
+    assert!(n.store.get("other").unwrap().is_none());
 }

@@ -504,8 +504,8 @@ mod tests {
     }
 
     fn base() -> tempfile::TempDir {
-        fs::create_dir_all("/srv/ag-box-unit").unwrap();
-        tempfile::tempdir_in("/srv/ag-box-unit").unwrap()
+        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
+        tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap()
     }
 
     #[test]

@@ -1,0 +1,177 @@
+//! `track`: a directory becomes a box: its record (this node holding the lease, since the files
+//! are here), its agent home and owner, and its first snapshot; all undone when that fails.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+
+use super::{World, free_ids, snapshot};
+use crate::error::UserError;
+use crate::plan::project;
+use crate::store::lease::{self, timestamp};
+use crate::store::meta::{META_VERSION, Meta};
+use crate::store::{self, events};
+use crate::sys::agent_home;
+use crate::sys::copy_state::CopyState;
+
+/// A box just tracked.
+pub(crate) struct Tracked {
+    /// Its record as written (with this node's lease).
+    pub meta: Meta,
+    /// The first snapshot's full id.
+    pub snapshot: String,
+}
+
+/// Track the directory `project` (canonical) as box `name`, at `now`.
+pub(crate) fn track(
+    w: &World,
+    name: &str,
+    project: &Path,
+    nix: bool,
+    now: SystemTime,
+) -> Result<Tracked> {
+    refuse_overlap(w, name, project, [])?;
+    let _lock = w.lock(name, "track")?;
+    let existing = w.store.list()?;
+    if existing.iter().any(|m| m.name == name) {
+        return Err(already_tracked(name).into());
+    }
+    if let Some(other) = existing.iter().find(|m| m.path == project) {
+        return Err(UserError::usage(
+            format!(
+                "path {} is already tracked as box '{}'",
+                project.display(),
+                other.name
+            ),
+            format!("use 'ag-box up {}'", other.name),
+        )
+        .into());
+    }
+    let others = existing.iter().map(|m| (m.name.as_str(), m.path.as_path()));
+    refuse_overlap(w, name, project, others)?;
+    let node = &w.config.node;
+    let pinned = project.join(".auth-secret").exists().then(|| node.clone());
+    let ids = free_ids(name, &existing)?;
+    let fresh = Meta {
+        version: META_VERSION,
+        name: name.to_string(),
+        path: project.to_path_buf(),
+        created_at: timestamp(now),
+        pinned_node: pinned,
+        memory_max: None,
+        nix,
+        uid: Some(ids.uid),
+        gid: Some(ids.gid),
+        network: Some(w.config.network),
+        allow: vec![],
+        lease: None,
+        last_snapshot: None,
+        dropping: false,
+        op: None,
+    };
+    // The files live here, so this node holds the box until it is parked.
+    let meta = lease::acquire(&fresh, node, now, w.config.lease_ttl);
+    let Some(meta) = store::create(w.store, meta)? else {
+        return Err(already_tracked(name).into());
+    };
+    let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
+    CopyState {
+        epoch: Some(epoch),
+        ..CopyState::default()
+    }
+    .save(&w.config.state_dir, name)?;
+    // Handed to the box user before the first snapshot, which so holds the owner every later
+    // one has (an `up` that did it would move every file's ctime: restic reads them all again).
+    let spec = w.spec(&meta);
+    let taken = agent_home::ensure(&spec)
+        .and_then(|()| agent_home::reown_project(&spec))
+        .and_then(|()| w.tracked(name))
+        .and_then(|stored| snapshot::take(w, &stored, false));
+    let taken = match taken {
+        Ok(t) => t,
+        Err(e) => {
+            undo(w, name);
+            return Err(e.context(format!(
+                "box '{name}': first snapshot failed, nothing was tracked"
+            )));
+        }
+    };
+    events::record(
+        w.store,
+        node,
+        name,
+        events::Step {
+            verb: "track",
+            epoch: Some(epoch),
+            snapshot: Some(&taken.snapshot.id),
+            detail: Some(format!("at {}", project.display())),
+            ..Default::default()
+        },
+    );
+    Ok(Tracked {
+        meta,
+        snapshot: taken.snapshot.id,
+    })
+}
+
+/// A project is a directory of its own: not the system, the home dir, ag-box's state, nor
+/// inside or around another box.
+fn refuse_overlap<'a>(
+    w: &World,
+    name: &str,
+    path: &Path,
+    others: impl IntoIterator<Item = (&'a str, &'a Path)>,
+) -> Result<()> {
+    match project::refusal_here(path, &w.config.home, &w.config.state_dir, others) {
+        None => Ok(()),
+        Some(why) => Err(UserError::usage(
+            format!("path {} cannot be a box's project: {why}", path.display()),
+            format!("track the project's own directory, e.g. 'ag-box track {name} ~/{name}'"),
+        )
+        .into()),
+    }
+}
+
+/// The half-made box gone again: its record and its state on this node.
+fn undo(w: &World, name: &str) {
+    let removed = w
+        .store
+        .get(name)
+        .and_then(|s| {
+            s.map(|s| store::delete(w.store, name, &s.version))
+                .transpose()
+        })
+        .and_then(|_| CopyState::remove(&w.config.state_dir, name).context("removing local state"));
+    if let Err(e) = removed {
+        tracing::error!("box '{name}': could not undo the half-made record: {e:#}");
+    }
+}
+
+fn already_tracked(name: &str) -> UserError {
+    UserError::usage(
+        format!("box '{name}' is already tracked"),
+        format!("use 'ag-box up {name}', or pick another name"),
+    )
+}
+
+/// The directory a `track` names: the given path, or `~/<name>`, made canonical.
+pub(crate) fn project_dir(home: &Path, name: &str, path: Option<PathBuf>) -> Result<PathBuf> {
+    let given = path.unwrap_or_else(|| home.join(name));
+    let project = given.canonicalize().map_err(|_| {
+        UserError::usage(
+            format!("path {} does not exist", given.display()),
+            format!(
+                "create it first, or pass the project's directory: 'ag-box track {name} <path>'"
+            ),
+        )
+    })?;
+    if !project.is_dir() {
+        return Err(UserError::usage(
+            format!("path {} is not a directory", project.display()),
+            "pass the project's directory",
+        )
+        .into());
+    }
+    Ok(project)
+}
