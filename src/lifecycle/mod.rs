@@ -3,6 +3,7 @@
 //! node's files (the box runtime, the restic repository) is behind traits, so every failure
 //! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
 
+pub(crate) mod drop;
 pub(crate) mod park;
 pub(crate) mod rollback;
 pub(crate) mod snapshot;
@@ -52,6 +53,10 @@ pub(crate) trait Repo {
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+    /// The full ids of every snapshot of box `name`.
+    fn box_snapshots(&self, name: &str) -> Result<Vec<String>>;
+    /// Forget these snapshots and free the space only they held.
+    fn delete_snapshots(&self, ids: &[String]) -> Result<()>;
     /// What changed from snapshot `from` to `to` (`restic diff`), and every file and dir of
     /// `to` with its mode and owner (`restic ls`).
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)>;

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
-use super::{BoxRuntime, Repo, World, park, rollback, snapshot, track, up};
+use super::{BoxRuntime, Repo, World, drop, park, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
@@ -87,6 +87,10 @@ struct FakeRepo {
     fetched: RefCell<Vec<(String, Vec<PathBuf>)>>,
     /// The argv of the last backup.
     last_backup: RefCell<Vec<String>>,
+    /// Each snapshot's tags.
+    tags: RefCell<BTreeMap<String, Vec<String>>>,
+    /// The next deletion of snapshots fails.
+    delete_fails: Cell<bool>,
 }
 
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
@@ -203,6 +207,12 @@ impl Repo for FakeRepo {
         if args.windows(2).any(|w| w[0] == "--tag" && w[1] == "fork") {
             self.forks.borrow_mut().push(id.clone());
         }
+        let tags = args
+            .windows(2)
+            .filter(|w| w[0] == "--tag")
+            .map(|w| w[1].clone())
+            .collect();
+        self.tags.borrow_mut().insert(id.clone(), tags);
         Ok(Backup {
             id,
             unreadable: self.unreadable.take(),
@@ -223,6 +233,26 @@ impl Repo for FakeRepo {
             .arg(target)
             .status()?;
         anyhow::ensure!(ok.success(), "restoring {id}");
+        Ok(())
+    }
+    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+        let tag = format!("box:{name}");
+        Ok(self
+            .tags
+            .borrow()
+            .iter()
+            .filter(|(_, tags)| tags.contains(&tag))
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+    fn delete_snapshots(&self, ids: &[String]) -> Result<()> {
+        if self.delete_fails.take() {
+            anyhow::bail!("restic forget: the repository is locked");
+        }
+        for id in ids {
+            self.tags.borrow_mut().remove(id);
+            fs::remove_dir_all(self.tree(id))?;
+        }
         Ok(())
     }
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
@@ -327,6 +357,8 @@ impl Node {
                 fetch_fails: Cell::new(false),
                 fetched: RefCell::default(),
                 last_backup: RefCell::default(),
+                tags: RefCell::default(),
+                delete_fails: Cell::new(false),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -1305,4 +1337,74 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
         ))
     );
     assert!(n.store.get("other").unwrap().is_none());
+}
+
+#[test]
+fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
+    let n = Node::new();
+    n.parked();
+    let snapshots = n.repo.box_snapshots("demo").unwrap();
+    assert!(!snapshots.is_empty());
+    let home = n.world().spec(&n.meta()).agent_home.root;
+    assert!(home.is_dir());
+    let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
+    let dropped = drop::drop_box(&n.world(), "demo", || Ok(()), at).unwrap();
+    assert_eq!(dropped.snapshots, snapshots);
+    assert_eq!(
+        dropped.home_kept_at,
+        Some(home.with_file_name(".demo.dropped-2027-01-15T080000Z"))
+    );
+    assert!(dropped.home_kept_at.unwrap().is_dir() && !home.exists());
+    assert!(n.store.get("demo").unwrap().is_none());
+    assert!(n.repo.box_snapshots("demo").unwrap().is_empty());
+    assert_eq!(
+        n.read("f.txt").as_deref(),
+        Some("v1"),
+        "the project's files stay"
+    );
+}
+
+#[test]
+fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
+    let n = Node::new();
+    n.parked();
+    n.repo.delete_fails.set(true);
+    let e = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    assert!(
+        format!("{e:#}").starts_with(
+            "box 'demo': deleting its snapshots failed; run 'ag-box drop demo --yes' again"
+        ),
+        "{e:#}"
+    );
+    let marked = n.meta();
+    assert!(marked.dropping && marked.lease.is_none(), "{marked:?}");
+    // Nothing but drop acts on a box being dropped.
+    let up = up::up_here(&n.world(), "demo", false).unwrap_err();
+    assert!(format!("{up:#}").contains("being dropped"), "{up:#}");
+    drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap();
+    assert!(n.store.get("demo").unwrap().is_none());
+}
+
+#[test]
+fn a_drop_refused_or_not_confirmed_changes_nothing() {
+    let n = Node::new();
+    n.parked();
+    let before = n.stored();
+    let snapshots = n.repo.box_snapshots("demo").unwrap();
+    let no = || Err(UserError::failed("confirmation did not match", "type the name").into());
+    drop::drop_box(&n.world(), "demo", no, SystemTime::now()).unwrap_err();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let running = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    assert_eq!(
+        format!("{running:#}"),
+        "box 'demo' is running on this node; hint: run 'ag-box park demo' first"
+    );
+    park::park(&n.world(), "demo", false).unwrap();
+    n.set_lease(Some(&lease_of("there", 9)));
+    let elsewhere = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    assert_eq!(code(&elsewhere), Some(Code::LeaseHeld));
+    let after = n.meta();
+    assert!(!after.dropping);
+    assert_eq!(n.repo.box_snapshots("demo").unwrap(), snapshots);
+    assert_eq!(before.meta.path, after.path);
 }

@@ -16,6 +16,7 @@ use crate::sys::agent_home;
 use crate::sys::copy_state::CopyState;
 
 /// A box just tracked.
+#[derive(Debug)]
 pub(crate) struct Tracked {
     /// Its record as written (with this node's lease).
     pub meta: Meta,

@@ -807,6 +807,19 @@ impl crate::lifecycle::Repo for Restic {
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
     }
+    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+        Ok(self
+            .snapshots(Some(&plan::box_tag(name)))?
+            .into_iter()
+            .map(|s| s.id)
+            .collect())
+    }
+    fn delete_snapshots(&self, ids: &[String]) -> Result<()> {
+        plan::forget_runs(ids)
+            .iter()
+            .try_for_each(|args| self.forget(args))?;
+        self.prune()
+    }
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
         // Both read the snapshots' trees; side by side, the second costs little more.
         std::thread::scope(|s| {

@@ -483,6 +483,12 @@ mod tests {
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
+        fn box_snapshots(&self, _: &str) -> Result<Vec<String>> {
+            anyhow::bail!("not used")
+        }
+        fn delete_snapshots(&self, _: &[String]) -> Result<()> {
+            anyhow::bail!("not used")
+        }
         fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
             anyhow::bail!("not used")
         }
