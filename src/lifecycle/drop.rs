@@ -82,7 +82,7 @@ pub(crate) fn drop_box(
     crash::point("drop.after-mark");
     let ids = w.repo.box_snapshots(name)?;
     if !ids.is_empty() {
-        w.repo.delete_snapshots(&ids).with_context(|| {
+        w.repo.forget(&ids).and_then(|()| w.repo.prune()).with_context(|| {
             format!(
                 "box '{name}': deleting its snapshots failed; run 'ag-box drop {name} --yes' again"
             )

@@ -5,6 +5,7 @@
 
 pub(crate) mod drop;
 pub(crate) mod park;
+pub(crate) mod prune;
 pub(crate) mod rollback;
 pub(crate) mod snapshot;
 pub(crate) mod stop;
@@ -23,6 +24,7 @@ use crate::plan::account::{self, Ids};
 use crate::plan::agent_home::{self, AgentHome};
 use crate::plan::delta::{Change, Listed};
 use crate::plan::egress::BoxPolicy;
+use crate::plan::restic::SnapshotInfo;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
 use crate::store::{MetaStore, Stored, get_existing};
@@ -53,10 +55,14 @@ pub(crate) trait Repo {
     fn backup(&self, label: &str, args: &[String]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+    /// Every snapshot in the repository (of every box, and the globals).
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>>;
     /// The full ids of every snapshot of box `name`.
     fn box_snapshots(&self, name: &str) -> Result<Vec<String>>;
-    /// Forget these snapshots and free the space only they held.
-    fn delete_snapshots(&self, ids: &[String]) -> Result<()>;
+    /// Forget these snapshots (their data stays until [`Repo::prune`]).
+    fn forget(&self, ids: &[String]) -> Result<()>;
+    /// Free the space that only forgotten snapshots held.
+    fn prune(&self) -> Result<()>;
     /// What changed from snapshot `from` to `to` (`restic diff`), and every file and dir of
     /// `to` with its mode and owner (`restic ls`).
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)>;

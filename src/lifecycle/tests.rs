@@ -13,11 +13,12 @@ use std::time::SystemTime;
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
-use super::{BoxRuntime, Repo, World, drop, park, rollback, snapshot, track, up};
+use super::{BoxRuntime, Repo, World, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published};
+use crate::plan::restic::SnapshotInfo;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
@@ -91,6 +92,10 @@ struct FakeRepo {
     tags: RefCell<BTreeMap<String, Vec<String>>>,
     /// The next deletion of snapshots fails.
     delete_fails: Cell<bool>,
+    /// Each snapshot's time (RFC 3339), as `snapshots` lists it.
+    times: RefCell<BTreeMap<String, String>>,
+    /// How many prunes ran.
+    prunes: Cell<u32>,
 }
 
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
@@ -213,6 +218,9 @@ impl Repo for FakeRepo {
             .map(|w| w[1].clone())
             .collect();
         self.tags.borrow_mut().insert(id.clone(), tags);
+        self.times
+            .borrow_mut()
+            .insert(id.clone(), timestamp(SystemTime::now()));
         Ok(Backup {
             id,
             unreadable: self.unreadable.take(),
@@ -245,7 +253,21 @@ impl Repo for FakeRepo {
             .map(|(id, _)| id.clone())
             .collect())
     }
-    fn delete_snapshots(&self, ids: &[String]) -> Result<()> {
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(self
+            .tags
+            .borrow()
+            .iter()
+            .map(|(id, tags)| SnapshotInfo {
+                id: id.clone(),
+                time: self.times.borrow().get(id).cloned().unwrap_or_default(),
+                tags: tags.clone(),
+                summary: None,
+                paths: vec![],
+            })
+            .collect())
+    }
+    fn forget(&self, ids: &[String]) -> Result<()> {
         if self.delete_fails.take() {
             anyhow::bail!("restic forget: the repository is locked");
         }
@@ -253,6 +275,10 @@ impl Repo for FakeRepo {
             self.tags.borrow_mut().remove(id);
             fs::remove_dir_all(self.tree(id))?;
         }
+        Ok(())
+    }
+    fn prune(&self) -> Result<()> {
+        self.prunes.set(self.prunes.get() + 1);
         Ok(())
     }
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
@@ -359,6 +385,8 @@ impl Node {
                 last_backup: RefCell::default(),
                 tags: RefCell::default(),
                 delete_fails: Cell::new(false),
+                times: RefCell::default(),
+                prunes: Cell::new(0),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -1407,4 +1435,47 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
     assert!(!after.dropping);
     assert_eq!(n.repo.box_snapshots("demo").unwrap(), snapshots);
     assert_eq!(before.meta.path, after.path);
+}
+
+#[test]
+fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
+    let mut n = Node::new();
+    n.config.retention = crate::plan::retention::Policy {
+        last: 1,
+        daily: 0,
+        weekly: 0,
+    };
+    n.parked();
+    for text in ["v2", "v3"] {
+        up::up_here(&n.world(), "demo", false).unwrap();
+        n.write("f.txt", text);
+        park::park(&n.world(), "demo", false).unwrap();
+    }
+    let all: BTreeSet<String> = n.repo.box_snapshots("demo").unwrap().into_iter().collect();
+    assert!(all.len() >= 3, "{all:?}");
+    let last = n.meta().last_snapshot.unwrap().id;
+    let plan = prune::plan(&n.world(), SystemTime::now()).unwrap();
+    let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
+    let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.clone()).collect();
+    assert!(kept.contains(&last), "{group:?}");
+    assert!(kept.len() <= 2, "{group:?}");
+    let forgotten: BTreeSet<String> = group.forget.iter().cloned().collect();
+    assert_eq!(
+        forgotten,
+        all.difference(&kept).cloned().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(plan.boxes, ["demo"]);
+    prune::execute(&n.world(), &plan).unwrap();
+    assert_eq!(
+        n.repo
+            .box_snapshots("demo")
+            .unwrap()
+            .into_iter()
+            .collect::<BTreeSet<_>>(),
+        kept
+    );
+    assert_eq!(n.repo.prunes.get(), 1);
+    // The kept last snapshot still brings the box up.
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v3"));
 }

@@ -592,10 +592,6 @@ impl Restic {
         result.map(|_| ())
     }
 
-    pub(crate) fn forget(&self, args: &[String]) -> Result<()> {
-        self.run(args, &mut |_| {}).map(|_| ())
-    }
-
     /// Free the space of forgotten snapshots (takes the repository's exclusive lock).
     pub(crate) fn prune(&self) -> Result<()> {
         self.run(&["prune".into()], &mut |_| {}).map(|_| ())
@@ -814,11 +810,16 @@ impl crate::lifecycle::Repo for Restic {
             .map(|s| s.id)
             .collect())
     }
-    fn delete_snapshots(&self, ids: &[String]) -> Result<()> {
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Restic::snapshots(self, None)
+    }
+    fn forget(&self, ids: &[String]) -> Result<()> {
         plan::forget_runs(ids)
             .iter()
-            .try_for_each(|args| self.forget(args))?;
-        self.prune()
+            .try_for_each(|args| self.run(args, &mut |_| {}).map(|_| ()))
+    }
+    fn prune(&self) -> Result<()> {
+        Restic::prune(self)
     }
     fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
         // Both read the snapshots' trees; side by side, the second costs little more.

@@ -486,7 +486,13 @@ mod tests {
         fn box_snapshots(&self, _: &str) -> Result<Vec<String>> {
             anyhow::bail!("not used")
         }
-        fn delete_snapshots(&self, _: &[String]) -> Result<()> {
+        fn snapshots(&self) -> Result<Vec<crate::plan::restic::SnapshotInfo>> {
+            anyhow::bail!("not used")
+        }
+        fn forget(&self, _: &[String]) -> Result<()> {
+            anyhow::bail!("not used")
+        }
+        fn prune(&self) -> Result<()> {
             anyhow::bail!("not used")
         }
         fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {

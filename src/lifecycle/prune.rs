@@ -1,0 +1,125 @@
+//! `prune`: which snapshots the retention keys keep, per box and for the globals (a plan, printed
+//! before anything is removed), then forgetting the rest, one `restic prune`, and each box's
+//! history trimmed to its newest events.
+
+use std::time::SystemTime;
+
+use anyhow::Result;
+
+use super::World;
+use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag};
+use crate::plan::retention::{self, Reason, Snap};
+use crate::store::events;
+use crate::sys::crash;
+use crate::sys::restic::short;
+
+/// What the retention keys keep and forget of one box (or of the globals).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// The box's name, or `(globals)`.
+    pub label: String,
+    pub keep: Vec<(String, Reason)>,
+    pub forget: Vec<String>,
+}
+
+/// The whole plan: every group, and how many snapshots the repository holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub groups: Vec<Group>,
+    pub snapshots: usize,
+    /// The boxes whose history is trimmed.
+    pub boxes: Vec<String>,
+}
+
+impl Plan {
+    pub(crate) fn forget(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.forget.iter().cloned())
+            .collect()
+    }
+}
+
+/// The plan at `now`: each box's last snapshot is kept whatever the keys say.
+pub(crate) fn plan(w: &World, now: SystemTime) -> Result<Plan> {
+    let all = w.repo.snapshots()?;
+    let records = w.store.list()?;
+    let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
+    let mut sources: Vec<(String, String, Option<String>)> = records
+        .into_iter()
+        .map(|m| {
+            (
+                m.name.clone(),
+                box_tag(&m.name),
+                m.last_snapshot.map(|s| s.id),
+            )
+        })
+        .collect();
+    sources.push(("(globals)".into(), GLOBALS_TAG.into(), None));
+    let groups = sources
+        .into_iter()
+        .map(|(label, tag, pinned)| {
+            let infos: Vec<&SnapshotInfo> = all.iter().filter(|s| s.tags.contains(&tag)).collect();
+            let kept = retention::plan(&snaps(&infos), w.config.retention, pinned.as_deref(), now);
+            Group {
+                label,
+                keep: kept.keep,
+                forget: kept.forget,
+            }
+        })
+        .collect();
+    Ok(Plan {
+        groups,
+        snapshots: all.len(),
+        boxes,
+    })
+}
+
+/// Forget what the plan forgets, prune, trim the histories.
+pub(crate) fn execute(w: &World, plan: &Plan) -> Result<()> {
+    let forget = plan.forget();
+    if !forget.is_empty() {
+        w.repo.forget(&forget)?;
+        crash::point("prune.after-forget");
+    }
+    w.repo.prune()?;
+    trim_events(w, &plan.boxes);
+    Ok(())
+}
+
+fn snaps(infos: &[&SnapshotInfo]) -> Vec<Snap> {
+    infos
+        .iter()
+        .filter_map(|i| {
+            if let Ok(time) = humantime::parse_rfc3339_weak(&i.time) {
+                Some(Snap {
+                    id: i.id.clone(),
+                    time,
+                    fork: i.tags.iter().any(|t| t == FORK_TAG),
+                })
+            } else {
+                tracing::warn!(
+                    "snapshot {} has an unreadable time '{}'; kept",
+                    short(&i.id),
+                    i.time
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// Each box keeps its newest [`events::KEEP`] events.
+fn trim_events(w: &World, boxes: &[String]) {
+    for name in boxes {
+        let trimmed = w.store.events(name).and_then(|all| {
+            let old = events::beyond(all.into_iter().map(|(k, _)| k).collect(), events::KEEP);
+            w.store.delete_events(name, &old).map(|()| old.len())
+        });
+        match trimmed {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("box '{name}': removed its {n} oldest events"),
+            Err(e) => tracing::warn!("box '{name}': its old events were not trimmed: {e:#}"),
+        }
+    }
+}
