@@ -35,7 +35,7 @@ use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
-use crate::store::{MetaStore, Stored, events, get_existing};
+use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::cmd;
 use crate::sys::copy_state::CopyState;
@@ -96,11 +96,6 @@ impl Ctx {
             runtime,
             clock: SystemTime::now,
         })
-    }
-
-    /// Add a step to box `name`'s history (never failing the step).
-    pub(crate) fn record_event(&self, name: &str, step: events::Step) {
-        events::record(self.store.as_ref(), &self.config.node, name, step);
     }
 
     /// The repository, opened with this node's own key (added on first use).

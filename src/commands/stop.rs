@@ -3,8 +3,7 @@
 use anyhow::Result;
 
 use super::{Ctx, follow};
-use crate::lifecycle;
-use crate::sys::restic::Restic;
+use crate::lifecycle::{self, NoRepo};
 
 pub(crate) fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -12,7 +11,5 @@ pub(crate) fn run(name: &str) -> Result<()> {
     if !ctx.runtime.is_active(&ctx.spec(&meta)) {
         return follow::to_holder(&ctx, &meta, "stop", &["stop", name]);
     }
-    // No restic runs; the sequences' world names a repository all the same.
-    let restic = Restic::new(&ctx.config)?;
-    lifecycle::stop::stop(&ctx.world(&restic), name)
+    lifecycle::stop::stop(&ctx.world(&NoRepo), name)
 }

@@ -7,6 +7,7 @@ pub(crate) mod drop;
 pub(crate) mod park;
 pub(crate) mod prune;
 pub(crate) mod rollback;
+pub(crate) mod set;
 pub(crate) mod snapshot;
 pub(crate) mod stop;
 #[cfg(test)]
@@ -83,6 +84,57 @@ pub(crate) trait Repo {
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],
     ) -> Result<()>;
+}
+
+/// The repository of a sequence that uses none (`set`, `stop`): every call is an error.
+pub(crate) struct NoRepo;
+
+impl NoRepo {
+    fn refuse<T>() -> Result<T> {
+        anyhow::bail!("this command opens no snapshot repository")
+    }
+}
+
+impl Repo for NoRepo {
+    fn ensure_repo(&self) -> Result<()> {
+        Self::refuse()
+    }
+    fn backup(&self, _: &str, _: &[String]) -> Result<Backup> {
+        Self::refuse()
+    }
+    fn restore(&self, _: &str, _: &Path) -> Result<()> {
+        Self::refuse()
+    }
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Self::refuse()
+    }
+    fn box_snapshots(&self, _: &str) -> Result<Vec<String>> {
+        Self::refuse()
+    }
+    fn forget(&self, _: &[String]) -> Result<()> {
+        Self::refuse()
+    }
+    fn prune(&self) -> Result<()> {
+        Self::refuse()
+    }
+    fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+        Self::refuse()
+    }
+    fn listing(&self, _: &str) -> Result<Vec<Listed>> {
+        Self::refuse()
+    }
+    fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
+        Self::refuse()
+    }
+    fn master_key(&self) -> Result<[u8; 64]> {
+        Self::refuse()
+    }
+    fn restores_in_place(&self) -> bool {
+        false
+    }
+    fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
+        Self::refuse()
+    }
 }
 
 /// What the sequences act on.

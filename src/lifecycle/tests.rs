@@ -1479,3 +1479,45 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v3"));
 }
+
+#[test]
+fn set_writes_checked_settings_and_refuses_what_the_next_up_could_not_use() {
+    let n = Node::new();
+    n.parked();
+    let set = |a: &[&str]| {
+        let a: Vec<String> = a.iter().map(ToString::to_string).collect();
+        super::set::set(&n.world(), "demo", &a)
+    };
+    let meta = set(&["memory_max=2G", "nix=true"]).unwrap();
+    assert_eq!((meta.memory_max.as_deref(), meta.nix), (Some("2G"), true));
+    // As written (each write carries an op id of its own).
+    let written = || Meta {
+        op: None,
+        ..n.meta()
+    };
+    let meta = Meta { op: None, ..meta };
+    assert_eq!(written(), meta);
+    let version = n.stored().version;
+    let e = set(&["pin=nosuchnode"]).unwrap_err();
+    assert_eq!(code(&e), Some(Code::Usage));
+    assert!(
+        format!("{e:#}").starts_with(
+            "box 'demo': invalid setting 'pin=nosuchnode': no node 'nosuchnode' in the nodes file"
+        ),
+        "{e:#}"
+    );
+    // Another box's id would make the two one user.
+    let other = Meta {
+        path: n.config.home.join("other"),
+        uid: Some(2_000_000_123),
+        gid: Some(2_000_000_123),
+        ..Meta::sample("other")
+    };
+    crate::store::create(&n.store, other).unwrap().unwrap();
+    let e = set(&["uid=2000000123"]).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("box 'other' has that id"),
+        "{e:#}"
+    );
+    assert_eq!(n.stored().version, version, "a refused set wrote nothing");
+}

@@ -1,0 +1,83 @@
+//! `set`: a box's settings written into its record, each checked first (a pin to a node the
+//! install knows, ids no other box has, values the next `up` can use).
+
+use anyhow::Result;
+
+use super::World;
+use crate::error::UserError;
+use crate::store::meta::Meta;
+use crate::store::{Step, events, update};
+
+/// A uid or gid another box's record holds would make the two boxes one user.
+fn refuse_taken_ids(w: &World, name: &str, assignments: &[String]) -> Result<()> {
+    let asked: Vec<(&str, u32)> = assignments
+        .iter()
+        .filter_map(|a| {
+            let (key, value) = a.split_once('=')?;
+            matches!(key, "uid" | "gid")
+                .then(|| Some((a.as_str(), value.parse().ok()?)))
+                .flatten()
+        })
+        .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    for other in w.store.list()?.iter().filter(|m| m.name != name) {
+        if let Some((a, _)) = asked
+            .iter()
+            .find(|(_, id)| [other.uid, other.gid].contains(&Some(*id)))
+        {
+            return Err(UserError::usage(
+                format!(
+                    "box '{name}': invalid setting '{a}': box '{}' has that id",
+                    other.name
+                ),
+                "each box has ids of its own: pick another in ag-box's range, or leave the one it has",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Write `assignments` (`key=value`) into box `name`'s record, each checked; the record as
+/// written.
+pub(crate) fn set(w: &World, name: &str, assignments: &[String]) -> Result<Meta> {
+    w.tracked(name)?;
+    // A pin to a node this install does not know would make every later `up` fail.
+    for a in assignments {
+        if let Some(node) = a.strip_prefix("pin=")
+            && !matches!(node, "" | "none")
+            && node != w.config.node
+            && !w.config.nodes.iter().any(|n| n.name == node)
+        {
+            return Err(UserError::usage(
+                format!("box '{name}': invalid setting '{a}': no node '{node}' in the nodes file"),
+                format!(
+                    "pin it to this node ('pin={}') or one of the nodes file's, or 'pin=none'",
+                    w.config.node
+                ),
+            )
+            .into());
+        }
+    }
+    refuse_taken_ids(w, name, assignments)?;
+    let meta = update(w.store, name, |m| {
+        let mut next = m.clone();
+        for a in assignments {
+            next = next.with_setting(a)?;
+        }
+        Ok(Step::Write(next.clone(), next))
+    })?;
+    events::record(
+        w.store,
+        &w.config.node,
+        name,
+        events::Step {
+            verb: "set",
+            detail: Some(assignments.join(" ")),
+            ..Default::default()
+        },
+    );
+    Ok(meta)
+}
