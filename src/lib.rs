@@ -102,7 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Drop { name, yes, json } => commands::drop::run(&name, yes, json),
         Cmd::Set { name, settings } => commands::set::run(&name, &settings),
         Cmd::Probe => commands::probe::run(),
-        Cmd::Man { dir } => commands::completion::man(&dir),
+        Cmd::Man { dir } => commands::completion::man(cli::command(), &dir),
         Cmd::Egress {
             name, apply: true, ..
         } => commands::egress::apply(&name),
@@ -170,7 +170,7 @@ pub fn main() -> ExitCode {
         let _ =
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
-    commands::completion::answer_if_asked();
+    commands::completion::answer_if_asked(cli::command);
     let cli = Cli::from_arg_matches(&cli::command().get_matches()).unwrap_or_else(|e| e.exit());
     if cli.quiet {
         sys::host::set_quiet();

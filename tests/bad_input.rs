@@ -16,7 +16,7 @@ fn node(test: &str) -> Option<Bad> {
     let state = format!("/var/lib/ag-box-{test}");
     node.sh_env(
         &[("BOX_STATE_DIR", &state)],
-        &format!("for b in tooltest nixbox locktest; do ag-box park $b >/dev/null 2>&1; done; rm -rf {state}; true"),
+        &format!("for b in tooltest nixbox locktest; do ag-box park $b >/dev/null 2>&1 || true; done; rm -rf {state}"),
     )
     .ok();
     Some(Bad { node, state })
@@ -33,9 +33,9 @@ fn world(n: &Bad) -> String {
     run(
         n,
         &format!(
-            "cat {state}/meta/*.json 2>/dev/null; ls -A {state}/meta 2>/dev/null
+            "cat {state}/meta/*.json 2>/dev/null || true; ls -A {state}/meta 2>/dev/null || true
              for f in {state}/meta/*.json; do [ -e \"$f\" ] || continue; b=$(basename \"$f\" .json)
-               echo \"boxrun-$b $(systemctl is-active boxrun-$b)\"; done; true"
+               echo \"boxrun-$b $(systemctl is-active boxrun-$b)\"; done"
         ),
     )
     .ok()

@@ -30,7 +30,7 @@ fn fresh_box(n: &Bnd, name: &str) {
     run(
         n,
         &format!(
-            "ag-box park {name} >/dev/null 2>&1; systemctl stop boxrun-{name} 2>/dev/null
+            "ag-box park {name} >/dev/null 2>&1 || true; systemctl stop boxrun-{name} 2>/dev/null || true
              rm -rf /root/{name} {state}/meta/{name}.json {state}/local/{name}.json {state}/homes/{name}
              set -e; mkdir -p /root/{name}/src; echo v1 > /root/{name}/src/main.txt
              ag-box track {name} >/dev/null 2>&1"
@@ -156,7 +156,7 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
     run(
         &n,
         &format!(
-            "rm -f {marker}; tmux -L outer-{name} kill-server 2>/dev/null
+            "rm -f {marker}; tmux -L outer-{name} kill-server 2>/dev/null || true
              tmux -L outer-{name} new-session -d -x 120 -y 40 \
                'BOX_CONFIG_DIR=/root/.config/box-local BOX_STATE_DIR={state} OPERATOR_TOKEN=op-secret-42 ag-box attach {name}; sleep 30'
              for i in $(seq 100); do ag-box exec {name} -- tmux -S /run/box/{name}/sock/tmux.sock list-clients | grep -q . && exit 0; sleep 0.1; done
@@ -222,7 +222,7 @@ fn a_prompt_injected_agent_cannot_leave_its_box() {
         "ag-box-client\n"
     );
     assert_code(&run(&n, &format!("test -e {marker}")), 1, "");
-    run(&n, &format!("tmux -L outer-{name} kill-server; true")).ok();
+    run(&n, &format!("tmux -L outer-{name} kill-server || true")).ok();
     run(&n, &format!("ag-box park {name}")).ok();
 }
 

@@ -34,7 +34,7 @@ struct RealBinary<'a>(&'a Node);
 impl Drop for RealBinary<'_> {
     fn drop(&mut self) {
         self.0
-            .sh("mv -f /opt/box/bin/ag-box.real /opt/box/bin/ag-box 2>/dev/null; true");
+            .sh("mv -f /opt/box/bin/ag-box.real /opt/box/bin/ag-box 2>/dev/null || true");
     }
 }
 
@@ -133,7 +133,7 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
         "{RESTIC_ENV}; mkdir -p /root/doctor-data && head -c 200M /dev/urandom > /root/doctor-data/big
          restic backup --host doctor /root/doctor-data >/dev/null 2>&1 & pid=$!
          for i in $(seq 100); do restic list locks --no-lock | grep -q . && break; sleep 0.1; done
-         kill -9 $pid; wait $pid; rm -rf /root/doctor-data; true"
+         kill -9 $pid; wait $pid || true; rm -rf /root/doctor-data"
     ))
     .ok();
     let locked = check(&failed(&a.sh("ag-box doctor")), "repository locks");

@@ -85,7 +85,7 @@ fn an_up_cut_off_at_any_step_is_finished_by_the_next_up() {
         assert_eq!(
             c.a.sh(&format!(
                 "cat /root/{name}/b.txt /root/{name}/src/main.txt; test -e /root/{name}/a-edit.txt && echo EDIT-STILL-LIVE; \
-                 ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+                 ls -a /root | grep -c '^\\.{name}\\.ag-box-' || true"
             ))
             .ok()
             .stdout(),
@@ -181,7 +181,7 @@ fn a_delta_restore_cut_off_is_finished_by_the_next_up_without_a_fork() {
     assert_eq!(
         c.b.sh(&format!(
             "cd /root/{name}; cat a.txt src/main.txt; test -e gone.txt && echo GONE-STILL-THERE; \
-             ls -a /root | grep -c '^\\.{name}\\.ag-box-'; true"
+             ls -a /root | grep -c '^\\.{name}\\.ag-box-' || true"
         ))
         .ok()
         .stdout(),
@@ -228,7 +228,7 @@ fn a_node_whose_lease_was_taken_keeps_its_unsaved_work_as_a_fork() {
     ))
     .ok();
     // A dies as a power cut would end it: the box gone, the lease still A's.
-    c.a.sh(&format!("systemctl kill -s KILL boxrun-{name}; sleep 0.5; systemctl reset-failed boxrun-{name} 2>/dev/null; true"))
+    c.a.sh(&format!("systemctl kill -s KILL boxrun-{name}; sleep 0.5; systemctl reset-failed boxrun-{name} 2>/dev/null || true"))
         .ok();
     c.b.sh(&format!(
         "ag-box up {name} --node nodeB --force && ag-box exec {name} -- sh -c 'echo from-b > b.txt' && ag-box park {name}"
@@ -492,9 +492,9 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
     let name = "mounted";
     let proj = format!("/root/{name}");
     let mount = format!(
-        "umount {proj} 2>/dev/null; rm -rf {proj}; mkdir -p {proj} && mount -t tmpfs -o size=64m tmpfs {proj}"
+        "umount {proj} 2>/dev/null || true; rm -rf {proj}; mkdir -p {proj} && mount -t tmpfs -o size=64m tmpfs {proj}"
     );
-    c.c.sh(&format!("umount {proj} 2>/dev/null; true")).ok();
+    c.c.sh(&format!("umount {proj} 2>/dev/null || true")).ok();
     c.parked_box(name);
     c.a.sh(&format!(
         "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo one > one.txt' && ag-box park {name}"
@@ -507,7 +507,7 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
     let seen = c
         .c
         .sh(&format!(
-            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/src/main.txt; ls -A {proj} | grep -c ag-box; true"
+            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/src/main.txt; ls -A {proj} | grep -c ag-box || true"
         ))
         .ok()
         .stdout();
@@ -530,7 +530,7 @@ fn a_project_that_is_a_mount_point_is_restored_inside_it() {
     c.c.sh(&format!("ag-box up {name} --node nodeC")).ok();
     assert_eq!(
         c.c.sh(&format!(
-            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/two.txt {proj}/three.txt; ls -A {proj} | grep -c ag-box; true"
+            "mountpoint -q {proj} && echo mounted; cat {proj}/one.txt {proj}/two.txt {proj}/three.txt; ls -A {proj} | grep -c ag-box || true"
         ))
         .ok()
         .stdout(),
@@ -692,7 +692,7 @@ fn a_prune_or_a_globals_pull_cut_off_is_finished_by_the_next_one() {
     c.b.sh("ag-box globals pull").ok();
     assert_eq!(
         c.b.sh(&format!(
-            "cat {cred} /root/.gitconfig; ls -A /root | grep -c ag-box-globals; true"
+            "cat {cred} /root/.gitconfig; ls -A /root | grep -c ag-box-globals || true"
         ))
         .ok()
         .stdout(),

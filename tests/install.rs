@@ -63,8 +63,9 @@ struct TimersOff<'a>(&'a Node);
 
 impl Drop for TimersOff<'_> {
     fn drop(&mut self) {
-        self.0
-            .sh("systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1; true");
+        self.0.sh(
+            "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1 || true",
+        );
     }
 }
 
@@ -74,7 +75,7 @@ struct Parks<'a>(&'a Node, &'a str);
 impl Drop for Parks<'_> {
     fn drop(&mut self) {
         self.0.sh(&format!(
-            "systemctl is-active -q boxrun-{0} && ag-box park {0}; true",
+            "! systemctl is-active -q boxrun-{0} || ag-box park {0} || true",
             self.1
         ));
     }
@@ -252,7 +253,7 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     let tab = |line: &str, expect: &str| {
         let screen = a
             .sh(&format!(
-                "tmux -L tabs kill-server 2>/dev/null; tmux -L tabs new-session -d -x 200 -y 10 'bash -l'
+                "tmux -L tabs kill-server 2>/dev/null || true; tmux -L tabs new-session -d -x 200 -y 10 'bash -l'
                  sleep 1; tmux -L tabs send-keys '{line}' Tab
                  for i in $(seq 100); do tmux -L tabs capture-pane -p | grep -qF -- '{expect}' && break; sleep 0.1; done
                  tmux -L tabs capture-pane -p; tmux -L tabs kill-server"
@@ -303,7 +304,7 @@ impl Drop for Unstuck<'_> {
     fn drop(&mut self) {
         self.0.sh(&format!(
             "rm -rf {DROP_IN}; systemctl daemon-reload; systemctl reset-failed box-snapshot.service
-             curl -sf -X POST http://10.200.0.1:5002/__faults -d '[]' >/dev/null; true"
+             curl -sf -X POST http://10.200.0.1:5002/__faults -d '[]' >/dev/null || true"
         ));
     }
 }
@@ -370,7 +371,7 @@ fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
     let _relink = Relink(b);
     // Node B as if nothing had been installed by install.sh (the rig's binary stays).
     b.sh(
-        "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1
+        "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1 || true
           rm -f /etc/systemd/system/box-snapshot.* /etc/systemd/system/box-prune.* \
                 /usr/local/bin/ag-box /etc/sysctl.d/90-ag-box.conf
           rm -rf /etc/base-flake /tmp/ag-box-install.*

@@ -26,7 +26,7 @@ fn fresh_box(t: &dyn Target, pre: &str, name: &str, up_env: &str) {
         t,
         pre,
         &format!(
-            "ag-box stop {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+            "ag-box stop {name} >/dev/null 2>&1 || true; s=$BOX_STATE_DIR
              rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {home}/{name}
              set -e; mkdir -p {home}/{name}; echo v1 > {home}/{name}/keep.txt
              ag-box track {name} 2>&1; {up_env} ag-box up {name} 2>&1"
@@ -43,7 +43,7 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
         t,
         pre,
         &format!(
-            "ag-box park {name} >/dev/null 2>&1; s=$BOX_STATE_DIR
+            "ag-box park {name} >/dev/null 2>&1 || true; s=$BOX_STATE_DIR
              rm -rf $s/meta/{name}.json $s/local/{name}.json $s/homes/{name} {proj} {victim} {home}/planted-*-{name}
              rm -rf {home}/.codex/AGENTS.md {home}/.claude/agents
              set -e; mkdir -p {proj}/src {victim}; echo v1 > {proj}/src/main.txt
@@ -89,7 +89,7 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
             pre,
             &format!(
                 "stat -c '%U %a' {victim} {victim}/secret; cat {victim}/secret
-                 ls -d {home}/planted-*-{name} 2>/dev/null; ls -A {proj}"
+                 ls -d {home}/planted-*-{name} 2>/dev/null || true; ls -A {proj}"
             )
         )
         .ok()
@@ -127,7 +127,7 @@ fn links_a_box_plants_steer_nothing(t: &dyn Target, pre: &str, name: &str) {
         t,
         pre,
         &format!(
-            "ag-box park {name} >/dev/null 2>&1; rm -rf {home}/.codex/AGENTS.md {home}/.claude/agents {victim}"
+            "ag-box park {name} >/dev/null 2>&1 || true; rm -rf {home}/.codex/AGENTS.md {home}/.claude/agents {victim}"
         ),
     )
     .ok();
@@ -337,7 +337,7 @@ fn a_box_holds_no_terminal_of_the_operators(t: &dyn Target, pre: &str, name: &st
     let o = format!("outer-{name}");
     let script = format!(
         "{pre}
-         o={o}; tmux -L $o kill-server 2>/dev/null
+         o={o}; tmux -L $o kill-server 2>/dev/null || true
          tmux -L $o new-session -d -s $o -x 160 -y 40 'bash --norc --noprofile' || exit 9
          tmux -L $o set -g set-clipboard on
          screen() {{ tmux -L $o capture-pane -p -t $o; }}
@@ -726,7 +726,7 @@ print('flooding')
             t,
             pre,
             name,
-            "curl -s -m 20 -o /dev/null -w %{http_code} http://x.invalid/; true",
+            "curl -s -m 20 -o /dev/null -w %{http_code} http://x.invalid/ || true",
         )
     };
     let out = inside(
@@ -813,7 +813,7 @@ fn an_attach_ended_by_a_signal_gives_the_terminal_back(t: &dyn Target, pre: &str
         t,
         pre,
         &format!(
-            "o=stopped-{name}; tmux -L $o kill-server 2>/dev/null
+            "o=stopped-{name}; tmux -L $o kill-server 2>/dev/null || true
              tmux -L $o new-session -d -s $o -x 160 -y 40 'bash --norc --noprofile' || exit 9
              screen() {{ tmux -L $o capture-pane -p -t $o; }}
              until_shown() {{ for i in $(seq 300); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; return 1; }}

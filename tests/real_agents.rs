@@ -11,7 +11,7 @@ use common::{Checked, Cluster, Node, Target};
 const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
 const PORT: u16 = 18481;
 const HOMES: &str = "/var/lib/ag-box/homes";
-const STOP: &str = "[ -s /root/standin.pid ] && kill $(cat /root/standin.pid) 2>/dev/null; rm -f /root/standin.pid; true";
+const STOP: &str = "if [ -s /root/standin.pid ]; then kill $(cat /root/standin.pid) 2>/dev/null || true; fi; rm -f /root/standin.pid";
 
 /// The node's address on the rig's network.
 fn ip(n: &Node) -> &'static str {

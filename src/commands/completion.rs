@@ -10,9 +10,10 @@ use clap_complete::engine::CompletionCandidate;
 use super::{Ctx, record_cache_dir};
 use crate::config::Config;
 
-/// When the shell asks for completions, answer and exit; otherwise return.
-pub(crate) fn answer_if_asked() {
-    clap_complete::CompleteEnv::with_factory(crate::cli::command).complete();
+/// When the shell asks for completions, answer from the `command` definitions and exit;
+/// otherwise return.
+pub(crate) fn answer_if_asked(command: fn() -> clap::Command) {
+    clap_complete::CompleteEnv::with_factory(command).complete();
 }
 
 /// How long a <Tab> waits for the store before it answers from this node's record cache.
@@ -132,9 +133,9 @@ fn cached_names() -> Vec<(String, String)> {
 
 /// The man pages (ag-box.1 and one per verb, ag-box-up.1 ...) into `dir`: clap's sections, then
 /// EXAMPLES, EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO (`plan::manual`).
-pub(crate) fn man(dir: &Path) -> Result<()> {
+pub(crate) fn man(command: clap::Command, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut top = crate::cli::command().disable_help_subcommand(true);
+    let mut top = command.disable_help_subcommand(true);
     top.build();
     let mut pages = vec![(top.clone(), String::new())];
     for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {

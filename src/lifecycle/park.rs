@@ -28,7 +28,7 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
         return Err(not_up_here(name).into());
     }
     w.repo.ensure_repo()?;
-    let roots = snapshot::local_copy(&spec);
+    let roots = spec.local_copy();
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest
     // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
     let (taken, kept_manifest) = std::thread::scope(|s| {

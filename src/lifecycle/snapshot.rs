@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{World, not_up_here};
 use crate::error::UserError;
 use crate::plan::delta::{self, Manifest, Published};
-use crate::plan::restic::{BackupSpec, backup_args};
+use crate::plan::restic::BackupSpec;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::{account, bundle, history};
 use crate::store::events;
@@ -33,21 +33,6 @@ pub(crate) struct Taken {
     pub unchanged: bool,
 }
 
-const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
-
-/// The exclude files this node's snapshots (and restores in place) follow.
-pub(crate) fn exclude_files() -> Vec<PathBuf> {
-    [PathBuf::from(EXCLUDE_FILE)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect()
-}
-
-/// The box's local copy on this node: its project and its agent home.
-pub(crate) fn local_copy(spec: &BoxSpec) -> Vec<PathBuf> {
-    vec![spec.project.clone(), spec.agent_home.root.clone()]
-}
-
 fn backup_spec(
     w: &World,
     box_spec: &BoxSpec,
@@ -64,8 +49,9 @@ fn backup_spec(
         parent,
         restored_from_parent,
         excludes: box_spec.agent_home.snapshot_excludes(),
-        exclude_files: exclude_files(),
-        paths: local_copy(box_spec)
+        exclude_files: working_copy::exclude_files(),
+        paths: box_spec
+            .local_copy()
             .into_iter()
             .filter(|p| p.exists())
             .collect(),
@@ -153,7 +139,7 @@ pub(crate) fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState)
         copy.snapshot.clone(),
         copy.restored,
     );
-    Ok(w.repo.backup(&meta.name, &backup_args(&spec))?.id)
+    Ok(w.repo.backup(&spec)?.id)
 }
 
 /// Whether the project holds anything; an unreadable one is named.
@@ -300,7 +286,7 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
     };
     let holding = ours == Some(epoch);
     let box_spec = w.spec(meta);
-    let roots = local_copy(&box_spec);
+    let roots = box_spec.local_copy();
     let running = w.runtime.is_active(&box_spec);
     // Paused, the box cannot swap what restic reads (nor what the walk reads) for a link.
     let paused = if running {
@@ -341,7 +327,7 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
     let restored = copy.restored && copy.snapshot.is_some();
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
-    let backup = w.repo.backup(&meta.name, &backup_args(&spec))?;
+    let backup = w.repo.backup(&spec)?;
     let raceable = running && paused.is_none();
     drop(paused);
     crash::point("snapshot.after-backup");
@@ -438,7 +424,7 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
 /// Whether this node's copy of the box is still what its latest snapshot saved.
 pub(crate) fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
-    let digest = digest::of(&local_copy(&w.spec(meta)))?;
+    let digest = digest::of(&w.spec(meta).local_copy())?;
     Ok(unchanged_since_last(meta, &copy, &digest).is_some())
 }
 

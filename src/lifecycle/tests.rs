@@ -18,7 +18,7 @@ use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published};
-use crate::plan::restic::SnapshotInfo;
+use crate::plan::restic::{BackupSpec, FORK_TAG, SnapshotInfo, box_tag};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
@@ -26,7 +26,7 @@ use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{MetaStore, Step, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::freezer::Paused;
-use crate::sys::restic::Backup;
+use crate::sys::ports::Backup;
 
 #[derive(Default)]
 struct FakeRuntime {
@@ -86,8 +86,8 @@ struct FakeRepo {
     fetch_fails: Cell<bool>,
     /// (snapshot, paths) of every restore of only some paths.
     fetched: RefCell<Vec<(String, Vec<PathBuf>)>>,
-    /// The argv of the last backup.
-    last_backup: RefCell<Vec<String>>,
+    /// What the last backup was asked to take.
+    last_backup: RefCell<Option<BackupSpec>>,
     /// Each snapshot's tags.
     tags: RefCell<BTreeMap<String, Vec<String>>>,
     /// The next deletion of snapshots fails.
@@ -199,24 +199,19 @@ impl Repo for FakeRepo {
     fn ensure_repo(&self) -> Result<()> {
         Ok(())
     }
-    fn backup(&self, _: &str, args: &[String]) -> Result<Backup> {
+    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
         let n = self.next.get() + 1;
         self.next.set(n);
-        *self.last_backup.borrow_mut() = args.to_vec();
+        *self.last_backup.borrow_mut() = Some(spec.clone());
         let id = format!("snap{n}");
-        let paths = args.iter().skip_while(|a| *a != "--").skip(1);
-        for p in paths {
-            let p = Path::new(p);
+        for p in &spec.paths {
             cp(p, &self.tree(&id).join(p.strip_prefix("/").unwrap()));
         }
-        if args.windows(2).any(|w| w[0] == "--tag" && w[1] == "fork") {
+        let mut tags = vec![box_tag(&spec.name)];
+        if spec.fork {
             self.forks.borrow_mut().push(id.clone());
+            tags.push(FORK_TAG.to_string());
         }
-        let tags = args
-            .windows(2)
-            .filter(|w| w[0] == "--tag")
-            .map(|w| w[1].clone())
-            .collect();
         self.tags.borrow_mut().insert(id.clone(), tags);
         self.times
             .borrow_mut()
@@ -1119,11 +1114,13 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     n.parked();
     n.changed_elsewhere();
     up::up_here(&n.world(), "demo", false).unwrap();
+    // What makes restic judge files by size and time (`--ignore-inode`).
     let ignores_inodes = || {
         n.repo
             .last_backup
             .borrow()
-            .contains(&"--ignore-inode".into())
+            .as_ref()
+            .is_some_and(|b| b.parent.is_some() && b.restored_from_parent)
     };
     n.write("f.txt", "work");
     snapshot::take(&n.world(), &n.stored(), false).unwrap();

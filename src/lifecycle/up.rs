@@ -16,7 +16,7 @@ use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update};
 use crate::sys::copy_state::{self, CopyManifest, CopyState, PendingUp};
 use crate::sys::restic::short;
-use crate::sys::{agent_home, crash, digest, host, interrupt, restore};
+use crate::sys::{agent_home, crash, digest, host, interrupt, restore, working_copy};
 
 pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -251,7 +251,7 @@ fn finish(w: &World, name: &str) {
 fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> Result<()> {
     let state_dir = &w.config.state_dir;
     let spec = w.spec(meta);
-    let roots = snapshot::local_copy(&spec);
+    let roots = spec.local_copy();
     restore::recover_leftovers(&roots, &copy_state::swap_journal(state_dir, &meta.name))?;
     let mut copy = CopyState::load(state_dir, &meta.name)?;
     let copy_epoch = copy.epoch;
@@ -324,7 +324,7 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     crash::point("up.before-start");
     interrupt::check("the start")?;
     let mounts = spec.mounts(std::path::Path::exists);
-    let bwrap_args = spec.bwrap_args(&mounts, 3);
+    let bwrap_args = spec.bwrap_args(&mounts, crate::plan::sandbox::INFO_FD);
     let memory_max = meta
         .memory_max
         .as_deref()
@@ -402,7 +402,7 @@ fn restore_copy(
                     &s.id,
                     path,
                     &w.spec(meta).agent_home.snapshot_excludes(),
-                    &snapshot::exclude_files(),
+                    &working_copy::exclude_files(),
                 )
                 .with_context(|| format!("restoring {} in place", path.display()))?;
             crash::point("restore.mid-in-place");
@@ -510,7 +510,7 @@ fn in_place_paths(w: &World, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Vec<P
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
 /// Returns the snapshot the copy now equals (None: there is no copy).
 fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<Option<String>> {
-    let roots = snapshot::local_copy(&w.spec(meta));
+    let roots = w.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
     }

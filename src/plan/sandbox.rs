@@ -23,6 +23,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// The descriptor on which bwrap writes its info (the sandbox's pid): the anchor makes it so
+/// before it starts bwrap (`sys::runtime`).
+pub(crate) const INFO_FD: i32 = 3;
+
 use super::account::{self, Ids};
 use super::agent_home::{Access, AgentHome};
 use super::egress::{self, BoxPolicy};
@@ -202,6 +206,10 @@ impl BoxSpec {
         }
     }
 
+    /// The box's local copy on this node: its project and its agent home.
+    pub(crate) fn local_copy(&self) -> Vec<PathBuf> {
+        vec![self.project.clone(), self.agent_home.root.clone()]
+    }
     pub(crate) fn home(&self) -> &Path {
         &self.agent_home.home
     }
@@ -519,7 +527,7 @@ mod tests {
         let mounts = spec.mounts(|p| present.iter().any(|x| Path::new(x) == p));
         let own = "/var/lib/ag-box/homes/demo";
         assert_eq!(
-            spec.bwrap_args(&mounts, 3),
+            spec.bwrap_args(&mounts, INFO_FD),
             v(&[
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv",
@@ -644,7 +652,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            spec.bwrap_args(&claude[1..], 3)
+            spec.bwrap_args(&claude[1..], INFO_FD)
                 .windows(3)
                 .filter(|w| w[0].ends_with("bind-try"))
                 .map(|w| w.join(" "))
@@ -659,7 +667,7 @@ mod tests {
     #[test]
     fn nothing_of_the_host_home_but_the_shared_files_appears() {
         let spec = spec();
-        let args = spec.bwrap_args(&spec.mounts(|_| true), 3);
+        let args = spec.bwrap_args(&spec.mounts(|_| true), INFO_FD);
         let sources: Vec<&String> = args
             .windows(3)
             .filter(|w| w[0].starts_with("--bind") || w[0].starts_with("--ro-bind"))

@@ -16,6 +16,7 @@ pub(crate) mod host;
 pub(crate) mod interrupt;
 pub(crate) mod netns;
 pub(crate) mod nodes;
+pub(crate) mod ports;
 pub(crate) mod privs;
 pub(crate) mod proxy;
 pub(crate) mod pty;

@@ -15,9 +15,12 @@ use crate::error::UserError;
 use crate::plan::delta::{self, Change, Listed};
 use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
-use crate::plan::restic::{self as plan, ProgressMessage, SnapshotInfo, Version, box_tag};
+use crate::plan::restic::{
+    self as plan, BackupSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
+};
 use crate::plan::restic_key;
 use crate::store::MetaStore;
+use crate::sys::ports::{Backup, Repo};
 use crate::sys::{atomic, cmd, host, interrupt};
 
 enum Password {
@@ -784,21 +787,12 @@ pub(crate) struct LockInfo {
     pub pid: i64,
 }
 
-/// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
-pub(crate) struct Backup {
-    pub id: String,
-    pub unreadable: Vec<String>,
-    /// New and changed files, and the bytes they added to the repository.
-    pub files_added: u64,
-    pub bytes_added: u64,
-}
-
-impl crate::lifecycle::Repo for Restic {
+impl Repo for Restic {
     fn ensure_repo(&self) -> Result<()> {
         Restic::ensure_repo(self)
     }
-    fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
-        Restic::backup(self, label, args)
+    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
+        Restic::backup(self, &spec.name, &plan::backup_args(spec))
     }
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)

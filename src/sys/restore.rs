@@ -8,10 +8,10 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::lifecycle::Repo;
 use crate::plan::bundle::Contents;
 use crate::plan::delta::{Delta, ModeAndOwner};
 use crate::sys::box_tree::Tree;
+use crate::sys::ports::Repo;
 use crate::sys::{atomic, bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
@@ -473,7 +473,7 @@ mod tests {
         fn ensure_repo(&self) -> Result<()> {
             Ok(())
         }
-        fn backup(&self, _: &str, _: &[String]) -> Result<crate::sys::restic::Backup> {
+        fn backup(&self, _: &crate::plan::restic::BackupSpec) -> Result<crate::sys::ports::Backup> {
             anyhow::bail!("not used")
         }
         fn restore(&self, _: &str, target: &Path) -> Result<()> {

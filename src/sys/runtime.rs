@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use crate::config::RuntimeChoice;
 use crate::error::UserError;
 use crate::plan::account;
-use crate::plan::sandbox::BoxSpec;
+use crate::plan::sandbox::{BoxSpec, INFO_FD};
 use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
 use crate::sys::{atomic, cmd, freezer, host, netns};
@@ -481,11 +481,11 @@ pub(crate) fn anchor(
             {
                 return Err(std::io::Error::last_os_error());
             }
-            if fd == 3 {
-                if nix::libc::fcntl(3, nix::libc::F_SETFD, 0) < 0 {
+            if fd == INFO_FD {
+                if nix::libc::fcntl(INFO_FD, nix::libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else if nix::libc::dup2(fd, 3) < 0 {
+            } else if nix::libc::dup2(fd, INFO_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -827,7 +827,7 @@ fn join_cgroup(dir: &Path, limits: &[(&str, u64)], enter: bool) -> std::io::Resu
     joined
 }
 
-impl crate::lifecycle::BoxRuntime for Runtime {
+impl crate::sys::ports::BoxRuntime for Runtime {
     fn is_active(&self, spec: &BoxSpec) -> bool {
         Runtime::is_active(*self, spec)
     }

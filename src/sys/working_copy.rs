@@ -5,10 +5,20 @@ use std::fs;
 
 use anyhow::{Context, Result};
 
-use crate::lifecycle::snapshot;
 use crate::plan::diff::{Excludes, FileEntry};
 use crate::plan::restic::ALWAYS_EXCLUDED;
 use crate::plan::sandbox::BoxSpec;
+
+/// The operator's patterns of what no snapshot holds (`/opt/box/exclude.txt`).
+const EXCLUDE_FILE: &str = "/opt/box/exclude.txt";
+
+/// The exclude files this node's snapshots (and restores in place) follow.
+pub(crate) fn exclude_files() -> Vec<std::path::PathBuf> {
+    [std::path::PathBuf::from(EXCLUDE_FILE)]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect()
+}
 
 /// What a snapshot of the box leaves out: ag-box's own names, the agent home's shared files,
 /// and the exclude file's patterns that name no path.
@@ -21,7 +31,7 @@ pub(crate) fn excludes(spec: &BoxSpec) -> Result<Excludes> {
         paths: spec.agent_home.snapshot_excludes(),
         unfollowed: false,
     };
-    for f in snapshot::exclude_files() {
+    for f in exclude_files() {
         excludes.add_file_lines(
             &fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?,
         );
@@ -33,7 +43,8 @@ pub(crate) fn excludes(spec: &BoxSpec) -> Result<Excludes> {
 pub(crate) fn files(spec: &BoxSpec) -> Result<Vec<FileEntry>> {
     let excludes = excludes(spec)?;
     let mut out = Vec::new();
-    let mut stack: Vec<std::path::PathBuf> = snapshot::local_copy(spec)
+    let mut stack: Vec<std::path::PathBuf> = spec
+        .local_copy()
         .into_iter()
         .filter(|p| p.exists())
         .collect();

@@ -382,18 +382,18 @@ impl Cluster {
     pub(crate) fn parked_box(&self, name: &str) {
         // Forget an earlier run's box: park it wherever it is, then drop its record and snapshots.
         for n in self.all() {
-            n.sh(&format!("ag-box park {name} >/dev/null 2>&1; true"))
+            n.sh(&format!("ag-box park {name} >/dev/null 2>&1 || true"))
                 .ok();
         }
         self.a
-            .sh(&format!("ag-box drop {name} --yes >/dev/null 2>&1; true"))
+            .sh(&format!("ag-box drop {name} --yes >/dev/null 2>&1 || true"))
             .ok();
         for n in self.all() {
             n.sh(&format!(
-                "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null; umount /run/box/.netns/{name} 2>/dev/null; \
+                "systemctl stop boxrun-{name} boxnet-{name} 2>/dev/null || true; umount /run/box/.netns/{name} 2>/dev/null || true; \
                  rm -rf /run/box/.netns/{name} /root/{name} /root/.claude/projects/-root-{name} \
                  /var/lib/ag-box/local/{name}.json /var/lib/ag-box/local/manifest/{name}.json \
-                 /var/lib/ag-box/homes/{name}; true"
+                 /var/lib/ag-box/homes/{name}"
             ))
             .ok();
         }
@@ -430,7 +430,7 @@ impl Cluster {
 pub(crate) fn attach_and_type(t: &dyn Target, name: &str) -> String {
     let home = t.home();
     let out = t.sh(&format!(
-        "o=outer-{name}; tmux -L $o kill-server 2>/dev/null
+        "o=outer-{name}; tmux -L $o kill-server 2>/dev/null || true
          tmux -L $o new-session -d -s $o -x 160 -y 40 \"ag-box attach {name} 2>{home}/attach-{name}.err; echo attach-exit=\\$?; sleep 60\" || exit 9
          screen() {{ tmux -L $o capture-pane -p -t $o; }}
          until_shown() {{ for i in $(seq 200); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; return 1; }}
