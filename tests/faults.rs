@@ -363,8 +363,7 @@ fn record_writes_whose_answers_are_lost_are_recognised_as_ours() {
     .ok();
     set_faults(&c.a, &rule("PUT", name, "drop_after", 3));
     via_proxy(&c.a, &format!("ag-box park {name}")).ok();
-    // One snapshot (nothing changed while it ran) and the release: two of the three.
-    assert_eq!(faults_left(&c.a), 1, "park's writes were not all cut off");
+    assert_eq!(faults_left(&c.a), 0, "park's writes were not all cut off");
     assert_eq!(c.holder(name), None);
     assert!(!c.active("nodeA", name));
 
@@ -423,7 +422,7 @@ fn an_up_told_to_stop_hands_the_lease_back() {
                 "set -m  # SIGINT not ignored, as a script's '&' has it
                  rm -f /tmp/stopped-up.err; ag-box up {name} --node nodeA 2>/tmp/stopped-up.err & pid=$!
                  {}
-                 kill -{signal} $pid; wait $pid; rc=$?; cat /tmp/stopped-up.err >&2; exit $rc",
+                 kill -{signal} $pid; rc=0; wait $pid || rc=$?; cat /tmp/stopped-up.err >&2; exit $rc",
                 at_pause("/tmp/stopped-up.err")
             ),
         );

@@ -46,7 +46,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     let bad = format!("{home}/badbin-{name}");
     let failed = t.sh(&format!(
         "mkdir -p {bad} && printf '#!/bin/sh\\necho \"bwrap: Can not find source path /gone\" >&2\\nexit 1\\n' > {bad}/bwrap
-         chmod +x {bad}/bwrap; PATH={bad}:$PATH ag-box up {name}; rc=$?; rm -rf {bad}; exit $rc"
+         chmod +x {bad}/bwrap; rc=0; PATH={bad}:$PATH ag-box up {name} || rc=$?; rm -rf {bad}; exit $rc"
     ));
     assert_code(
         &failed,

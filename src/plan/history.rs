@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
+use super::event::Event;
 use crate::plan::restic::{FORK_TAG, SnapshotInfo, same_snapshot};
-use crate::store::events::Event;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct SnapshotRow {

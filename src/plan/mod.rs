@@ -8,6 +8,7 @@ pub(crate) mod delta;
 pub(crate) mod diff;
 pub(crate) mod doctor;
 pub(crate) mod egress;
+pub(crate) mod event;
 pub(crate) mod globals;
 pub(crate) mod history;
 pub(crate) mod json;

@@ -5,46 +5,12 @@
 
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
-
 use super::MetaStore;
 use super::lease::timestamp;
+pub(crate) use crate::plan::event::Event;
 
 /// Events kept per box by `prune` (the newest).
 pub(crate) const KEEP: usize = 500;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Event {
-    pub time: String,
-    pub node: String,
-    /// Who ran the command: the login user, and where they came from over ssh.
-    pub operator: String,
-    pub verb: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epoch: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<String>,
-    /// What else the operator should know (the node a lease was taken from, the settings set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// A snapshot's new and changed files, and the bytes they added.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files_added: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_added: Option<u64>,
-}
-
-impl Event {
-    /// Sorts by time, unique per node and verb at nanosecond resolution.
-    pub(crate) fn key(&self) -> String {
-        let compact: String = self
-            .time
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '.')
-            .collect();
-        format!("{compact}-{}-{}", self.node, self.verb)
-    }
-}
 
 /// `user@address` from the login user and `$SSH_CONNECTION` ("client port server port").
 pub(crate) fn operator_from(user: Option<&str>, ssh_connection: Option<&str>) -> String {

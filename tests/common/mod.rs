@@ -434,9 +434,10 @@ pub(crate) fn attach_and_type(t: &dyn Target, name: &str) -> String {
          tmux -L $o new-session -d -s $o -x 160 -y 40 \"ag-box attach {name} 2>{home}/attach-{name}.err; echo attach-exit=\\$?; sleep 60\" || exit 9
          screen() {{ tmux -L $o capture-pane -p -t $o; }}
          until_shown() {{ for i in $(seq 200); do screen | grep -Eq -- \"$1\" && return 0; sleep 0.1; done; return 1; }}
+         rc=0
          until_shown '\\[(box:|main\\])' && tmux -L $o send-keys -t $o 'echo typed-$((6*7))' Enter &&
-           until_shown '^typed-42' && tmux -L $o send-keys -t $o C-b d && until_shown 'attach-exit='
-         rc=$?; screen; cat {home}/attach-{name}.err; tmux -L $o kill-server; exit $rc"
+           until_shown '^typed-42' && tmux -L $o send-keys -t $o C-b d && until_shown 'attach-exit=' || rc=$?
+         screen; cat {home}/attach-{name}.err; tmux -L $o kill-server; exit $rc"
     ));
     assert_eq!(
         out.code(),
