@@ -35,6 +35,7 @@ macro_rules! out {
     ($($t:tt)*) => { println!($($t)*) };
 }
 
+mod atomic;
 mod cli;
 mod commands;
 mod config;
@@ -80,7 +81,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         } => commands::park::run(&name, accept_partial, json),
         Cmd::Stop { name } => commands::stop::run(&name),
-        Cmd::Snapshot(args) => commands::snapshot::run(&args),
+        Cmd::Snapshot(args) => {
+            commands::snapshot::run(args.name.as_deref(), args.accept_partial, args.json)
+        }
         Cmd::History { name, json, events } => commands::history::run(&name, json, events),
         Cmd::Diff {
             name,
@@ -97,7 +100,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
-        Cmd::Globals { action } => commands::globals::run(action),
+        Cmd::Globals { action } => commands::globals::run(match action {
+            cli::GlobalsAction::Push => commands::globals::Action::Push,
+            cli::GlobalsAction::Pull => commands::globals::Action::Pull,
+            cli::GlobalsAction::Auto => commands::globals::Action::Auto,
+            cli::GlobalsAction::Adopt { name } => commands::globals::Action::Adopt(name),
+        }),
         Cmd::Prune { dry_run } => commands::prune::run(dry_run),
         Cmd::Drop { name, yes, json } => commands::drop::run(&name, yes, json),
         Cmd::Set { name, settings } => commands::set::run(&name, &settings),

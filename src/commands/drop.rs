@@ -58,7 +58,7 @@ pub(crate) fn run(name: &str, yes: bool, json: bool) -> Result<()> {
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
     let confirmed = || if yes { Ok(()) } else { confirm(name) };
-    let dropped = drop::drop_box(&ctx.world(&restic), name, confirmed, ctx.now())?;
+    let dropped = drop::drop_box(&ctx.world(&restic), name, confirmed)?;
     say!(
         "dropped box '{name}': its record and {} are deleted; the files at {} are kept{}",
         crate::plan::text::count(dropped.snapshots.len(), "snapshot"),

@@ -4,7 +4,6 @@
 use anyhow::Result;
 
 use super::{Ctx, require_tools};
-use crate::cli::GlobalsAction;
 use crate::error::UserError;
 use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
@@ -13,17 +12,27 @@ use crate::sys::agent_home::{self, Adopted};
 use crate::sys::restic::short;
 use crate::sys::restore;
 
-pub(crate) fn run(action: GlobalsAction) -> Result<()> {
+/// What `globals` is asked to do.
+pub(crate) enum Action {
+    Push,
+    Pull,
+    /// Push or pull, as `BOX_GLOBALS_ROLE` says.
+    Auto,
+    /// Make the logins made inside this box the node's.
+    Adopt(String),
+}
+
+pub(crate) fn run(action: Action) -> Result<()> {
     let ctx = Ctx::load()?;
     let role = ctx.config.globals_role;
-    if !matches!(action, GlobalsAction::Adopt { .. }) {
+    if !matches!(action, Action::Adopt(_)) {
         require_tools(&["restic"])?;
     }
     match action {
-        GlobalsAction::Adopt { name } => adopt(&ctx, &name),
-        GlobalsAction::Push => push(&ctx, role),
-        GlobalsAction::Pull => pull(&ctx),
-        GlobalsAction::Auto => match role {
+        Action::Adopt(name) => adopt(&ctx, &name),
+        Action::Push => push(&ctx, role),
+        Action::Pull => pull(&ctx),
+        Action::Auto => match role {
             Some(Role::Push) => push(&ctx, role),
             Some(Role::Pull) => pull(&ctx),
             None => {

@@ -118,7 +118,7 @@ impl Ctx {
         }
         let probe_key = format!("probe/{}-{}", self.config.node, std::process::id());
         let ok = self.store.conditional_writes(&probe_key)?;
-        let saved = crate::sys::atomic::write(
+        let saved = crate::atomic::write(
             &cache,
             serde_json::json!({"store": store, "conditional_writes": ok})
                 .to_string()
@@ -186,6 +186,7 @@ impl Ctx {
             store: self.store.as_ref(),
             runtime: &self.runtime,
             repo,
+            clock: self.clock,
         }
     }
 

@@ -12,7 +12,7 @@ pub(crate) fn run(dry_run: bool) -> Result<()> {
     require_tools(&["restic"])?;
     let restic = ctx.restic()?;
     let world = ctx.world(&restic);
-    let plan = prune::plan(&world, ctx.now())?;
+    let plan = prune::plan(&world)?;
     for group in &plan.groups {
         for (id, reason) in &group.keep {
             out!("keep   {} {} ({reason})", group.label, short(id));

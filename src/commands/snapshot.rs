@@ -9,19 +9,20 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 
 use super::{Ctx, egress};
-use crate::cli::SnapshotArgs;
+use crate::atomic;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::{Taken, take};
 use crate::plan::active::{self, LastRun};
 use crate::plan::restic::Version;
 use crate::sys::restic::Restic;
-use crate::sys::{atomic, cmd, host};
+use crate::sys::{cmd, host};
 
-pub(crate) fn run(args: &SnapshotArgs) -> Result<()> {
+/// Snapshot box `name`, or every box running here when it is None (`--active`).
+pub(crate) fn run(name: Option<&str>, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
     // Each snapshot reads its own record: no store read need stand before the first starts.
-    let names: Vec<String> = match &args.name {
+    let names: Vec<String> = match name {
         Some(name) => vec![ctx.tracked(name)?.meta.name],
         None => ctx.active_box_names()?,
     };
@@ -31,7 +32,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> Result<()> {
     }
     restic.ensure_repo()?;
     let [name] = names.as_slice() else {
-        return snapshot_active(&ctx, &restic, &names, args.accept_partial, args.json);
+        return snapshot_active(&ctx, &restic, &names, accept_partial, json);
     };
     let world = ctx.world(&restic);
     let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
@@ -40,10 +41,10 @@ pub(crate) fn run(args: &SnapshotArgs) -> Result<()> {
         if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
             tracing::warn!("box '{name}': network policy not applied: {e:#}");
         }
-        take(&world, &current, args.accept_partial)
+        take(&world, &current, accept_partial)
     })?;
     let outcome = Outcome::of(&taken);
-    if args.json {
+    if json {
         print_report(&names, &[outcome], &[Some(taken.snapshot.id)])?;
     } else {
         out!("{name} {}{}", taken.snapshot.id, outcome.note());

@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::ls::network_label;
 use super::{Ctx, JSON_SCHEMA_VERSION};
+use crate::atomic;
 use crate::plan::egress::Mode;
 use crate::plan::{history, text};
 use crate::store::lease;
-use crate::sys::atomic;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 use crate::sys::{cmd, egress_log, freezer};

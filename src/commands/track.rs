@@ -34,7 +34,7 @@ pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> R
     ctx.require_safe_leases()?;
     let restic = ctx.restic()?;
     restic.require_repo()?;
-    let tracked = track::track(&ctx.world(&restic), name, &project, nix, ctx.now())?;
+    let tracked = track::track(&ctx.world(&restic), name, &project, nix)?;
     let meta = &tracked.meta;
     let pin = meta
         .pinned_node

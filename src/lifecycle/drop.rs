@@ -30,7 +30,6 @@ pub(crate) fn drop_box(
     w: &World,
     name: &str,
     confirm: impl FnOnce() -> Result<()>,
-    now: SystemTime,
 ) -> Result<Dropped> {
     let _lock = w.lock(name, "drop")?;
     let stored = w.tracked(name)?;
@@ -99,7 +98,7 @@ pub(crate) fn drop_box(
     }
     CopyState::remove(&w.config.state_dir, name)?;
     CopyManifest::remove(&w.config.state_dir, name)?;
-    let home_kept_at = set_aside_home(&spec, now)?;
+    let home_kept_at = set_aside_home(&spec, w.now())?;
     restore::remove_any(&spec.run_dir)
         .with_context(|| format!("removing {}", spec.run_dir.display()))?;
     w.store.put_delta(name, None)?;

@@ -16,6 +16,7 @@ pub(crate) mod track;
 pub(crate) mod up;
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use anyhow::Result;
 
@@ -37,6 +38,9 @@ pub(crate) struct World<'a> {
     pub store: &'a dyn MetaStore,
     pub runtime: &'a dyn BoxRuntime,
     pub repo: &'a dyn Repo,
+    /// The time records and leases are stamped with (a fixed one in tests). What is compared
+    /// with files' ctimes reads the system clock itself, as the filesystem does.
+    pub clock: fn() -> SystemTime,
 }
 
 impl World<'_> {
@@ -46,6 +50,10 @@ impl World<'_> {
 
     pub(crate) fn tracked(&self, name: &str) -> Result<Stored> {
         get_existing(self.store, name)
+    }
+
+    pub(crate) fn now(&self) -> SystemTime {
+        (self.clock)()
     }
 
     /// This command alone on the box, on this node.

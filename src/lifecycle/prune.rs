@@ -2,8 +2,6 @@
 //! before anything is removed), then forgetting the rest, one `restic prune`, and each box's
 //! history trimmed to its newest events.
 
-use std::time::SystemTime;
-
 use anyhow::Result;
 
 use super::World;
@@ -40,8 +38,8 @@ impl Plan {
     }
 }
 
-/// The plan at `now`: each box's last snapshot is kept whatever the keys say.
-pub(crate) fn plan(w: &World, now: SystemTime) -> Result<Plan> {
+/// The plan as of now: each box's last snapshot is kept whatever the keys say.
+pub(crate) fn plan(w: &World) -> Result<Plan> {
     let all = w.repo.snapshots()?;
     let records = w.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
@@ -60,7 +58,12 @@ pub(crate) fn plan(w: &World, now: SystemTime) -> Result<Plan> {
         .into_iter()
         .map(|(label, tag, pinned)| {
             let infos: Vec<&SnapshotInfo> = all.iter().filter(|s| s.tags.contains(&tag)).collect();
-            let kept = retention::plan(&snaps(&infos), w.config.retention, pinned.as_deref(), now);
+            let kept = retention::plan(
+                &snaps(&infos),
+                w.config.retention,
+                pinned.as_deref(),
+                w.now(),
+            );
             Group {
                 label,
                 keep: kept.keep,

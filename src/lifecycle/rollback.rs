@@ -3,8 +3,6 @@
 //! at the earlier snapshot, which the next `up` anywhere restores; a box held here is stopped,
 //! snapshotted, pointed back, and started again on the restored copy.
 
-use std::time::SystemTime;
-
 use anyhow::Result;
 
 use super::{World, snapshot, up};
@@ -93,7 +91,7 @@ pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String
 /// parked, on a box held here only while this node holds it.
 fn point_back(w: &World, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
     let here = &w.config.node;
-    let now = SystemTime::now();
+    let now = w.now();
     let refused = update(w.store, name, |m| {
         Ok(match (held, &m.lease) {
             (None, None) => Step::Write(

@@ -300,6 +300,7 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
     if paused.is_some() {
         crash::point("snapshot.paused");
     }
+    // The system clock, not the world's: it is compared with the files' ctimes.
     let began = unix_nanos(SystemTime::now());
     // The manifest only where a bound asks what changed.
     let (digest_before, manifest) = match w.config.snapshot_add_max {
@@ -344,7 +345,7 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
     if raceable {
         refuse_foreign_owners(w, &box_spec, &paths, &id, accept_partial)?;
     }
-    let now = SystemTime::now();
+    let now = w.now();
     let snapshot = SnapshotRef {
         id,
         at: timestamp(now),
@@ -453,7 +454,7 @@ fn renew_only(
 ) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &w.config.node;
-    let at = SystemTime::now();
+    let at = w.now();
     let ttl = w.config.lease_ttl;
     let forked = update_from(w.store, &meta.name, Some(stored.clone()), |m| {
         Ok(

@@ -395,6 +395,7 @@ impl Node {
             store: &self.store,
             runtime: &self.runtime,
             repo: &self.repo,
+            clock: SystemTime::now,
         }
     }
 
@@ -433,7 +434,7 @@ impl Node {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
         let w = self.world();
-        track::track(&w, "demo", &self.project(), false, SystemTime::now()).unwrap();
+        track::track(&w, "demo", &self.project(), false).unwrap();
         park::park(&w, "demo", false).unwrap();
     }
 
@@ -1316,7 +1317,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         .unreadable
         .borrow_mut()
         .push("open /f.txt: permission denied".into());
-    let e = track::track(&n.world(), "demo", &n.project(), false, SystemTime::now())
+    let e = track::track(&n.world(), "demo", &n.project(), false)
         .err()
         .unwrap();
     assert!(
@@ -1329,7 +1330,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         "this node's state of it stayed"
     );
     // Nothing is left in the way of tracking it again.
-    track::track(&n.world(), "demo", &n.project(), false, SystemTime::now()).unwrap();
+    track::track(&n.world(), "demo", &n.project(), false).unwrap();
     assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
     assert_eq!(n.copy().epoch, Some(1));
 }
@@ -1339,7 +1340,7 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
     let n = Node::new();
     n.parked();
     let again = |name: &str| {
-        track::track(&n.world(), name, &n.project(), false, SystemTime::now())
+        track::track(&n.world(), name, &n.project(), false)
             .err()
             .map(|e| (code(&e), format!("{e:#}")))
     };
@@ -1372,8 +1373,12 @@ fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
     assert!(!snapshots.is_empty());
     let home = n.world().spec(&n.meta()).agent_home.root;
     assert!(home.is_dir());
-    let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
-    let dropped = drop::drop_box(&n.world(), "demo", || Ok(()), at).unwrap();
+    let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
+    let w = World {
+        clock: at,
+        ..n.world()
+    };
+    let dropped = drop::drop_box(&w, "demo", || Ok(())).unwrap();
     assert_eq!(dropped.snapshots, snapshots);
     assert_eq!(
         dropped.home_kept_at,
@@ -1394,7 +1399,7 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let n = Node::new();
     n.parked();
     n.repo.delete_fails.set(true);
-    let e = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    let e = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
     assert!(
         format!("{e:#}").starts_with(
             "box 'demo': deleting its snapshots failed; run 'ag-box drop demo --yes' again"
@@ -1406,7 +1411,7 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     // Nothing but drop acts on a box being dropped.
     let up = up::up_here(&n.world(), "demo", false).unwrap_err();
     assert!(format!("{up:#}").contains("being dropped"), "{up:#}");
-    drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap();
+    drop::drop_box(&n.world(), "demo", || Ok(())).unwrap();
     assert!(n.store.get("demo").unwrap().is_none());
 }
 
@@ -1417,16 +1422,16 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
     let before = n.stored();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     let no = || Err(UserError::failed("confirmation did not match", "type the name").into());
-    drop::drop_box(&n.world(), "demo", no, SystemTime::now()).unwrap_err();
+    drop::drop_box(&n.world(), "demo", no).unwrap_err();
     up::up_here(&n.world(), "demo", false).unwrap();
-    let running = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    let running = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
     assert_eq!(
         format!("{running:#}"),
         "box 'demo' is running on this node; hint: run 'ag-box park demo' first"
     );
     park::park(&n.world(), "demo", false).unwrap();
     n.set_lease(Some(&lease_of("there", 9)));
-    let elsewhere = drop::drop_box(&n.world(), "demo", || Ok(()), SystemTime::now()).unwrap_err();
+    let elsewhere = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
     assert_eq!(code(&elsewhere), Some(Code::LeaseHeld));
     let after = n.meta();
     assert!(!after.dropping);
@@ -1451,7 +1456,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     let all: BTreeSet<String> = n.repo.box_snapshots("demo").unwrap().into_iter().collect();
     assert!(all.len() >= 3, "{all:?}");
     let last = n.meta().last_snapshot.unwrap().id;
-    let plan = prune::plan(&n.world(), SystemTime::now()).unwrap();
+    let plan = prune::plan(&n.world()).unwrap();
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
     let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.clone()).collect();
     assert!(kept.contains(&last), "{group:?}");

@@ -2,7 +2,6 @@
 //! are here), its agent home and owner, and its first snapshot; all undone when that fails.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
@@ -24,14 +23,8 @@ pub(crate) struct Tracked {
     pub snapshot: String,
 }
 
-/// Track the directory `project` (canonical) as box `name`, at `now`.
-pub(crate) fn track(
-    w: &World,
-    name: &str,
-    project: &Path,
-    nix: bool,
-    now: SystemTime,
-) -> Result<Tracked> {
+/// Track the directory `project` (canonical) as box `name`.
+pub(crate) fn track(w: &World, name: &str, project: &Path, nix: bool) -> Result<Tracked> {
     refuse_overlap(w, name, project, [])?;
     let _lock = w.lock(name, "track")?;
     let existing = w.store.list()?;
@@ -54,6 +47,7 @@ pub(crate) fn track(
     let node = &w.config.node;
     let pinned = project.join(".auth-secret").exists().then(|| node.clone());
     let ids = free_ids(name, &existing)?;
+    let now = w.now();
     let fresh = Meta {
         version: META_VERSION,
         name: name.to_string(),

@@ -92,7 +92,7 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
         copy.save(state_dir, name)?;
     }
     crash::point("up.after-intent");
-    let now = SystemTime::now();
+    let now = w.now();
     let ttl = w.config.lease_ttl;
     // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
     // any other failure may hide a write that landed: then the intent stays for the next `up`.

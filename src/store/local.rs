@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
-use crate::sys::atomic;
+use crate::atomic;
 
 pub(crate) struct LocalStore {
     dir: PathBuf,

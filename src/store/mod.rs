@@ -101,18 +101,22 @@ pub(crate) fn unknown_box(name: &str) -> UserError {
 
 /// A fresh operation id for one record write.
 fn op_id() -> String {
-    let mut bytes = [0u8; 12];
-    if crate::sys::host::random_bytes(&mut bytes).is_err() {
-        // Unique enough without entropy: this process, this instant.
-        let nanos = std::time::SystemTime::now()
+    use std::hash::{BuildHasher, Hasher};
+    // Unique, not secret: std's hasher keys come from the OS's entropy, fresh per thread; this
+    // process and instant are hashed in.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes[..4].copy_from_slice(&std::process::id().to_le_bytes());
-        // The low bits are the ones that vary.
-        #[allow(clippy::cast_possible_truncation)]
-        let low = nanos as u64;
-        bytes[4..].copy_from_slice(&low.to_le_bytes());
-    }
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let high = hasher.finish();
+    hasher.write_u8(1);
+    let low = hasher.finish();
+    let mut bytes = [0u8; 12];
+    bytes[..8].copy_from_slice(&high.to_le_bytes());
+    bytes[8..].copy_from_slice(&low.to_le_bytes()[..4]);
     crate::plan::text::hex(&bytes)
 }
 

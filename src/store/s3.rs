@@ -19,9 +19,9 @@ use tokio::runtime::Runtime;
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, MetaStore, Stored, Version};
+use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
-use crate::sys::atomic;
 
 /// Record reads a listing keeps in flight.
 const READS_IN_FLIGHT: usize = 32;

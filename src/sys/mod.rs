@@ -1,7 +1,6 @@
 //! Everything that touches the world: processes, restic, systemd, tmux, files.
 
 pub(crate) mod agent_home;
-pub(crate) mod atomic;
 pub(crate) mod box_lock;
 pub(crate) mod box_tree;
 pub(crate) mod bundle;

@@ -805,14 +805,14 @@ mod tests {
         );
         assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 403"));
         let file = proxy.dir.path().join("egress.json");
-        crate::sys::atomic::write(
+        crate::atomic::write(
             &file,
             policy(&[format!("127.0.0.1:{port}")]).as_bytes(),
             0o600,
         )
         .unwrap();
         assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 200"));
-        crate::sys::atomic::write(&file, b"{not json", 0o600).unwrap();
+        crate::atomic::write(&file, b"{not json", 0o600).unwrap();
         let answer = proxy.exchange(&get, None);
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         assert!(answer.contains("invalid"), "{answer}");

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::atomic;
 use crate::config::{Config, Secret};
 use crate::error::UserError;
 use crate::plan::delta::{self, Change, Listed};
@@ -21,7 +22,7 @@ use crate::plan::restic::{
 use crate::plan::restic_key;
 use crate::store::MetaStore;
 use crate::sys::ports::{Backup, Repo};
-use crate::sys::{atomic, cmd, host, interrupt};
+use crate::sys::{cmd, host, interrupt};
 
 enum Password {
     Value(Secret),

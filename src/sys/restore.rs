@@ -8,11 +8,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::atomic;
 use crate::plan::bundle::Contents;
 use crate::plan::delta::{Delta, ModeAndOwner};
 use crate::sys::box_tree::Tree;
 use crate::sys::ports::Repo;
-use crate::sys::{atomic, bundle, cmd, crash, host};
+use crate::sys::{bundle, cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path

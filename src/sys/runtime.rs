@@ -14,13 +14,14 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::atomic;
 use crate::config::RuntimeChoice;
 use crate::error::UserError;
 use crate::plan::account;
 use crate::plan::sandbox::{BoxSpec, INFO_FD};
 use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
-use crate::sys::{atomic, cmd, freezer, host, netns};
+use crate::sys::{cmd, freezer, host, netns};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runtime {
