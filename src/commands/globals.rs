@@ -100,6 +100,9 @@ fn pull(ctx: &Ctx) -> Result<()> {
 }
 
 fn adopt(ctx: &Ctx, name: &str) -> Result<()> {
+    ctx.tracked(name)?;
+    // No `up` may start the box while its files move: its agent would refresh the old login.
+    let _lock = ctx.lock_box(name, "globals adopt")?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec(&meta);
     if ctx.runtime.is_active(&spec) {

@@ -23,6 +23,7 @@ pub(crate) mod stop;
 pub(crate) mod track;
 pub(crate) mod up;
 
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Result;
@@ -30,7 +31,9 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::error::UserError;
 use crate::lifecycle::{self, Repo, World};
+use crate::plan::delta::{Change, Listed};
 use crate::plan::names;
+use crate::plan::restic::{BackupSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
@@ -39,6 +42,7 @@ use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::cmd;
 use crate::sys::copy_state::CopyState;
+use crate::sys::ports::Backup;
 use crate::sys::restic::Restic;
 use crate::sys::runtime::Runtime;
 
@@ -256,4 +260,76 @@ pub(crate) fn require_tools(tools: &[&str]) -> Result<()> {
         cmd::require(t)?;
     }
     Ok(())
+}
+
+/// The repository as a sequence sees it, opened (with this node's key, which it may add) only
+/// when the sequence first uses it: a sequence that refuses before that changes nothing there.
+pub(crate) struct LazyRestic<'a> {
+    ctx: &'a Ctx,
+    opened: std::cell::OnceCell<Restic>,
+}
+
+impl<'a> LazyRestic<'a> {
+    pub(crate) fn new(ctx: &'a Ctx) -> Self {
+        LazyRestic {
+            ctx,
+            opened: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> Result<&Restic> {
+        if let Some(r) = self.opened.get() {
+            return Ok(r);
+        }
+        let r = self.ctx.restic()?;
+        Ok(self.opened.get_or_init(|| r))
+    }
+}
+
+impl Repo for LazyRestic<'_> {
+    fn ensure_repo(&self) -> Result<()> {
+        Repo::ensure_repo(self.get()?)
+    }
+    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
+        Repo::backup(self.get()?, spec)
+    }
+    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+        Repo::restore(self.get()?, snapshot_id, target)
+    }
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Repo::snapshots(self.get()?)
+    }
+    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+        self.get()?.box_snapshots(name)
+    }
+    fn forget(&self, ids: &[String]) -> Result<()> {
+        Repo::forget(self.get()?, ids)
+    }
+    fn prune(&self) -> Result<()> {
+        Repo::prune(self.get()?)
+    }
+    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+        self.get()?.changes(from, to)
+    }
+    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>> {
+        self.get()?.listing(snapshot_id)
+    }
+    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        Repo::restore_only(self.get()?, snapshot_id, target, paths)
+    }
+    fn master_key(&self) -> Result<[u8; 64]> {
+        Repo::master_key(self.get()?)
+    }
+    fn restores_in_place(&self) -> bool {
+        self.get().is_ok_and(Repo::restores_in_place)
+    }
+    fn restore_path(
+        &self,
+        snapshot_id: &str,
+        path: &Path,
+        excludes: &[PathBuf],
+        exclude_files: &[PathBuf],
+    ) -> Result<()> {
+        Repo::restore_path(self.get()?, snapshot_id, path, excludes, exclude_files)
+    }
 }

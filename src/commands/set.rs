@@ -24,12 +24,16 @@ pub(crate) fn run(name: &str, assignments: &[String]) -> Result<()> {
     );
     let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
     let egress_changed = assignments.iter().any(|a| is_egress(&a));
-    let mut later: Vec<&str> = assignments
+    let mut later: Vec<&str> = Vec::new();
+    for key in assignments
         .iter()
         .filter(|a| !is_egress(a))
         .filter_map(|a| a.split_once('=').map(|(key, _)| key))
-        .collect();
-    later.dedup();
+    {
+        if !later.contains(&key) {
+            later.push(key);
+        }
+    }
     if !later.is_empty() {
         say!(
             "box '{name}': {} take{} effect at the next 'ag-box up'",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Ctx, require_tools};
+use super::{Ctx, LazyRestic, require_tools};
 use crate::lifecycle::track;
 use crate::plan::names;
 use crate::sys::restic::short;
@@ -31,10 +31,12 @@ pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> R
     let ctx = Ctx::load()?;
     let project = track::project_dir(&ctx.config.home, name, path)?;
     require_tools(&["restic"])?;
-    ctx.require_safe_leases()?;
-    let restic = ctx.restic()?;
-    restic.require_repo()?;
-    let tracked = track::track(&ctx.world(&restic), name, &project, nix)?;
+    let restic = LazyRestic::new(&ctx);
+    let ready = || {
+        ctx.require_safe_leases()?;
+        restic.get()?.require_repo()
+    };
+    let tracked = track::track(&ctx.world(&restic), name, &project, nix, ready)?;
     let meta = &tracked.meta;
     let pin = meta
         .pinned_node

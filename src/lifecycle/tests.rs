@@ -434,7 +434,7 @@ impl Node {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
         let w = self.world();
-        track::track(&w, "demo", &self.project(), false).unwrap();
+        track::track(&w, "demo", &self.project(), false, || Ok(())).unwrap();
         park::park(&w, "demo", false).unwrap();
     }
 
@@ -1317,7 +1317,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         .unreadable
         .borrow_mut()
         .push("open /f.txt: permission denied".into());
-    let e = track::track(&n.world(), "demo", &n.project(), false)
+    let e = track::track(&n.world(), "demo", &n.project(), false, || Ok(()))
         .err()
         .unwrap();
     assert!(
@@ -1330,7 +1330,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         "this node's state of it stayed"
     );
     // Nothing is left in the way of tracking it again.
-    track::track(&n.world(), "demo", &n.project(), false).unwrap();
+    track::track(&n.world(), "demo", &n.project(), false, || Ok(())).unwrap();
     assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
     assert_eq!(n.copy().epoch, Some(1));
 }
@@ -1340,7 +1340,7 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
     let n = Node::new();
     n.parked();
     let again = |name: &str| {
-        track::track(&n.world(), name, &n.project(), false)
+        track::track(&n.world(), name, &n.project(), false, || Ok(()))
             .err()
             .map(|e| (code(&e), format!("{e:#}")))
     };

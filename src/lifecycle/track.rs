@@ -23,8 +23,15 @@ pub(crate) struct Tracked {
     pub snapshot: String,
 }
 
-/// Track the directory `project` (canonical) as box `name`.
-pub(crate) fn track(w: &World, name: &str, project: &Path, nix: bool) -> Result<Tracked> {
+/// Track the directory `project` (canonical) as box `name`; `ready` checks the store and the
+/// repository once every refusal is past, right before the record is written.
+pub(crate) fn track(
+    w: &World,
+    name: &str,
+    project: &Path,
+    nix: bool,
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<Tracked> {
     refuse_overlap(w, name, project, [])?;
     let _lock = w.lock(name, "track")?;
     let existing = w.store.list()?;
@@ -67,6 +74,7 @@ pub(crate) fn track(w: &World, name: &str, project: &Path, nix: bool) -> Result<
     };
     // The files live here, so this node holds the box until it is parked.
     let meta = lease::acquire(&fresh, node, now, w.config.lease_ttl);
+    ready()?;
     let Some(meta) = store::create(w.store, meta)? else {
         return Err(already_tracked(name).into());
     };

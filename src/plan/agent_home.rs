@@ -91,7 +91,7 @@ fn in_own_dir(rel: &str) -> bool {
 
 /// What an agent's login writes: its credentials and keyed config. Shared from the node when
 /// the node has them; a login made inside a box on a node without them lands in the box's own
-/// agent home, which no snapshot carries (`globals adopt` makes it the node's).
+/// agent home, which no snapshot carries (`globals adopt` makes its credentials the node's).
 pub(crate) fn logins() -> impl Iterator<Item = &'static str> {
     CREDENTIALS.iter().chain(KEYED_CONFIG).copied()
 }

@@ -95,8 +95,10 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
 /// A login file's largest size (a token file is a few KiB).
 const LOGIN_MAX: u64 = 1 << 20;
 
-/// Logins made inside the box: a login file (`plan::agent_home::logins`) in its own agent
-/// home where the node has none, so nothing was bound over it. No snapshot carries them.
+/// Logins made inside the box: a credential file (`plan::agent_home::CREDENTIALS`) in its own
+/// agent home where the node has none, so nothing was bound over it. No snapshot carries them.
+/// (A keyed config is never one: it also says where the agent sends its requests, and no box
+/// may choose that for the node.)
 pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
     let root = &spec.agent_home.root;
     if !root.exists() {
@@ -104,13 +106,13 @@ pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
     }
     let tree = Tree::open(root)?;
     let mut found = Vec::new();
-    for rel in crate::plan::agent_home::logins() {
+    for rel in crate::plan::agent_home::CREDENTIALS {
         if spec.home().join(rel).exists() {
             continue;
         }
         let st = tree.stat(Path::new(rel))?;
         if st.is_some_and(|st| st.st_size > 0) {
-            found.push(rel);
+            found.push(*rel);
         }
     }
     Ok(found)
@@ -125,16 +127,17 @@ pub(crate) enum Adopted {
     NodeHasOne(PathBuf),
 }
 
-/// The box's own logins made the node's: read from the agent home with no link followed (a
-/// regular JSON file, at most 1 MiB), written beside the node's other files, never over one,
-/// then removed from the box. The next start binds the node's file, shared as any other.
+/// The box's own logins made the node's: each read from the agent home with no link followed
+/// (a regular JSON file, at most 1 MiB), all of them checked before any moves; each written
+/// beside the node's other files, never over one, then removed from the box. The next start
+/// binds the node's file, shared as any other.
 pub(crate) fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)>> {
-    let mut done = Vec::new();
     let own = own_logins(spec)?;
     if own.is_empty() {
-        return Ok(done);
+        return Ok(Vec::new());
     }
     let tree = Tree::open(&spec.agent_home.root)?;
+    let mut read = Vec::new();
     for rel in own {
         let Some(bytes) = tree.read_file(Path::new(rel), LOGIN_MAX)? else {
             continue;
@@ -143,9 +146,13 @@ pub(crate) fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)
         serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| {
             crate::error::UserError::failed(
                 format!("box '{}': its {shown} is not a login file ({e})", spec.name),
-                "nothing was adopted from it; log in again inside the box",
+                "nothing was adopted; log in again inside the box",
             )
         })?;
+        read.push((rel, bytes));
+    }
+    let mut done = Vec::new();
+    for (rel, bytes) in read {
         let dest = spec.home().join(rel);
         let dir = dest.parent().unwrap_or(spec.home());
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -668,9 +668,15 @@ fn end_what_runs_on(spec: &BoxSpec) -> Result<()> {
     );
     let deadline = Instant::now() + STOP_TIMEOUT;
     while left.iter().any(live) {
+        // cgroup.kill (cgroup v2, Linux 5.14) takes a whole cgroup at once, and the v2 cgroup
+        // holds every process of the box's v1 ones too. Only without it, one pid at a time
+        // (a pid that ends and is reused in between could be hit: old kernels only).
+        let mut killed_whole = false;
         for dir in left.iter().filter(|d| live(d)) {
-            // cgroup.kill (Linux 5.14) takes the whole cgroup at once; else one by one.
-            if fs::write(dir.join("cgroup.kill"), "1").is_err() {
+            killed_whole |= fs::write(dir.join("cgroup.kill"), "1").is_ok();
+        }
+        if !killed_whole {
+            for dir in left.iter().filter(|d| live(d)) {
                 for pid in cgroup_pids(dir) {
                     let _ = kill(pid, Signal::SIGKILL);
                 }
