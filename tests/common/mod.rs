@@ -198,12 +198,14 @@ impl Target for Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        // Stop any box this test left running and release its network namespace, then remove
-        // its files.
+        // Stop any box this test left running, remove the cgroups it ran in (once its
+        // processes are gone) and release its network namespace, then remove its files.
         let _ = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null; rm -rf \"$d\"; }}; done
+                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null
+                   [ -f \"$d/cgroups\" ] && while read -r c; do for i in $(seq 50); do rmdir \"$c\" 2>/dev/null && break; [ -d \"$c\" ] || break; sleep 0.1; done; done < \"$d/cgroups\"
+                   rm -rf \"$d\"; }}; done
                  for m in {0}/state/meta/*.json; do [ -e \"$m\" ] || continue; p=/run/box/.netns/$(basename \"$m\" .json); umount -l \"$p\" 2>/dev/null; rm -f \"$p\"; done; true",
                 self.base.display()
             ))
