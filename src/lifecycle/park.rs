@@ -6,7 +6,7 @@ use anyhow::Result;
 use super::{World, not_up_here, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
-use crate::store::{Step, events, update};
+use crate::store::{Step, events, update_from};
 use crate::sys::copy_state::{CopyManifest, CopyState};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest};
@@ -29,12 +29,13 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
     }
     w.repo.ensure_repo()?;
     let roots = spec.local_copy();
+    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest
     // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
     let (taken, kept_manifest) = std::thread::scope(|s| {
         let kept = s.spawn(|| CopyManifest::load(&w.config.state_dir, name));
         (
-            snapshot::take(w, &stored, accept_partial),
+            snapshot::take(w, &stored, &mut copy, accept_partial),
             kept.join().ok().flatten(),
         )
     });
@@ -61,16 +62,12 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
             tracing::info!(
                 "box '{name}': nothing changed during its snapshot; it is the final one"
             );
-            CopyState {
-                digest: Some(after),
-                ..CopyState::load(&w.config.state_dir, name)?
-            }
-            .save(&w.config.state_dir, name)?;
+            copy.record(|c| c.digest = Some(after))?;
             final_manifest = Some(manifest);
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
-            let now = w.tracked(name)?;
-            taken = snapshot::take(w, &now, accept_partial).map_err(|e| {
+            let record = taken.record.clone();
+            taken = snapshot::take(w, &record, &mut copy, accept_partial).map_err(|e| {
                 e.context(format!(
                     "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
                 ))
@@ -80,7 +77,7 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
     if let Some(lost) = taken.forked {
         // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.
         w.runtime.stop(&spec)?;
-        CopyState::default().save(&w.config.state_dir, name)?;
+        copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &taken.snapshot.id).into());
     }
     let final_manifest = match final_manifest {
@@ -98,7 +95,8 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
     crash::point("park.before-release");
     let epoch = taken.epoch;
     let snapshot = taken.snapshot;
-    let lost = update(w.store, name, |m| {
+    // On the record as the snapshot left it: the sequence read it once, at its start.
+    let lost = update_from(w.store, name, Some(taken.record), |m| {
         Ok(
             match lease::release(m, &here, epoch, Some(snapshot.clone())) {
                 Ok(next) => Step::Write(next, None),
@@ -107,17 +105,15 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
         )
     })?;
     if let Some(lost) = lost {
-        CopyState::default().save(&w.config.state_dir, name)?;
+        copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &snapshot.id).into());
     }
     // The last snapshot (and its digest) were recorded by `take`; the lease is gone, and so is
     // whatever an `up` cut off here had left to finish.
-    CopyState {
-        epoch: None,
-        pending_up: None,
-        ..CopyState::load(&w.config.state_dir, name)?
-    }
-    .save(&w.config.state_dir, name)?;
+    copy.record(|c| {
+        c.epoch = None;
+        c.pending_up = None;
+    })?;
     events::record(
         w.store,
         &here,

@@ -34,7 +34,8 @@ pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String
                 w.runtime.stop(&spec)?;
             }
             // Stopped, so the snapshot is all of it and the copy is known to equal it.
-            let taken = snapshot::take(w, &stored, false).map_err(|e| {
+            let mut copy = CopyState::journal(&w.config.state_dir, name)?;
+            let taken = snapshot::take(w, &stored, &mut copy, false).map_err(|e| {
                 e.context(format!(
                     "box '{name}': the snapshot before the rollback failed; nothing was rolled back{}",
                     if running { format!(" (the box is stopped: 'ag-box up {name}' starts it again)") } else { String::new() }
@@ -43,11 +44,7 @@ pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String
             if let Some(lost) = taken.forked {
                 return Err(lost_lease(name, &lost).into());
             }
-            CopyState {
-                stale: true,
-                ..CopyState::load(&w.config.state_dir, name)?
-            }
-            .save(&w.config.state_dir, name)?;
+            copy.record(|c| c.stale = true)?;
             crash::point("rollback.after-snapshot");
             point_back(w, name, to, Some(taken.epoch))?;
             crash::point("rollback.after-point-back");

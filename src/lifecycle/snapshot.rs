@@ -14,10 +14,10 @@ use crate::plan::{account, bundle, history};
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
-use crate::store::{Step, Stored, update_from};
+use crate::store::{Step, Stored, update_record};
 use crate::sys::bundle as sys_bundle;
 use crate::sys::copy_state::CopyManifest;
-use crate::sys::copy_state::CopyState;
+use crate::sys::copy_state::{CopyJournal, CopyState};
 use crate::sys::restic::short;
 use crate::sys::{crash, digest, host, working_copy};
 
@@ -31,6 +31,9 @@ pub(crate) struct Taken {
     pub epoch: u64,
     /// Nothing changed since the box's last snapshot: none was taken, the lease was renewed.
     pub unchanged: bool,
+    /// The box's record as this snapshot left it, with its version: the sequence's next write
+    /// goes on from it without reading it again.
+    pub record: Stored,
 }
 
 fn backup_spec(
@@ -268,10 +271,15 @@ fn refuse_foreign_owners(
 /// `accept_partial`.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+pub(crate) fn take(
+    w: &World,
+    stored: &Stored,
+    journal: &mut CopyJournal,
+    accept_partial: bool,
+) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &w.config.node;
-    let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
+    let copy = journal.state().clone();
     if !accept_partial && let Some(why) = partial_before(meta, &copy) {
         return Err(partial(&meta.name, &why).into());
     }
@@ -310,7 +318,15 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
     tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
         // Nothing to save: the lease is renewed with the snapshot it has.
-        return renew_only(w, stored, epoch, last, digest_before, accept_partial);
+        return renew_only(
+            w,
+            stored,
+            journal,
+            epoch,
+            last,
+            digest_before,
+            accept_partial,
+        );
     }
     // A stopped box does not change while it is saved: what is saved is what the digest says.
     let digest = (!running).then(|| digest_before.clone());
@@ -353,10 +369,10 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
         epoch,
         paths: paths.clone(),
     };
-    let forked = if holding {
+    let (forked, record) = if holding {
         let ttl = w.config.lease_ttl;
         // The record as read before the backup: rewritten meanwhile, the write conflicts.
-        update_from(w.store, &meta.name, Some(stored.clone()), |m| {
+        update_record(w.store, &meta.name, Some(stored.clone()), |m| {
             Ok(
                 match lease::renew(m, node, epoch, Some(snapshot.clone()), now, ttl) {
                     Ok(next) => Step::Write(next, None),
@@ -365,9 +381,12 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
             )
         })?
     } else {
-        Some(LeaseLost {
-            now_held_by: meta.lease.clone(),
-        })
+        (
+            Some(LeaseLost {
+                now_held_by: meta.lease.clone(),
+            }),
+            stored.clone(),
+        )
     };
     if let Some(lost) = &forked {
         let holder = lost.now_held_by.as_ref().map_or("nobody".to_string(), |l| {
@@ -391,34 +410,36 @@ pub(crate) fn take(w: &World, stored: &Stored, accept_partial: bool) -> Result<T
             ..Default::default()
         },
     );
-    CopyState {
-        snapshot: forked.is_none().then(|| snapshot.id.clone()),
-        paths: paths.clone(),
-        epoch: Some(epoch),
-        digest: digest.filter(|_| forked.is_none()),
-        running_digest: running
-            .then(|| digest_before.clone())
-            .filter(|_| forked.is_none()),
-        restored: forked.is_some() && copy.restored,
-        project_had_files: if forked.is_none() {
-            had_files
-        } else {
-            copy.project_had_files
-        },
-        snapshot_began: if forked.is_none() {
-            Some(began)
-        } else {
-            copy.snapshot_began
-        },
-        ..copy
-    }
-    .save(&w.config.state_dir, &meta.name)?;
+    journal.record(|c| {
+        *c = CopyState {
+            snapshot: forked.is_none().then(|| snapshot.id.clone()),
+            paths: paths.clone(),
+            epoch: Some(epoch),
+            digest: digest.filter(|_| forked.is_none()),
+            running_digest: running
+                .then(|| digest_before.clone())
+                .filter(|_| forked.is_none()),
+            restored: forked.is_some() && copy.restored,
+            project_had_files: if forked.is_none() {
+                had_files
+            } else {
+                copy.project_had_files
+            },
+            snapshot_began: if forked.is_none() {
+                Some(began)
+            } else {
+                copy.snapshot_began
+            },
+            ..copy
+        };
+    })?;
     Ok(Taken {
         snapshot,
         forked,
         digest_before,
         epoch,
         unchanged: false,
+        record,
     })
 }
 
@@ -447,6 +468,7 @@ fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<Snap
 fn renew_only(
     w: &World,
     stored: &Stored,
+    journal: &mut CopyJournal,
     epoch: u64,
     last: SnapshotRef,
     digest_before: String,
@@ -456,7 +478,7 @@ fn renew_only(
     let node = &w.config.node;
     let at = w.now();
     let ttl = w.config.lease_ttl;
-    let forked = update_from(w.store, &meta.name, Some(stored.clone()), |m| {
+    let (forked, record) = update_record(w.store, &meta.name, Some(stored.clone()), |m| {
         Ok(
             match lease::renew(m, node, epoch, m.last_snapshot.clone(), at, ttl) {
                 Ok(next) => Step::Write(next, None),
@@ -466,14 +488,11 @@ fn renew_only(
     })?;
     if forked.is_some() {
         // Taken over meanwhile: a real snapshot keeps this node's files as a fork.
-        let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
-        CopyState {
-            digest: None,
-            running_digest: None,
-            ..copy
-        }
-        .save(&w.config.state_dir, &meta.name)?;
-        return take(w, stored, accept_partial);
+        journal.record(|c| {
+            c.digest = None;
+            c.running_digest = None;
+        })?;
+        return take(w, &record, journal, accept_partial);
     }
     tracing::info!(
         "box '{}': unchanged since snapshot {}; lease renewed",
@@ -486,5 +505,6 @@ fn renew_only(
         digest_before,
         epoch,
         unchanged: true,
+        record,
     })
 }

@@ -23,7 +23,7 @@ use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{MetaStore, Step, update};
+use crate::store::{DeltaStore, EventLog, Records, RepositoryKeys, Step, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::freezer::Paused;
 use crate::sys::ports::Backup;
@@ -331,11 +331,72 @@ impl Repo for FakeRepo {
     }
 }
 
+/// The local store, counting the reads of records (what a sequence costs in round trips).
+struct CountingStore {
+    inner: LocalStore,
+    reads: Cell<usize>,
+}
+
+impl CountingStore {
+    /// The records `run` read.
+    fn reads_of<T>(&self, run: impl FnOnce() -> T) -> (T, usize) {
+        let before = self.reads.get();
+        let out = run();
+        (out, self.reads.get() - before)
+    }
+}
+
+impl Records for CountingStore {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn get(&self, name: &str) -> Result<Option<crate::store::Stored>> {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.get(name)
+    }
+    fn put(
+        &self,
+        meta: &Meta,
+        expected: Option<&crate::store::Version>,
+    ) -> Result<crate::store::Cas> {
+        self.inner.put(meta, expected)
+    }
+    fn delete(&self, name: &str, expected: &crate::store::Version) -> Result<crate::store::Cas> {
+        self.inner.delete(name, expected)
+    }
+    fn list(&self) -> Result<Vec<Meta>> {
+        self.inner.list()
+    }
+}
+
+impl EventLog for CountingStore {
+    fn put_event(&self, name: &str, event: &crate::plan::event::Event) -> Result<()> {
+        self.inner.put_event(name, event)
+    }
+    fn events(&self, name: &str) -> Result<Vec<(String, crate::plan::event::Event)>> {
+        self.inner.events(name)
+    }
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+        self.inner.delete_events(name, keys)
+    }
+}
+
+impl DeltaStore for CountingStore {
+    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        self.inner.put_delta(name, bytes)
+    }
+    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.delta(name)
+    }
+}
+
+impl RepositoryKeys for CountingStore {}
+
 /// One node: its files, state and config in a temp dir, its store local.
 struct Node {
     _tmp: tempfile::TempDir,
     config: Config,
-    store: LocalStore,
+    store: CountingStore,
     runtime: FakeRuntime,
     repo: FakeRepo,
 }
@@ -363,7 +424,10 @@ impl Node {
         };
         let config = Config::from_sources(&sources).unwrap();
         Node {
-            store: LocalStore::new(&state),
+            store: CountingStore {
+                inner: LocalStore::new(&state),
+                reads: Cell::new(0),
+            },
             repo: FakeRepo {
                 dir: tmp.path().join("repo"),
                 next: Cell::new(0),
@@ -423,6 +487,12 @@ impl Node {
 
     fn stored(&self) -> crate::store::Stored {
         self.store.get("demo").unwrap().unwrap()
+    }
+
+    /// A snapshot of the box as the `snapshot` verb takes it.
+    fn take(&self, accept_partial: bool) -> Result<snapshot::Taken> {
+        let mut copy = CopyState::journal(&self.config.state_dir, "demo").unwrap();
+        snapshot::take(&self.world(), &self.stored(), &mut copy, accept_partial)
     }
 
     fn copy(&self) -> CopyState {
@@ -583,12 +653,10 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
     n.parked();
     let other = n.parked_elsewhere();
     // The cut-off up: its intent recorded, the lease taken, nothing restored.
-    CopyState {
-        pending_up: Some(PendingUp { previous: None }),
-        ..n.copy()
-    }
-    .save(&n.config.state_dir, "demo")
-    .unwrap();
+    CopyState::journal(&n.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| c.pending_up = Some(PendingUp { previous: None }))
+        .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -656,7 +724,7 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
         },
         dir: false,
     }];
-    let Err(e) = snapshot::take(&n.world(), &n.stored(), false) else {
+    let Err(e) = n.take(false) else {
         panic!("a snapshot holding a root-owned file was counted");
     };
     assert!(
@@ -669,7 +737,7 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
     assert_eq!(n.meta().last_snapshot, before.last_snapshot);
     assert_eq!(n.meta().lease, before.lease);
     // Listing only what the box's user owns, the next one is counted.
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     assert_ne!(n.meta().last_snapshot, before.last_snapshot);
 }
 
@@ -680,10 +748,10 @@ fn a_snapshot_above_the_bound_is_not_taken() {
     up::up_here(&n.world(), "demo", false).unwrap();
     n.config.snapshot_add_max = Some(1 << 20);
     n.write("small.txt", "fits");
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     let before = n.meta();
     n.write("big.bin", &"x".repeat(2 << 20));
-    let Err(e) = snapshot::take(&n.world(), &n.stored(), false) else {
+    let Err(e) = n.take(false) else {
         panic!("a snapshot above the bound was taken");
     };
     assert!(
@@ -693,11 +761,11 @@ fn a_snapshot_above_the_bound_is_not_taken() {
         "{e:#}"
     );
     assert_eq!(n.meta().last_snapshot, before.last_snapshot);
-    snapshot::take(&n.world(), &n.stored(), true).unwrap();
+    n.take(true).unwrap();
     assert_ne!(n.meta().last_snapshot, before.last_snapshot);
     // Once taken, the big file is no change to the next one.
     n.write("small.txt", "still fits");
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
 }
 
 #[test]
@@ -1073,19 +1141,19 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
     // The first up handed the project to the box user: that is a change.
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     let backups = n.repo.next.get();
     let last = n.meta().last_snapshot.unwrap().id;
     let renewed = n.meta().lease.unwrap().renewed_at;
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let taken = snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    let taken = n.take(false).unwrap();
     assert_eq!((taken.snapshot.id, n.repo.next.get()), (last, backups));
     assert_ne!(n.meta().lease.unwrap().renewed_at, renewed, "renewed");
     // A change is saved; saved once, it is not saved again.
     n.write("f.txt", "v2");
-    let taken = snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    let taken = n.take(false).unwrap();
     assert_eq!(n.repo.next.get(), backups + 1);
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     assert_eq!(n.repo.next.get(), backups + 1, "unchanged since it began");
     assert_eq!(n.meta().last_snapshot.unwrap().id, taken.snapshot.id);
 }
@@ -1096,7 +1164,7 @@ fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
     n.parked();
     up::up_here(&n.world(), "demo", false).unwrap();
     n.write("f.txt", "work");
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     // The node went down with the box; another took it and parked a newer state.
     n.runtime.active.borrow_mut().clear();
     n.changed_elsewhere();
@@ -1124,10 +1192,10 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
             .is_some_and(|b| b.parent.is_some() && b.restored_from_parent)
     };
     n.write("f.txt", "work");
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     assert!(ignores_inodes(), "restored files all have new inodes");
     n.write("f.txt", "more work");
-    snapshot::take(&n.world(), &n.stored(), false).unwrap();
+    n.take(false).unwrap();
     assert!(
         !ignores_inodes(),
         "its parent was taken of these very files"
@@ -1254,6 +1322,45 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
         n.repo.file(&last, &flushed).as_deref(),
         Some("saved while stopping")
     );
+}
+
+#[test]
+fn up_and_park_each_read_the_record_once_and_write_on_the_version_they_read() {
+    let n = Node::new();
+    n.parked();
+    let up = |n: &Node| {
+        n.store
+            .reads_of(|| up::up_here(&n.world(), "demo", false).unwrap())
+            .1
+    };
+    let park = |n: &Node| {
+        n.store
+            .reads_of(|| park::park(&n.world(), "demo", false).unwrap())
+            .1
+    };
+    // Every write lands on the version read (a conflict would read again).
+    assert_eq!(up(&n), 1, "an up of a copy that is current");
+    n.write("g.txt", "new");
+    assert_eq!(park(&n), 1, "a park of a changed copy");
+    n.parked_elsewhere();
+    assert_eq!(up(&n), 1, "an up that restores");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    *n.runtime.written_on_stop.borrow_mut() = Some(n.project().join("flushed.txt"));
+    let before = n.repo.next.get();
+    assert_eq!(
+        park(&n),
+        1,
+        "a park that takes a final snapshot after the stop"
+    );
+    assert_eq!(
+        n.repo.next.get(),
+        before + 1,
+        "unchanged since its restore, the running copy needed none; the final one was taken"
+    );
+    assert_eq!(n.meta().lease, None, "and the lease released");
+    *n.runtime.written_on_stop.borrow_mut() = None;
+    up(&n);
+    assert_eq!(park(&n), 1, "a park of an unchanged copy");
 }
 
 #[test]

@@ -79,18 +79,20 @@ pub(crate) fn track(
         return Err(already_tracked(name).into());
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
-    CopyState {
-        epoch: Some(epoch),
-        ..CopyState::default()
-    }
-    .save(&w.config.state_dir, name)?;
+    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
+    copy.record(|c| {
+        *c = CopyState {
+            epoch: Some(epoch),
+            ..CopyState::default()
+        };
+    })?;
     // Handed to the box user before the first snapshot, which so holds the owner every later
     // one has (an `up` that did it would move every file's ctime: restic reads them all again).
     let spec = w.spec(&meta);
     let taken = agent_home::ensure(&spec)
         .and_then(|()| agent_home::reown_project(&spec))
         .and_then(|()| w.tracked(name))
-        .and_then(|stored| snapshot::take(w, &stored, false));
+        .and_then(|stored| snapshot::take(w, &stored, &mut copy, false));
     let taken = match taken {
         Ok(t) => t,
         Err(e) => {

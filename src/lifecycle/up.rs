@@ -10,11 +10,12 @@ use super::{World, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents};
 use crate::plan::delta::{self, Delta};
+use crate::plan::up::{self as plan, CopyFacts, CopyPlan, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
-use crate::store::{Step, events, update};
-use crate::sys::copy_state::{self, CopyManifest, CopyState, PendingUp};
+use crate::store::{Step, events, update, update_record};
+use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore, working_copy};
 
@@ -45,6 +46,14 @@ enum Held {
     Already { epoch: u64 },
 }
 
+impl Held {
+    fn epoch(&self) -> u64 {
+        match self {
+            Held::Fresh { epoch, .. } | Held::Already { epoch } => *epoch,
+        }
+    }
+}
+
 /// `up` on this node: the lease, the restore it needs, the start. The caller checked the
 /// tools and the store's leases.
 // One sequence, read top to bottom; each step names its failure and crash point.
@@ -67,7 +76,9 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
         };
         return match &stored.meta.lease {
             Some(l) if l.node == here => {
-                finish(w, name);
+                if let Ok(mut copy) = CopyState::journal(&w.config.state_dir, name) {
+                    finish(name, &mut copy);
+                }
                 say!("box '{name}' is already up on {here}");
                 Ok(())
             }
@@ -80,23 +91,26 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
         };
     }
     // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
-    let state_dir = &w.config.state_dir;
-    let mut copy = CopyState::load(state_dir, name)?;
-    let interrupted = copy.pending_up.is_some();
+    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
+    let interrupted = copy.state().pending_up.is_some();
     if interrupted {
         say!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
     } else {
-        copy.pending_up = Some(PendingUp {
-            previous: stored.meta.lease.clone(),
-        });
-        copy.save(state_dir, name)?;
+        copy.record(|c| {
+            c.pending_up = Some(PendingUp {
+                previous: stored.meta.lease.clone(),
+            });
+        })?;
     }
+    // The lease an interrupted `up` took goes back to whoever held it before.
+    let previous = copy.state().pending_up.clone().and_then(|p| p.previous);
     crash::point("up.after-intent");
     let now = w.now();
     let ttl = w.config.lease_ttl;
     // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
     // any other failure may hide a write that landed: then the intent stays for the next `up`.
-    let taken = update(w.store, name, |m| {
+    // Decided first on the record as read above, and written on its version.
+    let (taken, _) = update_record(w.store, name, Some(stored), |m| {
         if m.dropping {
             return Ok(Step::Keep(Err(being_dropped(name))));
         }
@@ -130,29 +144,26 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     let (held, meta) = match taken {
         Ok(t) => t,
         Err(refused) => {
-            finish(w, name);
+            finish(name, &mut copy);
             return Err(refused.into());
         }
     };
     crash::point("up.after-lease");
     let started = interrupt::check("the restore")
         .and_then(|()| own_ids(w, name, &meta))
-        .and_then(|meta| prepare_and_start(w, &meta, &held, interrupted));
+        .and_then(|meta| prepare_and_start(w, &meta, &held, interrupted, &mut copy));
     if let Err(e) = started {
         let give_back = match &held {
             Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
-            // The lease an interrupted `up` took goes back to whoever held it before.
-            Held::Already { epoch } if interrupted => {
-                Some((*epoch, copy.pending_up.and_then(|p| p.previous)))
-            }
+            Held::Already { epoch } if interrupted => Some((*epoch, previous)),
             Held::Already { .. } => None,
         };
         if let Some((epoch, previous)) = give_back {
-            hand_back(w, name, epoch, previous.as_ref());
+            hand_back(w, name, epoch, previous.as_ref(), &mut copy);
         }
         return Err(e);
     }
-    finish(w, name);
+    finish(name, &mut copy);
     let (epoch, taken_from) = match &held {
         Held::Fresh { epoch, previous } => (*epoch, previous.as_ref().filter(|l| l.node != here)),
         Held::Already { epoch } => (*epoch, None),
@@ -235,90 +246,101 @@ fn own_ids(w: &World, name: &str, meta: &Meta) -> Result<Meta> {
 }
 
 /// The `up` under way here is over (done, or its lease handed back).
-fn finish(w: &World, name: &str) {
-    let done = CopyState::load(&w.config.state_dir, name).and_then(|c| {
-        CopyState {
-            pending_up: None,
-            ..c
-        }
-        .save(&w.config.state_dir, name)
-    });
-    if let Err(e) = done {
+fn finish(name: &str, copy: &mut CopyJournal) {
+    if let Err(e) = copy.record(|c| c.pending_up = None) {
         tracing::error!("box '{name}': could not record that 'up' finished: {e:#}");
     }
 }
 
-fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> Result<()> {
+fn prepare_and_start(
+    w: &World,
+    meta: &Meta,
+    held: &Held,
+    interrupted: bool,
+    copy: &mut CopyJournal,
+) -> Result<()> {
     let state_dir = &w.config.state_dir;
     let spec = w.spec(meta);
     let roots = spec.local_copy();
     restore::recover_leftovers(&roots, &copy_state::swap_journal(state_dir, &meta.name))?;
-    let mut copy = CopyState::load(state_dir, &meta.name)?;
-    let copy_epoch = copy.epoch;
-    let epoch = match held {
-        Held::Fresh { epoch, .. } | Held::Already { epoch } => *epoch,
+    let copy_epoch = copy.state().epoch;
+    let epoch = held.epoch();
+    copy.record(|c| c.epoch = Some(epoch))?;
+    let latest = meta.last_snapshot.as_ref();
+    let facts = CopyFacts {
+        // The copy is the box's newest only if the box ran here since this node took the lease.
+        ran_here: matches!(held, Held::Already { .. }) && !interrupted && !copy.state().stale,
+        current: latest.is_some_and(|s| copy.state().is_current(&s.id)),
+        project_exists: meta.path.exists(),
+        project_is_dir: meta.path.is_dir(),
+        restoring: copy.state().restoring_to.is_some(),
+        stale: copy.state().stale,
     };
-    copy.epoch = Some(epoch);
-    copy.save(state_dir, &meta.name)?;
-    // The copy is the box's newest only if the box ran here since this node took the lease.
-    let ran_here = matches!(held, Held::Already { .. }) && !interrupted && !copy.stale;
-    let restore_from = match &meta.last_snapshot {
-        Some(s) if ran_here => (!meta.path.exists()).then(|| {
-            say!(
-                "box '{}': the local copy is gone; restoring snapshot {}",
-                meta.name,
-                short(&s.id)
-            );
-            s
-        }),
-        Some(s) => (!copy.is_current(&s.id)).then_some(s),
-        None => None,
+    let restored = match plan::copy(facts, latest) {
+        CopyPlan::Start { clear_stale } => {
+            if clear_stale {
+                copy.record(|c| c.stale = false)?;
+            }
+            None
+        }
+        CopyPlan::Missing => {
+            return Err(UserError::failed(
+                format!(
+                    "box '{}': project directory {} is missing and there is no snapshot to restore",
+                    meta.name,
+                    meta.path.display()
+                ),
+                "recreate the directory, or 'ag-box track' it again",
+            )
+            .into());
+        }
+        CopyPlan::Restore {
+            snapshot: s,
+            why,
+            keep_local_work: keep,
+        } => {
+            if why == Why::CopyGone {
+                say!(
+                    "box '{}': the local copy is gone; restoring snapshot {}",
+                    meta.name,
+                    short(&s.id)
+                );
+            }
+            let equals = if keep {
+                keep_local_work(w, meta, copy.state(), copy_epoch.unwrap_or(epoch))?
+            } else {
+                None
+            };
+            crash::point("up.after-fork");
+            interrupt::check("the restore")?;
+            let paths = restore_copy(w, meta, copy, s, &roots, equals.as_deref())?;
+            let had_files = std::fs::read_dir(&meta.path)
+                .ok()
+                .map(|mut e| e.next().is_some());
+            copy.record(|c| {
+                c.restoring_to = None;
+                c.stale = false;
+                c.restored = true;
+                c.snapshot = Some(s.id.clone());
+                c.paths = paths;
+                c.digest = None;
+                c.project_had_files = had_files;
+            })?;
+            Some(s)
+        }
     };
-    if restore_from.is_none() && copy.stale {
-        // A rollback cut off before it moved the record: the copy is its latest after all.
-        copy.stale = false;
-        copy.save(state_dir, &meta.name)?;
-    }
-    if let Some(s) = restore_from {
-        // A restore in place cut off here left a mix of two snapshots, nothing unsaved.
-        let equals = match copy.restoring_to {
-            None => keep_local_work(w, meta, &copy, copy_epoch.unwrap_or(epoch))?,
-            Some(_) => None,
-        };
-        crash::point("up.after-fork");
-        interrupt::check("the restore")?;
-        let paths = restore_copy(w, meta, &mut copy, s, &roots, equals)?;
-        copy.restoring_to = None;
-        copy.stale = false;
-        copy.restored = true;
-        copy.snapshot = Some(s.id.clone());
-        copy.paths = paths;
-        copy.digest = None;
-        copy.project_had_files = std::fs::read_dir(&meta.path)
-            .ok()
-            .map(|mut e| e.next().is_some());
-        copy.save(state_dir, &meta.name)?;
-    } else if !meta.path.is_dir() {
-        return Err(UserError::failed(
-            format!(
-                "box '{}': project directory {} is missing and there is no snapshot to restore",
-                meta.name,
-                meta.path.display()
-            ),
-            "recreate the directory, or 'ag-box track' it again",
-        )
-        .into());
-    }
     agent_home::ensure(&spec)?;
     agent_home::reown_project(&spec)?;
-    if let Some(s) = restore_from {
+    if let Some(s) = restored {
         // As restored (and made ready): what the copy is when it equals that snapshot.
         let (digest, manifest) = digest::walk(&roots)?;
         tracing::debug!("box '{}': walked its restored copy", meta.name);
-        copy.digest = Some(digest);
         // Its files' ctimes are the restore's: none of them is new to the snapshot.
-        copy.snapshot_began = Some(snapshot::unix_nanos(SystemTime::now()));
-        copy.save(state_dir, &meta.name)?;
+        let began = snapshot::unix_nanos(SystemTime::now());
+        copy.record(|c| {
+            c.digest = Some(digest);
+            c.snapshot_began = Some(began);
+        })?;
         snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
     }
     crash::point("up.before-start");
@@ -332,91 +354,65 @@ fn prepare_and_start(w: &World, meta: &Meta, held: &Held, interrupted: bool) -> 
     w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
-/// Bring this node's copy to snapshot `s`, by the cheapest way open: write what changed since
-/// `equals` (the snapshot the copy is known to equal), else let restic 0.17+ restore in place,
-/// else restore into a staging dir and swap. Returns the paths now in place.
+/// Bring this node's copy to snapshot `s` by the cheapest way open (`plan::up::shortcuts`:
+/// write what changed since `equals`, the snapshot the copy is known to equal, or let restic
+/// 0.17+ restore in place), else restore into a staging dir and swap. Returns the paths now in
+/// place.
 fn restore_copy(
     w: &World,
     meta: &Meta,
-    copy: &mut CopyState,
+    copy: &mut CopyJournal,
     s: &SnapshotRef,
     roots: &[PathBuf],
-    equals: Option<String>,
+    equals: Option<&str>,
 ) -> Result<Vec<PathBuf>> {
-    let state_dir = &w.config.state_dir;
     let name = &meta.name;
     // From here the copy may be part old, part new, with nothing unsaved in it.
-    let begin = |copy: &mut CopyState| {
-        copy.restoring_to = Some(s.id.clone());
-        copy.snapshot = None;
-        copy.digest = None;
-        copy.save(state_dir, name)
+    let begin = |copy: &mut CopyJournal| {
+        copy.record(|c| {
+            c.restoring_to = Some(s.id.clone());
+            c.snapshot = None;
+            c.digest = None;
+        })
     };
-    // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
-    let full = std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1");
-    let equals = equals.filter(|_| !full);
-    let delta = equals.and_then(|from| {
-        let (d, contents) = published_delta(w, name, &from, s, roots)
-            .or_else(|| plan_delta(w, &from, s, roots).map(|d| (d, None)))?;
-        Some((d, contents, from))
+    let shortcuts = plan::shortcuts(RestoreFacts {
+        equals_a_snapshot: equals.is_some(),
+        // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
+        full: std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1"),
+        fits_roots: fits_roots(s, roots),
+        restores_in_place: w.repo.restores_in_place(),
     });
-    if let Some((delta, contents, from)) = delta {
-        say!(
-            "restoring box '{name}' from snapshot {} ({} by {}) in place: {} changed since snapshot {}, {} removed{}{}",
-            short(&s.id),
-            s.at,
-            s.node,
-            text::count(delta.fetch.len(), "path"),
-            short(&from),
-            delta.remove.len(),
-            match delta.dirs.len() {
-                0 => String::new(),
-                1 => ", 1 dir with another mode or owner".to_string(),
-                n => format!(", {n} dirs with another mode or owner"),
-            },
-            if contents.is_some() {
-                format!("; their contents as {} published them", s.node)
-            } else {
-                String::new()
+    for way in shortcuts {
+        match (way, equals) {
+            (Shortcut::Delta, Some(from)) => {
+                if restore_changes(w, meta, copy, &begin, s, roots, from)? {
+                    return Ok(s.paths.clone());
+                }
             }
-        );
-        begin(copy)?;
-        match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta, contents.as_ref()) {
-            Ok(()) => return Ok(s.paths.clone()),
-            Err(e) => tracing::warn!(
-                "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
-            ),
-        }
-    }
-    if let Some(paths) = in_place_paths(w, s, roots).filter(|_| !full) {
-        say!(
-            "restoring box '{name}' from snapshot {} ({} by {}) in place: only what differs is written",
-            short(&s.id),
-            s.at,
-            s.node
-        );
-        begin(copy)?;
-        let in_place = paths.iter().try_for_each(|path| {
-            w.repo
-                .restore_path(
-                    &s.id,
-                    path,
-                    &w.spec(meta).agent_home.snapshot_excludes(),
-                    &working_copy::exclude_files(),
-                )
-                .with_context(|| format!("restoring {} in place", path.display()))?;
-            crash::point("restore.mid-in-place");
-            Ok::<(), anyhow::Error>(())
-        });
-        match in_place {
-            Ok(()) => return Ok(paths),
-            // A tree restic cannot bring over in place (a dir that became a link, say) is
-            // restored whole: the copy held nothing unsaved before this restore began.
-            Err(e) => {
-                interrupt::check("the restore").with_context(|| {
-                    format!("the box stays stopped, and the next 'ag-box up {name}' finishes it")
-                })?;
-                tracing::warn!("box '{name}': {e:#}; restoring all of it beside the copy instead");
+            (Shortcut::Delta, None) => {}
+            (Shortcut::InPlace, _) => {
+                say!(
+                    "restoring box '{name}' from snapshot {} ({} by {}) in place: only what differs is written",
+                    short(&s.id),
+                    s.at,
+                    s.node
+                );
+                begin(copy)?;
+                match restore_over(w, meta, s) {
+                    Ok(()) => return Ok(s.paths.clone()),
+                    // A tree restic cannot bring over in place (a dir that became a link, say)
+                    // is restored whole: the copy held nothing unsaved before this restore began.
+                    Err(e) => {
+                        interrupt::check("the restore").with_context(|| {
+                            format!(
+                                "the box stays stopped, and the next 'ag-box up {name}' finishes it"
+                            )
+                        })?;
+                        tracing::warn!(
+                            "box '{name}': {e:#}; restoring all of it beside the copy instead"
+                        );
+                    }
+                }
             }
         }
     }
@@ -432,6 +428,66 @@ fn restore_copy(
         agent_home::restored_paths(staging, &spec)
     })
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
+}
+
+/// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
+/// False: no delta to go by, or writing it failed (the copy is then a mix, nothing unsaved).
+fn restore_changes(
+    w: &World,
+    meta: &Meta,
+    copy: &mut CopyJournal,
+    begin: &dyn Fn(&mut CopyJournal) -> Result<()>,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+    from: &str,
+) -> Result<bool> {
+    let name = &meta.name;
+    let Some((delta, contents)) = published_delta(w, name, from, s, roots)
+        .or_else(|| plan_delta(w, from, s, roots).map(|d| (d, None)))
+    else {
+        return Ok(false);
+    };
+    say!(
+        "restoring box '{name}' from snapshot {} ({} by {}) in place: {} changed since snapshot {}, {} removed{}{}",
+        short(&s.id),
+        s.at,
+        s.node,
+        text::count(delta.fetch.len(), "path"),
+        short(from),
+        delta.remove.len(),
+        match delta.dirs.len() {
+            0 => String::new(),
+            1 => ", 1 dir with another mode or owner".to_string(),
+            n => format!(", {n} dirs with another mode or owner"),
+        },
+        if contents.is_some() {
+            format!("; their contents as {} published them", s.node)
+        } else {
+            String::new()
+        }
+    );
+    begin(copy)?;
+    match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta, contents.as_ref()) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            tracing::warn!(
+                "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
+            );
+            Ok(false)
+        }
+    }
+}
+
+/// restic brings each path of `s` over the copy in place.
+fn restore_over(w: &World, meta: &Meta, s: &SnapshotRef) -> Result<()> {
+    let excludes = w.spec(meta).agent_home.snapshot_excludes();
+    s.paths.iter().try_for_each(|path| {
+        w.repo
+            .restore_path(&s.id, path, &excludes, &working_copy::exclude_files())
+            .with_context(|| format!("restoring {} in place", path.display()))?;
+        crash::point("restore.mid-in-place");
+        Ok(())
+    })
 }
 
 /// The snapshot holds exactly paths this node keeps, the project among them (held here).
@@ -500,12 +556,6 @@ fn plan_delta(w: &World, from: &str, s: &SnapshotRef, roots: &[PathBuf]) -> Opti
     }
 }
 
-/// The paths to bring to snapshot `s` in place: when this node holds a copy of the project to
-/// change, the snapshot says which of the copy's paths it holds, and restic can (0.17+).
-fn in_place_paths(w: &World, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
-    (fits_roots(s, roots) && w.repo.restores_in_place()).then(|| s.paths.clone())
-}
-
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
 /// Returns the snapshot the copy now equals (None: there is no copy).
@@ -564,7 +614,7 @@ fn agent_home_as_kept(w: &World, name: &str, root: &Path) -> bool {
 }
 
 /// A failed `up` must not leave the lease taken.
-fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<&Lease>) {
+fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<&Lease>, copy: &mut CopyJournal) {
     let here = w.config.node.clone();
     let res = update(w.store, name, |m| {
         Ok(match &m.lease {
@@ -580,16 +630,9 @@ fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<&Lease>) {
             _ => Step::Keep(()),
         })
     });
-    let forget = CopyState::load(&w.config.state_dir, name).and_then(|c| {
-        CopyState {
-            epoch: previous
-                .as_ref()
-                .filter(|l| l.node == here)
-                .map(|l| l.epoch),
-            pending_up: None,
-            ..c
-        }
-        .save(&w.config.state_dir, name)
+    let forget = copy.record(|c| {
+        c.epoch = previous.filter(|l| l.node == here).map(|l| l.epoch);
+        c.pending_up = None;
     });
     if let Err(e) = res.and(forget) {
         tracing::error!(

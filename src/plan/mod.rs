@@ -25,3 +25,4 @@ pub(crate) mod term_filter;
 pub(crate) mod text;
 pub(crate) mod tmux;
 pub(crate) mod unit;
+pub(crate) mod up;

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use super::MetaStore;
+use super::EventLog;
 use super::lease::timestamp;
 pub(crate) use crate::plan::event::Event;
 
@@ -49,7 +49,7 @@ pub(crate) struct Step<'a> {
 }
 
 /// Append an event for box `name`; a failure is a warning, never the step's.
-pub(crate) fn record(store: &dyn MetaStore, node: &str, name: &str, step: Step) {
+pub(crate) fn record(store: &dyn EventLog, node: &str, name: &str, step: Step) {
     let event = Event {
         time: timestamp_nanos(SystemTime::now()),
         node: node.to_string(),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
-use super::{Cas, MetaStore, Stored, Version};
+use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
 use crate::atomic;
 
 pub(crate) struct LocalStore {
@@ -72,7 +72,7 @@ impl LocalStore {
     }
 }
 
-impl MetaStore for LocalStore {
+impl Records for LocalStore {
     fn describe(&self) -> String {
         format!("local {}", self.dir.display())
     }
@@ -96,7 +96,7 @@ impl MetaStore for LocalStore {
             rev,
             meta: meta.clone(),
         })?;
-        Ok(Cas::Written)
+        Ok(Cas::Written(Some(Version(rev.to_string()))))
     }
 
     fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
@@ -104,12 +104,37 @@ impl MetaStore for LocalStore {
         match self.read(name)? {
             Some(r) if r.rev.to_string() == expected.0 => {
                 atomic::remove(&self.path(name))?;
-                Ok(Cas::Written)
+                Ok(Cas::Written(None))
             }
             _ => Ok(Cas::Conflict),
         }
     }
 
+    fn list(&self) -> Result<Vec<Meta>> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", self.dir.display())),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let file_name = entry?.file_name();
+            let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            match self.read(name) {
+                Ok(Some(r)) => out.push(r.meta),
+                Ok(None) => {}
+                Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
+                Err(e) => return Err(e),
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+impl EventLog for LocalStore {
     fn put_event(&self, name: &str, event: &Event) -> Result<()> {
         let path = self.events.join(name).join(format!("{}.json", event.key()));
         atomic::write(&path, &serde_json::to_vec(event)?, 0o644)
@@ -142,6 +167,15 @@ impl MetaStore for LocalStore {
         Ok(out)
     }
 
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+        for key in keys {
+            atomic::remove(&self.events.join(name).join(format!("{key}.json")))?;
+        }
+        Ok(())
+    }
+}
+
+impl DeltaStore for LocalStore {
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
         let path = self.deltas.join(format!("{name}.bundle"));
         match bytes {
@@ -159,37 +193,9 @@ impl MetaStore for LocalStore {
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
     }
-
-    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
-        for key in keys {
-            atomic::remove(&self.events.join(name).join(format!("{key}.json")))?;
-        }
-        Ok(())
-    }
-
-    fn list(&self) -> Result<Vec<Meta>> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(e).with_context(|| format!("listing {}", self.dir.display())),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let file_name = entry?.file_name();
-            let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                continue;
-            };
-            match self.read(name) {
-                Ok(Some(r)) => out.push(r.meta),
-                Ok(None) => {}
-                Err(e) if e.is::<BadRecord>() => tracing::warn!("skipping {e}"),
-                Err(e) => return Err(e),
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    }
 }
+
+impl RepositoryKeys for LocalStore {}
 
 #[cfg(test)]
 mod tests {
@@ -218,19 +224,21 @@ mod tests {
     fn compare_and_swap() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::new(dir.path());
-        assert_eq!(store.put(&meta("a"), None).unwrap(), Cas::Written);
-        assert_eq!(store.put(&meta("a"), None).unwrap(), Cas::Conflict);
+        let written = store.put(&meta("a"), None).unwrap();
         let v1 = store.get("a").unwrap().unwrap().version;
+        assert_eq!(written, Cas::Written(Some(v1.clone())));
+        assert_eq!(store.put(&meta("a"), None).unwrap(), Cas::Conflict);
         let changed = Meta {
             nix: true,
             ..meta("a")
         };
-        assert_eq!(store.put(&changed, Some(&v1)).unwrap(), Cas::Written);
+        let written = store.put(&changed, Some(&v1)).unwrap();
         assert_eq!(store.put(&meta("a"), Some(&v1)).unwrap(), Cas::Conflict);
-        assert_eq!(store.get("a").unwrap().unwrap().meta, changed);
+        let now = store.get("a").unwrap().unwrap();
+        assert_eq!(now.meta, changed);
+        assert_eq!(written, Cas::Written(Some(now.version.clone())));
         assert_eq!(store.delete("a", &v1).unwrap(), Cas::Conflict);
-        let v2 = store.get("a").unwrap().unwrap().version;
-        assert_eq!(store.delete("a", &v2).unwrap(), Cas::Written);
+        assert_eq!(store.delete("a", &now.version).unwrap(), Cas::Written(None));
         assert!(store.get("a").unwrap().is_none());
     }
 

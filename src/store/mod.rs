@@ -16,7 +16,7 @@ use meta::Meta;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Version(pub String);
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Stored {
     pub meta: Meta,
     pub version: Version,
@@ -25,12 +25,14 @@ pub(crate) struct Stored {
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Cas {
-    Written,
+    /// Done; a put says the version it made when the backend told it (a delete never does).
+    Written(Option<Version>),
     /// Someone else wrote first: re-read and decide again.
     Conflict,
 }
 
-pub(crate) trait MetaStore {
+/// Box records, written by compare-and-swap (`update`): the leases live in them.
+pub(crate) trait Records {
     /// Where records live, for `status`.
     fn describe(&self) -> String;
     fn get(&self, name: &str) -> Result<Option<Stored>>;
@@ -38,11 +40,6 @@ pub(crate) trait MetaStore {
     fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas>;
     fn delete(&self, name: &str, expected: &Version) -> Result<Cas>;
     fn list(&self) -> Result<Vec<Meta>>;
-    /// Add a lifecycle event of box `name` (unconditionally: events never conflict).
-    fn put_event(&self, name: &str, event: &Event) -> Result<()>;
-    /// Box `name`'s events with their keys, oldest first.
-    fn events(&self, name: &str) -> Result<Vec<(String, Event)>>;
-    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()>;
     /// Does the backend refuse a second create of `probe_key`? (Leases depend on it.)
     fn conditional_writes(&self, probe_key: &str) -> Result<bool> {
         let _ = probe_key;
@@ -53,8 +50,25 @@ pub(crate) trait MetaStore {
         let _ = probe_key;
         Ok(None)
     }
-    /// Publish what changed in box `name`'s copy up to its latest snapshot (`plan::delta::Published`),
-    /// or withdraw it (None), with what versions before sealed bundles published (`<name>.json`).
+    /// The backend is there and our credentials work.
+    fn check_reachable(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Each box's history: events added, never rewritten (so they never conflict).
+pub(crate) trait EventLog {
+    /// Add a lifecycle event of box `name`.
+    fn put_event(&self, name: &str, event: &Event) -> Result<()>;
+    /// Box `name`'s events with their keys, oldest first.
+    fn events(&self, name: &str) -> Result<Vec<(String, Event)>>;
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()>;
+}
+
+/// What the last park of each box published as changed (`plan::delta::Published`).
+pub(crate) trait DeltaStore {
+    /// Publish what changed in box `name`'s copy up to its latest snapshot, or withdraw it
+    /// (None), with what versions before sealed bundles published (`<name>.json`).
     fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
         let _ = (name, bytes);
         Ok(())
@@ -64,12 +78,15 @@ pub(crate) trait MetaStore {
         let _ = name;
         Ok(None)
     }
-    /// Add a key file to the restic repository that lives beside the records (`restic/keys/`).
+}
+
+/// The key files of the restic repository that lives beside the records (`restic/keys/`).
+pub(crate) trait RepositoryKeys: Records {
     fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
         let _ = (id, bytes);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
-    /// The repository's key files (their names and JSON: the metadata in them is plain text).
+    /// The key files, with their names and JSON (the metadata in them is plain text).
     fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
@@ -77,11 +94,12 @@ pub(crate) trait MetaStore {
         let _ = id;
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
-    /// The backend is there and our credentials work.
-    fn check_reachable(&self) -> Result<()> {
-        Ok(())
-    }
 }
+
+/// All a node keeps in the store. Each use takes the narrowest part it needs.
+pub(crate) trait MetaStore: Records + EventLog + DeltaStore + RepositoryKeys {}
+
+impl<T: Records + EventLog + DeltaStore + RepositoryKeys> MetaStore for T {}
 
 /// What a decision function wants done with the record it was shown.
 #[allow(clippy::large_enum_variant)] // short-lived, one per CAS attempt
@@ -120,19 +138,23 @@ fn op_id() -> String {
     crate::plan::text::hex(&bytes)
 }
 
-/// Did the write carrying `op` land after all? (Its answer may have been lost, and a retry
-/// then refused because the record had changed: by that very write.)
-fn landed(store: &dyn MetaStore, name: &str, op: &str) -> bool {
-    matches!(store.get(name), Ok(Some(s)) if s.meta.op.as_deref() == Some(op))
+/// The record the write carrying `op` made, if it landed after all (its answer may have been
+/// lost, and a retry then refused because the record had changed: by that very write).
+fn landed(store: &dyn Records, name: &str, op: &str) -> Option<Stored> {
+    store
+        .get(name)
+        .ok()
+        .flatten()
+        .filter(|s| s.meta.op.as_deref() == Some(op))
 }
 
 /// Create a record; None when one of that name exists (and is not this very write).
-pub(crate) fn create(store: &dyn MetaStore, mut meta: Meta) -> Result<Option<Meta>> {
+pub(crate) fn create(store: &dyn Records, mut meta: Meta) -> Result<Option<Meta>> {
     let op = op_id();
     meta.op = Some(op.clone());
     match store.put(&meta, None) {
-        Ok(Cas::Written) => Ok(Some(meta)),
-        Ok(Cas::Conflict) | Err(_) if landed(store, &meta.name, &op) => Ok(Some(meta)),
+        Ok(Cas::Written(_)) => Ok(Some(meta)),
+        Ok(Cas::Conflict) | Err(_) if landed(store, &meta.name, &op).is_some() => Ok(Some(meta)),
         Ok(Cas::Conflict) => Ok(None),
         Err(e) => Err(e),
     }
@@ -140,9 +162,9 @@ pub(crate) fn create(store: &dyn MetaStore, mut meta: Meta) -> Result<Option<Met
 
 /// Delete a record at `version`; false when it changed meanwhile. A record already gone counts
 /// as deleted (a delete whose answer was lost, retried).
-pub(crate) fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Result<bool> {
+pub(crate) fn delete(store: &dyn Records, name: &str, version: &Version) -> Result<bool> {
     match store.delete(name, version) {
-        Ok(Cas::Written) => Ok(true),
+        Ok(Cas::Written(_)) => Ok(true),
         Ok(Cas::Conflict) => Ok(store.get(name)?.is_none()),
         Err(e) => match store.get(name) {
             Ok(None) => Ok(true),
@@ -154,7 +176,7 @@ pub(crate) fn delete(store: &dyn MetaStore, name: &str, version: &Version) -> Re
 /// Read-decide-write until the write lands on the version that was read. Every write carries a
 /// fresh operation id, so one that landed but whose answer was lost is not decided again.
 pub(crate) fn update<T>(
-    store: &dyn MetaStore,
+    store: &dyn Records,
     name: &str,
     decide: impl FnMut(&Meta) -> Result<Step<T>>,
 ) -> Result<T> {
@@ -164,24 +186,47 @@ pub(crate) fn update<T>(
 /// `update`, deciding first on `read`, a record read earlier: a write on a version that moved
 /// on since conflicts and reads again, so it costs a round trip only when it changed.
 pub(crate) fn update_from<T>(
-    store: &dyn MetaStore,
+    store: &dyn Records,
+    name: &str,
+    read: Option<Stored>,
+    decide: impl FnMut(&Meta) -> Result<Step<T>>,
+) -> Result<T> {
+    update_record(store, name, read, decide).map(|(out, _)| out)
+}
+
+/// `update_from`, returning the record as it stands after (written, or kept as read) with its
+/// version: the next write of the same sequence goes on from it without reading it again.
+pub(crate) fn update_record<T>(
+    store: &dyn Records,
     name: &str,
     mut read: Option<Stored>,
     mut decide: impl FnMut(&Meta) -> Result<Step<T>>,
-) -> Result<T> {
+) -> Result<(T, Stored)> {
     for _ in 0..MAX_ATTEMPTS {
         let stored = match read.take() {
             Some(s) => s,
-            None => store.get(name)?.ok_or_else(|| unknown_box(name))?,
+            None => get_existing(store, name)?,
         };
         match decide(&stored.meta)? {
-            Step::Keep(out) => return Ok(out),
+            Step::Keep(out) => return Ok((out, stored)),
             Step::Write(mut next, out) => {
                 let op = op_id();
                 next.op = Some(op.clone());
                 match store.put(&next, Some(&stored.version)) {
-                    Ok(Cas::Written) => return Ok(out),
-                    Ok(Cas::Conflict) | Err(_) if landed(store, name, &op) => return Ok(out),
+                    Ok(Cas::Written(Some(version))) => {
+                        return Ok((
+                            out,
+                            Stored {
+                                meta: next,
+                                version,
+                            },
+                        ));
+                    }
+                    // Written, but the backend did not say as which version.
+                    Ok(Cas::Written(None)) => return Ok((out, get_existing(store, name)?)),
+                    Ok(Cas::Conflict) | Err(_) if let Some(now) = landed(store, name, &op) => {
+                        return Ok((out, now));
+                    }
                     Ok(Cas::Conflict) => {
                         tracing::debug!(box_name = name, "record changed under us; deciding again");
                     }
@@ -193,7 +238,7 @@ pub(crate) fn update_from<T>(
     bail!("box '{name}': gave up after {MAX_ATTEMPTS} conflicting writes to its record")
 }
 
-pub(crate) fn get_existing(store: &dyn MetaStore, name: &str) -> Result<Stored> {
+pub(crate) fn get_existing(store: &dyn Records, name: &str) -> Result<Stored> {
     store.get(name)?.ok_or_else(|| unknown_box(name).into())
 }
 
@@ -221,13 +266,15 @@ mod tests {
         }
     }
 
-    impl MetaStore for LossyStore {
+    impl Records for LossyStore {
         fn describe(&self) -> String {
             self.inner.describe()
         }
+
         fn get(&self, name: &str) -> Result<Option<Stored>> {
             self.inner.get(name)
         }
+
         fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
             if self.lose.get() > 0 && !self.applied {
                 return Err(self.lost().unwrap());
@@ -235,23 +282,34 @@ mod tests {
             let done = self.inner.put(meta, expected)?;
             self.lost().map_or(Ok(done), Err)
         }
+
         fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
             let done = self.inner.delete(name, expected)?;
             self.lost().map_or(Ok(done), Err)
         }
+
         fn list(&self) -> Result<Vec<Meta>> {
             self.inner.list()
         }
+    }
+
+    impl EventLog for LossyStore {
         fn put_event(&self, name: &str, event: &Event) -> Result<()> {
             self.inner.put_event(name, event)
         }
+
         fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
             self.inner.events(name)
         }
+
         fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
             self.inner.delete_events(name, keys)
         }
     }
+
+    impl DeltaStore for LossyStore {}
+
+    impl RepositoryKeys for LossyStore {}
 
     fn lossy(dir: &std::path::Path, applied: bool) -> LossyStore {
         LossyStore {
@@ -343,5 +401,36 @@ mod tests {
         let read = store.get("d").unwrap().unwrap();
         assert!(!update_from(&store, "d", Some(read), flip).unwrap());
         assert!(store.get("d").unwrap().unwrap().meta.nix);
+    }
+
+    #[test]
+    fn an_update_hands_on_the_record_it_made_so_the_next_write_needs_no_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = lossy(dir.path(), true);
+        create(&store, Meta::sample("e")).unwrap().unwrap();
+        let flip = |m: &Meta| {
+            Ok(Step::Write(
+                Meta {
+                    nix: !m.nix,
+                    ..m.clone()
+                },
+                (),
+            ))
+        };
+        let ((), made) = update_record(&store, "e", None, flip).unwrap();
+        assert_eq!(made, store.get("e").unwrap().unwrap());
+        // Written from the record handed on, not read again: it lands on the first try.
+        let ((), again) = update_record(&store, "e", Some(made), flip).unwrap();
+        assert_eq!(again, store.get("e").unwrap().unwrap());
+        assert!(!again.meta.nix);
+        // A write whose answer was lost hands on the record as it landed.
+        store.lose.set(1);
+        let ((), lost) = update_record(&store, "e", Some(again), flip).unwrap();
+        assert_eq!(lost, store.get("e").unwrap().unwrap());
+        assert!(lost.meta.nix);
+        // Kept: the record as it was read.
+        let (out, kept) =
+            update_record(&store, "e", Some(lost.clone()), |_| Ok(Step::Keep(7))).unwrap();
+        assert_eq!((out, kept), (7, lost));
     }
 }

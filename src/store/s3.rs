@@ -18,7 +18,7 @@ use tokio::runtime::Runtime;
 
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
-use super::{Cas, MetaStore, Stored, Version};
+use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
 use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
@@ -250,7 +250,7 @@ impl S3Store {
     }
 }
 
-impl MetaStore for S3Store {
+impl Records for S3Store {
     fn describe(&self) -> String {
         format!("s3 {}/{}", self.endpoint, self.bucket)
     }
@@ -366,7 +366,7 @@ impl MetaStore for S3Store {
             Some(v) => req.if_match(&v.0),
         };
         match self.rt.block_on(req.send()) {
-            Ok(_) => Ok(Cas::Written),
+            Ok(out) => Ok(Cas::Written(out.e_tag().map(|e| Version(e.to_string())))),
             // 412: another writer won; 404 on If-Match: the record went away meanwhile.
             Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
             Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
@@ -382,102 +382,10 @@ impl MetaStore for S3Store {
             .key(key(name))
             .if_match(&expected.0);
         match self.rt.block_on(req.send()) {
-            Ok(_) => Ok(Cas::Written),
+            Ok(_) => Ok(Cas::Written(None)),
             Err(e) if matches!(status(&e), Some(412 | 404)) => Ok(Cas::Conflict),
             Err(e) => Err(self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e))),
         }
-    }
-
-    fn put_event(&self, name: &str, event: &Event) -> Result<()> {
-        let key = format!("{}{}.json", events_prefix(name), event.key());
-        self.put_bytes(&key, serde_json::to_vec(event)?)
-    }
-
-    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
-        self.put_bytes(&format!("{REPOSITORY_KEYS}{id}"), bytes.to_vec())
-    }
-
-    fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
-        let prefix = events_prefix(name);
-        let keys: Vec<String> = self.objects(&prefix)?.into_iter().map(|(k, _)| k).collect();
-        let read: Vec<Result<(String, Event)>> = self.rt.block_on(
-            futures_util::stream::iter(keys.into_iter().map(|k| self.fetch_event(k)))
-                .buffer_unordered(READS_IN_FLIGHT)
-                .collect(),
-        );
-        let mut out = Vec::new();
-        for r in read {
-            match r {
-                Ok((key, event)) => {
-                    let key = key.strip_prefix(&prefix).unwrap_or(&key);
-                    out.push((key.trim_end_matches(".json").to_string(), event));
-                }
-                Err(e) if e.is::<UserError>() => return Err(e),
-                Err(e) => tracing::warn!("skipping an unreadable event: {e:#}"),
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
-    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let keys: Vec<String> = self
-            .objects(REPOSITORY_KEYS)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
-            futures_util::stream::iter(keys.into_iter().map(|key| async move {
-                let bytes = self
-                    .get_bytes(&key)
-                    .await?
-                    .with_context(|| format!("{key} is gone"))?;
-                let id = key.trim_start_matches(REPOSITORY_KEYS).to_string();
-                Ok((id, bytes))
-            }))
-            .buffer_unordered(READS_IN_FLIGHT)
-            .collect(),
-        );
-        read.into_iter().collect()
-    }
-
-    fn delete_repository_key(&self, id: &str) -> Result<()> {
-        self.delete_key(&format!("{REPOSITORY_KEYS}{id}"))
-    }
-
-    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
-        let key = format!("deltas/{name}.bundle");
-        match bytes {
-            Some(b) => self.put_bytes(&key, b.to_vec()),
-            None => self
-                .delete_key(&key)
-                .and_then(|()| self.delete_key(&format!("deltas/{name}.json"))),
-        }
-    }
-
-    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        self.rt
-            .block_on(self.get_bytes(&format!("deltas/{name}.bundle")))
-    }
-
-    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
-        let prefix = events_prefix(name);
-        let deletes = keys.iter().map(|k| {
-            self.client
-                .delete_object()
-                .bucket(&self.bucket)
-                .key(format!("{prefix}{k}.json"))
-                .send()
-        });
-        let done: Vec<_> = self.rt.block_on(
-            futures_util::stream::iter(deletes)
-                .buffer_unordered(READS_IN_FLIGHT)
-                .collect(),
-        );
-        for d in done {
-            d.map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        }
-        Ok(())
     }
 
     fn list(&self) -> Result<Vec<Meta>> {
@@ -518,6 +426,104 @@ impl MetaStore for S3Store {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+}
+
+impl EventLog for S3Store {
+    fn put_event(&self, name: &str, event: &Event) -> Result<()> {
+        let key = format!("{}{}.json", events_prefix(name), event.key());
+        self.put_bytes(&key, serde_json::to_vec(event)?)
+    }
+
+    fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
+        let prefix = events_prefix(name);
+        let keys: Vec<String> = self.objects(&prefix)?.into_iter().map(|(k, _)| k).collect();
+        let read: Vec<Result<(String, Event)>> = self.rt.block_on(
+            futures_util::stream::iter(keys.into_iter().map(|k| self.fetch_event(k)))
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        let mut out = Vec::new();
+        for r in read {
+            match r {
+                Ok((key, event)) => {
+                    let key = key.strip_prefix(&prefix).unwrap_or(&key);
+                    out.push((key.trim_end_matches(".json").to_string(), event));
+                }
+                Err(e) if e.is::<UserError>() => return Err(e),
+                Err(e) => tracing::warn!("skipping an unreadable event: {e:#}"),
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn delete_events(&self, name: &str, keys: &[String]) -> Result<()> {
+        let prefix = events_prefix(name);
+        let deletes = keys.iter().map(|k| {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(format!("{prefix}{k}.json"))
+                .send()
+        });
+        let done: Vec<_> = self.rt.block_on(
+            futures_util::stream::iter(deletes)
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        for d in done {
+            d.map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        }
+        Ok(())
+    }
+}
+
+impl DeltaStore for S3Store {
+    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        let key = format!("deltas/{name}.bundle");
+        match bytes {
+            Some(b) => self.put_bytes(&key, b.to_vec()),
+            None => self
+                .delete_key(&key)
+                .and_then(|()| self.delete_key(&format!("deltas/{name}.json"))),
+        }
+    }
+
+    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.rt
+            .block_on(self.get_bytes(&format!("deltas/{name}.bundle")))
+    }
+}
+
+impl RepositoryKeys for S3Store {
+    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        self.put_bytes(&format!("{REPOSITORY_KEYS}{id}"), bytes.to_vec())
+    }
+
+    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let keys: Vec<String> = self
+            .objects(REPOSITORY_KEYS)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
+            futures_util::stream::iter(keys.into_iter().map(|key| async move {
+                let bytes = self
+                    .get_bytes(&key)
+                    .await?
+                    .with_context(|| format!("{key} is gone"))?;
+                let id = key.trim_start_matches(REPOSITORY_KEYS).to_string();
+                Ok((id, bytes))
+            }))
+            .buffer_unordered(READS_IN_FLIGHT)
+            .collect(),
+        );
+        read.into_iter().collect()
+    }
+
+    fn delete_repository_key(&self, id: &str) -> Result<()> {
+        self.delete_key(&format!("{REPOSITORY_KEYS}{id}"))
     }
 }
 

@@ -121,20 +121,47 @@ impl CopyState {
         }
     }
 
-    pub(crate) fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
-        atomic::write(
-            &file(state_dir, name),
-            &serde_json::to_vec_pretty(self)?,
-            0o644,
-        )
+    fn write(&self, path: &Path) -> Result<()> {
+        atomic::write(path, &serde_json::to_vec_pretty(self)?, 0o644)
     }
 
     pub(crate) fn remove(state_dir: &Path, name: &str) -> Result<()> {
         atomic::remove(&file(state_dir, name))
     }
 
+    /// Loaded once by a sequence, which then changes it only through the journal.
+    pub(crate) fn journal(state_dir: &Path, name: &str) -> Result<CopyJournal> {
+        Ok(CopyJournal {
+            state: CopyState::load(state_dir, name)?,
+            file: file(state_dir, name),
+        })
+    }
+
     /// The local copy is current for `snapshot` and still all there.
     pub(crate) fn is_current(&self, snapshot: &str) -> bool {
         self.snapshot.as_deref() == Some(snapshot) && self.paths.iter().all(|p| p.exists())
+    }
+}
+
+/// A sequence's copy state: read once, and every step it records saved before it counts, so
+/// what the sequence holds is always what the file says (a step whose save failed is not
+/// taken, not even in memory).
+pub(crate) struct CopyJournal {
+    state: CopyState,
+    file: PathBuf,
+}
+
+impl CopyJournal {
+    pub(crate) fn state(&self) -> &CopyState {
+        &self.state
+    }
+
+    /// Record one step: `change` applied, saved, and only then held.
+    pub(crate) fn record(&mut self, change: impl FnOnce(&mut CopyState)) -> Result<()> {
+        let mut next = self.state.clone();
+        change(&mut next);
+        next.write(&self.file)?;
+        self.state = next;
+        Ok(())
     }
 }

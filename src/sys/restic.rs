@@ -20,7 +20,7 @@ use crate::plan::restic::{
     self as plan, BackupSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
 };
 use crate::plan::restic_key;
-use crate::store::MetaStore;
+use crate::store::RepositoryKeys;
 use crate::sys::ports::{Backup, Repo};
 use crate::sys::{cmd, host, interrupt};
 
@@ -145,7 +145,7 @@ impl Restic {
     /// `restic cat masterkey` with the operator's password; the key file goes into the
     /// repository's `keys/` (the bucket's `restic/keys/`, through `store`). Any failure leaves
     /// the operator's password in use.
-    pub(crate) fn add_node_key(&mut self, store: &dyn MetaStore, node: &str) {
+    pub(crate) fn add_node_key(&mut self, store: &dyn RepositoryKeys, node: &str) {
         if self.node_key().is_some() {
             return;
         }
@@ -180,7 +180,7 @@ impl Restic {
         }
     }
 
-    fn repository_keys(&self, store: &dyn MetaStore) -> Result<Vec<(String, Vec<u8>)>> {
+    fn repository_keys(&self, store: &dyn RepositoryKeys) -> Result<Vec<(String, Vec<u8>)>> {
         let Some(dir) = &self.local_dir else {
             return store.repository_keys();
         };
@@ -193,14 +193,14 @@ impl Restic {
         Ok(out)
     }
 
-    fn delete_repository_key(&self, store: &dyn MetaStore, id: &str) -> Result<()> {
+    fn delete_repository_key(&self, store: &dyn RepositoryKeys, id: &str) -> Result<()> {
         match &self.local_dir {
             Some(dir) => atomic::remove(&dir.join("keys").join(id)),
             None => store.delete_repository_key(id),
         }
     }
 
-    fn make_node_key(&self, store: &dyn MetaStore, node: &str) -> Result<Option<NodeKey>> {
+    fn make_node_key(&self, store: &dyn RepositoryKeys, node: &str) -> Result<Option<NodeKey>> {
         let out = self
             .command(&["cat".into(), "masterkey".into(), "--no-lock".into()])
             .stdin(Stdio::null())

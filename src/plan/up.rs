@@ -1,0 +1,261 @@
+//! What `up` does with this node's copy of a box, decided from what is known before anything
+//! is touched: start the copy as it is, or restore the box's latest snapshot first, and by
+//! which ways in which order (`lifecycle::up` executes the plan).
+
+/// What `up` knows of the box and of this node's copy once it holds the lease.
+// Independent facts, each read from its own source; the planner is the one place they meet.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CopyFacts {
+    /// This node held the lease before this `up`, no `up` here was cut off and no rollback
+    /// pointed the box elsewhere since: the copy here is the box's newest.
+    pub ran_here: bool,
+    /// This node's copy equals the latest snapshot, and all the paths it holds are there.
+    pub current: bool,
+    /// The project path exists (as anything).
+    pub project_exists: bool,
+    /// The project path is a directory.
+    pub project_is_dir: bool,
+    /// A restore in place cut off here left the copy part old, part new (nothing unsaved).
+    pub restoring: bool,
+    /// A rollback pointed the record at an earlier snapshot since the copy was saved.
+    pub stale: bool,
+}
+
+/// Why the copy is restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// The box ran here, but its project is gone.
+    CopyGone,
+    /// The copy is not the latest snapshot (another node ran the box, a rollback, a restore
+    /// cut off, or no copy here at all).
+    Behind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyPlan<S> {
+    /// Start the copy as it is; `clear_stale`: a rollback cut off before it moved the record
+    /// left the copy marked stale, and it is the latest after all.
+    Start { clear_stale: bool },
+    /// Restore the latest snapshot; `keep_local_work`: the copy may hold work in no snapshot,
+    /// so it is checked (and kept as a fork snapshot unless it equals one) first.
+    Restore {
+        snapshot: S,
+        why: Why,
+        keep_local_work: bool,
+    },
+    /// Nothing to start: no project and no snapshot to restore it from.
+    Missing,
+}
+
+/// What to do with the copy, given the box's latest snapshot (if it has one).
+pub(crate) fn copy<S>(f: CopyFacts, latest: Option<S>) -> CopyPlan<S> {
+    let why = if f.ran_here {
+        (!f.project_exists).then_some(Why::CopyGone)
+    } else {
+        (!f.current).then_some(Why::Behind)
+    };
+    match (latest, why) {
+        (Some(snapshot), Some(why)) => CopyPlan::Restore {
+            snapshot,
+            why,
+            keep_local_work: !f.restoring,
+        },
+        _ if !f.project_is_dir => CopyPlan::Missing,
+        _ => CopyPlan::Start {
+            clear_stale: f.stale,
+        },
+    }
+}
+
+/// What decides how a snapshot is brought onto this node's copy.
+// Independent facts, as above.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RestoreFacts {
+    /// The copy is known to equal a snapshot (so what changed since can be written alone).
+    pub equals_a_snapshot: bool,
+    /// The operator asked for a whole restore (`AG_BOX_FULL_RESTORE=1`).
+    pub full: bool,
+    /// The snapshot holds exactly paths this node keeps, the project among them, and the
+    /// project is a directory here: it can be changed where it is.
+    pub fits_roots: bool,
+    /// restic restores in place (0.17+).
+    pub restores_in_place: bool,
+}
+
+/// A way to bring the copy to a snapshot that writes less than a whole restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shortcut {
+    /// Write only what changed since the snapshot the copy equals (as published by the node
+    /// that parked it, else as restic lists it).
+    Delta,
+    /// restic restores over the copy, writing only what differs.
+    InPlace,
+}
+
+/// The shortcuts to try, cheapest first; a failed one falls through to the next, and after
+/// them all comes a whole restore into a staging dir beside the copy, then a swap (always
+/// possible).
+pub(crate) fn shortcuts(f: RestoreFacts) -> Vec<Shortcut> {
+    let mut ways = Vec::new();
+    if f.fits_roots && !f.full {
+        if f.equals_a_snapshot {
+            ways.push(Shortcut::Delta);
+        }
+        if f.restores_in_place {
+            ways.push(Shortcut::InPlace);
+        }
+    }
+    ways
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    const NEW_HERE: CopyFacts = CopyFacts {
+        ran_here: false,
+        current: false,
+        project_exists: false,
+        project_is_dir: false,
+        restoring: false,
+        stale: false,
+    };
+    const THERE: CopyFacts = CopyFacts {
+        project_exists: true,
+        project_is_dir: true,
+        ..NEW_HERE
+    };
+
+    fn restore(why: Why, keep_local_work: bool) -> CopyPlan<&'static str> {
+        CopyPlan::Restore {
+            snapshot: "s1",
+            why,
+            keep_local_work,
+        }
+    }
+
+    #[test]
+    fn a_copy_is_restored_unless_it_is_the_latest() {
+        let start = CopyPlan::Start { clear_stale: false };
+        let cases = [
+            // Never here: restore; the check for unsaved work finds no copy.
+            (NEW_HERE, Some("s1"), restore(Why::Behind, true)),
+            // Here, but another node ran the box since: what it holds may be unsaved.
+            (THERE, Some("s1"), restore(Why::Behind, true)),
+            // Equal to the latest snapshot: start as it is.
+            (
+                CopyFacts {
+                    current: true,
+                    ..THERE
+                },
+                Some("s1"),
+                start,
+            ),
+            // Ran here last: the copy is newer than any snapshot, even if it equals none.
+            (
+                CopyFacts {
+                    ran_here: true,
+                    ..THERE
+                },
+                Some("s1"),
+                start,
+            ),
+            // Ran here, but its project is gone.
+            (
+                CopyFacts {
+                    ran_here: true,
+                    ..NEW_HERE
+                },
+                Some("s1"),
+                restore(Why::CopyGone, true),
+            ),
+            // A restore cut off here: finish it, nothing unsaved to keep.
+            (
+                CopyFacts {
+                    restoring: true,
+                    ..THERE
+                },
+                Some("s1"),
+                restore(Why::Behind, false),
+            ),
+            // A rollback cut off before it moved the record: the copy is current after all.
+            (
+                CopyFacts {
+                    current: true,
+                    stale: true,
+                    ..THERE
+                },
+                Some("s1"),
+                CopyPlan::Start { clear_stale: true },
+            ),
+            // No snapshot: the project must be there.
+            (THERE, None, start),
+            (NEW_HERE, None, CopyPlan::Missing),
+            // A file where the project should be: missing, snapshot or not.
+            (
+                CopyFacts {
+                    project_is_dir: false,
+                    ..THERE
+                },
+                None,
+                CopyPlan::Missing,
+            ),
+            (
+                CopyFacts {
+                    ran_here: true,
+                    project_is_dir: false,
+                    ..THERE
+                },
+                Some("s1"),
+                CopyPlan::Missing,
+            ),
+        ];
+        for (facts, latest, plan) in cases {
+            assert_eq!(copy(facts, latest), plan, "{facts:?} {latest:?}");
+        }
+    }
+
+    #[test]
+    fn restores_try_the_cheapest_way_first() {
+        use Shortcut::{Delta, InPlace};
+        let all = RestoreFacts {
+            equals_a_snapshot: true,
+            full: false,
+            fits_roots: true,
+            restores_in_place: true,
+        };
+        let cases = [
+            (all, vec![Delta, InPlace]),
+            (
+                RestoreFacts {
+                    restores_in_place: false,
+                    ..all
+                },
+                vec![Delta],
+            ),
+            (
+                RestoreFacts {
+                    equals_a_snapshot: false,
+                    ..all
+                },
+                vec![InPlace],
+            ),
+            // Paths this node does not keep: only a whole restore fits.
+            (
+                RestoreFacts {
+                    fits_roots: false,
+                    ..all
+                },
+                vec![],
+            ),
+            // A copy the operator distrusts is replaced whole.
+            (RestoreFacts { full: true, ..all }, vec![]),
+        ];
+        for (facts, ways) in cases {
+            assert_eq!(shortcuts(facts), ways, "{facts:?}");
+        }
+    }
+}
