@@ -16,6 +16,7 @@ use crate::error::UserError;
 use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
 use crate::plan::text;
 use crate::sys::cmd;
+use crate::sys::nodes::Nodes;
 use crate::sys::restic::short;
 
 const AGENT_CLIS: [&str; 4] = ["claude", "codex", "grok", "gemini"];
@@ -333,16 +334,13 @@ fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
         .filter(|n| n.name != ctx.config.node)
         .filter_map(|n| Some((n.name.as_str(), n.ssh_alias.as_deref()?)))
         .collect();
-    let answers: Vec<(String, Result<String, String>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = peers
+    let answers = match Nodes::new() {
+        Ok(nodes) => nodes.script_all(&peers, &script),
+        Err(e) => peers
             .iter()
-            .map(|(node, alias)| {
-                let script = &script;
-                s.spawn(move || (node.to_string(), ssh(alias, script)))
-            })
-            .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
+            .map(|(node, _)| (node.to_string(), Err(format!("{e:#}"))))
+            .collect(),
+    };
     let mut out = Vec::new();
     let mut theirs = Vec::new();
     for (node, answer) in &answers {
@@ -360,27 +358,6 @@ fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
     }
     out.push(doctor::agents(&agent_versions(), &theirs));
     out
-}
-
-fn ssh(alias: &str, script: &str) -> Result<String, String> {
-    let out = Command::new("ssh")
-        .args([
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=5",
-            alias,
-            "--",
-            script,
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running ssh: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(cmd::last_line(&String::from_utf8_lossy(&out.stderr)).to_string())
-    }
 }
 
 fn free_space(home: &Path) -> Check {

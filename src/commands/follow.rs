@@ -2,44 +2,13 @@
 //! terminal when there is one here) and say so; parked, they say how to start it.
 
 use std::io::IsTerminal;
-use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{Ctx, not_up_here};
 use crate::error::{ChildExit, UserError};
 use crate::store::meta::Meta;
-use crate::sys::cmd;
-
-/// `ssh` running `ag-box <args>` on `alias`; `tty`: with a terminal (an attach, an interactive
-/// exec). The remote shell reads one string, so every argument is quoted for it.
-pub(crate) fn ssh_argv(alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
-    let remote: Vec<String> = std::iter::once("ag-box")
-        .chain(args.iter().copied())
-        .map(quote)
-        .collect();
-    vec![
-        "ssh".into(),
-        if tty { "-t" } else { "-T" }.into(),
-        "-o".into(),
-        "ConnectTimeout=10".into(),
-        alias.into(),
-        "--".into(),
-        remote.join(" "),
-    ]
-}
-
-fn quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c));
-    if plain {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', r"'\''"))
-    }
-}
+use crate::sys::nodes::Nodes;
 
 /// The box is not running here: run `args` on the node holding its lease, or tell why not.
 pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
@@ -78,59 +47,8 @@ pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Re
         "box '{name}' is up on node {}; running '{verb}' there over ssh ({alias})",
         lease.node
     );
-    let ssh = ssh_argv(alias, tty || verb == "attach", args);
-    let status = Command::new(&ssh[0])
-        .args(&ssh[1..])
-        .status()
-        .with_context(|| format!("running ssh {alias}"))?;
-    match cmd::exit_code(status) {
+    match Nodes::new()?.on_terminal(alias, tty || verb == "attach", args)? {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pretty_assertions::assert_eq;
-
-    #[test]
-    fn the_remote_command_reaches_ag_box_as_typed() {
-        assert_eq!(
-            ssh_argv("node-b", true, &["attach", "web"]),
-            [
-                "ssh",
-                "-t",
-                "-o",
-                "ConnectTimeout=10",
-                "node-b",
-                "--",
-                "ag-box attach web"
-            ]
-        );
-        assert_eq!(
-            ssh_argv(
-                "b",
-                false,
-                &[
-                    "exec",
-                    "web",
-                    "--",
-                    "sh",
-                    "-c",
-                    "echo 'it''s' $HOME; rm -rf /"
-                ]
-            ),
-            [
-                "ssh",
-                "-T",
-                "-o",
-                "ConnectTimeout=10",
-                "b",
-                "--",
-                r"ag-box exec web -- sh -c 'echo '\''it'\'''\''s'\'' $HOME; rm -rf /'"
-            ]
-        );
-        assert_eq!(quote(""), "''");
     }
 }

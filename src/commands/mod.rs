@@ -34,6 +34,7 @@ use crate::lifecycle::{self, Repo, World};
 use crate::plan::delta::{Change, Listed};
 use crate::plan::names;
 use crate::plan::restic::{BackupSpec, SnapshotInfo};
+use crate::plan::restic_key::Keys;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
@@ -317,7 +318,7 @@ impl Repo for LazyRestic<'_> {
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         Repo::restore_only(self.get()?, snapshot_id, target, paths)
     }
-    fn master_key(&self) -> Result<[u8; 64]> {
+    fn master_key(&self) -> Result<Keys> {
         Repo::master_key(self.get()?)
     }
     fn restores_in_place(&self) -> bool {

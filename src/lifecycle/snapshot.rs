@@ -111,7 +111,7 @@ pub(crate) fn publish_changes(
         };
         let mut iv = [0u8; 16];
         host::random_bytes(&mut iv)?;
-        let sealed = bundle::seal(&w.repo.master_key()?, &iv, &published, contents.as_ref())?;
+        let sealed = bundle::seal(&*w.repo.master_key()?, &iv, &published, contents.as_ref())?;
         tracing::debug!(
             "box '{name}': {} changed and {} removed paths sealed ({} bytes, contents {})",
             published.fetch.len(),

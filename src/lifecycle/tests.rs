@@ -19,6 +19,7 @@ use crate::error::{Code, UserError};
 use crate::plan::bundle::{self, Contents, Item, Kind};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published};
 use crate::plan::restic::{BackupSpec, FORK_TAG, SnapshotInfo, box_tag};
+use crate::plan::restic_key::Keys;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
@@ -307,8 +308,8 @@ impl Repo for FakeRepo {
     fn restores_in_place(&self) -> bool {
         self.in_place.get()
     }
-    fn master_key(&self) -> Result<[u8; 64]> {
-        Ok(MASTER_KEY)
+    fn master_key(&self) -> Result<Keys> {
+        Ok(zeroize::Zeroizing::new(MASTER_KEY))
     }
     fn restore_path(&self, id: &str, path: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
         self.in_place_calls

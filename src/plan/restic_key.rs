@@ -17,6 +17,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
 
 /// scrypt's cost for a random password: N = 2^12, r = 8, p = 1 (a few milliseconds).
 pub(crate) const LOG_N: u8 = 12;
@@ -61,8 +63,8 @@ pub(crate) fn key_file(
         master["encrypt"].is_string() && master["mac"]["k"].is_string(),
         "restic's master key lacks its fields"
     );
-    let plain = serde_json::to_vec(&master)?;
-    let data = seal(&derive(password, &random.salt)?, &random.iv, &plain)?;
+    let plain = Zeroizing::new(serde_json::to_vec(&master)?);
+    let data = seal(&*derive(password, &random.salt)?, &random.iv, &plain)?;
     let file = KeyFile {
         created,
         username: "ag-box",
@@ -78,19 +80,23 @@ pub(crate) fn key_file(
     Ok((hex(&Sha256::digest(&bytes)), bytes))
 }
 
+/// The 64 bytes of a restic key: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
+/// Wiped from memory when dropped.
+pub(crate) type Keys = Zeroizing<[u8; 64]>;
+
 /// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
-fn derive(password: &[u8], salt: &[u8]) -> Result<[u8; 64]> {
+fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
     let params =
         scrypt::Params::new(LOG_N, R, P).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
-    let mut out = [0u8; 64];
-    scrypt::scrypt(password, salt, &params, &mut out)
+    let mut out = Zeroizing::new([0u8; 64]);
+    scrypt::scrypt(password, salt, &params, out.as_mut())
         .map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;
     Ok(out)
 }
 
 /// The repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
 /// [`seal`] and [`open`] take: the AES-256 key, then the MAC's `k` and `r`.
-pub(crate) fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
+pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
     #[derive(Deserialize)]
     struct Mac {
         k: String,
@@ -102,11 +108,13 @@ pub(crate) fn master_keys(master: &[u8]) -> Result<[u8; 64]> {
         encrypt: String,
     }
     let m: Master = serde_json::from_slice(master).context("parsing restic's master key")?;
-    let mut out = [0u8; 64];
+    let mut out = Zeroizing::new([0u8; 64]);
     for (range, field) in [(0..32, &m.encrypt), (32..48, &m.mac.k), (48..64, &m.mac.r)] {
-        let bytes = STANDARD
-            .decode(field)
-            .context("decoding restic's master key")?;
+        let bytes = Zeroizing::new(
+            STANDARD
+                .decode(field)
+                .context("decoding restic's master key")?,
+        );
         anyhow::ensure!(
             bytes.len() == range.len(),
             "restic's master key has a part of the wrong length"
@@ -125,12 +133,8 @@ pub(crate) fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
     let iv: [u8; 16] = iv.try_into()?;
     let expected = mac(&keys[32..48], &keys[48..64], &iv, ciphertext)?;
     // Compared in constant time: nothing about the right tag leaks through timing.
-    let differs = expected
-        .iter()
-        .zip(tag)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
     anyhow::ensure!(
-        differs == 0,
+        bool::from(expected.ct_eq(tag)),
         "its MAC does not match (altered, or sealed with another repository's key)"
     );
     let mut plain = ciphertext.to_vec();
@@ -160,10 +164,10 @@ fn mac(k: &[u8], r: &[u8], nonce: &[u8; 16], message: &[u8]) -> Result<[u8; 16]>
     aes::Aes128::new_from_slice(k)
         .map_err(|e| anyhow::anyhow!("AES-128: {e}"))?
         .encrypt_block(&mut s);
-    let mut key = [0u8; 32];
+    let mut key = Zeroizing::new([0u8; 32]);
     key[..16].copy_from_slice(r);
     key[16..].copy_from_slice(&s);
-    let tag = poly1305::Poly1305::new_from_slice(&key)
+    let tag = poly1305::Poly1305::new_from_slice(key.as_ref())
         .map_err(|e| anyhow::anyhow!("Poly1305: {e}"))?
         .compute_unpadded(message);
     let mut out = [0u8; 16];
@@ -316,7 +320,7 @@ mod tests {
         assert_eq!(open(&keys, &sealed).unwrap(), b"what changed");
         let mut altered = sealed.clone();
         altered[20] ^= 1;
-        let mut other = keys;
+        let mut other = keys.clone();
         other[50] ^= 1;
         let refused = |keys: &[u8; 64], bytes: &[u8]| open(keys, bytes).unwrap_err().to_string();
         assert_eq!(

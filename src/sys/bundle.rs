@@ -109,18 +109,12 @@ fn add(
 
 /// Extended attributes (ACLs, `SELinux` labels among them) travel only through restic.
 fn has_xattrs(path: &Path) -> Result<bool> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    // SAFETY: `c` is a valid NUL-terminated path; a null buffer of size 0 only asks the size.
-    let size = unsafe { nix::libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-    if size < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(nix::libc::ENOTSUP) {
-            return Ok(false);
-        }
-        return Err(err).with_context(|| format!("listing the attributes of {}", path.display()));
+    match rustix::fs::llistxattr_query(path) {
+        Ok(size) => Ok(size > 0),
+        Err(rustix::io::Errno::NOTSUP) => Ok(false),
+        Err(e) => Err(std::io::Error::from(e))
+            .with_context(|| format!("listing the attributes of {}", path.display())),
     }
-    Ok(size > 0)
 }
 
 /// Write `contents` under `staging` (a path `/x/y` at `staging/x/y`), with their owners, modes
@@ -291,18 +285,13 @@ mod tests {
     #[test]
     fn a_file_with_extended_attributes_is_left_to_restic() {
         let (_dir, p, _) = copy();
-        let file = std::ffi::CString::new(p.join("a.txt").to_str().unwrap()).unwrap();
-        // SAFETY: valid NUL-terminated name and value, with their lengths.
-        let set = unsafe {
-            nix::libc::lsetxattr(
-                file.as_ptr(),
-                c"user.origin".as_ptr(),
-                b"web".as_ptr().cast(),
-                3,
-                0,
-            )
-        };
-        assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+        rustix::fs::lsetxattr(
+            p.join("a.txt"),
+            "user.origin",
+            b"web",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
         let manifest = digest::walk(std::slice::from_ref(&p)).unwrap().1.unwrap();
         assert!(
             collect(&[p.join("a.txt")], &manifest, &secret)

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use nix::fcntl::{FcntlArg, fcntl};
 
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::unit;
@@ -122,26 +123,18 @@ impl Sandbox {
         }
         c.arg("--").args(inner);
         let files: Vec<File> = self.namespaces.into_iter().map(|(_, f)| f).collect();
-        // Filled here, in fixed arrays: nothing is allocated between fork and exec.
-        let mut held: [RawFd; NAMESPACES.len()] = [-1; NAMESPACES.len()];
-        for (slot, f) in held.iter_mut().zip(&files) {
-            *slot = f.as_raw_fd();
-        }
-        let count = files.len();
         // SAFETY: between fork and exec the closure only calls fcntl and dup2 (async-signal-safe)
-        // on fixed arrays: no allocation, no lock. `files` moves in to keep the fds open.
+        // on a fixed array and the files it holds: no allocation, no lock. `files` moves in to
+        // keep the fds open.
         unsafe {
             c.pre_exec(move || {
-                let _open = &files;
                 // Out of the way first, so no target number is overwritten before it is moved.
                 let mut high: [RawFd; NAMESPACES.len()] = [-1; NAMESPACES.len()];
-                for (h, fd) in high.iter_mut().zip(&held[..count]) {
-                    *h = nix::libc::fcntl(*fd, nix::libc::F_DUPFD_CLOEXEC, 64);
-                    if *h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                for (h, f) in high.iter_mut().zip(&files) {
+                    *h = fcntl(f, FcntlArg::F_DUPFD_CLOEXEC(64))?;
                 }
-                for (target, h) in (FIRST_FD..).zip(&high[..count]) {
+                for (target, h) in (FIRST_FD..).zip(&high[..files.len()]) {
+                    // nix's dup2 wants the target as an fd the child owns; it is just a number.
                     if nix::libc::dup2(*h, target) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }

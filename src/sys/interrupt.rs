@@ -6,7 +6,11 @@
 //!   only), and it says so on the pipe ag-box reads, so with ag-box gone first, that write would
 //!   kill it holding the lock. The command then stops as restic ends ([`check`]). restic runs in
 //!   a process group of its own (`sys::restic`), so a terminal's Ctrl-C reaches ag-box alone.
+//!
+//! The actions are installed with `signal-hook` once, at the first arm or shield; with nothing
+//! to note, each acts as the signal's default action.
 
+use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use anyhow::Result;
@@ -20,55 +24,64 @@ const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 static CAUGHT: AtomicI32 = AtomicI32::new(0);
 /// `up` noted signals from its start: a shield ending leaves that as it is.
 static ARMED: AtomicBool = AtomicBool::new(false);
-/// Shields up now: the last one to go gives the signals their default back.
+/// Shields up now.
 static SHIELDS: AtomicUsize = AtomicUsize::new(0);
 /// The restic processes running under a shield (0: a free slot).
 static RESTICS: [AtomicI32; 128] = [const { AtomicI32::new(0) }; 128];
+static INSTALLED: Once = Once::new();
 
-extern "C" fn note(signal: nix::libc::c_int) {
-    CAUGHT.store(signal, Ordering::SeqCst);
+/// In signal context: only atomics, kill(2) and the default action's emulation.
+fn on_signal(signal: Signal) {
+    if !ARMED.load(Ordering::SeqCst) && SHIELDS.load(Ordering::SeqCst) == 0 {
+        // Nothing to note: as if never caught (a SIGTERM ends this process).
+        let _ = signal_hook::low_level::emulate_default_handler(signal as i32);
+        return;
+    }
+    CAUGHT.store(signal as i32, Ordering::SeqCst);
     for slot in &RESTICS {
         let pid = slot.load(Ordering::SeqCst);
         if pid > 0 {
-            // kill(2) is async-signal-safe; a restic already gone is no matter.
+            // A restic already gone is no matter.
             let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
         }
     }
 }
 
-/// Which of [`SIGNALS`] ag-box was started with ignored (`nohup`, a script's `&`): they stay
-/// ignored.
-static IGNORED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
-
-fn set(signal: Signal, handler: SigHandler) -> Option<SigHandler> {
-    let action = SigAction::new(handler, SaFlags::empty(), SigSet::empty());
-    // SAFETY: the handler only touches atomics and calls kill(2).
-    match unsafe { sigaction(signal, &action) } {
-        Ok(old) => Some(old.handler()),
-        Err(e) => {
-            tracing::debug!("not catching {signal}: {e}");
-            None
-        }
+/// Whether ag-box was started with `signal` ignored (`nohup`, a script's `&`): it stays so.
+/// (Read by swapping in "ignore" for a moment: a disposition cannot be read alone.)
+fn started_ignored(signal: Signal) -> bool {
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    // SAFETY: ignoring installs no handler; the old action is put back at once.
+    match unsafe { sigaction(signal, &ignore) } {
+        Ok(old) if old.handler() == SigHandler::SigIgn => true,
+        // SAFETY: the action that was there before, as it was.
+        Ok(old) => unsafe { sigaction(signal, &old) }.is_err(),
+        Err(_) => true,
     }
 }
 
-/// Notes [`SIGNALS`] from now on, but for those ag-box was started with ignored.
-fn note_all() {
-    for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
-        if set(*signal, SigHandler::Handler(note)) == Some(SigHandler::SigIgn) {
-            ignored.store(true, Ordering::SeqCst);
-            set(*signal, SigHandler::SigIgn);
+fn install() {
+    INSTALLED.call_once(|| {
+        for signal in SIGNALS {
+            if started_ignored(signal) {
+                continue;
+            }
+            // SAFETY: `on_signal` is async-signal-safe (see there).
+            let installed = unsafe {
+                signal_hook::low_level::register(signal as i32, move || on_signal(signal))
+            };
+            if let Err(e) = installed {
+                tracing::debug!("not catching {signal}: {e}");
+            }
         }
-    }
+    });
 }
 
 /// From here on SIGINT, SIGTERM and SIGHUP are noted for [`check`] (unless ignored from the
 /// start: `nohup ag-box up` goes on after a hangup).
 pub(crate) fn arm() {
     ARMED.store(true, Ordering::SeqCst);
-    if SHIELDS.load(Ordering::SeqCst) == 0 {
-        note_all();
-    }
+    install();
 }
 
 /// Fails once a noted signal arrived, naming the step it stopped before.
@@ -94,9 +107,8 @@ pub(crate) struct Shield {
 
 impl Shield {
     pub(crate) fn new() -> Shield {
-        if SHIELDS.fetch_add(1, Ordering::SeqCst) == 0 && !ARMED.load(Ordering::SeqCst) {
-            note_all();
-        }
+        SHIELDS.fetch_add(1, Ordering::SeqCst);
+        install();
         Shield { slot: None }
     }
 
@@ -109,9 +121,7 @@ impl Shield {
                 .is_ok()
         });
     }
-}
 
-impl Shield {
     /// Its restic has ended: signals are obeyed again, and one noted meanwhile stops the
     /// command here.
     pub(crate) fn end(self, step: &str) -> Result<()> {
@@ -125,12 +135,6 @@ impl Drop for Shield {
         if let Some(i) = self.slot {
             RESTICS[i].store(0, Ordering::SeqCst);
         }
-        if SHIELDS.fetch_sub(1, Ordering::SeqCst) == 1 && !ARMED.load(Ordering::SeqCst) {
-            for (signal, ignored) in SIGNALS.iter().zip(&IGNORED) {
-                if !ignored.load(Ordering::SeqCst) {
-                    set(*signal, SigHandler::SigDfl);
-                }
-            }
-        }
+        SHIELDS.fetch_sub(1, Ordering::SeqCst);
     }
 }

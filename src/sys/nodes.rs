@@ -1,6 +1,10 @@
-//! The other nodes, over ssh (openssh crate, one multiplexed connection per node).
+//! The other nodes, over ssh: every way ag-box reaches another node goes through here, on one
+//! multiplexed connection per node (openssh crate). A command that needs a terminal (an attach
+//! or interactive exec followed to another node) runs through that same connection's control
+//! socket, as openssh has no terminal of its own to give.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -14,6 +18,7 @@ use crate::sys::cmd;
 pub(crate) const PROBE_SUBCOMMAND: &str = "__probe";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Open connections, reused from probing to the remote `up`.
 pub(crate) struct Nodes {
@@ -45,6 +50,53 @@ async fn probe(session: &Session) -> Result<ProbeReply> {
         );
     }
     serde_json::from_slice(&out.stdout).context("parsing the probe reply")
+}
+
+/// `sh` on the other end runs `script`; its stdout, or the last line of why not.
+async fn run_script(alias: &str, script: &str) -> Result<String, String> {
+    let session = connect(alias).await.map_err(|e| format!("{e:#}"))?;
+    let out = tokio::time::timeout(SCRIPT_TIMEOUT, session.raw_command(script).output())
+        .await
+        .map_err(|_| "timed out".to_string())
+        .and_then(|r| r.map_err(|e| format!("{e:#}")));
+    let _ = session.close().await;
+    let out = out?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(cmd::last_line(&String::from_utf8_lossy(&out.stderr)).to_string())
+    }
+}
+
+/// `ssh` running `ag-box <args>` on `alias` through the control socket `control` of a
+/// connection already open; `tty`: with a terminal (an attach, an interactive exec). The remote
+/// shell reads one string, so every argument is quoted for it.
+pub(crate) fn terminal_argv(control: &Path, alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
+    let remote: Vec<String> = std::iter::once("ag-box")
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    vec![
+        "ssh".into(),
+        "-S".into(),
+        control.display().to_string(),
+        if tty { "-t" } else { "-T" }.into(),
+        alias.into(),
+        "--".into(),
+        remote.join(" "),
+    ]
+}
+
+fn quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
 }
 
 impl Nodes {
@@ -117,6 +169,43 @@ impl Nodes {
         self.remote(entry, &args)
     }
 
+    /// `script` run by the shell of every (node, alias) of `peers`, all at once.
+    pub(crate) fn script_all(
+        &self,
+        peers: &[(&str, &str)],
+        script: &str,
+    ) -> Vec<(String, Result<String, String>)> {
+        self.rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for (node, alias) in peers {
+                let (node, alias, script) =
+                    (node.to_string(), alias.to_string(), script.to_string());
+                set.spawn(async move { (node, run_script(&alias, &script).await) });
+            }
+            let mut done = Vec::new();
+            while let Some(joined) = set.join_next().await {
+                if let Ok(r) = joined {
+                    done.push(r);
+                }
+            }
+            done.sort_by(|a, b| a.0.cmp(&b.0));
+            done
+        })
+    }
+
+    /// `ag-box <args>` on the node at `alias`, with this process's terminal (`tty`) or its
+    /// standard streams; returns its exit code.
+    pub(crate) fn on_terminal(&mut self, alias: &str, tty: bool, args: &[&str]) -> Result<i32> {
+        let session = self.rt.block_on(connect(alias))?;
+        let ssh = terminal_argv(session.control_socket(), alias, tty, args);
+        let status = std::process::Command::new(&ssh[0])
+            .args(&ssh[1..])
+            .status()
+            .with_context(|| format!("running ssh {alias}"));
+        let _ = self.rt.block_on(session.close());
+        Ok(cmd::exit_code(status?))
+    }
+
     /// `ag-box <args>` on that node, its output streamed; returns its exit code.
     pub(crate) fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
         let alias = entry
@@ -140,5 +229,53 @@ impl Nodes {
             let _ = session.close().await;
             Ok(cmd::exit_code(status))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn the_remote_command_reaches_ag_box_as_typed() {
+        let ctl = Path::new("/root/.ssh/ctl/x");
+        assert_eq!(
+            terminal_argv(ctl, "node-b", true, &["attach", "web"]),
+            [
+                "ssh",
+                "-S",
+                "/root/.ssh/ctl/x",
+                "-t",
+                "node-b",
+                "--",
+                "ag-box attach web"
+            ]
+        );
+        assert_eq!(
+            terminal_argv(
+                ctl,
+                "b",
+                false,
+                &[
+                    "exec",
+                    "web",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo 'it''s' $HOME; rm -rf /"
+                ]
+            ),
+            [
+                "ssh",
+                "-S",
+                "/root/.ssh/ctl/x",
+                "-T",
+                "b",
+                "--",
+                r"ag-box exec web -- sh -c 'echo '\''it'\'''\''s'\'' $HOME; rm -rf /'"
+            ]
+        );
+        assert_eq!(quote(""), "''");
     }
 }

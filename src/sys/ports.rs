@@ -8,6 +8,7 @@ use anyhow::Result;
 
 use crate::plan::delta::{Change, Listed};
 use crate::plan::restic::{BackupSpec, SnapshotInfo};
+use crate::plan::restic_key::Keys;
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::freezer::Paused;
 
@@ -59,7 +60,7 @@ pub(crate) trait Repo {
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
     /// The repository's master key, as `plan::restic_key::master_keys` holds it.
-    fn master_key(&self) -> Result<[u8; 64]>;
+    fn master_key(&self) -> Result<Keys>;
     /// Whether [`Repo::restore_path`] is available (restic 0.17+).
     fn restores_in_place(&self) -> bool;
     /// Bring `path` to what the snapshot holds there, changing only what differs; what the
@@ -113,7 +114,7 @@ impl Repo for NoRepo {
     fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
         Self::refuse()
     }
-    fn master_key(&self) -> Result<[u8; 64]> {
+    fn master_key(&self) -> Result<Keys> {
         Self::refuse()
     }
     fn restores_in_place(&self) -> bool {

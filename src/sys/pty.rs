@@ -18,6 +18,7 @@ use crate::plan::term_filter::OutputFilter;
 
 nix::ioctl_read_bad!(get_winsize, nix::libc::TIOCGWINSZ, Winsize);
 nix::ioctl_write_ptr_bad!(set_winsize, nix::libc::TIOCSWINSZ, Winsize);
+nix::ioctl_write_int_bad!(set_controlling_terminal, nix::libc::TIOCSCTTY);
 
 /// The caller's terminal in raw mode while the relay runs; put back however it ends.
 struct RawMode {
@@ -104,10 +105,8 @@ pub(crate) fn run_relayed(
     // SAFETY: setsid and ioctl only, between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::unistd::setsid()?;
+            set_controlling_terminal(0, 0)?;
             Ok(())
         });
     }

@@ -262,7 +262,7 @@ impl Restic {
 
     /// The repository's master key ([`restic_key::master_keys`]): read once with `restic cat
     /// masterkey`, then kept in the state dir.
-    pub(crate) fn master_key(&self) -> Result<[u8; 64]> {
+    pub(crate) fn master_key(&self) -> Result<restic_key::Keys> {
         let kept = std::fs::read(&self.master_key_file)
             .ok()
             .and_then(|b| serde_json::from_slice::<MasterKey>(&b).ok())
@@ -281,7 +281,7 @@ impl Restic {
     }
 
     /// Keep the master key `restic cat masterkey` printed; returns its keys.
-    fn keep_master_key(&self, printed: &[u8]) -> Result<[u8; 64]> {
+    fn keep_master_key(&self, printed: &[u8]) -> Result<restic_key::Keys> {
         let keys = restic_key::master_keys(printed)?;
         let kept = MasterKey {
             repository: self.repository.clone(),
@@ -843,7 +843,7 @@ impl Repo for Restic {
     fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
     }
-    fn master_key(&self) -> Result<[u8; 64]> {
+    fn master_key(&self) -> Result<restic_key::Keys> {
         Restic::master_key(self)
     }
     fn restore_path(

@@ -36,7 +36,7 @@ pub(crate) fn remove_any(path: &Path) -> std::io::Result<()> {
 fn move_into(from: &Path, to: &Path) -> Result<()> {
     match fs::rename(from, to) {
         Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EXDEV as i32) => {
             let tmp = sibling(to, "incoming");
             remove_any(&tmp)?;
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(&tmp))?;
@@ -508,7 +508,7 @@ mod tests {
         fn restores_in_place(&self) -> bool {
             false
         }
-        fn master_key(&self) -> Result<[u8; 64]> {
+        fn master_key(&self) -> Result<crate::plan::restic_key::Keys> {
             anyhow::bail!("not used")
         }
         fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {

@@ -474,18 +474,22 @@ pub(crate) fn anchor(
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..]);
     let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-    // SAFETY: only async-signal-safe libc calls between fork and exec.
+    // SAFETY: between fork and exec only setns, fcntl and dup2 (async-signal-safe), on fds
+    // that stay open until the spawn returns (`namespace` and `file` outlive it).
     unsafe {
         c.pre_exec(move || {
-            if let Some(ns) = ns_fd
-                && nix::libc::setns(ns, nix::libc::CLONE_NEWNET) < 0
-            {
-                return Err(std::io::Error::last_os_error());
+            if let Some(ns) = ns_fd {
+                nix::sched::setns(
+                    std::os::fd::BorrowedFd::borrow_raw(ns),
+                    nix::sched::CloneFlags::CLONE_NEWNET,
+                )?;
             }
             if fd == INFO_FD {
-                if nix::libc::fcntl(INFO_FD, nix::libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                nix::fcntl::fcntl(
+                    std::os::fd::BorrowedFd::borrow_raw(INFO_FD),
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                )?;
+            // nix's dup2 wants the target as an fd the child owns; INFO_FD is just a number.
             } else if nix::libc::dup2(fd, INFO_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -555,12 +559,7 @@ fn keep_proxy(argv: &[String], box_done: &AtomicBool, cgroup: Option<&Path>) {
             .stdout(Stdio::null());
         // SAFETY: prctl is async-signal-safe.
         unsafe {
-            c.pre_exec(|| {
-                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            c.pre_exec(|| Ok(nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?));
         }
         match c.spawn() {
             Ok(mut proxy) => {
@@ -700,7 +699,7 @@ fn remove_box_cgroups(run_dir: &Path) {
         // Its last tasks may take a moment to leave after the supervisor is gone.
         for _ in 0..20 {
             match fs::remove_dir(dir) {
-                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EBUSY as i32) => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
