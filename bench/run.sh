@@ -1,20 +1,28 @@
 #!/bin/bash
-# bench/run.sh -- the benchmark table of issue 10, one run on the rig (root): each row gives
-# ag-box's seconds, the reference's and their ratio.
-#  - The reference project (bench/reference-project.py: 20,000 files, 300 MB, 50 MB of agent
-#    sessions) migrated nodeA -> nodeB (park + up) beside plain restic (an incremental backup
-#    and a restore of the same paths into a repository of their own) and beside rsync over ssh.
+# bench/run.sh [FILES] -- the benchmark table, one run on the rig (root): each row gives
+# ag-box's seconds, the reference's and their ratio, and ag-box's peak memory where it moves a
+# box.
+#  - The reference project (bench/reference-project.py: by default 20,000 files, 300 MB, 50 MB
+#    of agent sessions; FILES=200000 makes a 2 GB tree of a JavaScript project's size) migrated
+#    nodeA -> nodeB (park + up) beside plain restic (an incremental backup and a restore of the
+#    same paths into a repository of their own) and beside rsync over ssh.
 #  - The second migration, nodeB -> nodeA after a 1% change, with nodeA holding its older copy
 #    (only what B published as changed is fetched), beside rsync of the delta; re-`up` on a node
 #    whose copy is current.
-#  - `ls` and `status` with 200 records (bench/store.sh) and `snapshot --active` of 10 boxes
-#    against the largest alone, on a loopback store and on one 50 ms away
-#    (bench/snapshot-active.sh).
+#  - At the default size only: `ls` and `status` with 200 records (bench/store.sh) and
+#    `snapshot --active` of 10 boxes against the largest alone, on a loopback store and on one
+#    50 ms away (bench/snapshot-active.sh).
+# Each ag-box step runs with -v; its timed lines are kept in bench/last-run/ (where time goes).
 # Both nodes run Debian 13's restic here (as installed by tests/rig.sh install), so both
 # migrations use the same restic.
 set -euo pipefail
 trap 'echo "bench/run.sh: failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
+FILES=${1:-20000}
+[[ "$FILES" =~ ^[0-9]+$ ]] && [ "$FILES" -ge 1000 ] ||
+  { echo "bench/run.sh: FILES must be a number of files, at least 1000 (got '$FILES')" >&2; exit 2; }
+logs=bench/last-run
+rm -rf "$logs" && mkdir -p "$logs"
 command -v rsync >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q rsync >/dev/null
 tests/rig.sh install
 cargo build --release -q
@@ -32,6 +40,17 @@ t() { # t NODE SCRIPT -> seconds
   local s e; s=$(date +%s.%N); on "$1" "$2" >/dev/null 2>&1 || { echo "bench/run.sh: step failed on $1: $2" >&2; exit 1; }
   e=$(date +%s.%N); echo "$e - $s" | bc
 }
+agbox() { # agbox LABEL NODE ARGS -> seconds; its -v lines (where time goes) in $logs/LABEL.log
+  local s e; s=$(date +%s.%N)
+  on "$2" "ag-box -v $3" >"$logs/$1.log" 2>&1 ||
+    { echo "bench/run.sh: step failed on $2: ag-box $3 (see $logs/$1.log)" >&2; exit 1; }
+  e=$(date +%s.%N)
+  echo "$e - $s" | bc
+}
+mib() { # mib LABEL [FIELD] -> ag-box's peak memory in MiB (FIELD 2: restic's), from its last line
+  sed -n 's/.*peak memory: \([0-9]*\) MiB in ag-box, \([0-9]*\) MiB.*/\1 \2/p' "$logs/$1.log" |
+    cut -d' ' -f"${2:-1}"
+}
 row() { # row CASE AGBOX_S REFERENCE REFERENCE_S
   local ratio=-; [ -z "$4" ] || ratio=$(printf '%.2f' "$(echo "$2 / $4" | bc -l)")
   printf '%-52s %8.2f  %-44s %8s %6s\n' "$1" "$2" "${3:--}" "${4:+$(printf '%.2f' "$4")}" "$ratio" >> "$rows"
@@ -39,7 +58,11 @@ row() { # row CASE AGBOX_S REFERENCE REFERENCE_S
 
 SESS=/root/.claude/projects/-root-ref
 HOME_SESS=/var/lib/ag-box/homes/ref/.claude/projects/-root-ref
-on nodeA "python3 /root/reference-project.py make /root/ref $SESS && ag-box init >/dev/null 2>&1"
+gen() { # gen NODE VERB PROJECT SESSIONS [SEED]
+  on "$1" "python3 /root/reference-project.py $2 $3 $4 ${5:-7} $FILES"
+}
+gen nodeA make /root/ref $SESS
+on nodeA "ag-box init >/dev/null 2>&1"
 size=$(on nodeA "du -sh /root/ref | cut -f1; find /root/ref -type f | wc -l; du -sh $SESS | cut -f1" | paste -sd' ')
 on nodeA "ag-box track ref >/dev/null 2>&1 && ag-box up ref --node nodeA >/dev/null 2>&1"
 # nodeB has used the repository before (its own restic key is made on a node's first use).
@@ -49,10 +72,10 @@ on nodeB "ag-box init >/dev/null 2>&1"
 # incremental backup reads the same change).
 plain="export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/plain RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test"
 on nodeA "$plain; restic init -q && restic backup -q --host plain /root/ref $SESS"
-on nodeA "python3 /root/reference-project.py change /root/ref $HOME_SESS 1 && python3 /root/reference-project.py change /root/ref $SESS 1"
-park1=$(t nodeA "ag-box park ref")
+gen nodeA change /root/ref $HOME_SESS 1 && gen nodeA change /root/ref $SESS 1
+park1=$(agbox park1 nodeA "park ref")
 incr=$(t nodeA "$plain; restic backup -q --host plain /root/ref $SESS")
-up1=$(t nodeB "ag-box up ref --node nodeB")
+up1=$(agbox up1 nodeB "up ref --node nodeB")
 restore=$(t nodeB "$plain; restic restore -q latest --host plain --target /root/plain-restore")
 rsync1=$(t nodeB "mkdir -p /root/rsync-copy && rsync -a --delete nodeA:/root/ref nodeA:$SESS /root/rsync-copy/")
 row "first migration: park on A (1% changed)" "$park1" "restic backup, incremental (goal <= 1.3)" "$incr"
@@ -64,27 +87,47 @@ row "first migration: park + up" "$(echo "$park1 + $up1" | bc)" "rsync over ssh 
 on nodeA "mkdir -p /root/rsync-copy && cp -a /root/ref $SESS /root/rsync-copy/"
 # The copies above written out before the clock starts: their dirty pages would stall the
 # fsyncs of the steps measured next (all nodes share this kernel).
-on nodeB "python3 /root/reference-project.py change /root/ref $HOME_SESS && sync"
-park2=$(t nodeB "ag-box park ref")
-up2=$(t nodeA "ag-box up ref --node nodeA")
+on nodeB "touch /root/before-change"
+gen nodeB change /root/ref $HOME_SESS && on nodeB sync
+park2=$(agbox park2 nodeB "park ref")
+up2=$(agbox up2 nodeA "up ref --node nodeA")
 rsync2=$(t nodeA "rsync -a --delete nodeB:/root/ref nodeB:$HOME_SESS /root/rsync-copy/")
+# The restic-native way instead of the sealed bundle: a second, small snapshot of just the
+# changed paths on B, restored alone on A (into the plain repository, which holds the same
+# data; less the cost of opening its key, which ag-box's cheap node key does not pay).
+on nodeB "find /root/ref $HOME_SESS -newer /root/before-change -type f > /root/changed.txt"
+key_cost=$(t nodeB "$plain; restic cat config")
+native_backup=$(t nodeB "$plain; restic backup -q --host delta --files-from /root/changed.txt")
+native_restore=$(t nodeA "$plain; restic restore -q latest --host delta --target /root/delta-restore")
+native=$(echo "$native_backup + $native_restore - 2 * $key_cost" | bc)
 on nodeA "diff -rq /root/ref /root/rsync-copy/ref >/dev/null" ||
   { echo "bench/run.sh: the second migration and rsync disagree" >&2; exit 1; }
 on nodeA "ag-box park ref >/dev/null 2>&1"
-reup=$(t nodeA "ag-box up ref --node nodeA")
+reup=$(agbox reup nodeA "up ref --node nodeA")
 on nodeA "ag-box park ref >/dev/null 2>&1"
 # Third migration: the same, but what B published is gone (a park cut off before it got to
 # publish): A asks restic diff what changed.
-on nodeB "ag-box up ref --node nodeB >/dev/null 2>&1 && python3 /root/reference-project.py change /root/ref $HOME_SESS 3 && ag-box park ref >/dev/null 2>&1"
+on nodeB "ag-box up ref --node nodeB >/dev/null 2>&1"
+gen nodeB change /root/ref $HOME_SESS 3
+on nodeB "ag-box park ref >/dev/null 2>&1"
 ip netns exec box-nodeA /opt/moto/bin/python -c "import boto3; boto3.client('s3', endpoint_url='http://10.200.0.1:5001', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1').delete_object(Bucket='agent-boxes', Key='deltas/ref.bundle')"
-up3=$(t nodeA "ag-box up ref --node nodeA")
+up3=$(agbox up3 nodeA "up ref --node nodeA")
 on nodeA "ag-box park ref >/dev/null 2>&1"
 row "second migration: park on B" "$park2" "first migration: park" "$park1"
 row "second migration: up on A (what B published)" "$up2" "first migration: up (goal <= 0.25)" "$up1"
 row "second migration: park + up" "$(echo "$park2 + $up2" | bc)" "rsync over ssh of the delta (goal <= 3)" "$rsync2"
+row "  restic-native delta: its backup + restore" "$native" "the bundle's park + up (keep it past 1.3)" "$(echo "$park2 + $up2" | bc)"
+row "  second migration with it (bundle work left in)" "$(echo "$park2 + $up2 + $native" | bc)" "second migration: park + up" "$(echo "$park2 + $up2" | bc)"
 row "third migration: up on A (restic diff)" "$up3" "first migration: up" "$up1"
 row "re-up on a node whose copy is current" "$reup" "" ""
+for step in park1 up1 park2 up2 up3; do
+  printf '%-52s %8s  %-44s %8s %6s\n' "peak memory of ag-box: $step (MiB)" "$(mib $step)" \
+    "goal (restic's own: $(mib $step 2) MiB)" "200" \
+    "$(printf '%.2f' "$(echo "$(mib $step) / 200" | bc -l)")" >> "$rows"
+done
 tests/rig.sh down >/dev/null 2>&1
+
+if [ "$FILES" = 20000 ]; then
 
 # ls / status with 200 records; snapshot --active of 10 boxes. Their own scripts boot the rig.
 bench/store.sh 200 5 | awk -v f="$rows" '
@@ -109,6 +152,7 @@ for ms in 0 25; do
           printf "%-52s %8d  %-44s %8s %6s\n", "  restic lock checks meeting a removed lock (5 s)", stalls, "-", "", "" >> f
           printf "%-52s %8.1f  %-44s %8.2f %6s\n", "  snapshots at once", at_once, "how busy the cores were (wider under 0.75)", busy, "" >> f }'
 done
+fi
 
 echo "reference project: $size (files, sessions); restic $(/opt/restic-trixie/usr/bin/restic version | cut -d' ' -f2) on both nodes; $(nproc) cores"
 printf '%-52s %8s  %-44s %8s %6s\n' case ag-box reference seconds ratio

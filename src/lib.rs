@@ -161,6 +161,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// At -v: the most memory this process held, and the most any process it ran (restic) held.
+fn log_peak_memory() {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let peak = |who| getrusage(who).map_or(0, |u| u.max_rss() / 1024);
+    tracing::debug!(
+        "peak memory: {} MiB in ag-box, {} MiB in the largest process it ran",
+        peak(UsageWho::RUSAGE_SELF),
+        peak(UsageWho::RUSAGE_CHILDREN)
+    );
+}
+
 fn exit_with(code: i32) -> anyhow::Result<()> {
     match code {
         0 => Ok(()),
@@ -183,10 +194,11 @@ pub fn main() -> ExitCode {
     if cli.quiet {
         sys::host::set_quiet();
     }
+    // -v is ag-box's own debug lines; -vv everything's, the S3 client's included.
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => "warn",
         (false, 0) => "info",
-        (false, 1) => "debug",
+        (false, 1) => "info,ag_box=debug",
         (false, _) => "trace",
     };
     // A flag says what the operator wants now; AG_BOX_LOG is the standing filter.
@@ -206,7 +218,9 @@ pub fn main() -> ExitCode {
     } else {
         logs.without_time().init();
     }
-    match run(cli) {
+    let ran = run(cli);
+    log_peak_memory();
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if let Some(ChildExit(code)) = e.downcast_ref::<ChildExit>() {

@@ -111,19 +111,20 @@ pub(crate) fn publish_changes(
         };
         let mut iv = [0u8; 16];
         host::random_bytes(&mut iv)?;
-        let sealed = bundle::seal(&*w.repo.master_key()?, &iv, &published, contents.as_ref())?;
+        let with_contents = contents.is_some();
+        let sealed = bundle::seal(&*w.repo.master_key()?, &iv, &published, contents)?;
         tracing::debug!(
             "box '{name}': {} changed and {} removed paths sealed ({} bytes, contents {})",
             published.fetch.len(),
             published.remove.len(),
             sealed.len(),
-            if contents.is_some() {
+            if with_contents {
                 "included"
             } else {
                 "left to restic"
             }
         );
-        w.store.put_delta(name, Some(&sealed))
+        w.store.put_delta(name, Some(sealed))
     })();
     if let Err(e) = published {
         tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");
@@ -341,6 +342,9 @@ pub(crate) fn take(
     {
         refuse_above_bound(w, &meta.name, &copy, manifest.as_ref(), bound)?;
     }
+    // Tens of megabytes on a big tree, needed no more: not held through the backup and the walks
+    // after it.
+    drop(manifest);
     let restored = copy.restored && copy.snapshot.is_some();
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();

@@ -383,7 +383,7 @@ impl EventLog for CountingStore {
 }
 
 impl DeltaStore for CountingStore {
-    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
         self.inner.put_delta(name, bytes)
     }
     fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
@@ -542,13 +542,13 @@ impl Node {
 
     /// Publish `published` as the parking node would, sealed with the repository's key.
     fn publish(&self, published: &Published, contents: Option<&Contents>) {
-        let sealed = bundle::seal(&MASTER_KEY, &[1; 16], published, contents).unwrap();
-        self.store.put_delta("demo", Some(&sealed)).unwrap();
+        let sealed = bundle::seal(&MASTER_KEY, &[1; 16], published, contents.cloned()).unwrap();
+        self.store.put_delta("demo", Some(sealed)).unwrap();
     }
 
     /// What was published last, opened.
     fn published(&self) -> (Published, Option<Contents>) {
-        bundle::open(&MASTER_KEY, &self.store.delta("demo").unwrap().unwrap()).unwrap()
+        bundle::open(&MASTER_KEY, self.store.delta("demo").unwrap().unwrap()).unwrap()
     }
 
     /// The box's latest snapshot is now `id`, taken elsewhere.
@@ -1012,6 +1012,71 @@ fn parked_then_changed_elsewhere(n: &Node) -> Published {
 }
 
 #[test]
+fn more_changes_than_restic_fetches_quickly_travel_with_their_contents_and_need_no_restic() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(&n.world(), "demo", false).unwrap();
+    let many = crate::plan::delta::MAX_CHANGES + 1;
+    for i in 0..many {
+        n.write(&format!("f{i}.txt"), &format!("change {i}"));
+    }
+    park::park(&n.world(), "demo", false).unwrap();
+    let (published, contents) = n.published();
+    assert_eq!(
+        published.fetch.len(),
+        many,
+        "published, though past MAX_CHANGES"
+    );
+    let contents = contents.expect("with their contents");
+    assert_eq!(contents.items.len(), many);
+
+    // Another node holds the copy as it was before: it takes them from the bundle alone.
+    let other = Node::new();
+    other.parked();
+    let from = other.meta().last_snapshot.unwrap().id;
+    other.point_at("there");
+    let published = Published {
+        from,
+        to: "there".into(),
+        fetch: (0..many)
+            .map(|i| other.project().join(format!("f{i}.txt")))
+            .collect(),
+        remove: Vec::new(),
+        dirs: Vec::new(),
+    };
+    let items = contents
+        .items
+        .iter()
+        .map(|i| Item {
+            path: other.project().join(i.path.file_name().unwrap()),
+            ..i.clone()
+        })
+        .collect();
+    other.repo.diff_fails.set(true);
+    other.publish(
+        &published,
+        Some(&Contents {
+            items,
+            data: contents.data,
+        }),
+    );
+    up::up_here(&other.world(), "demo", false).unwrap();
+    assert!(
+        other.repo.fetched.borrow().is_empty(),
+        "nothing fetched through restic"
+    );
+    assert!(
+        other.repo.in_place_calls.borrow().is_empty(),
+        "no restore in place"
+    );
+    assert_eq!(other.read("f0.txt").as_deref(), Some("change 0"));
+    assert_eq!(
+        other.read(&format!("f{}.txt", many - 1)),
+        Some(format!("change {}", many - 1))
+    );
+}
+
+#[test]
 fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
@@ -1125,11 +1190,11 @@ fn published_contents_are_written_without_restic_unless_altered() {
             to: "there-again".into(),
             ..published_change(&n, from)
         },
-        Some(&contents),
+        Some(contents.clone()),
     )
     .unwrap();
     sealed[40] ^= 1;
-    n.store.put_delta("demo", Some(&sealed)).unwrap();
+    n.store.put_delta("demo", Some(sealed)).unwrap();
     up::up_here(&n.world(), "demo", false).unwrap();
     assert!(n.repo.fetched.borrow().is_empty(), "not from the bundle");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));

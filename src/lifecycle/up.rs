@@ -522,7 +522,7 @@ fn published_delta(
     let opened = w
         .repo
         .master_key()
-        .and_then(|keys| bundle::open(&keys, &bytes));
+        .and_then(|keys| bundle::open(&keys, bytes));
     let (published, contents) = match opened {
         Ok(o) => o,
         Err(e) => {
@@ -533,7 +533,10 @@ fn published_delta(
             return None;
         }
     };
-    Some((delta::usable(&published, from, &s.id, roots)?, contents))
+    Some((
+        delta::usable(&published, from, &s.id, roots, contents.is_some())?,
+        contents,
+    ))
 }
 
 /// What to change in a copy equal to snapshot `from` to make it `s`; None when restic's own

@@ -12,7 +12,7 @@
 //! ctime differ), so a delta from it also compares `restic ls` of the snapshot with the copy
 //! ([`with_attrs`]): a file whose mode or owner differs is fetched, a dir gets them set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -71,6 +71,12 @@ pub(crate) struct DirAttrs {
 /// against every entry it walks (a few milliseconds per include on 20,000 files).
 pub(crate) const MAX_CHANGES: usize = 1000;
 
+/// A published delta whose contents travel with it needs no restic at all: it is bounded by
+/// what it costs to hold (its header is about 150 bytes a path, its contents are bounded by
+/// `plan::bundle::MAX_CONTENT_BYTES`), not by restic's includes. 1% of a 200,000-file tree
+/// is 2,000 paths.
+pub(crate) const MAX_PUBLISHED: usize = 50_000;
+
 /// Includes per restic process, at most: restic matches each against every entry it walks, and
 /// past about 200 a process costs more than two of half the size (measured: 0.12 s for one
 /// include, 0.36 s for 200, 0.75 s for 400).
@@ -118,7 +124,7 @@ pub(crate) fn plan(changes: &[Change], roots: &[PathBuf]) -> Option<Delta> {
             delta.fetch.push(path);
         }
     }
-    bounded(delta.fetch, delta.remove, Vec::new())
+    bounded(delta.fetch, delta.remove, Vec::new(), MAX_CHANGES)
 }
 
 /// A file or dir of a snapshot, as `restic ls --json` lists it (symlinks and the rest are left
@@ -224,17 +230,23 @@ pub(crate) fn with_attrs(
             fetch.push(l.attrs.path.clone());
         }
     }
-    bounded(fetch, remove, dirs)
+    bounded(fetch, remove, dirs, MAX_CHANGES)
 }
 
 /// The outermost of `fetch` and of `remove` (less what a fetch covers), and the `dirs` no fetch
-/// covers; None past [`MAX_CHANGES`].
-fn bounded(fetch: Vec<PathBuf>, remove: Vec<PathBuf>, mut dirs: Vec<DirAttrs>) -> Option<Delta> {
+/// covers; None past `max` paths.
+fn bounded(
+    fetch: Vec<PathBuf>,
+    remove: Vec<PathBuf>,
+    mut dirs: Vec<DirAttrs>,
+    max: usize,
+) -> Option<Delta> {
     let fetch = outermost(fetch, &[]);
     let remove = outermost(remove, &fetch);
-    dirs.retain(|d| !fetch.iter().any(|f| d.path.starts_with(f)));
+    let fetched: HashSet<&Path> = fetch.iter().map(PathBuf::as_path).collect();
+    dirs.retain(|d| !d.path.ancestors().any(|a| fetched.contains(a)));
     dirs.sort_by(|a, b| a.path.cmp(&b.path));
-    (fetch.len() + remove.len() + dirs.len() <= MAX_CHANGES).then_some(Delta {
+    (fetch.len() + remove.len() + dirs.len() <= max).then_some(Delta {
         remove,
         fetch,
         dirs,
@@ -245,10 +257,17 @@ fn bounded(fetch: Vec<PathBuf>, remove: Vec<PathBuf>, mut dirs: Vec<DirAttrs>) -
 fn outermost(mut paths: Vec<PathBuf>, covered: &[PathBuf]) -> Vec<PathBuf> {
     paths.sort();
     paths.dedup();
+    // By set, ancestor by ancestor: tens of thousands of paths cost a moment, not minutes.
+    let covered: HashSet<&Path> = covered.iter().map(PathBuf::as_path).collect();
+    let mut kept: HashSet<PathBuf> = HashSet::new();
     let mut out: Vec<PathBuf> = Vec::new();
     for p in paths {
-        let below = |q: &PathBuf| p.starts_with(q);
-        if !out.iter().any(below) && !covered.iter().any(below) {
+        // Sorted, so every ancestor of `p` in `paths` was seen before it.
+        if !p
+            .ancestors()
+            .any(|a| kept.contains(a) || covered.contains(a))
+        {
+            kept.insert(p.clone());
             out.push(p);
         }
     }
@@ -346,7 +365,12 @@ pub(crate) fn between(
         paths.into_iter().filter(|p| !excluded(p)).collect()
     };
     delta.dirs.retain(|d| !excluded(&d.path));
-    bounded(kept(delta.fetch), kept(delta.remove), delta.dirs)
+    bounded(
+        kept(delta.fetch),
+        kept(delta.remove),
+        delta.dirs,
+        MAX_PUBLISHED,
+    )
 }
 
 /// A dir's mode and owner from its manifest value (`sys::digest::line`: kind, size, mtime,
@@ -363,8 +387,20 @@ fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
 }
 
 /// A published delta, when it leads from `from` (what the copy here equals) to `to` and
-/// touches only `roots`.
-pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
+/// touches only `roots`, and is small enough for the way it is applied: any size up to
+/// [`MAX_PUBLISHED`] with its contents, up to [`MAX_CHANGES`] when restic fetches them.
+pub(crate) fn usable(
+    p: &Published,
+    from: &str,
+    to: &str,
+    roots: &[PathBuf],
+    with_contents: bool,
+) -> Option<Delta> {
+    let max = if with_contents {
+        MAX_PUBLISHED
+    } else {
+        MAX_CHANGES
+    };
     let plain = |x: &PathBuf| {
         x.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
@@ -375,7 +411,7 @@ pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> 
         && p.fetch.iter().all(inside)
         && p.remove.iter().all(inside)
         && p.dirs.iter().all(|d| inside(&d.path))
-        && p.fetch.len() + p.remove.len() + p.dirs.len() <= MAX_CHANGES)
+        && p.fetch.len() + p.remove.len() + p.dirs.len() <= max)
         .then(|| Delta {
             remove: p.remove.clone(),
             fetch: p.fetch.clone(),
@@ -523,7 +559,7 @@ mod tests {
                 dirs: Vec::new(),
             })
         );
-        let many: Manifest = (0..=MAX_CHANGES)
+        let many: Manifest = (0..=MAX_PUBLISHED)
             .map(|i| (format!("/p/{i}"), "f".into()))
             .collect();
         assert_eq!(between(&Manifest::new(), &many, &|_| false), None);
@@ -594,19 +630,37 @@ mod tests {
             fetch: paths(&["/p/a"]),
             dirs: vec![keys.clone()],
         };
-        assert_eq!(usable(&p, "aaaa1111", "cccc2222dddd", &roots), Some(delta));
         assert_eq!(
-            usable(&p, "ffff1111", "cccc2222dddd", &roots),
+            usable(&p, "aaaa1111", "cccc2222dddd", &roots, false),
+            Some(delta)
+        );
+        // Past what restic's includes fetch quickly, a delta is used only with its contents.
+        let big = Published {
+            fetch: (0..=MAX_CHANGES)
+                .map(|i| PathBuf::from(format!("/p/{i}")))
+                .collect(),
+            ..p.clone()
+        };
+        assert_eq!(
+            usable(&big, "aaaa1111", "cccc2222dddd", &roots, false),
+            None
+        );
+        assert_eq!(
+            usable(&big, "aaaa1111", "cccc2222dddd", &roots, true).map(|d| d.fetch.len()),
+            Some(MAX_CHANGES + 1)
+        );
+        assert_eq!(
+            usable(&p, "ffff1111", "cccc2222dddd", &roots, false),
             None,
             "another copy"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "eeee3333", &roots),
+            usable(&p, "aaaa1111", "eeee3333", &roots, false),
             None,
             "another target"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"])),
+            usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"]), false),
             None,
             "outside"
         );
@@ -618,7 +672,7 @@ mod tests {
             ..p.clone()
         };
         assert_eq!(
-            usable(&dir_outside, "aaaa1111", "cccc2222", &roots),
+            usable(&dir_outside, "aaaa1111", "cccc2222", &roots, false),
             None,
             "a dir outside"
         );
@@ -632,7 +686,7 @@ mod tests {
             ..p
         };
         assert_eq!(
-            usable(&dir_above, "aaaa1111", "cccc2222", &roots),
+            usable(&dir_above, "aaaa1111", "cccc2222", &roots, false),
             None,
             "a dir named through .."
         );

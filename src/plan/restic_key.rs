@@ -64,7 +64,12 @@ pub(crate) fn key_file(
         "restic's master key lacks its fields"
     );
     let plain = Zeroizing::new(serde_json::to_vec(&master)?);
-    let data = seal(&*derive(password, &random.salt)?, &random.iv, &plain)?;
+    // The copy sealed is encrypted where it lies: no plain copy of the key is left.
+    let data = seal(
+        &*derive(password, &random.salt)?,
+        &random.iv,
+        plain.to_vec(),
+    )?;
     let file = KeyFile {
         created,
         username: "ag-box",
@@ -125,37 +130,34 @@ pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
 }
 
 /// What [`seal`] made with `keys`, after checking its MAC; an altered or foreign one is an
-/// error.
-pub(crate) fn open(keys: &[u8; 64], sealed: &[u8]) -> Result<Vec<u8>> {
+/// error. Opened where it lies: a bundle of megabytes is never held twice.
+pub(crate) fn open(keys: &[u8; 64], mut sealed: Vec<u8>) -> Result<Vec<u8>> {
     anyhow::ensure!(sealed.len() >= 32, "too short to be sealed");
-    let (iv, rest) = sealed.split_at(16);
-    let (ciphertext, tag) = rest.split_at(rest.len() - 16);
-    let iv: [u8; 16] = iv.try_into()?;
-    let expected = mac(&keys[32..48], &keys[48..64], &iv, ciphertext)?;
+    let end = sealed.len() - 16;
+    let iv: [u8; 16] = sealed[..16].try_into()?;
+    let expected = mac(&keys[32..48], &keys[48..64], &iv, &sealed[16..end])?;
     // Compared in constant time: nothing about the right tag leaks through timing.
     anyhow::ensure!(
-        bool::from(expected.ct_eq(tag)),
+        bool::from(expected.ct_eq(&sealed[end..])),
         "its MAC does not match (altered, or sealed with another repository's key)"
     );
-    let mut plain = ciphertext.to_vec();
+    sealed.truncate(end);
+    sealed.drain(..16);
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], &iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
-        .apply_keystream(&mut plain);
-    Ok(plain)
+        .apply_keystream(&mut sealed);
+    Ok(sealed)
 }
 
-/// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout.
-pub(crate) fn seal(keys: &[u8; 64], iv: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>> {
-    let mut ciphertext = plain.to_vec();
+/// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout; sealed where it lies.
+pub(crate) fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
-        .apply_keystream(&mut ciphertext);
-    let tag = mac(&keys[32..48], &keys[48..64], iv, &ciphertext)?;
-    let mut out = Vec::with_capacity(16 + ciphertext.len() + 16);
-    out.extend_from_slice(iv);
-    out.extend_from_slice(&ciphertext);
-    out.extend_from_slice(&tag);
-    Ok(out)
+        .apply_keystream(&mut plain);
+    let tag = mac(&keys[32..48], &keys[48..64], iv, &plain)?;
+    plain.splice(..0, iv.iter().copied());
+    plain.extend_from_slice(&tag);
+    Ok(plain)
 }
 
 /// Poly1305-AES: Poly1305 keyed with `r` and AES-128_k(nonce).
@@ -316,13 +318,14 @@ mod tests {
             (0xab, 0x66, 0xe5),
             "encrypt, mac.k, mac.r in that order"
         );
-        let sealed = seal(&keys, &[3; 16], b"what changed").unwrap();
-        assert_eq!(open(&keys, &sealed).unwrap(), b"what changed");
+        let sealed = seal(&keys, &[3; 16], b"what changed".to_vec()).unwrap();
+        assert_eq!(open(&keys, sealed.clone()).unwrap(), b"what changed");
         let mut altered = sealed.clone();
         altered[20] ^= 1;
         let mut other = keys.clone();
         other[50] ^= 1;
-        let refused = |keys: &[u8; 64], bytes: &[u8]| open(keys, bytes).unwrap_err().to_string();
+        let refused =
+            |keys: &[u8; 64], bytes: &[u8]| open(keys, bytes.to_vec()).unwrap_err().to_string();
         assert_eq!(
             [
                 refused(&keys, &altered),

@@ -176,10 +176,10 @@ impl EventLog for LocalStore {
 }
 
 impl DeltaStore for LocalStore {
-    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
         let path = self.deltas.join(format!("{name}.bundle"));
         match bytes {
-            Some(b) => atomic::write(&path, b, 0o644),
+            Some(b) => atomic::write(&path, &b, 0o644),
             None => atomic::remove(&path)
                 .and_then(|()| atomic::remove(&self.deltas.join(format!("{name}.json")))),
         }
@@ -210,7 +210,7 @@ mod tests {
     fn a_withdrawn_delta_takes_what_older_versions_published_with_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::new(dir.path());
-        store.put_delta("b", Some(b"sealed")).unwrap();
+        store.put_delta("b", Some(b"sealed".to_vec())).unwrap();
         let legacy = store.deltas.join("b.json");
         fs::write(&legacy, "{}").unwrap();
         assert_eq!(store.delta("b").unwrap().as_deref(), Some(&b"sealed"[..]));

@@ -69,7 +69,7 @@ pub(crate) trait EventLog {
 pub(crate) trait DeltaStore {
     /// Publish what changed in box `name`'s copy up to its latest snapshot, or withdraw it
     /// (None), with what versions before sealed bundles published (`<name>.json`).
-    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
         let _ = (name, bytes);
         Ok(())
     }

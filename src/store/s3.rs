@@ -480,10 +480,10 @@ impl EventLog for S3Store {
 }
 
 impl DeltaStore for S3Store {
-    fn put_delta(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
         let key = format!("deltas/{name}.bundle");
         match bytes {
-            Some(b) => self.put_bytes(&key, b.to_vec()),
+            Some(b) => self.put_bytes(&key, b),
             None => self
                 .delete_key(&key)
                 .and_then(|()| self.delete_key(&format!("deltas/{name}.json"))),

@@ -81,8 +81,9 @@ impl CopyManifest {
     }
 
     pub(crate) fn load(state_dir: &Path, name: &str) -> Option<CopyManifest> {
-        let bytes = fs::read(Self::file(state_dir, name)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        // Read as it is parsed: the file of a big tree is tens of megabytes.
+        let file = fs::File::open(Self::file(state_dir, name)).ok()?;
+        serde_json::from_reader(std::io::BufReader::new(file)).ok()
     }
 
     pub(crate) fn save(&self, state_dir: &Path, name: &str) -> Result<()> {
