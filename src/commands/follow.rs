@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{Ctx, not_up_here};
 use crate::error::{ChildExit, UserError};
 use crate::store::meta::Meta;
-use crate::sys::nodes::Nodes;
+use crate::sys::nodes;
 
 /// The box is not running here: run `args` on the node holding its lease, or tell why not.
 pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
@@ -47,7 +47,7 @@ pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Re
         "box '{name}' is up on node {}; running '{verb}' there over ssh ({alias})",
         lease.node
     );
-    match Nodes::new()?.on_terminal(alias, tty || verb == "attach", args)? {
+    match nodes::on_terminal(alias, tty || verb == "attach", args)? {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),
     }

@@ -66,8 +66,9 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
             final_manifest = Some(manifest);
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
-            let record = taken.record.clone();
-            taken = snapshot::take(w, &record, &mut copy, accept_partial).map_err(|e| {
+            // Read again: a lease taken by force during the stop makes it a fork, tagged so.
+            let now = w.tracked(name)?;
+            taken = snapshot::take(w, &now, &mut copy, accept_partial).map_err(|e| {
                 e.context(format!(
                     "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
                 ))

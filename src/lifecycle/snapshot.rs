@@ -109,6 +109,10 @@ pub(crate) fn publish_changes(
                 None
             })
         };
+        if contents.is_none() && published.path_count() > delta::MAX_CHANGES {
+            // No node would fetch that many through restic's includes: nothing to publish.
+            return w.store.put_delta(name, None);
+        }
         let mut iv = [0u8; 16];
         host::random_bytes(&mut iv)?;
         let with_contents = contents.is_some();

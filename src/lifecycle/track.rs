@@ -79,13 +79,12 @@ pub(crate) fn track(
         return Err(already_tracked(name).into());
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
-    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
-    copy.record(|c| {
-        *c = CopyState {
-            epoch: Some(epoch),
-            ..CopyState::default()
-        };
-    })?;
+    // Whatever a box of that name left here before, never read.
+    let mut copy = CopyState {
+        epoch: Some(epoch),
+        ..CopyState::default()
+    }
+    .start_journal(&w.config.state_dir, name)?;
     // Handed to the box user before the first snapshot, which so holds the owner every later
     // one has (an `up` that did it would move every file's ctime: restic reads them all again).
     let spec = w.spec(&meta);

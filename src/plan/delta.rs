@@ -58,6 +58,13 @@ pub(crate) struct Delta {
     pub dirs: Vec<DirAttrs>,
 }
 
+impl Delta {
+    /// The paths it names, each way.
+    pub(crate) fn path_count(&self) -> usize {
+        self.fetch.len() + self.remove.len() + self.dirs.len()
+    }
+}
+
 /// A dir's mode (permission bits) and owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct DirAttrs {
@@ -321,6 +328,13 @@ pub(crate) struct Published {
 }
 
 impl Published {
+    /// The paths it names, each way.
+    pub(crate) fn path_count(&self) -> usize {
+        self.fetch.len() + self.remove.len() + self.dirs.len()
+    }
+}
+
+impl Published {
     pub(crate) fn new(from: String, to: String, delta: Delta) -> Published {
         Published {
             from,
@@ -411,7 +425,7 @@ pub(crate) fn usable(
         && p.fetch.iter().all(inside)
         && p.remove.iter().all(inside)
         && p.dirs.iter().all(|d| inside(&d.path))
-        && p.fetch.len() + p.remove.len() + p.dirs.len() <= max)
+        && p.path_count() <= max)
         .then(|| Delta {
             remove: p.remove.clone(),
             fetch: p.fetch.clone(),

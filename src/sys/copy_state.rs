@@ -130,6 +130,13 @@ impl CopyState {
         atomic::remove(&file(state_dir, name))
     }
 
+    /// A journal that begins with `self`, whatever the file held (a box tracked anew).
+    pub(crate) fn start_journal(self, state_dir: &Path, name: &str) -> Result<CopyJournal> {
+        let file = file(state_dir, name);
+        self.write(&file)?;
+        Ok(CopyJournal { state: self, file })
+    }
+
     /// Loaded once by a sequence, which then changes it only through the journal.
     pub(crate) fn journal(state_dir: &Path, name: &str) -> Result<CopyJournal> {
         Ok(CopyJournal {

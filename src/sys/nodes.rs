@@ -1,10 +1,11 @@
-//! The other nodes, over ssh: every way ag-box reaches another node goes through here, on one
-//! multiplexed connection per node (openssh crate). A command that needs a terminal (an attach
-//! or interactive exec followed to another node) runs through that same connection's control
-//! socket, as openssh has no terminal of its own to give.
+//! The other nodes, over ssh: every way ag-box reaches another node goes through here.
+//! - Probes, remote `up`, doctor's checks: one multiplexed connection per node (openssh crate),
+//!   in batch mode: nothing prompts.
+//! - A command a person types into (an attach or interactive exec followed to another node):
+//!   the `ssh` binary itself, with the caller's terminal, so a passphrase, password or host-key
+//!   question is asked as `ssh` asks it (openssh's master is batch-only and gives no terminal).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -68,19 +69,18 @@ async fn run_script(alias: &str, script: &str) -> Result<String, String> {
     }
 }
 
-/// `ssh` running `ag-box <args>` on `alias` through the control socket `control` of a
-/// connection already open; `tty`: with a terminal (an attach, an interactive exec). The remote
-/// shell reads one string, so every argument is quoted for it.
-pub(crate) fn terminal_argv(control: &Path, alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
+/// `ssh` running `ag-box <args>` on `alias`; `tty`: with a terminal (an attach, an interactive
+/// exec). The remote shell reads one string, so every argument is quoted for it.
+pub(crate) fn terminal_argv(alias: &str, tty: bool, args: &[&str]) -> Vec<String> {
     let remote: Vec<String> = std::iter::once("ag-box")
         .chain(args.iter().copied())
         .map(quote)
         .collect();
     vec![
         "ssh".into(),
-        "-S".into(),
-        control.display().to_string(),
         if tty { "-t" } else { "-T" }.into(),
+        "-o".into(),
+        "ConnectTimeout=10".into(),
         alias.into(),
         "--".into(),
         remote.join(" "),
@@ -97,6 +97,17 @@ fn quote(arg: &str) -> String {
     } else {
         format!("'{}'", arg.replace('\'', r"'\''"))
     }
+}
+
+/// `ag-box <args>` on the node at `alias`, with this process's terminal (`tty`) or its
+/// standard streams; returns its exit code.
+pub(crate) fn on_terminal(alias: &str, tty: bool, args: &[&str]) -> Result<i32> {
+    let ssh = terminal_argv(alias, tty, args);
+    let status = std::process::Command::new(&ssh[0])
+        .args(&ssh[1..])
+        .status()
+        .with_context(|| format!("running ssh {alias}"))?;
+    Ok(cmd::exit_code(status))
 }
 
 impl Nodes {
@@ -193,19 +204,6 @@ impl Nodes {
         })
     }
 
-    /// `ag-box <args>` on the node at `alias`, with this process's terminal (`tty`) or its
-    /// standard streams; returns its exit code.
-    pub(crate) fn on_terminal(&mut self, alias: &str, tty: bool, args: &[&str]) -> Result<i32> {
-        let session = self.rt.block_on(connect(alias))?;
-        let ssh = terminal_argv(session.control_socket(), alias, tty, args);
-        let status = std::process::Command::new(&ssh[0])
-            .args(&ssh[1..])
-            .status()
-            .with_context(|| format!("running ssh {alias}"));
-        let _ = self.rt.block_on(session.close());
-        Ok(cmd::exit_code(status?))
-    }
-
     /// `ag-box <args>` on that node, its output streamed; returns its exit code.
     pub(crate) fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
         let alias = entry
@@ -239,14 +237,13 @@ mod tests {
 
     #[test]
     fn the_remote_command_reaches_ag_box_as_typed() {
-        let ctl = Path::new("/root/.ssh/ctl/x");
         assert_eq!(
-            terminal_argv(ctl, "node-b", true, &["attach", "web"]),
+            terminal_argv("node-b", true, &["attach", "web"]),
             [
                 "ssh",
-                "-S",
-                "/root/.ssh/ctl/x",
                 "-t",
+                "-o",
+                "ConnectTimeout=10",
                 "node-b",
                 "--",
                 "ag-box attach web"
@@ -254,7 +251,6 @@ mod tests {
         );
         assert_eq!(
             terminal_argv(
-                ctl,
                 "b",
                 false,
                 &[
@@ -268,9 +264,9 @@ mod tests {
             ),
             [
                 "ssh",
-                "-S",
-                "/root/.ssh/ctl/x",
                 "-T",
+                "-o",
+                "ConnectTimeout=10",
                 "b",
                 "--",
                 r"ag-box exec web -- sh -c 'echo '\''it'\'''\''s'\'' $HOME; rm -rf /'"

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::plan::bundle::Contents;
-use crate::plan::delta::{Delta, ModeAndOwner};
+use crate::plan::delta::{Delta, MAX_CHANGES, ModeAndOwner};
 use crate::sys::box_tree::Tree;
 use crate::sys::ports::Repo;
 use crate::sys::{bundle, cmd, crash, host};
@@ -229,6 +229,8 @@ pub(crate) fn restore_delta(
         if let Some(c) = contents {
             match bundle::unpack(&staging, c) {
                 Ok(()) => return Ok(()),
+                // Past what restic's includes fetch quickly, another way does it.
+                Err(e) if delta.path_count() > MAX_CHANGES => return Err(e),
                 Err(e) => {
                     tracing::warn!(
                         "writing the published changes failed ({e:#}); fetching them through restic"
