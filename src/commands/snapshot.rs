@@ -11,10 +11,9 @@ use anyhow::{Context, Result};
 use super::{Ctx, egress};
 use crate::atomic;
 use crate::error::{Code, UserError};
-use crate::lifecycle::snapshot::{Taken, take};
+use crate::lifecycle::snapshot::{Taken, take_alone};
 use crate::plan::active::{self, LastRun};
 use crate::plan::restic::Version;
-use crate::sys::copy_state::CopyState;
 use crate::sys::restic::Restic;
 use crate::sys::{cmd, host};
 
@@ -42,8 +41,7 @@ pub(crate) fn run(name: Option<&str>, accept_partial: bool, json: bool) -> Resul
         if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
             tracing::warn!("box '{name}': network policy not applied: {e:#}");
         }
-        let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
-        take(&world, &current, &mut copy, accept_partial)
+        take_alone(&world, &current, accept_partial)
     })?;
     let outcome = Outcome::of(&taken);
     if json {

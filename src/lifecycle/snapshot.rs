@@ -451,6 +451,12 @@ pub(crate) fn take(
     })
 }
 
+/// A snapshot taken alone (the `snapshot` verb): the copy state loaded for it.
+pub(crate) fn take_alone(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+    let mut copy = CopyState::journal(&w.config.state_dir, &stored.meta.name)?;
+    take(w, stored, &mut copy, accept_partial)
+}
+
 /// Whether this node's copy of the box is still what its latest snapshot saved.
 pub(crate) fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;

@@ -492,8 +492,7 @@ impl Node {
 
     /// A snapshot of the box as the `snapshot` verb takes it.
     fn take(&self, accept_partial: bool) -> Result<snapshot::Taken> {
-        let mut copy = CopyState::journal(&self.config.state_dir, "demo").unwrap();
-        snapshot::take(&self.world(), &self.stored(), &mut copy, accept_partial)
+        snapshot::take_alone(&self.world(), &self.stored(), accept_partial)
     }
 
     fn copy(&self) -> CopyState {

@@ -367,14 +367,6 @@ fn restore_copy(
     equals: Option<&str>,
 ) -> Result<Vec<PathBuf>> {
     let name = &meta.name;
-    // From here the copy may be part old, part new, with nothing unsaved in it.
-    let begin = |copy: &mut CopyJournal| {
-        copy.record(|c| {
-            c.restoring_to = Some(s.id.clone());
-            c.snapshot = None;
-            c.digest = None;
-        })
-    };
     let shortcuts = plan::shortcuts(RestoreFacts {
         equals_a_snapshot: equals.is_some(),
         // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
@@ -385,7 +377,7 @@ fn restore_copy(
     for way in shortcuts {
         match (way, equals) {
             (Shortcut::Delta, Some(from)) => {
-                if restore_changes(w, meta, copy, &begin, s, roots, from)? {
+                if restore_changes(w, meta, copy, s, roots, from)? {
                     return Ok(s.paths.clone());
                 }
             }
@@ -397,7 +389,7 @@ fn restore_copy(
                     s.at,
                     s.node
                 );
-                begin(copy)?;
+                begin_restore(copy, &s.id)?;
                 match restore_over(w, meta, s) {
                     Ok(()) => return Ok(s.paths.clone()),
                     // A tree restic cannot bring over in place (a dir that became a link, say)
@@ -430,13 +422,21 @@ fn restore_copy(
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
 }
 
+/// From here the copy may be part old, part new, with nothing unsaved in it.
+fn begin_restore(copy: &mut CopyJournal, to: &str) -> Result<()> {
+    copy.record(|c| {
+        c.restoring_to = Some(to.to_string());
+        c.snapshot = None;
+        c.digest = None;
+    })
+}
+
 /// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
 /// False: no delta to go by, or writing it failed (the copy is then a mix, nothing unsaved).
 fn restore_changes(
     w: &World,
     meta: &Meta,
     copy: &mut CopyJournal,
-    begin: &dyn Fn(&mut CopyJournal) -> Result<()>,
     s: &SnapshotRef,
     roots: &[PathBuf],
     from: &str,
@@ -466,7 +466,7 @@ fn restore_changes(
             String::new()
         }
     );
-    begin(copy)?;
+    begin_restore(copy, &s.id)?;
     match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta, contents.as_ref()) {
         Ok(()) => Ok(true),
         Err(e) => {
