@@ -87,19 +87,10 @@ row "first migration: park + up" "$(echo "$park1 + $up1" | bc)" "rsync over ssh 
 on nodeA "mkdir -p /root/rsync-copy && cp -a /root/ref $SESS /root/rsync-copy/"
 # The copies above written out before the clock starts: their dirty pages would stall the
 # fsyncs of the steps measured next (all nodes share this kernel).
-on nodeB "touch /root/before-change"
 gen nodeB change /root/ref $HOME_SESS && on nodeB sync
 park2=$(agbox park2 nodeB "park ref")
 up2=$(agbox up2 nodeA "up ref --node nodeA")
 rsync2=$(t nodeA "rsync -a --delete nodeB:/root/ref nodeB:$HOME_SESS /root/rsync-copy/")
-# The restic-native way instead of the sealed bundle: a second, small snapshot of just the
-# changed paths on B, restored alone on A (into the plain repository, which holds the same
-# data; less the cost of opening its key, which ag-box's cheap node key does not pay).
-on nodeB "find /root/ref $HOME_SESS -newer /root/before-change -type f > /root/changed.txt"
-key_cost=$(t nodeB "$plain; restic cat config")
-native_backup=$(t nodeB "$plain; restic backup -q --host delta --files-from /root/changed.txt")
-native_restore=$(t nodeA "$plain; restic restore -q latest --host delta --target /root/delta-restore")
-native=$(echo "$native_backup + $native_restore - 2 * $key_cost" | bc)
 on nodeA "diff -rq /root/ref /root/rsync-copy/ref >/dev/null" ||
   { echo "bench/run.sh: the second migration and rsync disagree" >&2; exit 1; }
 on nodeA "ag-box park ref >/dev/null 2>&1"
@@ -110,14 +101,12 @@ on nodeA "ag-box park ref >/dev/null 2>&1"
 on nodeB "ag-box up ref --node nodeB >/dev/null 2>&1"
 gen nodeB change /root/ref $HOME_SESS 3
 on nodeB "ag-box park ref >/dev/null 2>&1"
-ip netns exec box-nodeA /opt/moto/bin/python -c "import boto3; boto3.client('s3', endpoint_url='http://10.200.0.1:5001', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1').delete_object(Bucket='agent-boxes', Key='deltas/ref.bundle')"
+ip netns exec box-nodeA /opt/moto/bin/python -c "import boto3; boto3.client('s3', endpoint_url='http://10.200.0.1:5001', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1').delete_object(Bucket='agent-boxes', Key='deltas/ref.changes.json')"
 up3=$(agbox up3 nodeA "up ref --node nodeA")
 on nodeA "ag-box park ref >/dev/null 2>&1"
 row "second migration: park on B" "$park2" "first migration: park" "$park1"
 row "second migration: up on A (what B published)" "$up2" "first migration: up (goal <= 0.25)" "$up1"
 row "second migration: park + up" "$(echo "$park2 + $up2" | bc)" "rsync over ssh of the delta (goal <= 3)" "$rsync2"
-row "  restic-native delta: its backup + restore" "$native" "the bundle's park + up (keep it past 1.3)" "$(echo "$park2 + $up2" | bc)"
-row "  second migration with it (bundle work left in)" "$(echo "$park2 + $up2 + $native" | bc)" "second migration: park + up" "$(echo "$park2 + $up2" | bc)"
 row "third migration: up on A (restic diff)" "$up3" "first migration: up" "$up1"
 row "re-up on a node whose copy is current" "$reup" "" ""
 for step in park1 up1 park2 up2 up3; do

@@ -475,6 +475,9 @@ fn prune_follows_retention_and_boxes_still_move() {
     c.a.sh(&format!("ag-box park {name}")).ok();
     let before = snapshot_count(&c.a, &format!("box:{name}"));
     assert!(before >= 6, "{before}");
+    // The park saved what changed since the first park in a changes snapshot of its own.
+    let changes = snapshot_count(&c.a, &format!("changes:{name}"));
+    assert_eq!(changes, 1);
     let keep = [
         ("BOX_KEEP_LAST", "2"),
         ("BOX_KEEP_DAILY", "0"),
@@ -489,22 +492,31 @@ fn prune_follows_retention_and_boxes_still_move() {
         .filter(|l| l.starts_with(&format!("forget {name} ")))
         .count();
     assert_eq!(forget_lines, before - 2, "{}", dry.stdout());
-    // Each kept one says why, in words.
+    // Each kept one says why, in words; the changes that lead to the latest stay with it.
     let dry_out = dry.stdout();
     let kept: Vec<&str> = dry_out
         .lines()
         .filter(|l| l.starts_with(&format!("keep   {name} ")))
         .collect();
-    assert_eq!(kept.len(), 2, "{dry_out}");
+    assert_eq!(kept.len(), 3, "{dry_out}");
     assert!(
+        kept.iter().all(|l| l.ends_with("(one of the last)")
+            || l.ends_with("(the box's latest)")
+            || l.ends_with("(what changed up to the box's latest)")),
+        "{kept:?}"
+    );
+    assert_eq!(
         kept.iter()
-            .all(|l| l.ends_with("(one of the last)") || l.ends_with("(the box's latest)")),
+            .filter(|l| l.ends_with("(what changed up to the box's latest)"))
+            .count(),
+        1,
         "{kept:?}"
     );
     assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), before);
 
     c.a.sh_env(&keep, "ag-box prune").ok();
     assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), 2);
+    assert_eq!(snapshot_count(&c.a, &format!("changes:{name}")), 1);
 
     // the parked snapshot survived: the box still moves
     c.b.sh(&format!(
@@ -727,6 +739,25 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         "{}",
         up_b.stderr()
     );
+    // What each park published is a snapshot of its own (A's by restic 0.14), tagged as the
+    // box's changes, never as a state of the box.
+    let listed =
+        c.a.sh(&format!(
+            "{RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
+        ))
+        .ok()
+        .stdout();
+    let changes: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    let box_tag = format!("box:{name}");
+    assert!(
+        changes.len() >= 2
+            && changes.iter().all(|s| !s["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| *t == *box_tag)),
+        "{listed}"
+    );
     assert_eq!(
         c.b.sh(&format!(
             "cd /root/{name}; cat src/main.txt added.txt kept.txt .auth-secret __pycache__/c.pyc {sessions}/s1.jsonl
@@ -746,7 +777,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         "set -e; chmod 751 /root
          ag-box exec {name} -- sh -c 'echo v3 > src/main.txt; ln src/main.txt hard.txt; chmod 640 kept.txt; chmod 750 src'
          ag-box park {name}; chmod {root_mode} /root
-         curl -sf -X DELETE --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/agent-boxes/deltas/{name}.bundle"
+         curl -sf -X DELETE --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/agent-boxes/deltas/{name}.changes.json"
     ))
     .ok();
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
@@ -809,24 +840,20 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     );
     c.c.sh("ag-box init").ok();
     assert_eq!(keys(), [own()]);
-    // The master key kept beside the node key goes with it when it is refused (the repository
-    // may be a new one at the same address), and is kept again with the next key.
+    // The master key an earlier version kept beside the node key is removed by the next
+    // command: nothing reads it now.
     let kept = || {
-        c.c.sh(&format!("test -s {MASTER_KEY_FILE}"))
+        c.c.sh(&format!("test -e {MASTER_KEY_FILE}"))
             .status
             .success()
     };
-    assert!(kept());
-    c.c.sh(&format!("{RESTIC_ENV}; restic key remove {}", own()))
-        .ok();
-    let doctor = c.c.sh("ag-box doctor");
-    assert!(
-        doctor.stderr().contains("refused this node's key") && !kept(),
-        "{}",
-        doctor.stderr()
-    );
+    c.c.sh(&format!(
+        "echo '{{}}' > {MASTER_KEY_FILE}; chmod 600 {MASTER_KEY_FILE}"
+    ))
+    .ok();
+    assert!(kept(), "planted");
     c.c.sh("ag-box init").ok();
-    assert!(kept());
+    assert!(!kept());
     // The same repository at another address (the fault proxy in front of the S3 server): one
     // new key replaces the old, and the next command opens with it.
     let before = own();

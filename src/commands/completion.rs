@@ -97,6 +97,8 @@ pub(crate) fn snapshot_ids() -> Vec<CompletionCandidate> {
     snapshots.sort_by(|a, b| b.time.cmp(&a.time));
     snapshots
         .into_iter()
+        // What a park saved of its changes is no state to name.
+        .filter(|s| s.tag(crate::plan::restic::CHANGES_KEY).is_none())
         .map(|s| {
             let help = format!(
                 "{} {}",

@@ -33,8 +33,7 @@ use crate::error::UserError;
 use crate::lifecycle::{self, Repo, World};
 use crate::plan::delta::{Change, Listed};
 use crate::plan::names;
-use crate::plan::restic::{BackupSpec, SnapshotInfo};
-use crate::plan::restic_key::Keys;
+use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
@@ -294,6 +293,9 @@ impl Repo for LazyRestic<'_> {
     fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
         Repo::backup(self.get()?, spec)
     }
+    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+        Repo::backup_changes(self.get()?, spec, paths)
+    }
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Repo::restore(self.get()?, snapshot_id, target)
     }
@@ -317,9 +319,6 @@ impl Repo for LazyRestic<'_> {
     }
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
         Repo::restore_only(self.get()?, snapshot_id, target, paths)
-    }
-    fn master_key(&self) -> Result<Keys> {
-        Repo::master_key(self.get()?)
     }
     fn restores_in_place(&self) -> bool {
         self.get().is_ok_and(Repo::restores_in_place)

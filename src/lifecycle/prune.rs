@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::World;
-use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag};
+use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::retention::{self, Reason, Snap};
 use crate::store::events;
 use crate::sys::crash;
@@ -43,27 +43,43 @@ pub(crate) fn plan(w: &World) -> Result<Plan> {
     let all = w.repo.snapshots()?;
     let records = w.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
-    let mut sources: Vec<(String, String, Option<String>)> = records
+    let mut sources: Vec<(String, String, Option<String>, Option<String>)> = records
         .into_iter()
         .map(|m| {
             (
                 m.name.clone(),
                 box_tag(&m.name),
+                Some(changes_tag(&m.name)),
                 m.last_snapshot.map(|s| s.id),
             )
         })
         .collect();
-    sources.push(("(globals)".into(), GLOBALS_TAG.into(), None));
+    sources.push(("(globals)".into(), GLOBALS_TAG.into(), None, None));
+    let tagged = |tag: &String| -> Vec<&SnapshotInfo> {
+        all.iter().filter(|s| s.tags.contains(tag)).collect()
+    };
     let groups = sources
         .into_iter()
-        .map(|(label, tag, pinned)| {
-            let infos: Vec<&SnapshotInfo> = all.iter().filter(|s| s.tags.contains(&tag)).collect();
-            let kept = retention::plan(
-                &snaps(&infos),
+        .map(|(label, tag, changes, pinned)| {
+            let mut kept = retention::plan(
+                &snaps(&tagged(&tag)),
                 w.config.retention,
                 pinned.as_deref(),
                 w.now(),
             );
+            if let Some(changes) = &changes {
+                // Each with the snapshot it leads to (one without is forgotten with the rest).
+                let leading: Vec<(Snap, String)> = tagged(changes)
+                    .into_iter()
+                    .filter_map(|i| {
+                        let to = i.tag("to").unwrap_or_default().to_string();
+                        Some((snaps(&[i]).pop()?, to))
+                    })
+                    .collect();
+                let c = retention::changes_plan(&leading, pinned.as_deref());
+                kept.keep.extend(c.keep);
+                kept.forget.extend(c.forget);
+            }
             Group {
                 label,
                 keep: kept.keep,

@@ -1,25 +1,25 @@
 //! Snapshot a box's local copy and renew its lease, or keep it as a fork.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use anyhow::Result;
 
 use super::{World, not_up_here};
+use crate::atomic;
 use crate::error::UserError;
-use crate::plan::delta::{self, Manifest, Published};
-use crate::plan::restic::BackupSpec;
+use crate::plan::delta::{self, Manifest, Published, PublishedRef};
+use crate::plan::restic::{BackupSpec, ChangesSpec, same_snapshot};
 use crate::plan::sandbox::BoxSpec;
-use crate::plan::{account, bundle, history};
+use crate::plan::{account, history};
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
-use crate::sys::bundle as sys_bundle;
 use crate::sys::copy_state::CopyManifest;
 use crate::sys::copy_state::{CopyJournal, CopyState};
 use crate::sys::restic::short;
-use crate::sys::{crash, digest, host, working_copy};
+use crate::sys::{crash, digest, working_copy};
 
 pub(crate) struct Taken {
     pub snapshot: SnapshotRef,
@@ -80,8 +80,8 @@ pub(crate) fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Ma
 
 /// As a park ends with snapshot `to` of the stopped copy (`after`: its manifest), publish what
 /// changed since the snapshot the copy last equalled here (`before`, as kept then), for the
-/// next node that holds that one, with the contents when they can travel in the bundle; then
-/// remember `after`. Only a warning when it fails: the next `up` diffs instead.
+/// next node that holds that one: the changed paths in a snapshot of their own, with the list
+/// of them; then remember `after`. Only a warning when it fails: the next `up` diffs instead.
 pub(crate) fn publish_changes(
     w: &World,
     spec: &BoxSpec,
@@ -90,50 +90,100 @@ pub(crate) fn publish_changes(
     after: Option<Manifest>,
 ) {
     let name = &spec.name;
-    let published = (|| -> Result<()> {
-        let (Some(b), Some(a)) = (before, &after) else {
-            return w.store.put_delta(name, None);
-        };
-        let excludes = working_copy::excludes(spec)?;
-        let left_out = |p: &Path| excludes.matches(p);
-        let Some(d) = delta::between(&b.entries, a, &left_out) else {
-            return w.store.put_delta(name, None);
-        };
-        let published = Published::new(b.snapshot.clone(), to.to_string(), d);
-        // Without the contents when a pattern could leave out what restic would.
-        let contents = if excludes.unfollowed {
-            None
-        } else {
-            sys_bundle::collect(&published.fetch, a, &left_out).unwrap_or_else(|e| {
-                tracing::debug!("box '{name}': the changes travel without their contents: {e:#}");
-                None
-            })
-        };
-        if contents.is_none() && published.path_count() > delta::MAX_CHANGES {
-            // No node would fetch that many through restic's includes: nothing to publish.
-            return w.store.put_delta(name, None);
-        }
-        let mut iv = [0u8; 16];
-        host::random_bytes(&mut iv)?;
-        let with_contents = contents.is_some();
-        let sealed = bundle::seal(&*w.repo.master_key()?, &iv, &published, contents)?;
-        tracing::debug!(
-            "box '{name}': {} changed and {} removed paths sealed ({} bytes, contents {})",
-            published.fetch.len(),
-            published.remove.len(),
-            sealed.len(),
-            if with_contents {
-                "included"
-            } else {
-                "left to restic"
+    if before.is_some_and(|b| same_snapshot(&b.snapshot, to)) {
+        // Nothing changed since: what was published up to `to` still serves.
+        keep_manifest(w, name, to, after);
+        return;
+    }
+    let published = save_changes(w, spec, to, before, after.as_ref()).and_then(|p| {
+        w.store.put_delta(name, p.as_ref())?;
+        Ok(p)
+    });
+    match published {
+        Ok(Some(p)) => tracing::debug!(
+            "box '{name}': what changed since snapshot {} is in snapshot {}",
+            short(&p.from),
+            short(&p.snapshot)
+        ),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");
+            if let Err(e) = w.store.put_delta(name, None) {
+                tracing::debug!("box '{name}': withdrawing what was published: {e:#}");
             }
-        );
-        w.store.put_delta(name, Some(sealed))
-    })();
-    if let Err(e) = published {
-        tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");
+        }
     }
     keep_manifest(w, name, to, after);
+}
+
+/// A snapshot of the paths that changed from `before` to `after` (snapshot `to`), holding the
+/// list of them ([`Published`]) too; None when nothing can be said (no manifest of either, or
+/// more changes than a published delta names).
+fn save_changes(
+    w: &World,
+    spec: &BoxSpec,
+    to: &str,
+    before: Option<&CopyManifest>,
+    after: Option<&Manifest>,
+) -> Result<Option<PublishedRef>> {
+    let (Some(b), Some(a)) = (before, after) else {
+        return Ok(None);
+    };
+    let excludes = working_copy::excludes(spec)?;
+    if excludes.unfollowed {
+        // A pattern with a '/' may leave out what the list would name (and remove): restic
+        // diff, which sees only what the snapshots hold, tells the next node instead.
+        return Ok(None);
+    }
+    let Some(d) = delta::between(&b.entries, a, &|p| excludes.matches(p)) else {
+        return Ok(None);
+    };
+    let published = Published::new(b.snapshot.clone(), to.to_string(), d);
+    // The list travels in the snapshot, from a path of the node's own (root's, outside
+    // every box), so the bucket learns no path the box's snapshots do not hide as well.
+    let list = w
+        .config
+        .state_dir
+        .join("published")
+        .join(format!("{name}.json", name = spec.name));
+    atomic::write(&list, &serde_json::to_vec(&published)?, 0o600)?;
+    let changes = ChangesSpec {
+        name: spec.name.clone(),
+        node: w.config.node.clone(),
+        from: published.from.clone(),
+        to: published.to.clone(),
+        excludes: spec.agent_home.snapshot_excludes(),
+        exclude_files: working_copy::exclude_files(),
+    };
+    let paths: Vec<PathBuf> = published
+        .fetch
+        .iter()
+        .cloned()
+        .chain([list.clone()])
+        .collect();
+    let saved = w.repo.backup_changes(&changes, &paths);
+    if let Err(e) = atomic::remove(&list) {
+        tracing::debug!("removing {}: {e:#}", list.display());
+    }
+    let saved = saved?;
+    anyhow::ensure!(
+        saved.unreadable.is_empty(),
+        "restic could not read {}",
+        saved.unreadable.join("; ")
+    );
+    tracing::debug!(
+        "box '{}': {} changed and {} removed paths saved in snapshot {}",
+        spec.name,
+        published.fetch.len(),
+        published.remove.len(),
+        short(&saved.id)
+    );
+    Ok(Some(PublishedRef {
+        from: published.from,
+        to: published.to,
+        snapshot: saved.id,
+        list,
+    }))
 }
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can

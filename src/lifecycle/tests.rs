@@ -16,10 +16,8 @@ use pretty_assertions::assert_eq;
 use super::{BoxRuntime, Repo, World, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
-use crate::plan::bundle::{self, Contents, Item, Kind};
-use crate::plan::delta::{Change, DirAttrs, Listed, Published};
-use crate::plan::restic::{BackupSpec, FORK_TAG, SnapshotInfo, box_tag};
-use crate::plan::restic_key::Keys;
+use crate::plan::delta::{Change, DirAttrs, Listed, Published, PublishedRef};
+use crate::plan::restic::{BackupSpec, ChangesSpec, FORK_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
@@ -61,9 +59,6 @@ impl BoxRuntime for FakeRuntime {
     }
 }
 
-/// The fake repository's master key.
-const MASTER_KEY: [u8; 64] = [7; 64];
-
 /// Snapshots as copies of the saved paths under `dir/<id>/`.
 struct FakeRepo {
     dir: PathBuf,
@@ -97,6 +92,10 @@ struct FakeRepo {
     times: RefCell<BTreeMap<String, String>>,
     /// How many prunes ran.
     prunes: Cell<u32>,
+    /// The changes snapshots taken, in order.
+    changes: RefCell<Vec<String>>,
+    /// Every snapshot restored whole.
+    restored: RefCell<Vec<String>>,
 }
 
 /// What differs from tree `a` to tree `b`, as `restic diff` names it below `at`.
@@ -224,7 +223,28 @@ impl Repo for FakeRepo {
             bytes_added: 10,
         })
     }
+    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+        let id = format!("changes{}", self.changes.borrow().len() + 1);
+        for p in paths {
+            cp(p, &self.tree(&id).join(p.strip_prefix("/").unwrap()));
+        }
+        self.changes.borrow_mut().push(id.clone());
+        self.tags.borrow_mut().insert(
+            id.clone(),
+            vec![changes_tag(&spec.name), format!("to:{}", spec.to)],
+        );
+        self.times
+            .borrow_mut()
+            .insert(id.clone(), timestamp(SystemTime::now()));
+        Ok(Backup {
+            id,
+            unreadable: Vec::new(),
+            files_added: 1,
+            bytes_added: 10,
+        })
+    }
     fn restore(&self, id: &str, target: &Path) -> Result<()> {
+        self.restored.borrow_mut().push(id.to_string());
         if self.cut_in_place.get() {
             anyhow::bail!("the connection to the repository was lost");
         }
@@ -240,12 +260,12 @@ impl Repo for FakeRepo {
         Ok(())
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
-        let tag = format!("box:{name}");
+        let of = [box_tag(name), changes_tag(name)];
         Ok(self
             .tags
             .borrow()
             .iter()
-            .filter(|(_, tags)| tags.contains(&tag))
+            .filter(|(_, tags)| tags.iter().any(|t| of.contains(t)))
             .map(|(id, _)| id.clone())
             .collect())
     }
@@ -307,9 +327,6 @@ impl Repo for FakeRepo {
     }
     fn restores_in_place(&self) -> bool {
         self.in_place.get()
-    }
-    fn master_key(&self) -> Result<Keys> {
-        Ok(zeroize::Zeroizing::new(MASTER_KEY))
     }
     fn restore_path(&self, id: &str, path: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
         self.in_place_calls
@@ -383,10 +400,10 @@ impl EventLog for CountingStore {
 }
 
 impl DeltaStore for CountingStore {
-    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
-        self.inner.put_delta(name, bytes)
+    fn put_delta(&self, name: &str, published: Option<&PublishedRef>) -> Result<()> {
+        self.inner.put_delta(name, published)
     }
-    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    fn delta(&self, name: &str) -> Result<Option<PublishedRef>> {
         self.inner.delta(name)
     }
 }
@@ -447,6 +464,8 @@ impl Node {
                 delete_fails: Cell::new(false),
                 times: RefCell::default(),
                 prunes: Cell::new(0),
+                changes: RefCell::default(),
+                restored: RefCell::default(),
             },
             runtime: FakeRuntime::default(),
             config,
@@ -539,15 +558,38 @@ impl Node {
         self.point_at(id);
     }
 
-    /// Publish `published` as the parking node would, sealed with the repository's key.
-    fn publish(&self, published: &Published, contents: Option<&Contents>) {
-        let sealed = bundle::seal(&MASTER_KEY, &[1; 16], published, contents.cloned()).unwrap();
-        self.store.put_delta("demo", Some(sealed)).unwrap();
+    /// Publish `published` as the parking node would: a changes snapshot holding what it
+    /// fetches (as its `to` holds it) and its list, and the store pointing at it.
+    fn publish(&self, published: &Published) -> PublishedRef {
+        let list = self.config.state_dir.join("published/demo.json");
+        let id = format!("changes{}", self.repo.changes.borrow().len() + 1);
+        let tree = self.repo.tree(&id);
+        for p in &published.fetch {
+            let rel = p.strip_prefix("/").unwrap();
+            let from = self.repo.tree(&published.to).join(rel);
+            if from.exists() {
+                cp(&from, &tree.join(rel));
+            }
+        }
+        let at = tree.join(list.strip_prefix("/").unwrap());
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
+        fs::write(at, serde_json::to_vec(published).unwrap()).unwrap();
+        self.repo.changes.borrow_mut().push(id.clone());
+        let r = PublishedRef {
+            from: published.from.clone(),
+            to: published.to.clone(),
+            snapshot: id,
+            list,
+        };
+        self.store.put_delta("demo", Some(&r)).unwrap();
+        r
     }
 
-    /// What was published last, opened.
-    fn published(&self) -> (Published, Option<Contents>) {
-        bundle::open(&MASTER_KEY, self.store.delta("demo").unwrap().unwrap()).unwrap()
+    /// What was published last: its changes snapshot, and the list in it.
+    fn published(&self) -> (PublishedRef, Published) {
+        let r = self.store.delta("demo").unwrap().expect("published");
+        let list = self.repo.file(&r.snapshot, &r.list).expect("its list");
+        (r.clone(), serde_json::from_str(&list).unwrap())
     }
 
     /// The box's latest snapshot is now `id`, taken elsewhere.
@@ -909,7 +951,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
 }
 
 #[test]
-fn a_park_publishes_what_changed_since_the_restore_with_the_contents() {
+fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
@@ -920,33 +962,45 @@ fn a_park_publishes_what_changed_since_the_restore_with_the_contents() {
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
     park::park(&n.world(), "demo", false).unwrap();
     let parked = n.meta().last_snapshot.unwrap().id;
-    let (published, contents) = n.published();
+    let (r, published) = n.published();
     assert_eq!(
         published,
         Published {
-            from: restored,
+            from: restored.clone(),
             to: parked.clone(),
             fetch: vec![n.project().join("f.txt"), n.project().join("made.txt")],
             remove: vec![n.project().join("new/n.txt")],
             dirs: Vec::new(),
         }
     );
-    let contents = contents.unwrap();
-    let items: Vec<(PathBuf, Kind)> = contents
-        .items
-        .iter()
-        .map(|i| (i.path.clone(), i.kind.clone()))
+    assert_eq!((&r.from, &r.to), (&restored, &parked));
+    // It holds what changed and nothing more, and is no state of the box.
+    let held = n
+        .repo
+        .tree(&r.snapshot)
+        .join(n.project().strip_prefix("/").unwrap());
+    let mut names: Vec<String> = fs::read_dir(&held)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
+    names.sort();
+    assert_eq!(names, ["f.txt", "made.txt"]);
     assert_eq!(
-        (items, String::from_utf8(contents.data).unwrap()),
-        (
-            vec![
-                (n.project().join("f.txt"), Kind::File { size: 24 }),
-                (n.project().join("made.txt"), Kind::File { size: 8 }),
-            ],
-            "edited after the restorenew here".to_string()
-        )
+        n.repo
+            .file(&r.snapshot, &n.project().join("f.txt"))
+            .as_deref(),
+        Some("edited after the restore")
     );
+    assert_eq!(
+        n.repo.tags.borrow()[&r.snapshot],
+        [changes_tag("demo"), format!("to:{parked}")]
+    );
+    assert!(!r.list.exists(), "the list is not left on the node");
+    // Up and parked again unchanged: what leads to that snapshot still serves.
+    up::up_here(&n.world(), "demo", false).unwrap();
+    park::park(&n.world(), "demo", false).unwrap();
+    assert_eq!(n.published().0, r);
+    assert_eq!(n.repo.changes.borrow().len(), 1);
 }
 
 #[test]
@@ -1011,91 +1065,67 @@ fn parked_then_changed_elsewhere(n: &Node) -> Published {
 }
 
 #[test]
-fn more_changes_than_restic_fetches_quickly_travel_with_their_contents_and_need_no_restic() {
+fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    let from = n.meta().last_snapshot.unwrap().id;
     let many = crate::plan::delta::MAX_CHANGES + 1;
+    cp(&n.repo.tree(&from), &n.repo.tree("there"));
+    let there = n
+        .repo
+        .tree("there")
+        .join(n.project().strip_prefix("/").unwrap());
     for i in 0..many {
-        n.write(&format!("f{i}.txt"), &format!("change {i}"));
+        fs::write(there.join(format!("f{i}.txt")), format!("change {i}")).unwrap();
     }
-    park::park(&n.world(), "demo", false).unwrap();
-    let (published, contents) = n.published();
-    assert_eq!(
-        published.fetch.len(),
-        many,
-        "published, though past MAX_CHANGES"
-    );
-    let contents = contents.expect("with their contents");
-    assert_eq!(contents.items.len(), many);
-
-    // Another node holds the copy as it was before: it takes them from the bundle alone.
-    let other = Node::new();
-    other.parked();
-    let from = other.meta().last_snapshot.unwrap().id;
-    other.point_at("there");
-    let published = Published {
+    n.point_at("there");
+    n.repo.diff_fails.set(true);
+    let r = n.publish(&Published {
         from,
         to: "there".into(),
         fetch: (0..many)
-            .map(|i| other.project().join(format!("f{i}.txt")))
+            .map(|i| n.project().join(format!("f{i}.txt")))
             .collect(),
         remove: Vec::new(),
         dirs: Vec::new(),
-    };
-    let items = contents
-        .items
-        .iter()
-        .map(|i| Item {
-            path: other.project().join(i.path.file_name().unwrap()),
-            ..i.clone()
-        })
-        .collect();
-    other.repo.diff_fails.set(true);
-    other.publish(
-        &published,
-        Some(&Contents {
-            items,
-            data: contents.data,
-        }),
-    );
-    up::up_here(&other.world(), "demo", false).unwrap();
+    });
+    up::up_here(&n.world(), "demo", false).unwrap();
+    assert_eq!(*n.repo.restored.borrow(), [r.snapshot], "only the changes");
+    assert!(n.repo.fetched.borrow().is_empty(), "no includes");
     assert!(
-        other.repo.fetched.borrow().is_empty(),
-        "nothing fetched through restic"
-    );
-    assert!(
-        other.repo.in_place_calls.borrow().is_empty(),
+        n.repo.in_place_calls.borrow().is_empty(),
         "no restore in place"
     );
-    assert_eq!(other.read("f0.txt").as_deref(), Some("change 0"));
+    assert_eq!(n.read("f0.txt").as_deref(), Some("change 0"));
     assert_eq!(
-        other.read(&format!("f{}.txt", many - 1)),
+        n.read(&format!("f{}.txt", many - 1)),
         Some(format!("change {}", many - 1))
     );
+    assert_eq!(n.copy().snapshot.as_deref(), Some("there"));
 }
 
 #[test]
 fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
-    n.publish(&published, None);
+    let r = n.publish(&published);
     up::up_here(&n.world(), "demo", false).unwrap();
-    assert_eq!(
-        *n.repo.fetched.borrow(),
-        [("there".to_string(), published.fetch.clone())]
-    );
+    assert_eq!(*n.repo.restored.borrow(), std::slice::from_ref(&r.snapshot));
+    assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
     assert_eq!(n.read("old.txt"), None);
+    assert!(
+        !n.project().with_file_name(".demo.ag-box-restore").exists(),
+        "no staging left"
+    );
     // Published for another copy: not used (and restic diff failing, restored in full).
-    n.repo.fetched.borrow_mut().clear();
     n.write("f.txt", "mine");
     park::park(&n.world(), "demo", false).unwrap();
     n.changed_elsewhere_as("there-again");
-    n.publish(&published, None);
+    let other = n.publish(&published);
     up::up_here(&n.world(), "demo", false).unwrap();
-    assert!(n.repo.fetched.borrow().is_empty());
+    assert!(!n.repo.restored.borrow().contains(&other.snapshot));
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
 
@@ -1113,7 +1143,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
         gid: me.gid(),
     };
     published.dirs = vec![keys.clone()];
-    n.publish(&published, None);
+    n.publish(&published);
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"), "the delta");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
@@ -1128,74 +1158,68 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     park::park(&n.world(), "demo", false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
-    n.publish(
-        &Published {
-            to: "there-again".into(),
-            dirs: vec![DirAttrs {
-                mode: 0o777,
-                ..keys
-            }],
-            ..published_change(&n, from)
-        },
-        None,
-    );
+    n.publish(&Published {
+        to: "there-again".into(),
+        dirs: vec![DirAttrs {
+            mode: 0o777,
+            ..keys
+        }],
+        ..published_change(&n, from)
+    });
     up::up_here(&n.world(), "demo", false).unwrap();
     assert_eq!(mode(&victim), 0o700);
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
 }
 
 #[test]
-fn published_contents_are_written_without_restic_unless_altered() {
+fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
-    let item = |path: PathBuf, kind: Kind| Item {
-        path,
-        kind,
-        mode: 0o640,
-        uid: 0,
-        gid: 0,
-        mtime: 1_700_000_000,
-        mtime_nsec: 5,
-    };
-    let contents = Contents {
-        items: vec![
-            item(n.project().join("f.txt"), Kind::File { size: 9 }),
-            item(n.project().join("new"), Kind::Dir),
-            item(n.project().join("new/n.txt"), Kind::File { size: 5 }),
-        ],
-        data: b"elsewhereadded".to_vec(),
-    };
-    n.publish(&published, Some(&contents));
+    // A list that removes a node file: its snapshot is staged, the list refused, and the
+    // snapshot restored whole instead.
+    let victim = n.project().parent().unwrap().join("victim.txt");
+    fs::write(&victim, "the node's").unwrap();
+    let outside = n.publish(&Published {
+        remove: vec![victim.clone()],
+        ..published.clone()
+    });
     up::up_here(&n.world(), "demo", false).unwrap();
-    assert!(n.repo.fetched.borrow().is_empty(), "restic fetched nothing");
-    assert!(n.repo.forks.borrow().is_empty());
-    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
-    assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
-    assert_eq!(n.read("old.txt"), None);
-    let f = fs::metadata(n.project().join("f.txt")).unwrap();
     assert_eq!(
-        (f.mode() & 0o7777, f.mtime(), f.mtime_nsec()),
-        (0o640, 1_700_000_000, 5)
+        *n.repo.restored.borrow(),
+        [outside.snapshot.clone(), "there".to_string()]
     );
-    // Altered in the bucket: refused, and restic's own restore serves.
-    n.write("f.txt", "mine");
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "the node's");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert!(!n.project().with_file_name(".demo.ag-box-restore").exists());
+    // The list's place in the snapshot is a link to a forged list that removes the victim:
+    // it is not followed.
     park::park(&n.world(), "demo", false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
-    let mut sealed = bundle::seal(
-        &MASTER_KEY,
-        &[1; 16],
-        &Published {
-            to: "there-again".into(),
-            ..published_change(&n, from)
-        },
-        Some(contents.clone()),
-    )
-    .unwrap();
-    sealed[40] ^= 1;
-    n.store.put_delta("demo", Some(sealed)).unwrap();
+    let forged = n.project().parent().unwrap().join("forged.json");
+    let forged_list = Published {
+        to: "there-again".into(),
+        remove: vec![n.project().join("f.txt")],
+        ..published_change(&n, from.clone())
+    };
+    fs::write(&forged, serde_json::to_vec(&forged_list).unwrap()).unwrap();
+    let linked = n.publish(&Published {
+        to: "there-again".into(),
+        ..published_change(&n, from)
+    });
+    let at = n
+        .repo
+        .tree(&linked.snapshot)
+        .join(linked.list.strip_prefix("/").unwrap());
+    fs::remove_file(&at).unwrap();
+    std::os::unix::fs::symlink(&forged, &at).unwrap();
+    n.repo.restored.borrow_mut().clear();
     up::up_here(&n.world(), "demo", false).unwrap();
-    assert!(n.repo.fetched.borrow().is_empty(), "not from the bundle");
+    assert_eq!(
+        *n.repo.restored.borrow(),
+        [linked.snapshot, "there-again".to_string()],
+        "staged, refused, restored whole"
+    );
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.copy().snapshot.as_deref(), Some("there-again"));
 }
@@ -1632,7 +1656,17 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
     let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.clone()).collect();
     assert!(kept.contains(&last), "{group:?}");
-    assert!(kept.len() <= 2, "{group:?}");
+    // Of the changes each park saved, only the one that leads to the latest stays.
+    let changes = n.repo.changes.borrow().clone();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(
+        group.keep.contains(&(
+            changes[1].clone(),
+            crate::plan::retention::Reason::LeadsToLatest
+        )) && group.forget.contains(&changes[0]),
+        "{group:?}"
+    );
+    assert!(kept.len() <= 3, "{group:?}");
     let forgotten: BTreeSet<String> = group.forget.iter().cloned().collect();
     assert_eq!(
         forgotten,

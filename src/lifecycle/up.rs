@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 
 use super::{World, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::bundle::{self, Contents};
 use crate::plan::delta::{self, Delta};
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
@@ -442,9 +441,13 @@ fn restore_changes(
     from: &str,
 ) -> Result<bool> {
     let name = &meta.name;
-    let Some((delta, contents)) = published_delta(w, name, from, s, roots)
-        .or_else(|| plan_delta(w, from, s, roots).map(|d| (d, None)))
-    else {
+    if !fits_roots(s, roots) {
+        return Ok(false);
+    }
+    let staged = stage_published(w, meta, from, s, roots)
+        .map(|(staging, delta)| (staging, delta, true))
+        .or_else(|| stage_listed(w, meta, from, s, roots).map(|(st, d)| (st, d, false)));
+    let Some((staging, delta, published)) = staged else {
         return Ok(false);
     };
     say!(
@@ -460,20 +463,120 @@ fn restore_changes(
             1 => ", 1 dir with another mode or owner".to_string(),
             n => format!(", {n} dirs with another mode or owner"),
         },
-        if contents.is_some() {
-            format!("; their contents as {} published them", s.node)
+        if published {
+            format!(", as {} published them", s.node)
         } else {
             String::new()
         }
     );
     begin_restore(copy, &s.id)?;
-    match restore::restore_delta(w.repo, &s.id, &meta.path, roots, &delta, contents.as_ref()) {
+    match restore::apply_delta(&staging, roots, &delta) {
         Ok(()) => Ok(true),
         Err(e) => {
             tracing::warn!(
                 "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
             );
             Ok(false)
+        }
+    }
+}
+
+/// A staging dir for what changed; None (with a warning) when it cannot be made.
+fn staging(meta: &Meta) -> Option<PathBuf> {
+    restore::fresh_staging(&meta.path)
+        .map_err(|e| tracing::warn!("box '{}': {e:#}", meta.name))
+        .ok()
+}
+
+/// Drop what was staged of a delta that is not used.
+fn discard(staging: &Path) {
+    if let Err(e) = restore::remove_any(staging) {
+        tracing::warn!("removing {}: {e}", staging.display());
+    }
+}
+
+/// What the node that parked `s` published as changed since `from`, when that is the snapshot
+/// this node's copy equals: its changes snapshot restored into a staging dir, and the list of
+/// what changed that it holds.
+fn stage_published(
+    w: &World,
+    meta: &Meta,
+    from: &str,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+) -> Option<(PathBuf, Delta)> {
+    let name = &meta.name;
+    let published = match w.store.delta(name) {
+        Ok(p) => p?,
+        Err(e) => {
+            tracing::warn!(
+                "box '{name}': could not read what changed up to snapshot {}: {e:#}",
+                short(&s.id)
+            );
+            return None;
+        }
+    };
+    if !published.leads(from, &s.id) {
+        return None;
+    }
+    let staging = staging(meta)?;
+    let staged = w
+        .repo
+        .restore(&published.snapshot, &staging)
+        .and_then(|()| restore::read_published(&staging, &published.list))
+        .and_then(|list| {
+            delta::usable(&list, from, &s.id, roots)
+                .context("its list names another snapshot, or paths outside the box")
+        });
+    match staged {
+        Ok(delta) => Some((staging, delta)),
+        Err(e) => {
+            tracing::warn!(
+                "box '{name}': what was published as changed up to snapshot {} is not used: {e:#}",
+                short(&s.id)
+            );
+            discard(&staging);
+            None
+        }
+    }
+}
+
+/// What changed from snapshot `from` to `s` as restic lists it, fetched into a staging dir;
+/// None when restic's own restore must do (too many changes, restic failed).
+fn stage_listed(
+    w: &World,
+    meta: &Meta,
+    from: &str,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+) -> Option<(PathBuf, Delta)> {
+    let listed = match w.repo.changes(from, &s.id) {
+        Ok((changes, listed)) => delta::plan(&changes, roots)
+            .and_then(|d| delta::with_attrs(d, &listed, roots, &restore::mode_and_owner)),
+        Err(e) => {
+            tracing::warn!(
+                "could not list what changed from snapshot {} to {}: {e:#}",
+                short(from),
+                short(&s.id)
+            );
+            None
+        }
+    };
+    let delta = listed?;
+    let staging = staging(meta)?;
+    if delta.fetch.is_empty() {
+        return Some((staging, delta));
+    }
+    match w.repo.restore_only(&s.id, &staging, &delta.fetch) {
+        Ok(()) => Some((staging, delta)),
+        Err(e) => {
+            tracing::warn!(
+                "box '{}': fetching what changed in snapshot {} failed ({e:#}); restoring all of it",
+                meta.name,
+                short(&s.id)
+            );
+            discard(&staging);
+            None
         }
     }
 }
@@ -495,68 +598,6 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
     roots.first().is_some_and(|project| {
         s.paths.contains(project) && s.paths.iter().all(|p| roots.contains(p)) && project.is_dir()
     })
-}
-
-/// What the node that parked `s` published as changed since `from`, if that is the snapshot
-/// this node's copy equals, with the contents when they came along.
-fn published_delta(
-    w: &World,
-    name: &str,
-    from: &str,
-    s: &SnapshotRef,
-    roots: &[PathBuf],
-) -> Option<(Delta, Option<Contents>)> {
-    if !fits_roots(s, roots) {
-        return None;
-    }
-    let bytes = match w.store.delta(name) {
-        Ok(b) => b?,
-        Err(e) => {
-            tracing::warn!(
-                "could not read what changed up to snapshot {}: {e:#}",
-                short(&s.id)
-            );
-            return None;
-        }
-    };
-    let opened = w
-        .repo
-        .master_key()
-        .and_then(|keys| bundle::open(&keys, bytes));
-    let (published, contents) = match opened {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!(
-                "box '{name}': what was published as changed up to snapshot {} is not used: {e:#}",
-                short(&s.id)
-            );
-            return None;
-        }
-    };
-    Some((
-        delta::usable(&published, from, &s.id, roots, contents.is_some())?,
-        contents,
-    ))
-}
-
-/// What to change in a copy equal to snapshot `from` to make it `s`; None when restic's own
-/// restore must do (paths this node does not keep, too many changes, restic failed).
-fn plan_delta(w: &World, from: &str, s: &SnapshotRef, roots: &[PathBuf]) -> Option<Delta> {
-    if !fits_roots(s, roots) {
-        return None;
-    }
-    match w.repo.changes(from, &s.id) {
-        Ok((changes, listed)) => delta::plan(&changes, roots)
-            .and_then(|d| delta::with_attrs(d, &listed, roots, &restore::mode_and_owner)),
-        Err(e) => {
-            tracing::warn!(
-                "could not list what changed from snapshot {} to {}: {e:#}",
-                short(from),
-                short(&s.id)
-            );
-            None
-        }
-    }
 }
 
 /// Before a restore replaces this node's copy: unless it still is what this node last

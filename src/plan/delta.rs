@@ -1,8 +1,9 @@
 //! A delta restore: bring a copy known to equal snapshot A to snapshot B by writing only what
 //! changed, as rsync would, instead of letting restic look at every file. What changed comes
 //! from the node that made B ([`Published`]: it compared its copy's metadata when it restored
-//! A and when it parked B; ctimes cannot be forged from inside a box), else from
-//! `restic diff A B` (which reads both trees whole: a second or so for 20,000 files).
+//! A and when it parked B, ctimes cannot be forged from inside a box, and it saved the changed
+//! paths in a small snapshot of their own, [`PublishedRef`]), else from `restic diff A B`
+//! (which reads both trees whole: a second or so for 20,000 files).
 //!
 //! The changes become two lists of subtrees: those to remove, and those to fetch from B whole
 //! (restic restores a path's subtree when the path is included). A path whose ancestor is in
@@ -58,13 +59,6 @@ pub(crate) struct Delta {
     pub dirs: Vec<DirAttrs>,
 }
 
-impl Delta {
-    /// The paths it names, each way.
-    pub(crate) fn path_count(&self) -> usize {
-        self.fetch.len() + self.remove.len() + self.dirs.len()
-    }
-}
-
 /// A dir's mode (permission bits) and owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct DirAttrs {
@@ -78,11 +72,13 @@ pub(crate) struct DirAttrs {
 /// against every entry it walks (a few milliseconds per include on 20,000 files).
 pub(crate) const MAX_CHANGES: usize = 1000;
 
-/// A published delta whose contents travel with it needs no restic at all: it is bounded by
-/// what it costs to hold (its header is about 150 bytes a path, its contents are bounded by
-/// `plan::bundle::MAX_CONTENT_BYTES`), not by restic's includes. 1% of a 200,000-file tree
-/// is 2,000 paths.
+/// A published delta is restored whole from a snapshot of its own (no includes to match), so it
+/// is bounded by what its list costs to hold: about 150 bytes a path. 1% of a 200,000-file
+/// tree is 2,000 paths.
 pub(crate) const MAX_PUBLISHED: usize = 50_000;
+
+/// The most a published delta's list may take as JSON (50,000 paths of 600 bytes).
+pub(crate) const MAX_PUBLISHED_BYTES: u64 = 32 << 20;
 
 /// Includes per restic process, at most: restic matches each against every entry it walks, and
 /// past about 200 a process costs more than two of half the size (measured: 0.12 s for one
@@ -316,6 +312,8 @@ pub(crate) fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
 }
 
 /// What a node publishes as it parks: its copy went from snapshot `from` to `to` by `delta`.
+/// It travels as a file in the snapshot of the changed paths ([`PublishedRef::list`]), so the
+/// bucket learns no more of the box than restic's own snapshots tell it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Published {
     pub from: String,
@@ -332,6 +330,33 @@ impl Published {
     pub(crate) fn path_count(&self) -> usize {
         self.fetch.len() + self.remove.len() + self.dirs.len()
     }
+}
+
+/// Where a published delta is: snapshot `snapshot` holds the paths that changed from `from` to
+/// `to` and, at `list`, the [`Published`] that names them. Kept in the bucket beside the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PublishedRef {
+    pub from: String,
+    pub to: String,
+    pub snapshot: String,
+    pub list: PathBuf,
+}
+
+impl PublishedRef {
+    /// It leads from `from` (what the copy here equals) to `to`, and its list is a plain
+    /// absolute path (it is read inside the dir the snapshot is restored into).
+    pub(crate) fn leads(&self, from: &str, to: &str) -> bool {
+        same_snapshot(&self.from, from)
+            && same_snapshot(&self.to, to)
+            && self.list.is_absolute()
+            && plain(&self.list)
+    }
+}
+
+/// Only the root and names: no `..`, no `.`.
+fn plain(path: &Path) -> bool {
+    path.components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
 impl Published {
@@ -387,7 +412,7 @@ pub(crate) fn between(
     )
 }
 
-/// A dir's mode and owner from its manifest value (`sys::digest::line`: kind, size, mtime,
+/// A dir's mode and owner from its manifest value (`sys::digest::stat_line`: kind, size, mtime,
 /// ctime, inode, mode in octal, uid:gid, ...).
 fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
     let fields: Vec<&str> = value.split('\0').collect();
@@ -400,32 +425,16 @@ fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
     })
 }
 
-/// A published delta, when it leads from `from` (what the copy here equals) to `to` and
-/// touches only `roots`, and is small enough for the way it is applied: any size up to
-/// [`MAX_PUBLISHED`] with its contents, up to [`MAX_CHANGES`] when restic fetches them.
-pub(crate) fn usable(
-    p: &Published,
-    from: &str,
-    to: &str,
-    roots: &[PathBuf],
-    with_contents: bool,
-) -> Option<Delta> {
-    let max = if with_contents {
-        MAX_PUBLISHED
-    } else {
-        MAX_CHANGES
-    };
-    let plain = |x: &PathBuf| {
-        x.components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-    };
+/// A published delta, when it leads from `from` (what the copy here equals) to `to`, touches
+/// only `roots` and names at most [`MAX_PUBLISHED`] paths.
+pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
     let inside = |x: &PathBuf| plain(x) && roots.iter().any(|r| x.starts_with(r));
     (same_snapshot(&p.from, from)
         && same_snapshot(&p.to, to)
         && p.fetch.iter().all(inside)
         && p.remove.iter().all(inside)
         && p.dirs.iter().all(|d| inside(&d.path))
-        && p.path_count() <= max)
+        && p.path_count() <= MAX_PUBLISHED)
         .then(|| Delta {
             remove: p.remove.clone(),
             fetch: p.fetch.clone(),
@@ -579,7 +588,7 @@ mod tests {
         assert_eq!(between(&Manifest::new(), &many, &|_| false), None);
     }
 
-    /// A dir's manifest value as `sys::digest::line` writes it.
+    /// A dir's manifest value as `sys::digest::stat_line` writes it.
     fn dir(time: u32, mode: &str, owner: &str) -> String {
         format!("d\x000\x00{time}.0\x00{time}.0\x007\x00{mode}\x00{owner}\x00")
     }
@@ -644,37 +653,35 @@ mod tests {
             fetch: paths(&["/p/a"]),
             dirs: vec![keys.clone()],
         };
-        assert_eq!(
-            usable(&p, "aaaa1111", "cccc2222dddd", &roots, false),
-            Some(delta)
-        );
-        // Past what restic's includes fetch quickly, a delta is used only with its contents.
+        assert_eq!(usable(&p, "aaaa1111", "cccc2222dddd", &roots), Some(delta));
         let big = Published {
-            fetch: (0..=MAX_CHANGES)
+            fetch: (0..=MAX_PUBLISHED)
                 .map(|i| PathBuf::from(format!("/p/{i}")))
                 .collect(),
             ..p.clone()
         };
+        assert_eq!(usable(&big, "aaaa1111", "cccc2222dddd", &roots), None);
+        // With the one removal and the one dir, as many paths as it may name.
+        let most = Published {
+            fetch: big.fetch[3..].to_vec(),
+            ..p.clone()
+        };
         assert_eq!(
-            usable(&big, "aaaa1111", "cccc2222dddd", &roots, false),
-            None
+            usable(&most, "aaaa1111", "cccc2222dddd", &roots).map(|d| d.fetch.len()),
+            Some(MAX_PUBLISHED - 2)
         );
         assert_eq!(
-            usable(&big, "aaaa1111", "cccc2222dddd", &roots, true).map(|d| d.fetch.len()),
-            Some(MAX_CHANGES + 1)
-        );
-        assert_eq!(
-            usable(&p, "ffff1111", "cccc2222dddd", &roots, false),
+            usable(&p, "ffff1111", "cccc2222dddd", &roots),
             None,
             "another copy"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "eeee3333", &roots, false),
+            usable(&p, "aaaa1111", "eeee3333", &roots),
             None,
             "another target"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"]), false),
+            usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"])),
             None,
             "outside"
         );
@@ -686,7 +693,7 @@ mod tests {
             ..p.clone()
         };
         assert_eq!(
-            usable(&dir_outside, "aaaa1111", "cccc2222", &roots, false),
+            usable(&dir_outside, "aaaa1111", "cccc2222", &roots),
             None,
             "a dir outside"
         );
@@ -700,10 +707,30 @@ mod tests {
             ..p
         };
         assert_eq!(
-            usable(&dir_above, "aaaa1111", "cccc2222", &roots, false),
+            usable(&dir_above, "aaaa1111", "cccc2222", &roots),
             None,
             "a dir named through .."
         );
+    }
+
+    #[test]
+    fn a_published_snapshot_is_restored_only_for_the_copy_it_starts_from() {
+        let r = PublishedRef {
+            from: "aaaa1111bbbb".into(),
+            to: "cccc2222dddd".into(),
+            snapshot: "eeee".into(),
+            list: "/var/lib/ag-box/published/demo.json".into(),
+        };
+        assert!(r.leads("aaaa1111", "cccc2222dddd"));
+        assert!(!r.leads("ffff1111", "cccc2222dddd"), "another copy");
+        assert!(!r.leads("aaaa1111", "cccc3333"), "another target");
+        for list in ["var/lib/x.json", "/var/../etc/shadow"] {
+            let r = PublishedRef {
+                list: list.into(),
+                ..r.clone()
+            };
+            assert!(!r.leads("aaaa1111", "cccc2222dddd"), "{list}");
+        }
     }
 
     #[test]

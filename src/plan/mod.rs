@@ -3,7 +3,6 @@
 pub(crate) mod account;
 pub(crate) mod active;
 pub(crate) mod agent_home;
-pub(crate) mod bundle;
 pub(crate) mod delta;
 pub(crate) mod diff;
 pub(crate) mod doctor;

@@ -18,6 +18,9 @@ pub(crate) const INSIDE_PREVIOUS: &str = ".ag-box-previous";
 pub(crate) const INCOMING: &str = ".ag-box-incoming";
 
 pub(crate) const FORK_TAG: &str = "fork";
+/// The tag key of the snapshots that hold what changed in a park (`plan::delta::Published`).
+pub(crate) const CHANGES_KEY: &str = "changes";
+const CHANGES_HOST: &str = "ag-box-changes";
 pub(crate) const GLOBALS_TAG: &str = "globals";
 const GLOBALS_HOST: &str = "ag-box-globals";
 
@@ -30,6 +33,11 @@ pub(crate) fn same_snapshot(a: &str, b: &str) -> bool {
 
 pub(crate) fn box_tag(name: &str) -> String {
     format!("box:{name}")
+}
+
+/// The tag of box `name`'s changes snapshots ([`ChangesSpec`]).
+pub(crate) fn changes_tag(name: &str) -> String {
+    format!("{CHANGES_KEY}:{name}")
 }
 
 /// One `--host` per box so restic finds the parent from any node.
@@ -75,18 +83,63 @@ pub(crate) fn backup_args(spec: &BackupSpec) -> Vec<String> {
             a.push("--ignore-inode".into());
         }
     }
-    for pattern in ALWAYS_EXCLUDED {
-        a.extend(["--exclude".into(), (*pattern).into()]);
-    }
-    for path in &spec.excludes {
-        a.extend(["--exclude".into(), path.to_string_lossy().into_owned()]);
-    }
-    for f in &spec.exclude_files {
-        a.extend(["--exclude-file".into(), f.to_string_lossy().into_owned()]);
-    }
+    push_excludes(&mut a, &spec.excludes, &spec.exclude_files);
     a.push("--".into());
     a.extend(spec.paths.iter().map(|p| p.to_string_lossy().into_owned()));
     a
+}
+
+/// What a box's snapshot leaves out, as restic is told.
+fn push_excludes(a: &mut Vec<String>, excludes: &[PathBuf], exclude_files: &[PathBuf]) {
+    for pattern in ALWAYS_EXCLUDED {
+        a.extend(["--exclude".into(), (*pattern).into()]);
+    }
+    for path in excludes {
+        a.extend(["--exclude".into(), path.to_string_lossy().into_owned()]);
+    }
+    for f in exclude_files {
+        a.extend(["--exclude-file".into(), f.to_string_lossy().into_owned()]);
+    }
+}
+
+/// A snapshot of only what changed in box `name` from snapshot `from` to `to` (the paths are
+/// given in a file), left out as the box's snapshots leave it out. Tagged `changes:<name>`,
+/// never `box:<name>`: it is no state of the box, and retention keeps it only while it leads
+/// to the box's latest.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChangesSpec {
+    pub name: String,
+    pub node: String,
+    pub from: String,
+    pub to: String,
+    pub excludes: Vec<PathBuf>,
+    pub exclude_files: Vec<PathBuf>,
+}
+
+impl ChangesSpec {
+    /// `restic backup` of the paths listed in `list` (NUL-separated: any name is a name).
+    pub(crate) fn args(&self, list: &Path) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "backup".into(),
+            "--json".into(),
+            "--host".into(),
+            CHANGES_HOST.into(),
+            "--tag".into(),
+            changes_tag(&self.name),
+            "--tag".into(),
+            format!("from:{}", self.from),
+            "--tag".into(),
+            format!("to:{}", self.to),
+            "--tag".into(),
+            format!("node:{}", self.node),
+        ];
+        push_excludes(&mut a, &self.excludes, &self.exclude_files);
+        a.extend([
+            "--files-from-raw".into(),
+            list.to_string_lossy().into_owned(),
+        ]);
+        a
+    }
 }
 
 /// What restic's stderr says it could not read during a backup (exit 3): its `error: ...`
@@ -269,6 +322,15 @@ pub(crate) fn snapshots_args(tag: Option<&str>) -> Vec<String> {
     a
 }
 
+/// The snapshots that hold any of `tags`.
+pub(crate) fn snapshots_of_args(tags: &[String]) -> Vec<String> {
+    let mut a = snapshots_args(None);
+    for t in tags {
+        a.extend(["--tag".into(), t.clone()]);
+    }
+    a
+}
+
 /// `restic snapshots --json <id>`: the one snapshot a (short) id names.
 pub(crate) fn snapshot_named_args(id: &str) -> Vec<String> {
     ["snapshots", "--json", "--no-lock", id]
@@ -400,6 +462,32 @@ mod tests {
                 "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
                 "--exclude-file", "/opt/box/exclude.txt",
                 "--", "/root/demo", "/var/lib/ag-box/homes/demo",
+            ]
+        );
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn the_changes_of_a_park_are_saved_from_a_list_as_the_box_is_saved() {
+        let spec = ChangesSpec {
+            name: "demo".into(),
+            node: "nodeB".into(),
+            from: "aaa".into(),
+            to: "bbb".into(),
+            excludes: vec!["/var/lib/ag-box/homes/demo/.codex/auth.json".into()],
+            exclude_files: vec!["/opt/box/exclude.txt".into()],
+        };
+        assert_eq!(
+            spec.args(Path::new("/var/lib/ag-box/changes.list")),
+            [
+                "backup", "--json", "--host", "ag-box-changes",
+                "--tag", "changes:demo", "--tag", "from:aaa", "--tag", "to:bbb", "--tag", "node:nodeB",
+                "--exclude", ".auth-secret",
+                "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",
+                "--exclude", ".ag-box-incoming",
+                "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
+                "--exclude-file", "/opt/box/exclude.txt",
+                "--files-from-raw", "/var/lib/ag-box/changes.list",
             ]
         );
     }
@@ -604,6 +692,18 @@ mod tests {
             ["snapshots", "--json", "--no-lock", "--tag", "box:x"]
         );
         assert_eq!(snapshots_args(None), ["snapshots", "--json", "--no-lock"]);
+        assert_eq!(
+            snapshots_of_args(&[box_tag("x"), changes_tag("x")]),
+            [
+                "snapshots",
+                "--json",
+                "--no-lock",
+                "--tag",
+                "box:x",
+                "--tag",
+                "changes:x"
+            ]
+        );
         assert_eq!(
             snapshot_named_args("ab12cd34"),
             ["snapshots", "--json", "--no-lock", "ab12cd34"]

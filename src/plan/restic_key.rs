@@ -7,8 +7,9 @@
 //! whose password is 256 random bits: guessing it is hopeless at any scrypt cost, so the cost
 //! is kept low. The operator's password keeps its own, calibrated key.
 //!
-//! The same sealing under the master key itself protects what ag-box keeps beside the
-//! repository (`plan::bundle`).
+//! This is the one file of restic's format ag-box writes: restic offers no way to choose a
+//! key's scrypt cost (`restic key add` calibrates it), and half a second per restic run is
+//! most of what a small delta costs. A restic that could would retire this module.
 
 use super::text::hex;
 use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
@@ -17,7 +18,6 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 /// scrypt's cost for a random password: N = 2^12, r = 8, p = 1 (a few milliseconds).
@@ -87,7 +87,7 @@ pub(crate) fn key_file(
 
 /// The 64 bytes of a restic key: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 /// Wiped from memory when dropped.
-pub(crate) type Keys = Zeroizing<[u8; 64]>;
+type Keys = Zeroizing<[u8; 64]>;
 
 /// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
@@ -99,58 +99,8 @@ fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
     Ok(out)
 }
 
-/// The repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
-/// [`seal`] and [`open`] take: the AES-256 key, then the MAC's `k` and `r`.
-pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
-    #[derive(Deserialize)]
-    struct Mac {
-        k: String,
-        r: String,
-    }
-    #[derive(Deserialize)]
-    struct Master {
-        mac: Mac,
-        encrypt: String,
-    }
-    let m: Master = serde_json::from_slice(master).context("parsing restic's master key")?;
-    let mut out = Zeroizing::new([0u8; 64]);
-    for (range, field) in [(0..32, &m.encrypt), (32..48, &m.mac.k), (48..64, &m.mac.r)] {
-        let bytes = Zeroizing::new(
-            STANDARD
-                .decode(field)
-                .context("decoding restic's master key")?,
-        );
-        anyhow::ensure!(
-            bytes.len() == range.len(),
-            "restic's master key has a part of the wrong length"
-        );
-        out[range].copy_from_slice(&bytes);
-    }
-    Ok(out)
-}
-
-/// What [`seal`] made with `keys`, after checking its MAC; an altered or foreign one is an
-/// error. Opened where it lies: a bundle of megabytes is never held twice.
-pub(crate) fn open(keys: &[u8; 64], mut sealed: Vec<u8>) -> Result<Vec<u8>> {
-    anyhow::ensure!(sealed.len() >= 32, "too short to be sealed");
-    let end = sealed.len() - 16;
-    let iv: [u8; 16] = sealed[..16].try_into()?;
-    let expected = mac(&keys[32..48], &keys[48..64], &iv, &sealed[16..end])?;
-    // Compared in constant time: nothing about the right tag leaks through timing.
-    anyhow::ensure!(
-        bool::from(expected.ct_eq(&sealed[end..])),
-        "its MAC does not match (altered, or sealed with another repository's key)"
-    );
-    sealed.truncate(end);
-    sealed.drain(..16);
-    ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], &iv)
-        .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
-        .apply_keystream(&mut sealed);
-    Ok(sealed)
-}
-
 /// IV ‖ AES-256-CTR(plain) ‖ Poly1305-AES(ciphertext), restic's layout; sealed where it lies.
-pub(crate) fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
+fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
         .apply_keystream(&mut plain);
@@ -307,36 +257,6 @@ mod tests {
                 Some("op1".to_string()),
                 vec!["n1".to_string(), "n3".to_string()]
             )
-        );
-    }
-
-    #[test]
-    fn sealed_with_the_master_key_opens_only_unaltered() {
-        let keys = master_keys(MASTER.as_bytes()).unwrap();
-        assert_eq!(
-            (keys[0], keys[32], keys[48]),
-            (0xab, 0x66, 0xe5),
-            "encrypt, mac.k, mac.r in that order"
-        );
-        let sealed = seal(&keys, &[3; 16], b"what changed".to_vec()).unwrap();
-        assert_eq!(open(&keys, sealed.clone()).unwrap(), b"what changed");
-        let mut altered = sealed.clone();
-        altered[20] ^= 1;
-        let mut other = keys.clone();
-        other[50] ^= 1;
-        let refused =
-            |keys: &[u8; 64], bytes: &[u8]| open(keys, bytes.to_vec()).unwrap_err().to_string();
-        assert_eq!(
-            [
-                refused(&keys, &altered),
-                refused(&other, &sealed),
-                refused(&keys, &sealed[..20])
-            ],
-            [
-                "its MAC does not match (altered, or sealed with another repository's key)",
-                "its MAC does not match (altered, or sealed with another repository's key)",
-                "too short to be sealed",
-            ]
         );
     }
 

@@ -49,6 +49,8 @@ pub(crate) enum Reason {
     Weekly,
     Pinned,
     RecentFork,
+    /// A changes snapshot (`plan::delta::PublishedRef`) that leads to the box's latest.
+    LeadsToLatest,
 }
 
 impl std::fmt::Display for Reason {
@@ -59,6 +61,7 @@ impl std::fmt::Display for Reason {
             Reason::Weekly => "newest of its week",
             Reason::Pinned => "the box's latest",
             Reason::RecentFork => "a recent fork",
+            Reason::LeadsToLatest => "what changed up to the box's latest",
         })
     }
 }
@@ -160,10 +163,56 @@ pub(crate) fn plan(snaps: &[Snap], policy: Policy, pinned: Option<&str>, now: Sy
     out
 }
 
+/// Of a box's changes snapshots, each with the snapshot it leads to: the newest that leads to
+/// `pinned` (the box's latest) is kept, the rest forgotten. A park saves one each time, and
+/// only one that ends at the latest can serve an `up`.
+pub(crate) fn changes_plan(changes: &[(Snap, String)], pinned: Option<&str>) -> Plan {
+    let mut order: Vec<&(Snap, String)> = changes.iter().collect();
+    order.sort_by(|a, b| b.0.time.cmp(&a.0.time).then_with(|| a.0.id.cmp(&b.0.id)));
+    let mut out = Plan::default();
+    for (s, to) in order {
+        if out.keep.is_empty() && is_pinned(to, pinned) {
+            out.keep.push((s.id.clone(), Reason::LeadsToLatest));
+        } else {
+            out.forget.push(s.id.clone());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn only_the_newest_changes_leading_to_the_latest_are_kept() {
+        let snap = |id: &str, secs| Snap {
+            id: id.into(),
+            time: at(MON + secs),
+            fork: false,
+        };
+        let changes = [
+            (snap("c1", 0), "latest-full-id".to_string()),
+            (snap("c2", HOUR), "older".to_string()),
+            (snap("c3", 2 * HOUR), "latest-full-id".to_string()),
+            (snap("c4", 3 * HOUR), "elsewhere".to_string()),
+        ];
+        assert_eq!(
+            changes_plan(&changes, Some("latest-f")),
+            Plan {
+                keep: vec![("c3".into(), Reason::LeadsToLatest)],
+                forget: vec!["c4".into(), "c2".into(), "c1".into()],
+            }
+        );
+        assert_eq!(
+            changes_plan(&changes, None),
+            Plan {
+                keep: vec![],
+                forget: vec!["c4".into(), "c3".into(), "c2".into(), "c1".into()],
+            }
+        );
+    }
 
     /// `1_789_948_800` = Monday 2026-09-21 00:00:00 UTC, the start of a day and of a week bucket.
     const MON: u64 = 1_789_948_800;

@@ -12,6 +12,7 @@ use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
 use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
 use crate::atomic;
+use crate::plan::delta::PublishedRef;
 
 pub(crate) struct LocalStore {
     dir: PathBuf,
@@ -176,19 +177,24 @@ impl EventLog for LocalStore {
 }
 
 impl DeltaStore for LocalStore {
-    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
-        let path = self.deltas.join(format!("{name}.bundle"));
-        match bytes {
-            Some(b) => atomic::write(&path, &b, 0o644),
-            None => atomic::remove(&path)
-                .and_then(|()| atomic::remove(&self.deltas.join(format!("{name}.json")))),
+    fn put_delta(&self, name: &str, published: Option<&PublishedRef>) -> Result<()> {
+        let (current, earlier) = super::delta_names(name);
+        let path = self.deltas.join(current);
+        match published {
+            Some(p) => atomic::write(&path, &serde_json::to_vec(p)?, 0o644)?,
+            None => atomic::remove(&path)?,
         }
+        earlier
+            .iter()
+            .try_for_each(|e| atomic::remove(&self.deltas.join(e)))
     }
 
-    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let path = self.deltas.join(format!("{name}.bundle"));
+    fn delta(&self, name: &str) -> Result<Option<PublishedRef>> {
+        let path = self.deltas.join(super::delta_names(name).0);
         match fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .with_context(|| format!("parsing {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
@@ -207,16 +213,30 @@ mod tests {
     }
 
     #[test]
-    fn a_withdrawn_delta_takes_what_older_versions_published_with_it() {
+    fn published_changes_replace_what_older_versions_published() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::new(dir.path());
-        store.put_delta("b", Some(b"sealed".to_vec())).unwrap();
-        let legacy = store.deltas.join("b.json");
-        fs::write(&legacy, "{}").unwrap();
-        assert_eq!(store.delta("b").unwrap().as_deref(), Some(&b"sealed"[..]));
+        let legacy = [store.deltas.join("b.bundle"), store.deltas.join("b.json")];
+        let plant = || {
+            for l in &legacy {
+                fs::write(l, "sealed").unwrap();
+            }
+        };
+        let published = PublishedRef {
+            from: "a".into(),
+            to: "b".into(),
+            snapshot: "c".into(),
+            list: "/var/lib/ag-box/published/b.json".into(),
+        };
+        fs::create_dir_all(&store.deltas).unwrap();
+        plant();
+        store.put_delta("b", Some(&published)).unwrap();
+        assert_eq!(store.delta("b").unwrap(), Some(published));
+        assert!(legacy.iter().all(|l| !l.exists()));
+        plant();
         store.put_delta("b", None).unwrap();
         assert_eq!(store.delta("b").unwrap(), None);
-        assert!(!legacy.exists());
+        assert!(legacy.iter().all(|l| !l.exists()));
         store.put_delta("b", None).unwrap();
     }
 

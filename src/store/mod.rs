@@ -9,6 +9,7 @@ pub(crate) mod s3;
 use anyhow::{Result, bail};
 
 use crate::error::UserError;
+use crate::plan::delta::PublishedRef;
 use events::Event;
 use meta::Meta;
 
@@ -65,19 +66,29 @@ pub(crate) trait EventLog {
     fn delete_events(&self, name: &str, keys: &[String]) -> Result<()>;
 }
 
-/// What the last park of each box published as changed (`plan::delta::Published`).
+/// Where the last park of each box published what changed (`plan::delta::PublishedRef`).
 pub(crate) trait DeltaStore {
-    /// Publish what changed in box `name`'s copy up to its latest snapshot, or withdraw it
-    /// (None), with what versions before sealed bundles published (`<name>.json`).
-    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
-        let _ = (name, bytes);
+    /// Point at what changed in box `name`'s copy up to its latest snapshot, or withdraw it
+    /// (None). Either way, what earlier versions published in its place (`<name>.bundle`,
+    /// `<name>.json`) goes.
+    fn put_delta(&self, name: &str, published: Option<&PublishedRef>) -> Result<()> {
+        let _ = (name, published);
         Ok(())
     }
     /// What box `name`'s last parking node published.
-    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    fn delta(&self, name: &str) -> Result<Option<PublishedRef>> {
         let _ = name;
         Ok(None)
     }
+}
+
+/// The names under `deltas/` of box `name`'s published changes, and of what earlier versions
+/// published in their place.
+fn delta_names(name: &str) -> (String, [String; 2]) {
+    (
+        format!("{name}.changes.json"),
+        [format!("{name}.bundle"), format!("{name}.json")],
+    )
 }
 
 /// The key files of the restic repository that lives beside the records (`restic/keys/`).

@@ -22,6 +22,7 @@ use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version}
 use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
+use crate::plan::delta::PublishedRef;
 
 /// Record reads a listing keeps in flight.
 const READS_IN_FLIGHT: usize = 32;
@@ -480,19 +481,24 @@ impl EventLog for S3Store {
 }
 
 impl DeltaStore for S3Store {
-    fn put_delta(&self, name: &str, bytes: Option<Vec<u8>>) -> Result<()> {
-        let key = format!("deltas/{name}.bundle");
-        match bytes {
-            Some(b) => self.put_bytes(&key, b),
-            None => self
-                .delete_key(&key)
-                .and_then(|()| self.delete_key(&format!("deltas/{name}.json"))),
+    fn put_delta(&self, name: &str, published: Option<&PublishedRef>) -> Result<()> {
+        let (current, earlier) = super::delta_names(name);
+        let key = format!("deltas/{current}");
+        match published {
+            Some(p) => self.put_bytes(&key, serde_json::to_vec(p)?)?,
+            None => self.delete_key(&key)?,
         }
+        earlier
+            .iter()
+            .try_for_each(|e| self.delete_key(&format!("deltas/{e}")))
     }
 
-    fn delta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    fn delta(&self, name: &str) -> Result<Option<PublishedRef>> {
+        let key = format!("deltas/{}", super::delta_names(name).0);
         self.rt
-            .block_on(self.get_bytes(&format!("deltas/{name}.bundle")))
+            .block_on(self.get_bytes(&key))?
+            .map(|b| serde_json::from_slice(&b).with_context(|| format!("parsing {key}")))
+            .transpose()
     }
 }
 

@@ -4,10 +4,8 @@
 //! file contents; a differing digest means the copy may hold work in no snapshot.
 
 use std::ffi::{OsStr, OsString};
-use std::fs;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,35 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::plan::delta::Manifest;
 
-/// An entry's metadata after its path: kind first.
-pub(crate) fn line(path: &Path, meta: &fs::Metadata) -> String {
-    let target = if meta.is_symlink() {
-        fs::read_link(path)
-            .map(|t| t.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else {
-        String::new()
-    };
-    let kind = if meta.is_dir() {
-        Kind::Dir
-    } else if meta.is_symlink() {
-        Kind::Link
-    } else {
-        Kind::File
-    };
-    fields(
-        kind,
-        meta.size(),
-        (meta.mtime(), meta.mtime_nsec()),
-        (meta.ctime(), meta.ctime_nsec()),
-        meta.ino(),
-        meta.mode(),
-        (meta.uid(), meta.gid()),
-        &target,
-    )
-}
-
-/// As [`line`], from what `fstatat` said of an entry.
+/// An entry's metadata after its path, kind first, from what `fstatat` said of it.
 fn stat_line(st: &Stat, target: &str) -> String {
     let kind = match FileType::from_raw_mode(st.st_mode) {
         FileType::Directory => Kind::Dir,
@@ -314,6 +284,7 @@ fn walk_below(mut stack: Vec<Item>) -> Vec<Seen> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+    use std::fs;
 
     /// What one thread's walk of `roots` sees.
     fn one_walk(roots: &[PathBuf]) -> Vec<Seen> {

@@ -3,7 +3,6 @@
 pub(crate) mod agent_home;
 pub(crate) mod box_lock;
 pub(crate) mod box_tree;
-pub(crate) mod bundle;
 pub(crate) mod cmd;
 pub(crate) mod copy_state;
 pub(crate) mod crash;

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::plan::delta::{Change, Listed};
-use crate::plan::restic::{BackupSpec, SnapshotInfo};
-use crate::plan::restic_key::Keys;
+use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::freezer::Paused;
 
@@ -42,6 +41,8 @@ pub(crate) trait Repo {
     fn ensure_repo(&self) -> Result<()>;
     /// Take a snapshot as `spec` says.
     fn backup(&self, spec: &BackupSpec) -> Result<Backup>;
+    /// Take a snapshot of just `paths` (what changed in a park), as `spec` says.
+    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
     /// Every snapshot in the repository (of every box, and the globals).
@@ -59,8 +60,6 @@ pub(crate) trait Repo {
     fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>>;
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
     fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
-    /// The repository's master key, as `plan::restic_key::master_keys` holds it.
-    fn master_key(&self) -> Result<Keys>;
     /// Whether [`Repo::restore_path`] is available (restic 0.17+).
     fn restores_in_place(&self) -> bool;
     /// Bring `path` to what the snapshot holds there, changing only what differs; what the
@@ -90,6 +89,9 @@ impl Repo for NoRepo {
     fn backup(&self, _: &BackupSpec) -> Result<Backup> {
         Self::refuse()
     }
+    fn backup_changes(&self, _: &ChangesSpec, _: &[PathBuf]) -> Result<Backup> {
+        Self::refuse()
+    }
     fn restore(&self, _: &str, _: &Path) -> Result<()> {
         Self::refuse()
     }
@@ -112,9 +114,6 @@ impl Repo for NoRepo {
         Self::refuse()
     }
     fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
-        Self::refuse()
-    }
-    fn master_key(&self) -> Result<Keys> {
         Self::refuse()
     }
     fn restores_in_place(&self) -> bool {

@@ -17,7 +17,7 @@ use crate::plan::delta::{self, Change, Listed};
 use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
 use crate::plan::restic::{
-    self as plan, BackupSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
+    self as plan, BackupSpec, ChangesSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
 };
 use crate::plan::restic_key;
 use crate::store::RepositoryKeys;
@@ -42,8 +42,8 @@ pub(crate) struct Restic {
     /// This node's own key of the repository ([`restic_key`]), and where it is kept.
     node_key: Option<NodeKey>,
     node_key_file: PathBuf,
-    /// Where the repository's master key is kept once read (`bundle`s are sealed with it).
-    master_key_file: PathBuf,
+    /// Where the lists of paths a changes snapshot holds are written (`backup_changes`).
+    state_dir: PathBuf,
     /// The node key was refused (removed from the repository): the operator's password serves.
     node_key_refused: AtomicBool,
     /// The key the operator's password is tried on first.
@@ -54,15 +54,8 @@ pub(crate) struct Restic {
 
 const VERSION_CACHE: &str = "restic-version.json";
 const NODE_KEY: &str = "restic-node-key.json";
-const MASTER_KEY: &str = "restic-master-key.json";
-
-/// The repository's master key as `restic cat masterkey` printed it. It is no more than the
-/// node key's password already gives, and kept as closely (mode 600, outside every box).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct MasterKey {
-    repository: String,
-    key: serde_json::Value,
-}
+/// Where versions that sealed published deltas kept the repository's master key.
+const KEPT_MASTER_KEY: &str = "restic-master-key.json";
 
 /// A key of the repository that only this node uses; its password is random.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -102,7 +95,7 @@ impl Restic {
                 version_cache: config.state_dir.join(VERSION_CACHE),
                 node_key: None,
                 node_key_file: config.state_dir.join(NODE_KEY),
-                master_key_file: config.state_dir.join(MASTER_KEY),
+                state_dir: config.state_dir.clone(),
                 node_key_refused: AtomicBool::new(false),
                 operator_hint: None,
                 lock_wait: config.lock_wait,
@@ -123,7 +116,7 @@ impl Restic {
             version_cache: config.state_dir.join(VERSION_CACHE),
             node_key: None,
             node_key_file: config.state_dir.join(NODE_KEY),
-            master_key_file: config.state_dir.join(MASTER_KEY),
+            state_dir: config.state_dir.clone(),
             node_key_refused: AtomicBool::new(false),
             operator_hint: None,
             lock_wait: config.lock_wait,
@@ -131,8 +124,14 @@ impl Restic {
         .with_node_key())
     }
 
-    /// Use this node's key when it has one for this repository.
+    /// Use this node's key when it has one for this repository. (And remove the master key an
+    /// earlier version kept: nothing reads it now.)
     fn with_node_key(mut self) -> Restic {
+        match std::fs::remove_file(self.state_dir.join(KEPT_MASTER_KEY)) {
+            Ok(()) => tracing::info!("removed the restic master key an earlier version kept"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("could not remove {KEPT_MASTER_KEY}: {e}"),
+        }
         self.node_key = std::fs::read(&self.node_key_file)
             .ok()
             .and_then(|b| serde_json::from_slice::<NodeKey>(&b).ok())
@@ -230,10 +229,6 @@ impl Restic {
             Some(dir) => atomic::write(&dir.join("keys").join(&id), &bytes, 0o400)?,
             None => store.put_repository_key(&id, &bytes)?,
         }
-        // The master key is at hand: kept now, a first park need not ask restic for it.
-        if let Err(e) = self.keep_master_key(&out.stdout) {
-            tracing::debug!("not keeping the master key: {e:#}");
-        }
         let key = NodeKey {
             repository: self.repository.clone(),
             id,
@@ -258,37 +253,6 @@ impl Restic {
             short(&key.id)
         );
         Ok(Some(key))
-    }
-
-    /// The repository's master key ([`restic_key::master_keys`]): read once with `restic cat
-    /// masterkey`, then kept in the state dir.
-    pub(crate) fn master_key(&self) -> Result<restic_key::Keys> {
-        let kept = std::fs::read(&self.master_key_file)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<MasterKey>(&b).ok())
-            .filter(|k| k.repository == self.repository);
-        if let Some(k) = kept {
-            return restic_key::master_keys(&serde_json::to_vec(&k.key)?);
-        }
-        let out = self.output(&["cat".into(), "masterkey".into(), "--no-lock".into()])?;
-        if !out.status.success() {
-            bail!(
-                "restic cat masterkey failed: {}",
-                cmd::last_line(&String::from_utf8_lossy(&out.stderr))
-            );
-        }
-        self.keep_master_key(&out.stdout)
-    }
-
-    /// Keep the master key `restic cat masterkey` printed; returns its keys.
-    fn keep_master_key(&self, printed: &[u8]) -> Result<restic_key::Keys> {
-        let keys = restic_key::master_keys(printed)?;
-        let kept = MasterKey {
-            repository: self.repository.clone(),
-            key: serde_json::from_slice(printed)?,
-        };
-        atomic::write(&self.master_key_file, &serde_json::to_vec(&kept)?, 0o600)?;
-        Ok(keys)
     }
 
     /// The id of this node's own key, when it opens the repository.
@@ -436,8 +400,6 @@ impl Restic {
         );
         self.node_key_refused.store(true, Ordering::Relaxed);
         atomic::remove(&self.node_key_file)?;
-        // The repository may be a new one at the same address: its master key is asked again.
-        atomic::remove(&self.master_key_file)?;
         Ok(true)
     }
 
@@ -795,12 +757,31 @@ impl Repo for Restic {
     fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
         Restic::backup(self, &spec.name, &plan::backup_args(spec))
     }
+    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+        use std::io::Write;
+        use std::os::unix::ffi::OsStrExt;
+        let mut list = tempfile::Builder::new()
+            .prefix("changes.")
+            .tempfile_in(&self.state_dir)
+            .with_context(|| format!("creating a list in {}", self.state_dir.display()))?;
+        for p in paths {
+            list.write_all(p.as_os_str().as_bytes())?;
+            list.write_all(b"\0")?;
+        }
+        list.flush()?;
+        Restic::backup(
+            self,
+            &format!("{} (what changed)", spec.name),
+            &spec.args(list.path()),
+        )
+    }
     fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+        let tags = [plan::box_tag(name), plan::changes_tag(name)];
         Ok(self
-            .snapshots(Some(&plan::box_tag(name)))?
+            .listed_snapshots(&plan::snapshots_of_args(&tags))?
             .into_iter()
             .map(|s| s.id)
             .collect())
@@ -842,9 +823,6 @@ impl Repo for Restic {
     }
     fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
-    }
-    fn master_key(&self) -> Result<restic_key::Keys> {
-        Restic::master_key(self)
     }
     fn restore_path(
         &self,

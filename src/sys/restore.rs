@@ -9,11 +9,10 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::atomic;
-use crate::plan::bundle::Contents;
-use crate::plan::delta::{Delta, MAX_CHANGES, ModeAndOwner};
+use crate::plan::delta::{Delta, MAX_PUBLISHED_BYTES, ModeAndOwner, Published};
 use crate::sys::box_tree::Tree;
 use crate::sys::ports::Repo;
-use crate::sys::{bundle, cmd, crash, host};
+use crate::sys::{cmd, crash, host};
 
 fn sibling(path: &Path, tag: &str) -> PathBuf {
     let name = path
@@ -207,49 +206,37 @@ fn locate<'a>(trees: &'a [(&Path, Tree)], p: &'a Path) -> Result<(&'a Tree, &'a 
         .with_context(|| format!("{} is outside the box's copy", show(p)))
 }
 
-/// Bring a copy that equals one snapshot to snapshot `id` by changing only `delta` (see
-/// `plan::delta`): what to fetch is restored into a staging dir first, and the copy is not
-/// touched until all of it is there; then removed paths go and fetched ones move in.
-pub(crate) fn restore_delta(
-    restic: &dyn Repo,
-    id: &str,
-    anchor: &Path,
-    roots: &[PathBuf],
-    delta: &Delta,
-    contents: Option<&Contents>,
-) -> Result<()> {
+/// An empty staging dir beside `anchor` for what changed (what an earlier restore left there
+/// is removed first).
+pub(crate) fn fresh_staging(anchor: &Path) -> Result<PathBuf> {
     let staging = staging_for(anchor);
-    let clear = || -> Result<()> {
-        remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
-        fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))
-    };
-    clear()?;
-    let staged = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
-    let result = (|| -> Result<()> {
-        if let Some(c) = contents {
-            match bundle::unpack(&staging, c) {
-                Ok(()) => return Ok(()),
-                // Past what restic's includes fetch quickly, another way does it.
-                Err(e) if delta.path_count() > MAX_CHANGES => return Err(e),
-                Err(e) => {
-                    tracing::warn!(
-                        "writing the published changes failed ({e:#}); fetching them through restic"
-                    );
-                    clear()?;
-                }
-            }
-        }
-        if !delta.fetch.is_empty() {
-            restic.restore_only(id, &staging, &delta.fetch)?;
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = remove_any(&staging);
-        return Err(e.context(format!("fetching what changed in snapshot {id}")));
-    }
-    tracing::debug!("staged what changed in {}", staging.display());
+    remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
+    fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    Ok(staging)
+}
+
+/// The list of what changed that a changes snapshot holds at `list`, as restored under
+/// `staging` (read with no link followed, at most `MAX_PUBLISHED_BYTES`).
+pub(crate) fn read_published(staging: &Path, list: &Path) -> Result<Published> {
+    let rel = list.strip_prefix("/").unwrap_or(list);
+    let bytes = Tree::open(staging)?
+        .read_file(rel, MAX_PUBLISHED_BYTES)?
+        .with_context(|| format!("the changes snapshot holds no list at {}", show(list)))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", show(list)))
+}
+
+/// Bring a copy that equals one snapshot to another by changing only `delta` (see
+/// `plan::delta`), what it fetches already restored under `staging`: removed paths go,
+/// fetched ones move in, dirs get their mode and owner. The staging dir goes either way.
+pub(crate) fn apply_delta(staging: &Path, roots: &[PathBuf], delta: &Delta) -> Result<()> {
     crash::point("restore.delta-staged");
+    let applied = move_changes_in(staging, roots, delta);
+    let removed = remove_any(staging).with_context(|| format!("removing {}", staging.display()));
+    applied.and(removed)
+}
+
+fn move_changes_in(staging: &Path, roots: &[PathBuf], delta: &Delta) -> Result<()> {
+    let staged = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
     // Every change is made through a handle on its root, no link followed below it.
     let trees = roots
         .iter()
@@ -283,7 +270,7 @@ pub(crate) fn restore_delta(
         tree.set_dir_attrs(rel, d.mode, d.uid, d.gid)?;
     }
     tracing::debug!("moved what changed into place");
-    remove_any(&staging).with_context(|| format!("removing {}", staging.display()))
+    Ok(())
 }
 
 /// A copy's entry's mode (as `stat` has it) and owner; None when it has none there.
@@ -479,6 +466,13 @@ mod tests {
         fn backup(&self, _: &crate::plan::restic::BackupSpec) -> Result<crate::sys::ports::Backup> {
             anyhow::bail!("not used")
         }
+        fn backup_changes(
+            &self,
+            _: &crate::plan::restic::ChangesSpec,
+            _: &[PathBuf],
+        ) -> Result<crate::sys::ports::Backup> {
+            anyhow::bail!("not used")
+        }
         fn restore(&self, _: &str, target: &Path) -> Result<()> {
             let mut from = self.0.clone().into_os_string();
             from.push("/.");
@@ -509,9 +503,6 @@ mod tests {
         }
         fn restores_in_place(&self) -> bool {
             false
-        }
-        fn master_key(&self) -> Result<crate::plan::restic_key::Keys> {
-            anyhow::bail!("not used")
         }
         fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
             anyhow::bail!("not used")
