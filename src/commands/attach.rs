@@ -23,13 +23,13 @@ pub(crate) fn run(name: &str) -> Result<()> {
         );
     }
     // tmux refuses a client with exit 0, on the terminal: ask first, where the answer is seen.
-    ctx.runtime.admits(&spec).map_err(|e| {
+    ctx.runtime.kind().admits(&spec).map_err(|e| {
         UserError::failed(
             format!("box '{name}': cannot attach: {e:#}"),
             format!("restart it ('ag-box park {name}', then 'ag-box up {name}'), or run 'ag-box exec {name} -- bash' meanwhile"),
         )
     })?;
-    let sandbox = Sandbox::open(&spec, ctx.runtime)?;
+    let sandbox = Sandbox::open(&spec, ctx.runtime.kind())?;
     // The client counts as the box's (and pauses with it): the box's tmux server can make it
     // run a command of the box's choosing (`detach-client -E`).
     crate::sys::runtime::join_cgroups_of(sandbox.pid);

@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap_complete::engine::CompletionCandidate;
 
-use super::{Ctx, record_cache_dir};
+use super::Ctx;
 use crate::config::Config;
+use crate::lifecycle::record_cache_dir;
 
 /// When the shell asks for completions, answer from the `command` definitions and exit;
 /// otherwise return.

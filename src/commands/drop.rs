@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, LazyRestic, require_tools};
+use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle::drop;
 
@@ -56,10 +56,9 @@ pub(crate) fn run(name: &str, yes: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;
-    // Opened only once the drop is confirmed.
-    let restic = LazyRestic::new(&ctx);
+    // The repository opens only once the drop is confirmed.
     let confirmed = || if yes { Ok(()) } else { confirm(name) };
-    let dropped = drop::drop_box(&ctx.world(&restic), name, confirmed)?;
+    let dropped = drop::drop_box(&ctx, name, confirmed)?;
     say!(
         "dropped box '{name}': its record and {} are deleted; the files at {} are kept{}",
         crate::plan::text::count(dropped.snapshots.len(), "snapshot"),

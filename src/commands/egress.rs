@@ -12,7 +12,8 @@ use crate::plan::{sandbox::BoxSpec, unit};
 use crate::store::meta::Meta;
 use crate::sys::egress_log::{self, Record};
 use crate::sys::nodes::Nodes;
-use crate::sys::runtime::{self, Runtime};
+use crate::sys::runtime;
+use crate::sys::runtime_kind::Runtime;
 use crate::sys::{host, netns};
 
 #[derive(Serialize)]
@@ -194,7 +195,7 @@ pub(crate) fn apply(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec(&meta);
-    match apply_here(ctx.runtime, &spec)? {
+    match apply_here(ctx.runtime.kind(), &spec)? {
         Applied::Live => say!(
             "box '{name}': network {} applied to its running proxy",
             spec.egress.mode
@@ -216,7 +217,7 @@ pub(crate) fn apply_everywhere(ctx: &Ctx, meta: &Meta) {
         return;
     };
     if holder == ctx.config.node {
-        match apply_here(ctx.runtime, &ctx.spec(meta)) {
+        match apply_here(ctx.runtime.kind(), &ctx.spec(meta)) {
             Ok(Applied::Live) => say!("box '{name}': applied to its running proxy"),
             Ok(Applied::AtNextUp) => say!(
                 "box '{name}': the network mode takes effect at its next up (park, then up); entries already stored"

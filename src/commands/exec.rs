@@ -20,7 +20,7 @@ pub(crate) fn run(name: &str, command: &[String]) -> Result<()> {
             .collect();
         return follow::to_holder(&ctx, &meta, "exec", &args);
     }
-    let sandbox = Sandbox::open(&spec, ctx.runtime)?;
+    let sandbox = Sandbox::open(&spec, ctx.runtime.kind())?;
     runtime::join_cgroups_of(sandbox.pid);
     // The bound the box started with, not what this node's config says now.
     if let Some(n) = runtime::task_limit(&spec) {

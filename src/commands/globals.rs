@@ -84,7 +84,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
     let home = ctx.config.home.clone();
     let candidates = globals::global_paths(&home);
     let placed = restore::restore_into_live(
-        &restic,
+        restic,
         &newest.id,
         &home.join(".ag-box-globals"),
         &candidates,
@@ -102,7 +102,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
 fn adopt(ctx: &Ctx, name: &str) -> Result<()> {
     ctx.tracked(name)?;
     // No `up` may start the box while its files move: its agent would refresh the old login.
-    let _lock = ctx.lock_box(name, "globals adopt")?;
+    let _lock = ctx.lock(name, "globals adopt")?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec(&meta);
     if ctx.runtime.is_active(&spec) {

@@ -9,7 +9,8 @@ pub(crate) fn run() -> Result<()> {
     require_tools(&["restic"])?;
     ctx.store.check_reachable()?;
     let conditional = ctx.conditional_writes()?;
-    let mut restic = ctx.restic()?;
+    // Opened afresh: the node's key can be added only once the repository exists.
+    let mut restic = crate::sys::restic::Restic::new(&ctx.config)?;
     let created = restic.init()?;
     restic.add_node_key(ctx.store.as_ref(), &ctx.config.node);
     out!(

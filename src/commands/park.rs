@@ -21,8 +21,8 @@ pub(crate) fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;
-    let restic = ctx.restic()?;
-    let snapshot = lifecycle::park::park(&ctx.world(&restic), name, accept_partial)?;
+    ctx.restic()?;
+    let snapshot = lifecycle::park::park(&ctx, name, accept_partial)?;
     if json {
         super::print_json(&Parked {
             schema_version: super::JSON_SCHEMA_VERSION,

@@ -10,9 +10,8 @@ use crate::sys::restic::short;
 pub(crate) fn run(dry_run: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     require_tools(&["restic"])?;
-    let restic = ctx.restic()?;
-    let world = ctx.world(&restic);
-    let plan = prune::plan(&world)?;
+    ctx.restic()?;
+    let plan = prune::plan(&ctx)?;
     for group in &plan.groups {
         for (id, reason) in &group.keep {
             out!("keep   {} {} ({reason})", group.label, short(id));
@@ -34,7 +33,7 @@ pub(crate) fn run(dry_run: bool) -> Result<()> {
         say!("dry run: nothing was removed");
         return Ok(());
     }
-    prune::execute(&world, &plan)?;
+    prune::execute(&ctx, &plan)?;
     say!("pruned the repository");
     Ok(())
 }

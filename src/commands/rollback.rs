@@ -54,7 +54,7 @@ pub(crate) fn run(
     restic.require_repo()?;
     let target = restic.find(name, snapshot)?;
     if let Some(dir) = to {
-        restore_elsewhere(&restic, name, &target, dir)?;
+        restore_elsewhere(restic, name, &target, dir)?;
         return done(&target.id, None, Some(dir));
     }
     let to = SnapshotRef {
@@ -67,7 +67,6 @@ pub(crate) fn run(
             .unwrap_or(0),
         paths: target.paths.clone(),
     };
-    let world = ctx.world(&restic);
     let here = meta
         .lease
         .as_ref()
@@ -77,8 +76,7 @@ pub(crate) fn run(
         .as_ref()
         .is_some_and(|l| same_snapshot(&l.id, &to.id));
     let parked = meta.lease.is_none();
-    if at_latest
-        && (parked || (here && lifecycle::snapshot::unchanged_since_latest(&world, &meta)?))
+    if at_latest && (parked || (here && lifecycle::snapshot::unchanged_since_latest(&ctx, &meta)?))
     {
         say!(
             "box '{name}' is already at snapshot {}{}; nothing to roll back",
@@ -94,7 +92,7 @@ pub(crate) fn run(
     if here && ctx.runtime.is_active(&ctx.spec(&meta)) && !yes {
         confirm_restart(name, &to.id)?;
     }
-    let replaced = lifecycle::rollback::rollback(&world, name, &to)?;
+    let replaced = lifecycle::rollback::rollback(&ctx, name, &to)?;
     say!(
         "box '{name}' is back at snapshot {} ({}); the state it replaced is snapshot {}: 'ag-box rollback {name} {}' undoes this",
         short(&to.id),

@@ -4,12 +4,12 @@
 use anyhow::Result;
 
 use super::{Ctx, egress};
-use crate::lifecycle::{self, NoRepo};
+use crate::lifecycle;
 
 pub(crate) fn run(name: &str, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
-    let meta = lifecycle::set::set(&ctx.world(&NoRepo), name, assignments)?;
+    let meta = lifecycle::set::set(&ctx, name, assignments)?;
     let network = meta.network(ctx.config.network);
     let allow = if meta.allow.is_empty() {
         "none".to_string()

@@ -32,16 +32,15 @@ pub(crate) fn run(name: Option<&str>, accept_partial: bool, json: bool) -> Resul
     }
     restic.ensure_repo()?;
     let [name] = names.as_slice() else {
-        return snapshot_active(&ctx, &restic, &names, accept_partial, json);
+        return snapshot_active(&ctx, restic, &names, accept_partial, json);
     };
-    let world = ctx.world(&restic);
-    let taken = ctx.lock_box(name, "snapshot").and_then(|_lock| {
+    let taken = ctx.lock(name, "snapshot").and_then(|_lock| {
         let current = ctx.tracked(name)?;
         // A policy change that could not reach this node (it was unreachable) lands now.
-        if let Err(e) = egress::apply_here(ctx.runtime, &ctx.spec(&current.meta)) {
+        if let Err(e) = egress::apply_here(ctx.runtime.kind(), &ctx.spec(&current.meta)) {
             tracing::warn!("box '{name}': network policy not applied: {e:#}");
         }
-        take_alone(&world, &current, accept_partial)
+        take_alone(&ctx, &current, accept_partial)
     })?;
     let outcome = Outcome::of(&taken);
     if json {

@@ -12,7 +12,7 @@ use crate::plan::egress::Mode;
 use crate::plan::{history, text};
 use crate::store::lease;
 use crate::sys::restic::Restic;
-use crate::sys::runtime::Runtime;
+use crate::sys::runtime_kind::Runtime;
 use crate::sys::{cmd, egress_log, freezer};
 
 #[derive(Serialize)]
@@ -183,9 +183,9 @@ pub(crate) fn run(json: bool, deep: bool) -> Result<()> {
         tasks_max: ctx.config.tasks_max,
         tmpfs_max: ctx.config.tmpfs_max,
         snapshot_add_max: ctx.config.snapshot_add_max,
-        timer: timer_state(ctx.runtime),
+        timer: timer_state(ctx.runtime.kind()),
         last_active_run: last_active_run(&ctx),
-        runtime: ctx.runtime.label(),
+        runtime: ctx.runtime.kind().label(),
         nodes: ctx.config.nodes.iter().map(|n| n.name.clone()).collect(),
         active_boxes: active.iter().map(|m| m.name.clone()).collect(),
         egress: active

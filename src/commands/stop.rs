@@ -3,7 +3,7 @@
 use anyhow::Result;
 
 use super::{Ctx, follow};
-use crate::lifecycle::{self, NoRepo};
+use crate::lifecycle;
 
 pub(crate) fn run(name: &str) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -11,5 +11,5 @@ pub(crate) fn run(name: &str) -> Result<()> {
     if !ctx.runtime.is_active(&ctx.spec(&meta)) {
         return follow::to_holder(&ctx, &meta, "stop", &["stop", name]);
     }
-    lifecycle::stop::stop(&ctx.world(&NoRepo), name)
+    lifecycle::stop::stop(&ctx, name)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Ctx, LazyRestic, require_tools};
+use super::{Ctx, require_tools};
 use crate::lifecycle::track;
 use crate::plan::names;
 use crate::sys::restic::short;
@@ -31,12 +31,12 @@ pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> R
     let ctx = Ctx::load()?;
     let project = track::project_dir(&ctx.config.home, name, path)?;
     require_tools(&["restic"])?;
-    let restic = LazyRestic::new(&ctx);
+    // The repository opens only once every refusal is past.
     let ready = || {
         ctx.require_safe_leases()?;
-        restic.get()?.require_repo()
+        ctx.restic()?.require_repo()
     };
-    let tracked = track::track(&ctx.world(&restic), name, &project, nix, ready)?;
+    let tracked = track::track(&ctx, name, &project, nix, ready)?;
     let meta = &tracked.meta;
     let pin = meta
         .pinned_node

@@ -72,14 +72,14 @@ fn start(name: &str, node: Option<&str>, force: bool) -> Result<()> {
 /// `up` on this node, once its tools and the store's leases are known to be there.
 fn up_here(ctx: &Ctx, name: &str, nix: bool, force: bool) -> Result<()> {
     require_tools(&["restic"])?;
-    require_tools(ctx.runtime.required_tools())?;
+    require_tools(ctx.runtime.kind().required_tools())?;
     if nix {
         require_nix(name)?;
     }
     ctx.require_safe_leases()?;
     interrupt::arm();
-    let restic = ctx.restic()?;
-    lifecycle::up::up_here(&ctx.world(&restic), name, force)
+    ctx.restic()?;
+    lifecycle::up::up_here(ctx, name, force)
 }
 
 /// The node with the most memory among those that answer (this one alone without a nodes file).

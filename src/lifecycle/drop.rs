@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use super::World;
+use super::Ctx;
 use crate::error::{Code, UserError};
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
@@ -27,7 +27,7 @@ pub(crate) struct Dropped {
 
 /// Drop box `name` once `confirm` agrees (asked after every refusal, before any change).
 pub(crate) fn drop_box(
-    w: &World,
+    w: &Ctx,
     name: &str,
     confirm: impl FnOnce() -> Result<()>,
 ) -> Result<Dropped> {
@@ -58,7 +58,7 @@ pub(crate) fn drop_box(
     confirm()?;
     // Marked first, on a version with no lease: from here on nothing but `drop` acts on the box,
     // and a drop cut off anywhere is finished by the next one.
-    update(w.store, name, |m| match &m.lease {
+    update(w.store.as_ref(), name, |m| match &m.lease {
         Some(l) if l.node != here => Err(UserError::new(
             Code::LeaseHeld,
             format!(
@@ -89,7 +89,7 @@ pub(crate) fn drop_box(
     }
     crash::point("drop.after-forget");
     let marked = w.tracked(name)?;
-    if !store::delete(w.store, name, &marked.version)? {
+    if !store::delete(w.store.as_ref(), name, &marked.version)? {
         return Err(UserError::failed(
             format!("box '{name}': its snapshots are deleted, but its record changed meanwhile"),
             format!("run 'ag-box drop {name} --yes' again"),
@@ -111,7 +111,7 @@ pub(crate) fn drop_box(
         tracing::warn!("box '{name}': its events were not all deleted: {e:#}");
     }
     events::record(
-        w.store,
+        w.store.as_ref(),
         &here,
         name,
         events::Step {

@@ -1,8 +1,11 @@
 //! The sequences that move a box's state: `track` ([`track::track`]), a snapshot
-//! ([`snapshot::take`]), `up` on this node ([`up::up_here`]) and `park` ([`park::park`]). What they act on beyond the store and the
-//! node's files (the box runtime, the restic repository) is behind traits, so every failure
-//! path has a unit test against the local store that runs in milliseconds (`tests.rs`).
+//! ([`snapshot::take`]), `up` on this node ([`up::up_here`]), `park` ([`park::park`]), `stop`,
+//! `rollback`, `drop`, `set` and `prune`, all with one context ([`Ctx`]). What they act on
+//! beyond the store and the node's files (the box runtime, the restic repository) is behind
+//! traits, so every failure path has a unit test against the local store that runs in
+//! milliseconds (`tests.rs`).
 
+mod context;
 pub(crate) mod drop;
 pub(crate) mod park;
 pub(crate) mod prune;
@@ -16,7 +19,6 @@ pub(crate) mod track;
 pub(crate) mod up;
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use anyhow::Result;
 
@@ -27,40 +29,9 @@ use crate::plan::agent_home::{self, AgentHome};
 use crate::plan::egress::BoxPolicy;
 use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
-use crate::store::{MetaStore, Stored, get_existing};
-use crate::sys::box_lock::{self, BoxLock};
-pub(crate) use crate::sys::ports::{BoxRuntime, NoRepo, Repo};
+
 use crate::sys::{cmd, host};
-
-/// What the sequences act on.
-pub(crate) struct World<'a> {
-    pub config: &'a Config,
-    pub store: &'a dyn MetaStore,
-    pub runtime: &'a dyn BoxRuntime,
-    pub repo: &'a dyn Repo,
-    /// The time records and leases are stamped with (a fixed one in tests). What is compared
-    /// with files' ctimes reads the system clock itself, as the filesystem does.
-    pub clock: fn() -> SystemTime,
-}
-
-impl World<'_> {
-    pub(crate) fn spec(&self, meta: &Meta) -> BoxSpec {
-        spec_for(self.config, meta)
-    }
-
-    pub(crate) fn tracked(&self, name: &str) -> Result<Stored> {
-        get_existing(self.store, name)
-    }
-
-    pub(crate) fn now(&self) -> SystemTime {
-        (self.clock)()
-    }
-
-    /// This command alone on the box, on this node.
-    pub(crate) fn lock(&self, name: &str, verb: &str) -> Result<BoxLock> {
-        box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
-    }
-}
+pub(crate) use context::{Ctx, record_cache_dir};
 
 pub(crate) const RUN_ROOT: &str = "/run/box";
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{World, not_up_here, snapshot};
+use super::{Ctx, not_up_here, snapshot};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, events, update_from};
@@ -16,7 +16,7 @@ use crate::sys::{agent_home, crash, digest};
 /// Returns the final snapshot's id.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String> {
+pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<String> {
     let _lock = w.lock(name, "park")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -32,8 +32,9 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
     let mut copy = CopyState::journal(&w.config.state_dir, name)?;
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest
     // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
+    let state_dir = &w.config.state_dir;
     let (taken, kept_manifest) = std::thread::scope(|s| {
-        let kept = s.spawn(|| CopyManifest::load(&w.config.state_dir, name));
+        let kept = s.spawn(|| CopyManifest::load(state_dir, name));
         (
             snapshot::take(w, &stored, &mut copy, accept_partial),
             kept.join().ok().flatten(),
@@ -97,7 +98,7 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
     let epoch = taken.epoch;
     let snapshot = taken.snapshot;
     // On the record as the snapshot left it: the sequence read it once, at its start.
-    let lost = update_from(w.store, name, Some(taken.record), |m| {
+    let lost = update_from(w.store.as_ref(), name, Some(taken.record), |m| {
         Ok(
             match lease::release(m, &here, epoch, Some(snapshot.clone())) {
                 Ok(next) => Step::Write(next, None),
@@ -116,7 +117,7 @@ pub(crate) fn park(w: &World, name: &str, accept_partial: bool) -> Result<String
         c.pending_up = None;
     })?;
     events::record(
-        w.store,
+        w.store.as_ref(),
         &here,
         name,
         events::Step {

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use super::World;
+use super::Ctx;
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::retention::{self, Reason, Snap};
 use crate::store::events;
@@ -39,7 +39,7 @@ impl Plan {
 }
 
 /// The plan as of now: each box's last snapshot is kept whatever the keys say.
-pub(crate) fn plan(w: &World) -> Result<Plan> {
+pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
     let all = w.repo.snapshots()?;
     let records = w.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
@@ -95,7 +95,7 @@ pub(crate) fn plan(w: &World) -> Result<Plan> {
 }
 
 /// Forget what the plan forgets, prune, trim the histories.
-pub(crate) fn execute(w: &World, plan: &Plan) -> Result<()> {
+pub(crate) fn execute(w: &Ctx, plan: &Plan) -> Result<()> {
     let forget = plan.forget();
     if !forget.is_empty() {
         w.repo.forget(&forget)?;
@@ -129,7 +129,7 @@ fn snaps(infos: &[&SnapshotInfo]) -> Vec<Snap> {
 }
 
 /// Each box keeps its newest [`events::KEEP`] events.
-fn trim_events(w: &World, boxes: &[String]) {
+fn trim_events(w: &Ctx, boxes: &[String]) {
     for name in boxes {
         let trimmed = w.store.events(name).and_then(|all| {
             let old = events::beyond(all.into_iter().map(|(k, _)| k).collect(), events::KEEP);

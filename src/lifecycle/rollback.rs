@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{World, snapshot, up};
+use super::{Ctx, snapshot, up};
 use crate::error::{Code, UserError};
 use crate::store::lease::{self, LeaseLost};
 use crate::store::meta::SnapshotRef;
@@ -15,7 +15,7 @@ use crate::sys::crash;
 use crate::sys::restic::short;
 
 /// Roll box `name` back to `to`; returns the snapshot of the state it replaced.
-pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String> {
+pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<String> {
     let lock = w.lock(name, "rollback")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -67,7 +67,7 @@ pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String
         format!("; undo with 'ag-box rollback {name} {}'", short(id))
     });
     events::record(
-        w.store,
+        w.store.as_ref(),
         &here,
         name,
         events::Step {
@@ -86,10 +86,10 @@ pub(crate) fn rollback(w: &World, name: &str, to: &SnapshotRef) -> Result<String
 
 /// The record's latest snapshot becomes `to`: on a parked box (`held` None) only while it stays
 /// parked, on a box held here only while this node holds it.
-fn point_back(w: &World, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
+fn point_back(w: &Ctx, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
     let here = &w.config.node;
     let now = w.now();
-    let refused = update(w.store, name, |m| {
+    let refused = update(w.store.as_ref(), name, |m| {
         Ok(match (held, &m.lease) {
             (None, None) => Step::Write(
                 crate::store::meta::Meta {

@@ -3,13 +3,13 @@
 
 use anyhow::Result;
 
-use super::World;
+use super::Ctx;
 use crate::error::UserError;
 use crate::store::meta::Meta;
 use crate::store::{Step, events, update};
 
 /// A uid or gid another box's record holds would make the two boxes one user.
-fn refuse_taken_ids(w: &World, name: &str, assignments: &[String]) -> Result<()> {
+fn refuse_taken_ids(w: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
     let asked: Vec<(&str, u32)> = assignments
         .iter()
         .filter_map(|a| {
@@ -42,7 +42,7 @@ fn refuse_taken_ids(w: &World, name: &str, assignments: &[String]) -> Result<()>
 
 /// Write `assignments` (`key=value`) into box `name`'s record, each checked; the record as
 /// written.
-pub(crate) fn set(w: &World, name: &str, assignments: &[String]) -> Result<Meta> {
+pub(crate) fn set(w: &Ctx, name: &str, assignments: &[String]) -> Result<Meta> {
     w.tracked(name)?;
     // A pin to a node this install does not know would make every later `up` fail.
     for a in assignments {
@@ -62,7 +62,7 @@ pub(crate) fn set(w: &World, name: &str, assignments: &[String]) -> Result<Meta>
         }
     }
     refuse_taken_ids(w, name, assignments)?;
-    let meta = update(w.store, name, |m| {
+    let meta = update(w.store.as_ref(), name, |m| {
         let mut next = m.clone();
         for a in assignments {
             next = next.with_setting(a)?;
@@ -70,7 +70,7 @@ pub(crate) fn set(w: &World, name: &str, assignments: &[String]) -> Result<Meta>
         Ok(Step::Write(next.clone(), next))
     })?;
     events::record(
-        w.store,
+        w.store.as_ref(),
         &w.config.node,
         name,
         events::Step {

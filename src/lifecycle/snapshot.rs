@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
-use super::{World, not_up_here};
+use super::{Ctx, not_up_here};
 use crate::atomic;
 use crate::error::UserError;
 use crate::plan::delta::{self, Manifest, Published, PublishedRef};
@@ -37,7 +37,7 @@ pub(crate) struct Taken {
 }
 
 fn backup_spec(
-    w: &World,
+    w: &Ctx,
     box_spec: &BoxSpec,
     epoch: u64,
     fork: bool,
@@ -63,7 +63,7 @@ fn backup_spec(
 
 /// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
 /// name has none: then nothing is remembered, and the next park publishes nothing).
-pub(crate) fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Manifest>) {
+pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &str, manifest: Option<Manifest>) {
     let state = &w.config.state_dir;
     let kept = match manifest {
         Some(entries) => CopyManifest {
@@ -83,7 +83,7 @@ pub(crate) fn keep_manifest(w: &World, name: &str, id: &str, manifest: Option<Ma
 /// next node that holds that one: the changed paths in a snapshot of their own, with the list
 /// of them; then remember `after`. Only a warning when it fails: the next `up` diffs instead.
 pub(crate) fn publish_changes(
-    w: &World,
+    w: &Ctx,
     spec: &BoxSpec,
     to: &str,
     before: Option<&CopyManifest>,
@@ -120,7 +120,7 @@ pub(crate) fn publish_changes(
 /// list of them ([`Published`]) too; None when nothing can be said (no manifest of either, or
 /// more changes than a published delta names).
 fn save_changes(
-    w: &World,
+    w: &Ctx,
     spec: &BoxSpec,
     to: &str,
     before: Option<&CopyManifest>,
@@ -188,7 +188,7 @@ fn save_changes(
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
-pub(crate) fn keep_as_fork(w: &World, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
+pub(crate) fn keep_as_fork(w: &Ctx, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
     let spec = backup_spec(
         w,
         &w.spec(meta),
@@ -244,7 +244,7 @@ fn partial(name: &str, why: &str) -> UserError {
 /// kept as the copy last equalled a snapshot (at its `up` or `park` here; every file counts when
 /// it kept none), so it counts what changed since then, at least what this one adds.
 fn refuse_above_bound(
-    w: &World,
+    w: &Ctx,
     name: &str,
     copy: &CopyState,
     now: Option<&Manifest>,
@@ -286,7 +286,7 @@ fn refuse_above_bound(
 /// A snapshot read from a box that ran unpaused is counted only when all it holds is the box's
 /// own: an entry of another owner means the box steered restic out of its trees mid-read.
 fn refuse_foreign_owners(
-    w: &World,
+    w: &Ctx,
     spec: &BoxSpec,
     roots: &[PathBuf],
     id: &str,
@@ -327,7 +327,7 @@ fn refuse_foreign_owners(
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
 pub(crate) fn take(
-    w: &World,
+    w: &Ctx,
     stored: &Stored,
     journal: &mut CopyJournal,
     accept_partial: bool,
@@ -430,7 +430,7 @@ pub(crate) fn take(
     let (forked, record) = if holding {
         let ttl = w.config.lease_ttl;
         // The record as read before the backup: rewritten meanwhile, the write conflicts.
-        update_record(w.store, &meta.name, Some(stored.clone()), |m| {
+        update_record(w.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
             Ok(
                 match lease::renew(m, node, epoch, Some(snapshot.clone()), now, ttl) {
                     Ok(next) => Step::Write(next, None),
@@ -457,7 +457,7 @@ pub(crate) fn take(
         );
     }
     events::record(
-        w.store,
+        w.store.as_ref(),
         node,
         &meta.name,
         events::Step {
@@ -502,13 +502,13 @@ pub(crate) fn take(
 }
 
 /// A snapshot taken alone (the `snapshot` verb): the copy state loaded for it.
-pub(crate) fn take_alone(w: &World, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+pub(crate) fn take_alone(w: &Ctx, stored: &Stored, accept_partial: bool) -> Result<Taken> {
     let mut copy = CopyState::journal(&w.config.state_dir, &stored.meta.name)?;
     take(w, stored, &mut copy, accept_partial)
 }
 
 /// Whether this node's copy of the box is still what its latest snapshot saved.
-pub(crate) fn unchanged_since_latest(w: &World, meta: &Meta) -> Result<bool> {
+pub(crate) fn unchanged_since_latest(w: &Ctx, meta: &Meta) -> Result<bool> {
     let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
     let digest = digest::of(&w.spec(meta).local_copy())?;
     Ok(unchanged_since_last(meta, &copy, &digest).is_some())
@@ -530,7 +530,7 @@ fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<Snap
 }
 
 fn renew_only(
-    w: &World,
+    w: &Ctx,
     stored: &Stored,
     journal: &mut CopyJournal,
     epoch: u64,
@@ -542,14 +542,15 @@ fn renew_only(
     let node = &w.config.node;
     let at = w.now();
     let ttl = w.config.lease_ttl;
-    let (forked, record) = update_record(w.store, &meta.name, Some(stored.clone()), |m| {
-        Ok(
-            match lease::renew(m, node, epoch, m.last_snapshot.clone(), at, ttl) {
-                Ok(next) => Step::Write(next, None),
-                Err(gone) => Step::Keep(Some(gone)),
-            },
-        )
-    })?;
+    let (forked, record) =
+        update_record(w.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
+            Ok(
+                match lease::renew(m, node, epoch, m.last_snapshot.clone(), at, ttl) {
+                    Ok(next) => Step::Write(next, None),
+                    Err(gone) => Step::Keep(Some(gone)),
+                },
+            )
+        })?;
     if forked.is_some() {
         // Taken over meanwhile: a real snapshot keeps this node's files as a fork.
         journal.record(|c| {

@@ -4,10 +4,10 @@
 
 use anyhow::Result;
 
-use super::{World, not_up_here};
+use super::{Ctx, not_up_here};
 use crate::store::events;
 
-pub(crate) fn stop(w: &World, name: &str) -> Result<()> {
+pub(crate) fn stop(w: &Ctx, name: &str) -> Result<()> {
     let _lock = w.lock(name, "stop")?;
     let meta = w.tracked(name)?.meta;
     let spec = w.spec(&meta);
@@ -16,7 +16,7 @@ pub(crate) fn stop(w: &World, name: &str) -> Result<()> {
     }
     w.runtime.stop(&spec)?;
     events::record(
-        w.store,
+        w.store.as_ref(),
         &w.config.node,
         name,
         events::Step {

@@ -8,12 +8,13 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::rc::Rc;
 use std::time::SystemTime;
 
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
-use super::{BoxRuntime, Repo, World, drop, park, prune, rollback, snapshot, track, up};
+use super::{Ctx, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published, PublishedRef};
@@ -25,7 +26,8 @@ use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{DeltaStore, EventLog, Records, RepositoryKeys, Step, update};
 use crate::sys::copy_state::{CopyState, PendingUp};
 use crate::sys::freezer::Paused;
-use crate::sys::ports::Backup;
+use crate::sys::ports::{Backup, BoxRuntime, Repo};
+use crate::sys::runtime_kind::Runtime;
 
 #[derive(Default)]
 struct FakeRuntime {
@@ -36,6 +38,12 @@ struct FakeRuntime {
 }
 
 impl BoxRuntime for FakeRuntime {
+    fn kind(&self) -> Runtime {
+        Runtime::Direct
+    }
+    fn running_boxes(&self, _: &Path) -> Vec<String> {
+        self.active.borrow().iter().cloned().collect()
+    }
     fn is_active(&self, spec: &BoxSpec) -> bool {
         self.active.borrow().contains(&spec.name)
     }
@@ -413,10 +421,11 @@ impl RepositoryKeys for CountingStore {}
 /// One node: its files, state and config in a temp dir, its store local.
 struct Node {
     _tmp: tempfile::TempDir,
-    config: Config,
-    store: CountingStore,
-    runtime: FakeRuntime,
-    repo: FakeRepo,
+    store: Rc<CountingStore>,
+    runtime: Rc<FakeRuntime>,
+    repo: Rc<FakeRepo>,
+    /// The context the sequences get: this node's config, the ports above, the system clock.
+    ctx: Ctx,
 }
 
 impl Node {
@@ -441,50 +450,53 @@ impl Node {
             hostname: "here".into(),
         };
         let config = Config::from_sources(&sources).unwrap();
+        let store = Rc::new(CountingStore {
+            inner: LocalStore::new(&state),
+            reads: Cell::new(0),
+        });
+        let repo = Rc::new(FakeRepo {
+            dir: tmp.path().join("repo"),
+            next: Cell::new(0),
+            unreadable: RefCell::default(),
+            foreign_in_next: RefCell::default(),
+            forks: RefCell::default(),
+            in_place: Cell::new(false),
+            cut_in_place: Cell::new(false),
+            in_place_refused: Cell::new(false),
+            in_place_calls: RefCell::default(),
+            diff_fails: Cell::new(false),
+            fetch_fails: Cell::new(false),
+            fetched: RefCell::default(),
+            last_backup: RefCell::default(),
+            tags: RefCell::default(),
+            delete_fails: Cell::new(false),
+            times: RefCell::default(),
+            prunes: Cell::new(0),
+            changes: RefCell::default(),
+            restored: RefCell::default(),
+        });
+        let runtime = Rc::new(FakeRuntime::default());
         Node {
-            store: CountingStore {
-                inner: LocalStore::new(&state),
-                reads: Cell::new(0),
-            },
-            repo: FakeRepo {
-                dir: tmp.path().join("repo"),
-                next: Cell::new(0),
-                unreadable: RefCell::default(),
-                foreign_in_next: RefCell::default(),
-                forks: RefCell::default(),
-                in_place: Cell::new(false),
-                cut_in_place: Cell::new(false),
-                in_place_refused: Cell::new(false),
-                in_place_calls: RefCell::default(),
-                diff_fails: Cell::new(false),
-                fetch_fails: Cell::new(false),
-                fetched: RefCell::default(),
-                last_backup: RefCell::default(),
-                tags: RefCell::default(),
-                delete_fails: Cell::new(false),
-                times: RefCell::default(),
-                prunes: Cell::new(0),
-                changes: RefCell::default(),
-                restored: RefCell::default(),
-            },
-            runtime: FakeRuntime::default(),
-            config,
+            ctx: Ctx::with_ports(
+                config,
+                store.clone(),
+                runtime.clone(),
+                repo.clone(),
+                SystemTime::now,
+            ),
+            store,
+            runtime,
+            repo,
             _tmp: tmp,
         }
     }
 
-    fn world(&self) -> World<'_> {
-        World {
-            config: &self.config,
-            store: &self.store,
-            runtime: &self.runtime,
-            repo: &self.repo,
-            clock: SystemTime::now,
-        }
+    fn ctx(&self) -> &Ctx {
+        &self.ctx
     }
 
     fn project(&self) -> PathBuf {
-        self.config.home.join("demo")
+        self.ctx.config.home.join("demo")
     }
 
     fn read(&self, file: &str) -> Option<String> {
@@ -511,20 +523,20 @@ impl Node {
 
     /// A snapshot of the box as the `snapshot` verb takes it.
     fn take(&self, accept_partial: bool) -> Result<snapshot::Taken> {
-        snapshot::take_alone(&self.world(), &self.stored(), accept_partial)
+        snapshot::take_alone(self.ctx(), &self.stored(), accept_partial)
     }
 
     fn copy(&self) -> CopyState {
-        CopyState::load(&self.config.state_dir, "demo").unwrap()
+        CopyState::load(&self.ctx.config.state_dir, "demo").unwrap()
     }
 
     /// `track demo` and `park demo`: f.txt holds "v1".
     fn parked(&self) {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
-        let w = self.world();
-        track::track(&w, "demo", &self.project(), false, || Ok(())).unwrap();
-        park::park(&w, "demo", false).unwrap();
+        let w = self.ctx();
+        track::track(w, "demo", &self.project(), false, || Ok(())).unwrap();
+        park::park(w, "demo", false).unwrap();
     }
 
     /// Another node parked the box meanwhile: its last snapshot has f.txt = "elsewhere".
@@ -561,7 +573,7 @@ impl Node {
     /// Publish `published` as the parking node would: a changes snapshot holding what it
     /// fetches (as its `to` holds it) and its list, and the store pointing at it.
     fn publish(&self, published: &Published) -> PublishedRef {
-        let list = self.config.state_dir.join("published/demo.json");
+        let list = self.ctx.config.state_dir.join("published/demo.json");
         let id = format!("changes{}", self.repo.changes.borrow().len() + 1);
         let tree = self.repo.tree(&id);
         for p in &published.fetch {
@@ -601,7 +613,7 @@ impl Node {
             epoch: 7,
             paths: vec![self.project()],
         };
-        update(&self.store, "demo", |m| {
+        update(self.store.as_ref(), "demo", |m| {
             Ok(Step::Write(
                 Meta {
                     last_snapshot: Some(snapshot.clone()),
@@ -615,7 +627,7 @@ impl Node {
     }
 
     fn set_lease(&self, lease: Option<&Lease>) {
-        update(&self.store, "demo", |m| {
+        update(self.store.as_ref(), "demo", |m| {
             Ok(Step::Write(
                 Meta {
                     lease: lease.cloned(),
@@ -652,7 +664,7 @@ fn unsaved_work_is_kept_as_a_fork_before_another_nodes_snapshot_replaces_it() {
     n.parked();
     n.write("f.txt", "edited after the park");
     let other = n.parked_elsewhere();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     let forks = n.repo.forks.borrow().clone();
     assert_eq!(forks.len(), 1);
@@ -672,7 +684,7 @@ fn a_copy_equal_to_what_this_node_saved_is_replaced_without_a_fork() {
     let n = Node::new();
     n.parked();
     n.parked_elsewhere();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -682,7 +694,7 @@ fn a_failed_start_hands_the_lease_back_and_leaves_nothing_to_finish() {
     let n = Node::new();
     n.parked();
     n.runtime.fail_start.set(true);
-    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
     assert!(format!("{e:#}").contains("never answered"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert_eq!(n.copy().pending_up, None);
@@ -695,12 +707,12 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
     n.parked();
     let other = n.parked_elsewhere();
     // The cut-off up: its intent recorded, the lease taken, nothing restored.
-    CopyState::journal(&n.config.state_dir, "demo")
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
         .unwrap()
         .record(|c| c.pending_up = Some(PendingUp { previous: None }))
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
     assert_eq!(n.copy().pending_up, None);
@@ -711,11 +723,11 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
 fn a_box_that_ran_here_starts_as_it_is() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "unsaved");
     // The node restarts: the box is gone, its lease still this node's.
     n.runtime.active.borrow_mut().clear();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("unsaved"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -724,12 +736,12 @@ fn a_box_that_ran_here_starts_as_it_is() {
 fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     // Changed since its last snapshot (an unchanged box takes none).
     n.write("g.txt", "new");
     let before = n.meta();
     *n.repo.unreadable.borrow_mut() = vec!["open /x: permission denied".into()];
-    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), "demo", false).unwrap_err();
     assert!(
         format!("{e:#}").contains("restic could not read open /x: permission denied"),
         "{e:#}"
@@ -742,10 +754,10 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     for f in ["f.txt", "g.txt"] {
         fs::remove_file(n.project().join(f)).unwrap();
     }
-    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), "demo", false).unwrap_err();
     assert!(format!("{e:#}").contains("is empty"), "{e:#}");
     assert!(n.runtime.active.borrow().contains("demo"));
-    park::park(&n.world(), "demo", true).unwrap();
+    park::park(n.ctx(), "demo", true).unwrap();
     assert_eq!(n.meta().lease, None);
 }
 
@@ -753,7 +765,7 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
 fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "changed");
     let before = n.meta();
     let raced = n.project().join("link/secret");
@@ -787,8 +799,8 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
 fn a_snapshot_above_the_bound_is_not_taken() {
     let mut n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
-    n.config.snapshot_add_max = Some(1 << 20);
+    up::up_here(n.ctx(), "demo", false).unwrap();
+    n.ctx.config.snapshot_add_max = Some(1 << 20);
     n.write("small.txt", "fits");
     n.take(false).unwrap();
     let before = n.meta();
@@ -814,11 +826,11 @@ fn a_snapshot_above_the_bound_is_not_taken() {
 fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "v2");
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     fs::remove_dir_all(n.project()).unwrap();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2"));
     assert!(
         n.repo.forks.borrow().is_empty(),
@@ -826,11 +838,11 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
         n.repo.forks.borrow()
     );
     // With work in its agent home that no snapshot has, that is kept.
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     fs::remove_dir_all(n.project()).unwrap();
-    let home = n.world().spec(&n.meta()).agent_home.root;
+    let home = n.ctx().spec(&n.meta()).agent_home.root;
     fs::write(home.join("unsaved-session.jsonl"), "{}").unwrap();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
 }
 
@@ -838,11 +850,11 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
 fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "mine");
     let taker = lease_of("there", 9);
     n.set_lease(Some(&taker));
-    let e = park::park(&n.world(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), "demo", false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert!(!n.runtime.active.borrow().contains("demo"));
     assert_eq!(n.meta().lease, Some(taker));
@@ -860,11 +872,11 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
     let n = Node::new();
     n.parked();
     n.set_lease(Some(&lease_of("there", 3)));
-    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert_eq!(n.copy().pending_up, None);
     n.set_lease(None);
-    update(&n.store, "demo", |m| {
+    update(n.store.as_ref(), "demo", |m| {
         Ok(Step::Write(
             Meta {
                 dropping: true,
@@ -874,7 +886,7 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
         ))
     })
     .unwrap();
-    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
     assert!(format!("{e:#}").contains("is being dropped"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert!(n.runtime.active.borrow().is_empty());
@@ -890,7 +902,7 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     // The copy differs from what this node saved (gone-there.txt): kept as a fork first.
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
     assert_eq!(
         *n.repo.in_place_calls.borrow(),
@@ -919,7 +931,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
     n.changed_elsewhere();
     let same = fs::metadata(n.project().join("same.txt")).unwrap();
     n.repo.in_place.set(true);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [(
@@ -955,12 +967,12 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     let restored = n.copy().snapshot.unwrap();
     n.write("f.txt", "edited after the restore");
     n.write("made.txt", "new here");
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     let parked = n.meta().last_snapshot.unwrap().id;
     let (r, published) = n.published();
     assert_eq!(
@@ -997,8 +1009,8 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     );
     assert!(!r.list.exists(), "the list is not left on the node");
     // Up and parked again unchanged: what leads to that snapshot still serves.
-    up::up_here(&n.world(), "demo", false).unwrap();
-    park::park(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.published().0, r);
     assert_eq!(n.repo.changes.borrow().len(), 1);
 }
@@ -1025,7 +1037,7 @@ fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
     chmod(&there.join(above.strip_prefix("/").unwrap()), 0o777);
     n.point_at("there");
     n.repo.in_place.set(true);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [("there".to_string(), vec![n.project().join("run.sh")])]
@@ -1089,7 +1101,7 @@ fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
         remove: Vec::new(),
         dirs: Vec::new(),
     });
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(*n.repo.restored.borrow(), [r.snapshot], "only the changes");
     assert!(n.repo.fetched.borrow().is_empty(), "no includes");
     assert!(
@@ -1109,7 +1121,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
     let r = n.publish(&published);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(*n.repo.restored.borrow(), std::slice::from_ref(&r.snapshot));
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -1121,10 +1133,10 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     );
     // Published for another copy: not used (and restic diff failing, restored in full).
     n.write("f.txt", "mine");
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     n.changed_elsewhere_as("there-again");
     let other = n.publish(&published);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert!(!n.repo.restored.borrow().contains(&other.snapshot));
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
@@ -1144,7 +1156,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     };
     published.dirs = vec![keys.clone()];
     n.publish(&published);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"), "the delta");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&n.project().join("keys")), 0o2750);
@@ -1155,7 +1167,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
     fs::remove_dir(n.project().join("keys")).unwrap();
     std::os::unix::fs::symlink(&victim, n.project().join("keys")).unwrap();
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
     n.publish(&Published {
@@ -1166,7 +1178,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
         }],
         ..published_change(&n, from)
     });
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(mode(&victim), 0o700);
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
 }
@@ -1183,7 +1195,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
         remove: vec![victim.clone()],
         ..published.clone()
     });
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [outside.snapshot.clone(), "there".to_string()]
@@ -1193,7 +1205,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     assert!(!n.project().with_file_name(".demo.ag-box-restore").exists());
     // The list's place in the snapshot is a link to a forged list that removes the victim:
     // it is not followed.
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
     let forged = n.project().parent().unwrap().join("forged.json");
@@ -1214,7 +1226,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     fs::remove_file(&at).unwrap();
     std::os::unix::fs::symlink(&forged, &at).unwrap();
     n.repo.restored.borrow_mut().clear();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [linked.snapshot, "there-again".to_string()],
@@ -1228,7 +1240,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
 fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     // The first up handed the project to the box user: that is a change.
     n.take(false).unwrap();
     let backups = n.repo.next.get();
@@ -1251,13 +1263,13 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
 fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "work");
     n.take(false).unwrap();
     // The node went down with the box; another took it and parked a newer state.
     n.runtime.active.borrow_mut().clear();
     n.changed_elsewhere();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert!(
         n.repo.forks.borrow().is_empty(),
         "the copy is in a snapshot"
@@ -1271,7 +1283,7 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     // What makes restic judge files by size and time (`--ignore-inode`).
     let ignores_inodes = || {
         n.repo
@@ -1297,7 +1309,7 @@ fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
     n.parked();
     n.changed_elsewhere();
     n.repo.fetch_fails.set(true);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.fetched.borrow().len(), 1, "tried");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
@@ -1317,7 +1329,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     n.repo.cut_in_place.set(true);
-    let e = up::up_here(&n.world(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
     assert!(
         format!("{e:#}").contains("the next 'ag-box up demo' finishes it"),
         "{e:#}"
@@ -1330,7 +1342,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     assert_eq!(n.copy().restoring_to.as_deref(), Some(id.as_str()));
     let forks = n.repo.forks.borrow().len();
     n.repo.cut_in_place.set(false);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
@@ -1348,7 +1360,7 @@ fn a_tree_restic_cannot_restore_in_place_is_restored_whole_beside_the_copy() {
     n.repo.diff_fails.set(true);
     n.repo.in_place_refused.set(true);
     let forks = n.repo.forks.borrow().len();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
     assert_eq!(n.copy().restoring_to, None);
@@ -1369,7 +1381,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
     let n = Node::new();
     n.parked();
     n.parked_elsewhere();
-    update(&n.store, "demo", |m| {
+    update(n.store.as_ref(), "demo", |m| {
         let mut next = m.clone();
         if let Some(s) = next.last_snapshot.as_mut() {
             s.paths.clear();
@@ -1378,7 +1390,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
     })
     .unwrap();
     n.repo.in_place.set(true);
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert!(n.repo.in_place_calls.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
@@ -1387,10 +1399,10 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
 fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     let n = Node::new();
     n.parked();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("g.txt", "new");
     let before = n.repo.next.get();
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.next.get(), before + 1, "one scan");
     let copy = n.copy();
     assert_eq!(copy.snapshot, n.meta().last_snapshot.map(|s| s.id));
@@ -1398,9 +1410,9 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
 
     let flushed = n.project().join("flushed.txt");
     *n.runtime.written_on_stop.borrow_mut() = Some(flushed.clone());
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     let before = n.repo.next.get();
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         n.repo.next.get(),
         before + 1,
@@ -1419,12 +1431,12 @@ fn up_and_park_each_read_the_record_once_and_write_on_the_version_they_read() {
     n.parked();
     let up = |n: &Node| {
         n.store
-            .reads_of(|| up::up_here(&n.world(), "demo", false).unwrap())
+            .reads_of(|| up::up_here(n.ctx(), "demo", false).unwrap())
             .1
     };
     let park = |n: &Node| {
         n.store
-            .reads_of(|| park::park(&n.world(), "demo", false).unwrap())
+            .reads_of(|| park::park(n.ctx(), "demo", false).unwrap())
             .1
     };
     // Every write lands on the version read (a conflict would read again).
@@ -1457,9 +1469,9 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "v2 by the agent");
-    let replaced = rollback::rollback(&n.world(), "demo", &first).unwrap();
+    let replaced = rollback::rollback(n.ctx(), "demo", &first).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.runtime.active.borrow().contains("demo"), "started again");
     assert_eq!(n.meta().last_snapshot.unwrap().id, first.id);
@@ -1474,7 +1486,7 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
         id: replaced,
         ..first
     };
-    rollback::rollback(&n.world(), "demo", &undo).unwrap();
+    rollback::rollback(n.ctx(), "demo", &undo).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2 by the agent"));
     assert!(!n.copy().stale);
 }
@@ -1484,11 +1496,11 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "v2");
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     let second = n.meta().last_snapshot.unwrap().id;
-    let replaced = rollback::rollback(&n.world(), "demo", &first).unwrap();
+    let replaced = rollback::rollback(n.ctx(), "demo", &first).unwrap();
     assert_eq!(replaced, second);
     let meta = n.meta();
     assert_eq!(
@@ -1500,7 +1512,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
         Some("v2"),
         "nothing changes until an up"
     );
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -1513,7 +1525,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         .unreadable
         .borrow_mut()
         .push("open /f.txt: permission denied".into());
-    let e = track::track(&n.world(), "demo", &n.project(), false, || Ok(()))
+    let e = track::track(n.ctx(), "demo", &n.project(), false, || Ok(()))
         .err()
         .unwrap();
     assert!(
@@ -1522,11 +1534,11 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
     );
     assert!(n.store.get("demo").unwrap().is_none(), "the record stayed");
     assert!(
-        !n.config.state_dir.join("local/demo.json").exists(),
+        !n.ctx.config.state_dir.join("local/demo.json").exists(),
         "this node's state of it stayed"
     );
     // Nothing is left in the way of tracking it again.
-    track::track(&n.world(), "demo", &n.project(), false, || Ok(())).unwrap();
+    track::track(n.ctx(), "demo", &n.project(), false, || Ok(())).unwrap();
     assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
     assert_eq!(n.copy().epoch, Some(1));
 }
@@ -1536,7 +1548,7 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
     let n = Node::new();
     n.parked();
     let again = |name: &str| {
-        track::track(&n.world(), name, &n.project(), false, || Ok(()))
+        track::track(n.ctx(), name, &n.project(), false, || Ok(()))
             .err()
             .map(|e| (code(&e), format!("{e:#}")))
     };
@@ -1567,13 +1579,16 @@ fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
     n.parked();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     assert!(!snapshots.is_empty());
-    let home = n.world().spec(&n.meta()).agent_home.root;
+    let home = n.ctx().spec(&n.meta()).agent_home.root;
     assert!(home.is_dir());
     let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
-    let w = World {
-        clock: at,
-        ..n.world()
-    };
+    let w = Ctx::with_ports(
+        n.ctx.config.clone(),
+        n.store.clone(),
+        n.runtime.clone(),
+        n.repo.clone(),
+        at,
+    );
     let dropped = drop::drop_box(&w, "demo", || Ok(())).unwrap();
     assert_eq!(dropped.snapshots, snapshots);
     assert_eq!(
@@ -1595,7 +1610,7 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let n = Node::new();
     n.parked();
     n.repo.delete_fails.set(true);
-    let e = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
+    let e = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
     assert!(
         format!("{e:#}").starts_with(
             "box 'demo': deleting its snapshots failed; run 'ag-box drop demo --yes' again"
@@ -1605,9 +1620,9 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let marked = n.meta();
     assert!(marked.dropping && marked.lease.is_none(), "{marked:?}");
     // Nothing but drop acts on a box being dropped.
-    let up = up::up_here(&n.world(), "demo", false).unwrap_err();
+    let up = up::up_here(n.ctx(), "demo", false).unwrap_err();
     assert!(format!("{up:#}").contains("being dropped"), "{up:#}");
-    drop::drop_box(&n.world(), "demo", || Ok(())).unwrap();
+    drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap();
     assert!(n.store.get("demo").unwrap().is_none());
 }
 
@@ -1618,16 +1633,16 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
     let before = n.stored();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     let no = || Err(UserError::failed("confirmation did not match", "type the name").into());
-    drop::drop_box(&n.world(), "demo", no).unwrap_err();
-    up::up_here(&n.world(), "demo", false).unwrap();
-    let running = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
+    drop::drop_box(n.ctx(), "demo", no).unwrap_err();
+    up::up_here(n.ctx(), "demo", false).unwrap();
+    let running = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
     assert_eq!(
         format!("{running:#}"),
         "box 'demo' is running on this node; hint: run 'ag-box park demo' first"
     );
-    park::park(&n.world(), "demo", false).unwrap();
+    park::park(n.ctx(), "demo", false).unwrap();
     n.set_lease(Some(&lease_of("there", 9)));
-    let elsewhere = drop::drop_box(&n.world(), "demo", || Ok(())).unwrap_err();
+    let elsewhere = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
     assert_eq!(code(&elsewhere), Some(Code::LeaseHeld));
     let after = n.meta();
     assert!(!after.dropping);
@@ -1638,21 +1653,21 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
 #[test]
 fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     let mut n = Node::new();
-    n.config.retention = crate::plan::retention::Policy {
+    n.ctx.config.retention = crate::plan::retention::Policy {
         last: 1,
         daily: 0,
         weekly: 0,
     };
     n.parked();
     for text in ["v2", "v3"] {
-        up::up_here(&n.world(), "demo", false).unwrap();
+        up::up_here(n.ctx(), "demo", false).unwrap();
         n.write("f.txt", text);
-        park::park(&n.world(), "demo", false).unwrap();
+        park::park(n.ctx(), "demo", false).unwrap();
     }
     let all: BTreeSet<String> = n.repo.box_snapshots("demo").unwrap().into_iter().collect();
     assert!(all.len() >= 3, "{all:?}");
     let last = n.meta().last_snapshot.unwrap().id;
-    let plan = prune::plan(&n.world()).unwrap();
+    let plan = prune::plan(n.ctx()).unwrap();
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
     let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.clone()).collect();
     assert!(kept.contains(&last), "{group:?}");
@@ -1673,7 +1688,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
         all.difference(&kept).cloned().collect::<BTreeSet<_>>()
     );
     assert_eq!(plan.boxes, ["demo"]);
-    prune::execute(&n.world(), &plan).unwrap();
+    prune::execute(n.ctx(), &plan).unwrap();
     assert_eq!(
         n.repo
             .box_snapshots("demo")
@@ -1684,7 +1699,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     );
     assert_eq!(n.repo.prunes.get(), 1);
     // The kept last snapshot still brings the box up.
-    up::up_here(&n.world(), "demo", false).unwrap();
+    up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v3"));
 }
 
@@ -1694,7 +1709,7 @@ fn set_writes_checked_settings_and_refuses_what_the_next_up_could_not_use() {
     n.parked();
     let set = |a: &[&str]| {
         let a: Vec<String> = a.iter().map(ToString::to_string).collect();
-        super::set::set(&n.world(), "demo", &a)
+        super::set::set(n.ctx(), "demo", &a)
     };
     let meta = set(&["memory_max=2G", "nix=true"]).unwrap();
     assert_eq!((meta.memory_max.as_deref(), meta.nix), (Some("2G"), true));
@@ -1716,12 +1731,14 @@ fn set_writes_checked_settings_and_refuses_what_the_next_up_could_not_use() {
     );
     // Another box's id would make the two one user.
     let other = Meta {
-        path: n.config.home.join("other"),
+        path: n.ctx.config.home.join("other"),
         uid: Some(2_000_000_123),
         gid: Some(2_000_000_123),
         ..Meta::sample("other")
     };
-    crate::store::create(&n.store, other).unwrap().unwrap();
+    crate::store::create(n.store.as_ref(), other)
+        .unwrap()
+        .unwrap();
     let e = set(&["uid=2000000123"]).unwrap_err();
     assert!(
         format!("{e:#}").contains("box 'other' has that id"),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::{World, free_ids, snapshot};
+use super::{Ctx, free_ids, snapshot};
 use crate::error::UserError;
 use crate::plan::project;
 use crate::store::lease::{self, timestamp};
@@ -26,7 +26,7 @@ pub(crate) struct Tracked {
 /// Track the directory `project` (canonical) as box `name`; `ready` checks the store and the
 /// repository once every refusal is past, right before the record is written.
 pub(crate) fn track(
-    w: &World,
+    w: &Ctx,
     name: &str,
     project: &Path,
     nix: bool,
@@ -75,7 +75,7 @@ pub(crate) fn track(
     // The files live here, so this node holds the box until it is parked.
     let meta = lease::acquire(&fresh, node, now, w.config.lease_ttl);
     ready()?;
-    let Some(meta) = store::create(w.store, meta)? else {
+    let Some(meta) = store::create(w.store.as_ref(), meta)? else {
         return Err(already_tracked(name).into());
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
@@ -102,7 +102,7 @@ pub(crate) fn track(
         }
     };
     events::record(
-        w.store,
+        w.store.as_ref(),
         node,
         name,
         events::Step {
@@ -122,7 +122,7 @@ pub(crate) fn track(
 /// A project is a directory of its own: not the system, the home dir, ag-box's state, nor
 /// inside or around another box.
 fn refuse_overlap<'a>(
-    w: &World,
+    w: &Ctx,
     name: &str,
     path: &Path,
     others: impl IntoIterator<Item = (&'a str, &'a Path)>,
@@ -138,12 +138,12 @@ fn refuse_overlap<'a>(
 }
 
 /// The half-made box gone again: its record and its state on this node.
-fn undo(w: &World, name: &str) {
+fn undo(w: &Ctx, name: &str) {
     let removed = w
         .store
         .get(name)
         .and_then(|s| {
-            s.map(|s| store::delete(w.store, name, &s.version))
+            s.map(|s| store::delete(w.store.as_ref(), name, &s.version))
                 .transpose()
         })
         .and_then(|_| CopyState::remove(&w.config.state_dir, name).context("removing local state"));

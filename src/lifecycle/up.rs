@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use super::{World, snapshot};
+use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta};
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, RestoreFacts, Shortcut, Why};
@@ -57,7 +57,7 @@ impl Held {
 /// tools and the store's leases.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
+pub(crate) fn up_here(w: &Ctx, name: &str, force: bool) -> Result<()> {
     let _lock = w.lock(name, "up")?;
     // What another command changed while this one waited.
     let stored = w.tracked(name)?;
@@ -109,7 +109,7 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
     // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
     // any other failure may hide a write that landed: then the intent stays for the next `up`.
     // Decided first on the record as read above, and written on its version.
-    let (taken, _) = update_record(w.store, name, Some(stored), |m| {
+    let (taken, _) = update_record(w.store.as_ref(), name, Some(stored), |m| {
         if m.dropping {
             return Ok(Step::Keep(Err(being_dropped(name))));
         }
@@ -168,7 +168,7 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
         Held::Already { epoch } => (*epoch, None),
     };
     events::record(
-        w.store,
+        w.store.as_ref(),
         &here,
         name,
         events::Step {
@@ -196,14 +196,14 @@ pub(crate) fn up_here(w: &World, name: &str, force: bool) -> Result<()> {
 /// own uid (all ran as 1000, and so could reach each other's files and share per-uid limits)
 /// gets one now, in its record, so every node agrees; its files are handed to it as it
 /// starts. Done once this node holds the lease, so no node runs the box as the old ids.
-fn own_ids(w: &World, name: &str, meta: &Meta) -> Result<Meta> {
+fn own_ids(w: &Ctx, name: &str, meta: &Meta) -> Result<Meta> {
     let here = &w.config.node;
     let old = meta.ids();
     let meta = if old.own() {
         meta.clone()
     } else {
         let ids = super::free_ids(name, &w.store.list()?)?;
-        let next = update(w.store, name, |m| {
+        let next = update(w.store.as_ref(), name, |m| {
             Ok(match &m.lease {
                 Some(l) if l.node != *here => Step::Keep(Err(held_elsewhere(name, l))),
                 _ if m.ids().own() => Step::Keep(Ok(m.clone())),
@@ -252,7 +252,7 @@ fn finish(name: &str, copy: &mut CopyJournal) {
 }
 
 fn prepare_and_start(
-    w: &World,
+    w: &Ctx,
     meta: &Meta,
     held: &Held,
     interrupted: bool,
@@ -358,7 +358,7 @@ fn prepare_and_start(
 /// 0.17+ restore in place), else restore into a staging dir and swap. Returns the paths now in
 /// place.
 fn restore_copy(
-    w: &World,
+    w: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
     s: &SnapshotRef,
@@ -415,7 +415,7 @@ fn restore_copy(
     );
     let spec = w.spec(meta);
     let journal = copy_state::swap_journal(&w.config.state_dir, name);
-    restore::restore_in_place(w.repo, &s.id, &meta.path, &journal, &|staging| {
+    restore::restore_in_place(w.repo.as_ref(), &s.id, &meta.path, &journal, &|staging| {
         agent_home::restored_paths(staging, &spec)
     })
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
@@ -433,7 +433,7 @@ fn begin_restore(copy: &mut CopyJournal, to: &str) -> Result<()> {
 /// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
 /// False: no delta to go by, or writing it failed (the copy is then a mix, nothing unsaved).
 fn restore_changes(
-    w: &World,
+    w: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
     s: &SnapshotRef,
@@ -499,7 +499,7 @@ fn discard(staging: &Path) {
 /// this node's copy equals: its changes snapshot restored into a staging dir, and the list of
 /// what changed that it holds.
 fn stage_published(
-    w: &World,
+    w: &Ctx,
     meta: &Meta,
     from: &str,
     s: &SnapshotRef,
@@ -544,7 +544,7 @@ fn stage_published(
 /// What changed from snapshot `from` to `s` as restic lists it, fetched into a staging dir;
 /// None when restic's own restore must do (too many changes, restic failed).
 fn stage_listed(
-    w: &World,
+    w: &Ctx,
     meta: &Meta,
     from: &str,
     s: &SnapshotRef,
@@ -582,7 +582,7 @@ fn stage_listed(
 }
 
 /// restic brings each path of `s` over the copy in place.
-fn restore_over(w: &World, meta: &Meta, s: &SnapshotRef) -> Result<()> {
+fn restore_over(w: &Ctx, meta: &Meta, s: &SnapshotRef) -> Result<()> {
     let excludes = w.spec(meta).agent_home.snapshot_excludes();
     s.paths.iter().try_for_each(|path| {
         w.repo
@@ -603,7 +603,7 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
 /// Returns the snapshot the copy now equals (None: there is no copy).
-fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<Option<String>> {
+fn keep_local_work(w: &Ctx, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<Option<String>> {
     let roots = w.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
@@ -642,7 +642,7 @@ fn keep_local_work(w: &World, meta: &Meta, copy: &CopyState, epoch: u64) -> Resu
 
 /// Whether the agent home at `root` is entry for entry as the manifest this node kept at the
 /// box's last `up` or `park` here says (so it holds nothing a snapshot lacks).
-fn agent_home_as_kept(w: &World, name: &str, root: &Path) -> bool {
+fn agent_home_as_kept(w: &Ctx, name: &str, root: &Path) -> bool {
     let Some(kept) = CopyManifest::load(&w.config.state_dir, name) else {
         return false;
     };
@@ -658,9 +658,9 @@ fn agent_home_as_kept(w: &World, name: &str, root: &Path) -> bool {
 }
 
 /// A failed `up` must not leave the lease taken.
-fn hand_back(w: &World, name: &str, epoch: u64, previous: Option<&Lease>, copy: &mut CopyJournal) {
+fn hand_back(w: &Ctx, name: &str, epoch: u64, previous: Option<&Lease>, copy: &mut CopyJournal) {
     let here = w.config.node.clone();
-    let res = update(w.store, name, |m| {
+    let res = update(w.store.as_ref(), name, |m| {
         Ok(match &m.lease {
             Some(l) if l.node == here && l.epoch == epoch && m.lease.as_ref() != previous => {
                 Step::Write(

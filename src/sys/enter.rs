@@ -17,7 +17,7 @@ use nix::fcntl::{FcntlArg, fcntl};
 
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::unit;
-use crate::sys::runtime::{self, Runtime};
+use crate::sys::runtime_kind::{self, Runtime};
 use crate::sys::{cmd, freezer};
 
 /// The namespaces bwrap makes for a box, with nsenter's option for each.
@@ -80,7 +80,7 @@ impl Sandbox {
             }
             Runtime::Direct => {
                 let bwrap = parent_of(&read("status")?);
-                let supervisor = runtime::supervisor_pid(&spec.run_dir);
+                let supervisor = runtime_kind::supervisor_pid(&spec.run_dir);
                 match (bwrap, supervisor) {
                     (Some(b), Some(s)) => {
                         fs::read_to_string(format!("/proc/{b}/status"))

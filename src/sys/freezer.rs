@@ -14,9 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::unit;
 use crate::store::lease::timestamp;
-use crate::sys::enter::Sandbox;
 use crate::sys::interrupt;
-use crate::sys::runtime::Runtime;
+use crate::sys::runtime_kind::Runtime;
 use nix::fcntl::{Flock, FlockArg};
 
 /// How long the kernel may take to stop every task of a box (tasks in uninterruptible sleep
@@ -65,10 +64,9 @@ pub(crate) fn v2_path_of(pid: &str) -> Option<String> {
 
 /// The box's own v2 cgroup: the one its sandbox runs in, when that is the box's (its unit's or
 /// the direct runtime's `ag-box-<box>`) and this process is not in it (which would freeze
-/// ag-box too).
-fn box_cgroup(spec: &BoxSpec, runtime: Runtime) -> Option<(PathBuf, i32)> {
+/// ag-box too). `pid` is its sandbox process.
+fn box_cgroup(spec: &BoxSpec, runtime: Runtime, pid: i32) -> Option<(PathBuf, i32)> {
     let mount = v2_mount()?;
-    let pid = Sandbox::open(spec, runtime).ok()?.pid;
     let rel = v2_path_of(&pid.to_string())?;
     let own_name = match runtime {
         Runtime::Systemd => format!("{}.service", unit::unit_name(&spec.name)),
@@ -96,9 +94,9 @@ fn marker_of(spec: &BoxSpec) -> PathBuf {
 /// Pause every process of the running box. None (with the reason logged) where it cannot be
 /// paused here: no cgroup v2, the box started before it had a cgroup of its own, its tasks did
 /// not all stop in time, or a process of its own runs outside its cgroup (then it runs on, and
-/// the snapshot is checked instead).
-pub(crate) fn pause(spec: &BoxSpec, runtime: Runtime) -> Result<Option<Paused>> {
-    let Some((cgroup, sandbox_pid)) = box_cgroup(spec, runtime) else {
+/// the snapshot is checked instead). `sandbox_pid` is its sandbox process (`enter::Sandbox`).
+pub(crate) fn pause(spec: &BoxSpec, runtime: Runtime, sandbox_pid: i32) -> Result<Option<Paused>> {
+    let Some((cgroup, sandbox_pid)) = box_cgroup(spec, runtime, sandbox_pid) else {
         return Ok(None);
     };
     let marker = marker_of(spec);

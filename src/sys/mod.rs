@@ -21,5 +21,6 @@ pub(crate) mod pty;
 pub(crate) mod restic;
 pub(crate) mod restore;
 pub(crate) mod runtime;
+pub(crate) mod runtime_kind;
 pub(crate) mod slices;
 pub(crate) mod working_copy;

@@ -10,6 +10,7 @@ use crate::plan::delta::{Change, Listed};
 use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::freezer::Paused;
+use crate::sys::runtime_kind::Runtime;
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
 pub(crate) struct Backup {
@@ -20,8 +21,13 @@ pub(crate) struct Backup {
     pub bytes_added: u64,
 }
 
-/// Where a box's process tree runs (`sys::runtime::Runtime`).
+/// Where a box's process tree runs (`sys::runtime_kind::Runtime`, implemented in
+/// `sys::runtime`).
 pub(crate) trait BoxRuntime {
+    /// Which runtime this is: how `attach`, `exec` and the egress policy find a running box.
+    fn kind(&self) -> Runtime;
+    /// Names of the boxes whose process tree runs on this node (`run_root` holds their run dirs).
+    fn running_boxes(&self, run_root: &Path) -> Vec<String>;
     fn is_active(&self, spec: &BoxSpec) -> bool;
     fn start(
         &self,
@@ -71,55 +77,4 @@ pub(crate) trait Repo {
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],
     ) -> Result<()>;
-}
-
-/// The repository of a sequence that uses none (`set`, `stop`): every call is an error.
-pub(crate) struct NoRepo;
-
-impl NoRepo {
-    fn refuse<T>() -> Result<T> {
-        anyhow::bail!("this command opens no snapshot repository")
-    }
-}
-
-impl Repo for NoRepo {
-    fn ensure_repo(&self) -> Result<()> {
-        Self::refuse()
-    }
-    fn backup(&self, _: &BackupSpec) -> Result<Backup> {
-        Self::refuse()
-    }
-    fn backup_changes(&self, _: &ChangesSpec, _: &[PathBuf]) -> Result<Backup> {
-        Self::refuse()
-    }
-    fn restore(&self, _: &str, _: &Path) -> Result<()> {
-        Self::refuse()
-    }
-    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        Self::refuse()
-    }
-    fn box_snapshots(&self, _: &str) -> Result<Vec<String>> {
-        Self::refuse()
-    }
-    fn forget(&self, _: &[String]) -> Result<()> {
-        Self::refuse()
-    }
-    fn prune(&self) -> Result<()> {
-        Self::refuse()
-    }
-    fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
-        Self::refuse()
-    }
-    fn listing(&self, _: &str) -> Result<Vec<Listed>> {
-        Self::refuse()
-    }
-    fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
-        Self::refuse()
-    }
-    fn restores_in_place(&self) -> bool {
-        false
-    }
-    fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
-        Self::refuse()
-    }
 }

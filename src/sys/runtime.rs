@@ -15,19 +15,13 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::atomic;
-use crate::config::RuntimeChoice;
 use crate::error::UserError;
 use crate::plan::account;
 use crate::plan::sandbox::{BoxSpec, INFO_FD};
 use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
+use crate::sys::runtime_kind::{Runtime, supervisor_pid};
 use crate::sys::{cmd, freezer, host, netns};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Runtime {
-    Systemd,
-    Direct,
-}
 
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// One readiness probe (nsenter, a drop of privileges, a tmux client) on a loaded node.
@@ -35,34 +29,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Runtime {
-    pub(crate) fn select(choice: RuntimeChoice) -> Result<Runtime> {
-        match choice {
-            RuntimeChoice::Systemd if !host::systemd_booted() => Err(UserError::usage(
-                "config key BOX_RUNTIME=systemd, but systemd is not PID 1 on this machine",
-                "set BOX_RUNTIME=auto or direct",
-            )
-            .into()),
-            RuntimeChoice::Systemd => Ok(Runtime::Systemd),
-            RuntimeChoice::Auto if host::systemd_booted() => Ok(Runtime::Systemd),
-            RuntimeChoice::Direct | RuntimeChoice::Auto => Ok(Runtime::Direct),
-        }
-    }
-
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Runtime::Systemd => "systemd",
-            Runtime::Direct => "direct",
-        }
-    }
-
-    /// Tools `up` needs with this runtime, checked before anything is changed.
-    pub(crate) fn required_tools(self) -> &'static [&'static str] {
-        match self {
-            Runtime::Systemd => &["bwrap", "tmux", "systemd-run", "systemctl"],
-            Runtime::Direct => &["bwrap", "tmux"],
-        }
-    }
-
     pub(crate) fn is_active(self, spec: &BoxSpec) -> bool {
         match self {
             Runtime::Systemd => cmd::which("systemctl").is_some_and(|sc| {
@@ -356,33 +322,6 @@ pub(crate) fn egress_in_force(spec: &BoxSpec) -> egress::BoxPolicy {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_else(|| spec.egress.clone())
-}
-
-/// The direct runtime's supervisor of the box in `run_dir`, while it runs.
-pub(crate) fn supervisor_pid(run_dir: &Path) -> Option<Pid> {
-    let pid = read_pid(&run_dir.join("anchor.pid"))?;
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let info = run_dir.join("info.json");
-    let ours = args.iter().any(|a| *a == b"__anchor".as_slice())
-        && args.iter().any(|a| *a == b"--supervise".as_slice())
-        && args
-            .iter()
-            .any(|a| *a == info.as_os_str().as_encoded_bytes());
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let zombie = stat
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-    (ours && !zombie).then_some(pid)
-}
-
-fn read_pid(path: &Path) -> Option<Pid> {
-    fs::read_to_string(path)
-        .ok()?
-        .trim()
-        .parse::<i32>()
-        .ok()
-        .map(Pid::from_raw)
 }
 
 /// Move this process into the cgroups of the box's sandbox, so that what `exec` starts there
@@ -834,6 +773,12 @@ fn join_cgroup(dir: &Path, limits: &[(&str, u64)], enter: bool) -> std::io::Resu
 }
 
 impl crate::sys::ports::BoxRuntime for Runtime {
+    fn kind(&self) -> Runtime {
+        *self
+    }
+    fn running_boxes(&self, run_root: &Path) -> Vec<String> {
+        Runtime::running_boxes(*self, run_root)
+    }
     fn is_active(&self, spec: &BoxSpec) -> bool {
         Runtime::is_active(*self, spec)
     }
@@ -850,6 +795,13 @@ impl crate::sys::ports::BoxRuntime for Runtime {
         Runtime::stop(*self, spec)
     }
     fn pause(&self, spec: &BoxSpec) -> Result<Option<freezer::Paused>> {
-        freezer::pause(spec, *self)
+        // Opening the sandbox also undoes a pause an ag-box killed mid-snapshot left.
+        match Sandbox::open(spec, *self) {
+            Ok(sandbox) => freezer::pause(spec, *self, sandbox.pid),
+            Err(e) => {
+                tracing::debug!("box '{}': not paused: {e:#}", spec.name);
+                Ok(None)
+            }
+        }
     }
 }
