@@ -516,7 +516,7 @@ fn stage_published(
             return None;
         }
     };
-    if !published.leads(from, &s.id) {
+    if !published.leads(from, &s.id, roots) {
         return None;
     }
     let staging = staging(meta)?;

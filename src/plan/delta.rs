@@ -344,12 +344,15 @@ pub(crate) struct PublishedRef {
 
 impl PublishedRef {
     /// It leads from `from` (what the copy here equals) to `to`, and its list is a plain
-    /// absolute path (it is read inside the dir the snapshot is restored into).
-    pub(crate) fn leads(&self, from: &str, to: &str) -> bool {
+    /// absolute path (it is read inside the dir the snapshot is restored into) outside the
+    /// box's `roots`: a parking node writes it in its own state dir, so a list inside a box's
+    /// tree is one the box wrote.
+    pub(crate) fn leads(&self, from: &str, to: &str, roots: &[PathBuf]) -> bool {
         same_snapshot(&self.from, from)
             && same_snapshot(&self.to, to)
             && self.list.is_absolute()
             && plain(&self.list)
+            && !roots.iter().any(|r| self.list.starts_with(r))
     }
 }
 
@@ -721,15 +724,24 @@ mod tests {
             snapshot: "eeee".into(),
             list: "/var/lib/ag-box/published/demo.json".into(),
         };
-        assert!(r.leads("aaaa1111", "cccc2222dddd"));
-        assert!(!r.leads("ffff1111", "cccc2222dddd"), "another copy");
-        assert!(!r.leads("aaaa1111", "cccc3333"), "another target");
-        for list in ["var/lib/x.json", "/var/../etc/shadow"] {
+        let roots = [
+            PathBuf::from("/root/demo"),
+            PathBuf::from("/var/lib/ag-box/homes/demo"),
+        ];
+        assert!(r.leads("aaaa1111", "cccc2222dddd", &roots));
+        assert!(!r.leads("ffff1111", "cccc2222dddd", &roots), "another copy");
+        assert!(!r.leads("aaaa1111", "cccc3333", &roots), "another target");
+        for list in [
+            "var/lib/x.json",
+            "/var/../etc/shadow",
+            "/root/demo/published/demo.json",
+            "/var/lib/ag-box/homes/demo/x.json",
+        ] {
             let r = PublishedRef {
                 list: list.into(),
                 ..r.clone()
             };
-            assert!(!r.leads("aaaa1111", "cccc2222dddd"), "{list}");
+            assert!(!r.leads("aaaa1111", "cccc2222dddd", &roots), "{list}");
         }
     }
 

@@ -223,13 +223,15 @@ impl Tree {
             .with_context(|| format!("moving {} to {}", self.shown(from), self.shown(to)))
     }
 
-    /// Move `src` (a host path outside the tree: a staging dir's entry) to `rel` below the
-    /// root, replacing a file there. Across filesystems it is copied into a dir only root may
-    /// enter, made beside `rel` (through that dir's handle), then renamed into place.
-    pub(crate) fn take_in(&self, src: &Path, rel: &Path) -> Result<()> {
+    /// Move the entry at `src` below `from` (a staging tree, which holds what a snapshot
+    /// holds, links a box made included) to `rel` below the root, replacing a file there; no
+    /// link is followed on either side. Across filesystems it is copied into a dir only root
+    /// may enter, made beside `rel` (through that dir's handle), then renamed into place.
+    pub(crate) fn take_in(&self, from: &Tree, src: &Path, rel: &Path) -> Result<()> {
+        let (src_dir, src_name) = from.parent_of(src)?;
         let (dir, name) = self.parent_of(rel)?;
-        let fail = || format!("moving {} to {}", show(src), self.shown(rel));
-        match rustix::fs::renameat(rustix::fs::CWD, src, &dir, name) {
+        let fail = || format!("moving {} to {}", from.shown(src), self.shown(rel));
+        match rustix::fs::renameat(&src_dir, src_name, &dir, name) {
             Err(Errno::XDEV) => {}
             other => return other.with_context(fail),
         }
@@ -238,16 +240,19 @@ impl Tree {
         rustix::fs::mkdirat(&dir, incoming, Mode::from_raw_mode(0o700)).with_context(fail)?;
         let private =
             rustix::fs::openat(&dir, incoming, DIR_FLAGS, Mode::empty()).with_context(fail)?;
-        let via = PathBuf::from(format!(
-            "/proc/{}/fd/{}/entry",
-            std::process::id(),
-            std::os::fd::AsRawFd::as_raw_fd(&private)
-        ));
+        let fd_path = |fd: &OwnedFd| {
+            PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                std::os::fd::AsRawFd::as_raw_fd(fd)
+            ))
+        };
+        // Both ends named through handles: cp -a follows no link in what it copies.
         let copied = crate::sys::cmd::output(
             std::process::Command::new("cp")
                 .arg("-a")
-                .arg(src)
-                .arg(&via),
+                .arg(fd_path(&src_dir).join(src_name))
+                .arg(fd_path(&private).join("entry")),
         )
         .map(|_| ())
         .and_then(|()| {

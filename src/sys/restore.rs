@@ -236,7 +236,10 @@ pub(crate) fn apply_delta(staging: &Path, roots: &[PathBuf], delta: &Delta) -> R
 }
 
 fn move_changes_in(staging: &Path, roots: &[PathBuf], delta: &Delta) -> Result<()> {
-    let staged = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
+    // What changed is taken from the staging dir through a handle, too: a snapshot holds the
+    // links a box made, and no link there is followed on the way to a listed path.
+    let staged = Tree::open(staging)?;
+    let staged_at = |p: &'_ Path| p.strip_prefix("/").unwrap_or(p).to_path_buf();
     // Every change is made through a handle on its root, no link followed below it.
     let trees = roots
         .iter()
@@ -248,21 +251,21 @@ fn move_changes_in(staging: &Path, roots: &[PathBuf], delta: &Delta) -> Result<(
         tree.remove(rel)?;
     }
     for p in &delta.fetch {
-        let new = staged(p);
-        let Ok(incoming) = fs::symlink_metadata(&new) else {
+        let new = staged_at(p);
+        let Some(incoming) = staged.kind(&new)? else {
             // restic restored all it was asked: the snapshot does not hold it (excluded).
             tracing::debug!("{} is in no snapshot; left as it is", show(p));
             continue;
         };
         let (tree, rel) = locate(&trees, p)?;
-        let replace_in_one_step = !incoming.is_dir()
+        let replace_in_one_step = incoming != crate::sys::box_tree::Kind::Dir
             && tree
                 .kind(rel)?
                 .is_some_and(|k| k != crate::sys::box_tree::Kind::Dir);
         if !replace_in_one_step {
             tree.remove(rel)?;
         }
-        tree.take_in(&new, rel)?;
+        tree.take_in(&staged, &new, rel)?;
         crash::point("restore.mid-delta");
     }
     for d in &delta.dirs {
@@ -558,6 +561,42 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// A changes snapshot is a box's work: one (forged, or read from a box's snapshot) whose
+    /// staged tree holds a link where the copy has a dir moves nothing through that link.
+    #[test]
+    fn a_link_staged_above_a_listed_path_is_not_followed() {
+        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
+        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let d = dir.path();
+        let host = d.join("host");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), "root only").unwrap();
+        let proj = d.join("proj");
+        fs::create_dir_all(proj.join("lnk")).unwrap();
+        let staging = d.join("staging");
+        let staged_proj = staging.join(proj.strip_prefix("/").unwrap());
+        fs::create_dir_all(&staged_proj).unwrap();
+        std::os::unix::fs::symlink(&host, staged_proj.join("lnk")).unwrap();
+        // The attack is in place: through the staged link, the listed path is the host's file.
+        assert_eq!(
+            fs::read_to_string(staged_proj.join("lnk/secret")).unwrap(),
+            "root only"
+        );
+        let delta = Delta {
+            remove: vec![],
+            fetch: vec![proj.join("lnk/secret")],
+            dirs: vec![],
+        };
+        let refused = apply_delta(&staging, std::slice::from_ref(&proj), &delta).unwrap_err();
+        assert!(format!("{refused:#}").contains("no link"), "{refused:#}");
+        assert_eq!(
+            fs::read_to_string(host.join("secret")).unwrap(),
+            "root only"
+        );
+        assert!(!proj.join("lnk/secret").exists());
+        assert!(!staging.exists());
     }
 
     #[test]
