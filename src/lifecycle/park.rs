@@ -63,7 +63,7 @@ pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<String> 
             tracing::info!(
                 "box '{name}': nothing changed during its snapshot; it is the final one"
             );
-            copy.record(|c| c.digest = Some(after))?;
+            copy.record(|c| c.walked(after))?;
             final_manifest = Some(manifest);
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.

@@ -44,7 +44,7 @@ pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<String> 
             if let Some(lost) = taken.forked {
                 return Err(lost_lease(name, &lost).into());
             }
-            copy.record(|c| c.stale = true)?;
+            copy.record(CopyState::rolled_back)?;
             crash::point("rollback.after-snapshot");
             point_back(w, name, to, Some(taken.epoch))?;
             crash::point("rollback.after-point-back");

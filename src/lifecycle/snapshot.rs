@@ -16,8 +16,7 @@ use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
-use crate::sys::copy_state::CopyManifest;
-use crate::sys::copy_state::{CopyJournal, CopyState};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal};
 use crate::sys::restic::short;
 use crate::sys::{crash, digest, working_copy};
 
@@ -189,13 +188,14 @@ fn save_changes(
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
 pub(crate) fn keep_as_fork(w: &Ctx, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
+    let equal = copy.equal();
     let spec = backup_spec(
         w,
         &w.spec(meta),
         epoch,
         true,
-        copy.snapshot.clone(),
-        copy.restored,
+        equal.map(|e| e.snapshot.clone()),
+        equal.is_some_and(|e| e.restored),
     );
     Ok(w.repo.backup(&spec)?.id)
 }
@@ -386,8 +386,8 @@ pub(crate) fn take(
     // A stopped box does not change while it is saved: what is saved is what the digest says.
     let digest = (!running).then(|| digest_before.clone());
     let parent = copy
-        .snapshot
-        .clone()
+        .equal()
+        .map(|e| e.snapshot.clone())
         .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
     // (A box's first snapshot, at `track`, is the whole of it.)
     if let Some(bound) = w.config.snapshot_add_max
@@ -399,7 +399,7 @@ pub(crate) fn take(
     // Tens of megabytes on a big tree, needed no more: not held through the backup and the walks
     // after it.
     drop(manifest);
-    let restored = copy.restored && copy.snapshot.is_some();
+    let restored = copy.equal().is_some_and(|e| e.restored);
     let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
     let backup = w.repo.backup(&spec)?;
@@ -469,27 +469,19 @@ pub(crate) fn take(
         },
     );
     journal.record(|c| {
-        *c = CopyState {
-            snapshot: forked.is_none().then(|| snapshot.id.clone()),
-            paths: paths.clone(),
-            epoch: Some(epoch),
-            digest: digest.filter(|_| forked.is_none()),
-            running_digest: running
-                .then(|| digest_before.clone())
-                .filter(|_| forked.is_none()),
-            restored: forked.is_some() && copy.restored,
-            project_had_files: if forked.is_none() {
-                had_files
-            } else {
-                copy.project_had_files
-            },
-            snapshot_began: if forked.is_none() {
-                Some(began)
-            } else {
-                copy.snapshot_began
-            },
-            ..copy
-        };
+        c.epoch = Some(epoch);
+        if forked.is_some() {
+            c.forked();
+        } else {
+            let equal = Equal {
+                snapshot: snapshot.id.clone(),
+                paths,
+                digest,
+                running_digest: running.then(|| digest_before.clone()),
+                restored: false,
+            };
+            c.saved(equal, had_files, began);
+        }
     })?;
     Ok(Taken {
         snapshot,
@@ -524,9 +516,9 @@ pub(crate) fn unix_nanos(t: SystemTime) -> i64 {
 /// restored, or saved stopped), or is what it was as that snapshot of it running began.
 fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<SnapshotRef> {
     let last = meta.last_snapshot.as_ref()?;
-    let same = copy.snapshot.as_deref() == Some(last.id.as_str())
-        && (copy.digest.as_deref() == Some(now) || copy.running_digest.as_deref() == Some(now));
-    same.then(|| last.clone())
+    copy.equal()
+        .is_some_and(|e| e.snapshot == last.id && e.still(now))
+        .then(|| last.clone())
 }
 
 fn renew_only(
@@ -553,10 +545,7 @@ fn renew_only(
         })?;
     if forked.is_some() {
         // Taken over meanwhile: a real snapshot keeps this node's files as a fork.
-        journal.record(|c| {
-            c.digest = None;
-            c.running_digest = None;
-        })?;
+        journal.record(CopyState::distrust)?;
         return take(w, &record, journal, accept_partial);
     }
     tracing::info!(

@@ -24,7 +24,7 @@ use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{DeltaStore, EventLog, Records, RepositoryKeys, Step, update};
-use crate::sys::copy_state::{CopyState, PendingUp};
+use crate::sys::copy_state::{CopyState, PendingUp, Relation};
 use crate::sys::freezer::Paused;
 use crate::sys::ports::{Backup, BoxRuntime, Repo};
 use crate::sys::runtime_kind::Runtime;
@@ -530,6 +530,11 @@ impl Node {
         CopyState::load(&self.ctx.config.state_dir, "demo").unwrap()
     }
 
+    /// The snapshot this node's copy equals (stale or not).
+    fn equals(&self) -> Option<String> {
+        self.copy().equal().map(|e| e.snapshot.clone())
+    }
+
     /// `track demo` and `park demo`: f.txt holds "v1".
     fn parked(&self) {
         fs::create_dir_all(self.project()).unwrap();
@@ -674,7 +679,7 @@ fn unsaved_work_is_kept_as_a_fork_before_another_nodes_snapshot_replaces_it() {
             .as_deref(),
         Some("edited after the park")
     );
-    assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
+    assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert_eq!(n.copy().pending_up, None);
     assert_eq!(n.meta().lease.map(|l| l.node), Some("here".into()));
 }
@@ -714,7 +719,7 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
     n.set_lease(Some(&lease_of("here", 8)));
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
-    assert_eq!(n.copy().snapshot.as_deref(), Some(other.as_str()));
+    assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert_eq!(n.copy().pending_up, None);
     assert!(n.runtime.active.borrow().contains("demo"));
 }
@@ -912,11 +917,10 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
     assert_eq!(n.read(".auth-secret").as_deref(), Some("this node's"));
-    let copy = n.copy();
-    assert_eq!(
-        (copy.snapshot.as_deref(), copy.restoring_to, copy.paths),
-        (Some(id.as_str()), None, vec![n.project()])
-    );
+    let Relation::Equals(copy) = n.copy().relation else {
+        panic!("the copy equals the snapshot restored")
+    };
+    assert_eq!((copy.snapshot, copy.paths), (id, vec![n.project()]));
     assert!(copy.digest.is_some());
 }
 
@@ -954,10 +958,10 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
         (same.ino(), same.mtime_nsec()),
         "an unchanged file is not rewritten"
     );
-    let copy = n.copy();
-    assert_eq!(
-        (copy.snapshot.as_deref(), copy.restoring_to),
-        (Some("there"), None)
+    assert!(
+        matches!(&n.copy().relation, Relation::Equals(e) if e.snapshot == "there"),
+        "{:?}",
+        n.copy()
     );
     assert!(n.runtime.active.borrow().contains("demo"));
 }
@@ -968,7 +972,7 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     n.parked();
     n.changed_elsewhere();
     up::up_here(n.ctx(), "demo", false).unwrap();
-    let restored = n.copy().snapshot.unwrap();
+    let restored = n.equals().unwrap();
     n.write("f.txt", "edited after the restore");
     n.write("made.txt", "new here");
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
@@ -1113,7 +1117,7 @@ fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
         n.read(&format!("f{}.txt", many - 1)),
         Some(format!("change {}", many - 1))
     );
-    assert_eq!(n.copy().snapshot.as_deref(), Some("there"));
+    assert_eq!(n.equals().as_deref(), Some("there"));
 }
 
 #[test]
@@ -1233,7 +1237,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
         "staged, refused, restored whole"
     );
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
-    assert_eq!(n.copy().snapshot.as_deref(), Some("there-again"));
+    assert_eq!(n.equals().as_deref(), Some("there-again"));
 }
 
 #[test]
@@ -1313,7 +1317,7 @@ fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
     assert_eq!(n.repo.fetched.borrow().len(), 1, "tried");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
-    assert_eq!(n.copy().snapshot.as_deref(), Some("there"));
+    assert_eq!(n.equals().as_deref(), Some("there"));
     assert!(
         !n.project().with_file_name(".demo.ag-box-restore").exists(),
         "no staging left"
@@ -1339,14 +1343,14 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
         "never started half restored"
     );
     assert_eq!(n.meta().lease, None, "the lease went back");
-    assert_eq!(n.copy().restoring_to.as_deref(), Some(id.as_str()));
+    assert_eq!(n.copy().relation, Relation::Restoring { to: id.clone() });
     let forks = n.repo.forks.borrow().len();
     n.repo.cut_in_place.set(false);
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
-    assert_eq!(n.copy().restoring_to, None);
+    assert!(matches!(n.copy().relation, Relation::Equals(_)));
     assert!(n.runtime.active.borrow().contains("demo"));
 }
 
@@ -1363,7 +1367,7 @@ fn a_tree_restic_cannot_restore_in_place_is_restored_whole_beside_the_copy() {
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
-    assert_eq!(n.copy().restoring_to, None);
+    assert!(matches!(n.copy().relation, Relation::Equals(_)));
     assert_eq!(
         n.repo.forks.borrow().len(),
         forks + 1,
@@ -1404,8 +1408,8 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     let before = n.repo.next.get();
     park::park(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.repo.next.get(), before + 1, "one scan");
-    let copy = n.copy();
-    assert_eq!(copy.snapshot, n.meta().last_snapshot.map(|s| s.id));
+    let copy = n.copy().equal().cloned().unwrap();
+    assert_eq!(Some(copy.snapshot), n.meta().last_snapshot.map(|s| s.id));
     assert!(copy.digest.is_some(), "the copy is known to equal it");
 
     let flushed = n.project().join("flushed.txt");
@@ -1488,7 +1492,7 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
     };
     rollback::rollback(n.ctx(), "demo", &undo).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2 by the agent"));
-    assert!(!n.copy().stale);
+    assert!(matches!(n.copy().relation, Relation::Equals(_)));
 }
 
 #[test]

@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta};
-use crate::plan::up::{self as plan, CopyFacts, CopyPlan, RestoreFacts, Shortcut, Why};
+use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update, update_record};
-use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp};
+use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp, Relation};
 use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore, working_copy};
 
@@ -267,18 +267,15 @@ fn prepare_and_start(
     copy.record(|c| c.epoch = Some(epoch))?;
     let latest = meta.last_snapshot.as_ref();
     let facts = CopyFacts {
-        // The copy is the box's newest only if the box ran here since this node took the lease.
-        ran_here: matches!(held, Held::Already { .. }) && !interrupted && !copy.state().stale,
-        current: latest.is_some_and(|s| copy.state().is_current(&s.id)),
+        held: matches!(held, Held::Already { .. }) && !interrupted,
+        copy: known(copy.state(), latest),
         project_exists: meta.path.exists(),
         project_is_dir: meta.path.is_dir(),
-        restoring: copy.state().restoring_to.is_some(),
-        stale: copy.state().stale,
     };
     let restored = match plan::copy(facts, latest) {
         CopyPlan::Start { clear_stale } => {
             if clear_stale {
-                copy.record(|c| c.stale = false)?;
+                copy.record(CopyState::clear_stale)?;
             }
             None
         }
@@ -316,15 +313,7 @@ fn prepare_and_start(
             let had_files = std::fs::read_dir(&meta.path)
                 .ok()
                 .map(|mut e| e.next().is_some());
-            copy.record(|c| {
-                c.restoring_to = None;
-                c.stale = false;
-                c.restored = true;
-                c.snapshot = Some(s.id.clone());
-                c.paths = paths;
-                c.digest = None;
-                c.project_had_files = had_files;
-            })?;
+            copy.record(|c| c.restored(&s.id, paths, had_files))?;
             Some(s)
         }
     };
@@ -337,7 +326,7 @@ fn prepare_and_start(
         // Its files' ctimes are the restore's: none of them is new to the snapshot.
         let began = snapshot::unix_nanos(SystemTime::now());
         copy.record(|c| {
-            c.digest = Some(digest);
+            c.walked(digest);
             c.snapshot_began = Some(began);
         })?;
         snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
@@ -351,6 +340,17 @@ fn prepare_and_start(
         .as_deref()
         .or(w.config.memory_max.as_deref());
     w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
+}
+
+/// What the plan reads of the copy's relation to the box's snapshots.
+fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
+    let current = latest.is_some_and(|s| copy.is_current(&s.id));
+    match copy.relation {
+        Relation::Unknown => Known::Nothing,
+        Relation::Equals(_) => Known::Equals { current },
+        Relation::Stale(_) => Known::Stale { current },
+        Relation::Restoring { .. } => Known::Restoring,
+    }
 }
 
 /// Bring this node's copy to snapshot `s` by the cheapest way open (`plan::up::shortcuts`:
@@ -388,7 +388,7 @@ fn restore_copy(
                     s.at,
                     s.node
                 );
-                begin_restore(copy, &s.id)?;
+                copy.record(|c| c.begin_restore(&s.id))?;
                 match restore_over(w, meta, s) {
                     Ok(()) => return Ok(s.paths.clone()),
                     // A tree restic cannot bring over in place (a dir that became a link, say)
@@ -419,15 +419,6 @@ fn restore_copy(
         agent_home::restored_paths(staging, &spec)
     })
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
-}
-
-/// From here the copy may be part old, part new, with nothing unsaved in it.
-fn begin_restore(copy: &mut CopyJournal, to: &str) -> Result<()> {
-    copy.record(|c| {
-        c.restoring_to = Some(to.to_string());
-        c.snapshot = None;
-        c.digest = None;
-    })
 }
 
 /// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
@@ -469,7 +460,7 @@ fn restore_changes(
             String::new()
         }
     );
-    begin_restore(copy, &s.id)?;
+    copy.record(|c| c.begin_restore(&s.id))?;
     match restore::apply_delta(&staging, roots, &delta) {
         Ok(()) => Ok(true),
         Err(e) => {
@@ -620,10 +611,10 @@ fn keep_local_work(w: &Ctx, meta: &Meta, copy: &CopyState, epoch: u64) -> Result
         return Ok(None);
     }
     // As last saved stopped or restored, or as the last snapshot of it running began.
-    let now = Some(digest::of(&roots)?);
+    let now = digest::of(&roots)?;
     tracing::debug!("box '{}': walked its copy", meta.name);
-    if copy.snapshot.is_some() && (copy.digest == now || copy.running_digest == now) {
-        return Ok(copy.snapshot.clone());
+    if let Some(e) = copy.equal().filter(|e| e.still(&now)) {
+        return Ok(Some(e.snapshot.clone()));
     }
     w.repo.ensure_repo()?;
     let id = snapshot::keep_as_fork(w, meta, epoch, copy).with_context(|| {

@@ -3,23 +3,32 @@
 //! which ways in which order (`lifecycle::up` executes the plan).
 
 /// What `up` knows of the box and of this node's copy once it holds the lease.
-// Independent facts, each read from its own source; the planner is the one place they meet.
-#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CopyFacts {
-    /// This node held the lease before this `up`, no `up` here was cut off and no rollback
-    /// pointed the box elsewhere since: the copy here is the box's newest.
-    pub ran_here: bool,
-    /// This node's copy equals the latest snapshot, and all the paths it holds are there.
-    pub current: bool,
+    /// This node held the lease before this `up` and no `up` here was cut off: unless the
+    /// copy is stale or half restored, it is the box's newest.
+    pub held: bool,
+    /// How the copy stands to the box's snapshots.
+    pub copy: Known,
     /// The project path exists (as anything).
     pub project_exists: bool,
     /// The project path is a directory.
     pub project_is_dir: bool,
+}
+
+/// What is known of this node's copy against the box's snapshots (`sys::copy_state::Relation`
+/// as the plan reads it); `current`: it equals the latest, and all the paths it holds are
+/// there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// Nothing: never saved or restored here, or kept only as a fork.
+    Nothing,
+    /// The copy equals a snapshot.
+    Equals { current: bool },
+    /// It equals a snapshot, but a rollback pointed the record at an earlier one since.
+    Stale { current: bool },
     /// A restore in place cut off here left the copy part old, part new (nothing unsaved).
-    pub restoring: bool,
-    /// A rollback pointed the record at an earlier snapshot since the copy was saved.
-    pub stale: bool,
+    Restoring,
 }
 
 /// Why the copy is restored.
@@ -50,20 +59,28 @@ pub(crate) enum CopyPlan<S> {
 
 /// What to do with the copy, given the box's latest snapshot (if it has one).
 pub(crate) fn copy<S>(f: CopyFacts, latest: Option<S>) -> CopyPlan<S> {
-    let why = if f.ran_here {
+    // The copy is the box's newest only if the box ran here since this node took the lease,
+    // and no rollback or restore since made it something else.
+    let (newest, current) = match f.copy {
+        Known::Nothing => (f.held, false),
+        Known::Equals { current } => (f.held, current),
+        Known::Stale { current } => (false, current),
+        Known::Restoring => (false, false),
+    };
+    let why = if newest {
         (!f.project_exists).then_some(Why::CopyGone)
     } else {
-        (!f.current).then_some(Why::Behind)
+        (!current).then_some(Why::Behind)
     };
     match (latest, why) {
         (Some(snapshot), Some(why)) => CopyPlan::Restore {
             snapshot,
             why,
-            keep_local_work: !f.restoring,
+            keep_local_work: f.copy != Known::Restoring,
         },
         _ if !f.project_is_dir => CopyPlan::Missing,
         _ => CopyPlan::Start {
-            clear_stale: f.stale,
+            clear_stale: matches!(f.copy, Known::Stale { .. }),
         },
     }
 }
@@ -116,13 +133,12 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     const NEW_HERE: CopyFacts = CopyFacts {
-        ran_here: false,
-        current: false,
+        held: false,
+        copy: Known::Nothing,
         project_exists: false,
         project_is_dir: false,
-        restoring: false,
-        stale: false,
     };
+    const CURRENT: Known = Known::Equals { current: true };
     const THERE: CopyFacts = CopyFacts {
         project_exists: true,
         project_is_dir: true,
@@ -148,7 +164,7 @@ mod tests {
             // Equal to the latest snapshot: start as it is.
             (
                 CopyFacts {
-                    current: true,
+                    copy: CURRENT,
                     ..THERE
                 },
                 Some("s1"),
@@ -157,7 +173,16 @@ mod tests {
             // Ran here last: the copy is newer than any snapshot, even if it equals none.
             (
                 CopyFacts {
-                    ran_here: true,
+                    held: true,
+                    ..THERE
+                },
+                Some("s1"),
+                start,
+            ),
+            (
+                CopyFacts {
+                    held: true,
+                    copy: Known::Equals { current: false },
                     ..THERE
                 },
                 Some("s1"),
@@ -166,26 +191,46 @@ mod tests {
             // Ran here, but its project is gone.
             (
                 CopyFacts {
-                    ran_here: true,
+                    held: true,
                     ..NEW_HERE
                 },
                 Some("s1"),
                 restore(Why::CopyGone, true),
             ),
-            // A restore cut off here: finish it, nothing unsaved to keep.
+            // A restore cut off here: finish it, nothing unsaved to keep; never started half
+            // restored, even where the lease stayed here.
             (
                 CopyFacts {
-                    restoring: true,
+                    copy: Known::Restoring,
                     ..THERE
                 },
                 Some("s1"),
                 restore(Why::Behind, false),
             ),
+            (
+                CopyFacts {
+                    held: true,
+                    copy: Known::Restoring,
+                    ..THERE
+                },
+                Some("s1"),
+                restore(Why::Behind, false),
+            ),
+            // A rollback: the copy ran here, but the record now names an earlier snapshot.
+            (
+                CopyFacts {
+                    held: true,
+                    copy: Known::Stale { current: false },
+                    ..THERE
+                },
+                Some("s1"),
+                restore(Why::Behind, true),
+            ),
             // A rollback cut off before it moved the record: the copy is current after all.
             (
                 CopyFacts {
-                    current: true,
-                    stale: true,
+                    held: true,
+                    copy: Known::Stale { current: true },
                     ..THERE
                 },
                 Some("s1"),
@@ -205,7 +250,7 @@ mod tests {
             ),
             (
                 CopyFacts {
-                    ran_here: true,
+                    held: true,
                     project_is_dir: false,
                     ..THERE
                 },
