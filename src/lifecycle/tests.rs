@@ -725,6 +725,54 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
 }
 
 #[test]
+fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
+    let n = Node::new();
+    n.parked();
+    let other = n.parked_elsewhere();
+    // A restore cut off, its up over (a hand-back that could not write left the lease here).
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| {
+            c.begin_restore(&other);
+            c.epoch = Some(8);
+        })
+        .unwrap();
+    n.set_lease(Some(&lease_of("here", 8)));
+    up::up_here(n.ctx(), "demo", false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.equals().as_deref(), Some(other.as_str()));
+    assert!(n.repo.forks.borrow().is_empty(), "nothing unsaved to keep");
+    assert!(n.runtime.active.borrow().contains("demo"));
+}
+
+#[test]
+fn a_snapshot_of_a_half_restored_copy_is_what_it_equals_and_work_after_it_is_kept() {
+    let n = Node::new();
+    n.parked();
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| {
+            c.begin_restore("cut-off");
+            c.epoch = Some(8);
+        })
+        .unwrap();
+    n.set_lease(Some(&lease_of("here", 8)));
+    let taken = n.take(false).unwrap();
+    assert_eq!(n.equals(), Some(taken.snapshot.id));
+    n.write("f.txt", "edited after the snapshot");
+    n.parked_elsewhere();
+    up::up_here(n.ctx(), "demo", false).unwrap();
+    let forks = n.repo.forks.borrow().clone();
+    assert_eq!(forks.len(), 1);
+    assert_eq!(
+        n.repo
+            .file(&forks[0], &n.project().join("f.txt"))
+            .as_deref(),
+        Some("edited after the snapshot")
+    );
+}
+
+#[test]
 fn a_box_that_ran_here_starts_as_it_is() {
     let n = Node::new();
     n.parked();
