@@ -53,11 +53,27 @@ impl Target for StateOf<'_> {
         all.extend_from_slice(env);
         self.0.node.sh_env(&all, script)
     }
+    fn run_env(
+        &self,
+        env: &[(&str, &str)],
+        dir: Option<&str>,
+        argv: &[&str],
+    ) -> std::process::Output {
+        let mut all = vec![("BOX_STATE_DIR", self.0.state.as_str())];
+        all.extend_from_slice(env);
+        self.0.node.run_env(&all, dir, argv)
+    }
     fn home(&self) -> &str {
         self.0.node.home()
     }
     fn systemd(&self) -> bool {
         true
+    }
+    fn state_dir(&self) -> String {
+        self.0.state.clone()
+    }
+    fn host_path(&self, path: &str) -> std::path::PathBuf {
+        self.0.node.host_path(path)
     }
 }
 

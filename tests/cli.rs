@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{Checked, Host, Target};
+use common::boxtest::{BoxTest, Exit, Project};
+use common::{Host, Target};
 
 #[test]
 fn quiet_leaves_data_and_errors_and_verbose_adds_debug_lines() {
@@ -11,56 +12,44 @@ fn quiet_leaves_data_and_errors_and_verbose_adds_debug_lines() {
         return;
     };
     let name = format!("cli-{}", std::process::id());
-    let home = host.home().to_string();
-    host.sh(&format!(
-        "mkdir -p {home}/{name} && echo v1 > {home}/{name}/f"
-    ))
-    .ok();
+    let b = BoxTest::on(&host, &name);
+    let f = b.write(&Project::new(&name).file("f", "v1\n")) + "/f";
     // The repository's first making warns (its password): a warning -q does not hide.
-    host.sh("ag-box init").ok();
-    let tracked = host.sh(&format!("ag-box -q track {name}"));
-    let tracked = tracked.ok();
-    assert_eq!(tracked.stderr(), "", "-q track said something");
-    let up = host.sh(&format!("ag-box up {name} -q"));
-    let up = up.ok();
-    assert_eq!(up.stderr(), "", "-q up said something");
-    host.sh(&format!("echo v2 > {home}/{name}/f")).ok();
-    let verbose = host.sh(&format!("ag-box -v snapshot {name}"));
-    let verbose = verbose.ok();
-    assert!(
-        verbose.stderr().contains("DEBUG box '") && verbose.stderr().contains("': walked its copy"),
-        "{}",
-        verbose.stderr()
-    );
-    host.sh(&format!("echo v3 > {home}/{name}/f")).ok();
-    let plain = host.sh(&format!("ag-box snapshot {name}"));
-    assert!(!plain.ok().stderr().contains("DEBUG"));
-    host.sh(&format!("echo v4 > {home}/{name}/f")).ok();
-    let parked = host.sh(&format!("ag-box --quiet park {name}"));
-    let parked = parked.ok();
-    assert_eq!(parked.stderr(), "");
-    assert!(
-        parked.stdout().starts_with(&format!("{name} ")),
-        "park's data line: {}",
-        parked.stdout()
-    );
+    b.init().ok();
+    b.ag(["-q", "track", &name]).ok().stderr_is("");
+    b.up().arg("-q").ok().stderr_is("");
+    host.write(&f, "v2\n");
+    b.ag(["-v", "snapshot", &name])
+        .ok()
+        .stderr_has("DEBUG box '")
+        .stderr_has("': walked its copy");
+    host.write(&f, "v3\n");
+    b.snapshot().ok().stderr_lacks("DEBUG");
+    host.write(&f, "v4\n");
+    b.ag(["--quiet", "park", &name])
+        .ok()
+        .stderr_is("")
+        .stdout_starts_with(&format!("{name} "));
     // Errors are said whatever -q says.
-    common::assert_code(
-        &host.sh("ag-box -q up no-such-box"),
-        1,
-        "ag-box: box 'no-such-box' is not tracked",
-    );
-    common::assert_code(&host.sh("ag-box -q -v ls"), 2, "cannot be used with");
+    b.ag(["-q", "up", "no-such-box"])
+        .cannot(Exit::Failure, "ag-box: box 'no-such-box' is not tracked");
+    b.ag(["-q", "-v", "ls"])
+        .cannot(Exit::Usage, "cannot be used with");
 }
 
-/// What `init` of a fresh repository logs on a pseudo-terminal (`script`), with `env` before it.
-fn on_a_terminal(host: &Host, env: &str, n: u32) -> String {
-    host.sh(&format!(
-        "s=$PWD/state-{n}; export BOX_STATE_DIR=$s RESTIC_REPOSITORY=$s/restic RESTIC_PASSWORD_FILE=$s/restic-password
-         {env} script -qec 'ag-box init' /dev/null"
-    ))
-    .ok()
-    .stdout()
+/// What `init` of a fresh repository logs on a pseudo-terminal (`script`), with `env`.
+fn on_a_terminal(host: &Host, env: &[(&str, &str)], n: u32) -> String {
+    let state = host.host_path(&format!("state-{n}"));
+    let state = state.to_str().unwrap();
+    let mut init = BoxTest::on(host, "none")
+        .init()
+        .env("BOX_STATE_DIR", state)
+        .env("RESTIC_REPOSITORY", &format!("{state}/restic"))
+        .env("RESTIC_PASSWORD_FILE", &format!("{state}/restic-password"));
+    for (k, v) in env {
+        init = init.env(k, v);
+    }
+    init.on_a_terminal().ok().stdout()
 }
 
 #[test]
@@ -68,15 +57,18 @@ fn colour_only_where_the_terminal_wants_it() {
     let Some(host) = Host::new("colour") else {
         return;
     };
-    let coloured = on_a_terminal(&host, "TERM=xterm", 0);
+    let coloured = on_a_terminal(&host, &[("TERM", "xterm")], 0);
     assert!(
         coloured.contains("\x1b["),
         "no colour on a terminal: {coloured:?}"
     );
-    for (n, env) in [(1, "TERM=xterm NO_COLOR=1"), (2, "TERM=dumb")] {
+    for (n, env) in [
+        (1, [("TERM", "xterm"), ("NO_COLOR", "1")].as_slice()),
+        (2, [("TERM", "dumb")].as_slice()),
+    ] {
         let out = on_a_terminal(&host, env, n);
-        assert!(out.contains("INFO"), "{env}: {out:?}");
-        assert!(!out.contains("\x1b["), "{env}: colour in {out:?}");
+        assert!(out.contains("INFO"), "{env:?}: {out:?}");
+        assert!(!out.contains("\x1b["), "{env:?}: colour in {out:?}");
     }
 }
 
@@ -89,60 +81,58 @@ fn every_json_output_has_its_documented_shape() {
     };
     let name = format!("json-{}", std::process::id());
     let home = host.home().to_string();
-    let proj = format!("{home}/{name}");
-    host.sh(&format!(
-        "mkdir -p {proj} && echo v1 > {proj}/f && ag-box init"
-    ))
-    .ok();
-    let json = |verb: &str, args: &str| -> serde_json::Value {
-        let out = host.sh(&format!("ag-box {args} --json"));
-        let text = out.stdout();
-        serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{verb}: {e}: {text}\n{}", out.stderr()))
-    };
-    let shaped = |verb: &str, args: &str| {
-        let doc = json(verb, args);
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "v1\n"));
+    b.init().ok();
+    // `ag-box <verb> <name> <args> --json` (`name` false: no box name), its shape checked.
+    let shaped = |verb: &str, boxed: bool, args: &[&str]| {
+        let mut argv = vec![verb];
+        if boxed {
+            argv.push(&name);
+        }
+        argv.extend(args);
+        argv.push("--json");
+        let doc = b.ag(argv).ok().json();
         common::assert_shape(verb, &doc);
         doc
     };
-    let tracked = shaped("track", &format!("track {name}"));
-    shaped("up", &format!("up {name}"));
+    let tracked = shaped("track", true, &[]);
+    shaped("up", true, &[]);
     // A change, and a request the proxy refuses, for the diff and the egress log.
-    host.sh(&format!(
-        "ag-box exec {name} -- sh -c 'echo v2 > f; echo new > g; curl -s -m 5 http://x.invalid/ >/dev/null; true'"
-    ))
-    .ok();
-    let diff = shaped("diff", &format!("diff {name}"));
+    b.exec_sh("echo v2 > f; echo new > g; curl -s -m 5 http://x.invalid/ >/dev/null; true")
+        .ok();
+    let diff = shaped("diff", true, &[]);
     assert_eq!(diff["changes"].as_array().map(Vec::len), Some(2), "{diff}");
-    let egress = shaped("egress", &format!("egress {name}"));
+    let egress = shaped("egress", true, &[]);
     assert!(
         !egress["decisions"].as_array().unwrap().is_empty(),
         "{egress}"
     );
-    let taken = shaped("snapshot", &format!("snapshot {name}"));
+    let taken = shaped("snapshot", true, &[]);
     assert_eq!(taken["snapshots"][0]["outcome"], "taken");
-    shaped("ls", "ls");
-    shaped("status", "status");
-    shaped("doctor", "doctor");
-    let history = shaped("history", &format!("history {name} --events"));
+    shaped("ls", false, &[]);
+    shaped("status", false, &[]);
+    shaped("doctor", false, &[]);
+    let history = shaped("history", true, &["--events"]);
     for entry in history["entries"].as_array().unwrap() {
         let kind = entry["kind"].as_str().unwrap();
         common::assert_shape(&format!("history_{kind}"), entry);
     }
-    let parked = shaped("park", &format!("park {name}"));
+    let parked = shaped("park", true, &[]);
     // Back to the first snapshot (parked: only the record moves), then a copy elsewhere.
     let first = tracked["snapshot"].as_str().unwrap();
-    let back = shaped("rollback", &format!("rollback {name} {}", &first[..8]));
+    let back = shaped("rollback", true, &[&first[..8]]);
     assert_eq!(
         (&back["snapshot"], &back["undo"]),
         (&tracked["snapshot"], &parked["snapshot"])
     );
     let look = shaped(
         "rollback",
-        &format!("rollback {name} {} --to {home}/look-{name}", &first[..8]),
+        true,
+        &[&first[..8], "--to", &format!("{home}/look-{name}")],
     );
     assert_eq!(look["undo"], serde_json::Value::Null);
-    let dropped = shaped("drop", &format!("drop {name} --yes"));
+    let dropped = shaped("drop", true, &["--yes"]);
     // The first and the one taken while it ran (park found nothing new since: no third).
     let mut deleted: Vec<&str> = dropped["snapshots_deleted"]
         .as_array()
@@ -163,35 +153,18 @@ fn set_names_the_settings_that_wait_for_the_next_up() {
         return;
     };
     let name = format!("set-{}", std::process::id());
-    let home = host.home().to_string();
-    host.sh(&format!(
-        "mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}"
-    ))
-    .ok();
-    let egress = host.sh(&format!(
-        "ag-box set {name} network=allow allow=example.com"
-    ));
-    assert!(
-        !egress.ok().stderr().contains("at the next"),
-        "{}",
-        egress.stderr()
-    );
-    let both = host.sh(&format!(
-        "ag-box set {name} memory_max=2G nix=true allow=example.org"
-    ));
-    assert!(
-        both.ok().stderr().contains(&format!(
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.set(["network=allow", "allow=example.com"])
+        .ok()
+        .stderr_lacks("at the next");
+    b.set(["memory_max=2G", "nix=true", "allow=example.org"])
+        .ok()
+        .stderr_has(&format!(
             "box '{name}': memory_max, nix take effect at the next 'ag-box up'"
-        )),
-        "{}",
-        both.stderr()
-    );
-    let one = host.sh(&format!("ag-box set {name} memory_max=1G"));
-    assert!(
-        one.ok().stderr().contains(&format!(
-            "box '{name}': memory_max takes effect at the next 'ag-box up'"
-        )),
-        "{}",
-        one.stderr()
-    );
+        ));
+    b.set(["memory_max=1G"]).ok().stderr_has(&format!(
+        "box '{name}': memory_max takes effect at the next 'ag-box up'"
+    ));
 }

@@ -1,6 +1,8 @@
 //! Test targets: a booted systemd node of the rig, or the bare host with the direct runtime.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub(crate) mod boxtest;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -20,9 +22,51 @@ pub(crate) trait Target {
     fn sh(&self, script: &str) -> Output {
         self.sh_env(&[], script)
     }
+    /// Run `argv` (`ag-box ...`) as it is, no shell in between, with the target's environment;
+    /// `env` adds variables, `dir` is where it runs (else the target's own place).
+    fn run_env(&self, env: &[(&str, &str)], dir: Option<&str>, argv: &[&str]) -> Output;
+    fn run(&self, argv: &[&str]) -> Output {
+        self.run_env(&[], None, argv)
+    }
     /// The target's home directory (projects live under it).
     fn home(&self) -> &str;
     fn systemd(&self) -> bool;
+    /// ag-box's state directory there (`BOX_STATE_DIR`).
+    fn state_dir(&self) -> String;
+    /// Where a path of the target lies on the machine running the test (its files are written
+    /// and read from here, not through a shell).
+    fn host_path(&self, path: &str) -> PathBuf;
+    /// A file's contents on the target.
+    fn read(&self, path: &str) -> String {
+        let p = self.host_path(path);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{path} ({}): {e}", p.display()))
+    }
+    /// Write a file on the target, its parents made.
+    fn write(&self, path: &str, contents: &str) {
+        let p = self.host_path(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, contents).unwrap_or_else(|e| panic!("{path} ({}): {e}", p.display()));
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.host_path(path).symlink_metadata().is_ok()
+    }
+    /// Remove a file or tree on the target, if there.
+    fn remove(&self, path: &str) {
+        let p = self.host_path(path);
+        let gone = match p.symlink_metadata() {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+            Ok(_) => std::fs::remove_file(&p),
+            Err(_) => Ok(()),
+        };
+        gone.unwrap_or_else(|e| panic!("removing {path} ({}): {e}", p.display()));
+    }
+    /// A file's owner, `uid:gid`.
+    fn owner(&self, path: &str) -> String {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::symlink_metadata(self.host_path(path))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        format!("{}:{}", m.uid(), m.gid())
+    }
 }
 
 /// A prerequisite is missing: the test fails, in CI or not (a skipped test proves nothing).
@@ -32,6 +76,8 @@ pub(crate) fn missing(what: &str) -> Option<std::convert::Infallible> {
 
 pub(crate) struct Node {
     pub name: &'static str,
+    /// The node's host-side directory (`tests/rig.sh dir`).
+    dir: PathBuf,
     /// Variables every command on this node gets.
     env: Vec<(String, String)>,
     /// The nodes stay powered while this is held (see [`Cluster::get_alone`]).
@@ -98,6 +144,7 @@ impl Node {
         }
         Some(Node {
             name,
+            dir,
             env: vec![],
             powered: None,
         })
@@ -125,11 +172,45 @@ impl Target for Node {
         c.args(["bash", "-e", "-c", script]);
         c.output().unwrap()
     }
+    fn run_env(&self, env: &[(&str, &str)], dir: Option<&str>, argv: &[&str]) -> Output {
+        // `rig.sh exec` runs `env -i ... "$@"`: a first word with `=` would be a variable.
+        assert!(!argv[0].contains('='), "{argv:?}");
+        let mut c = Command::new(rig_sh());
+        c.args(["exec", self.name]);
+        c.args(self.env.iter().map(|(k, v)| format!("{k}={v}")));
+        c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+        if let Some(dir) = dir {
+            c.args(["env", "-C", dir]);
+        }
+        c.args(argv);
+        c.output().unwrap()
+    }
     fn home(&self) -> &'static str {
         "/root"
     }
     fn systemd(&self) -> bool {
         true
+    }
+    fn state_dir(&self) -> String {
+        "/var/lib/ag-box".into()
+    }
+    fn host_path(&self, path: &str) -> PathBuf {
+        // The node's own disks, bind-mounted from its directory (tests/rig.sh).
+        for (inside, outside) in [
+            ("/root", "root"),
+            ("/var/lib/ag-box", "var-lib-ag-box"),
+            ("/run/box", "run-box"),
+            ("/opt/box", "opt-box"),
+            ("/etc/box", "etc-box"),
+        ] {
+            if path == inside {
+                return self.dir.join(outside);
+            }
+            if let Some(rest) = path.strip_prefix(inside).and_then(|r| r.strip_prefix('/')) {
+                return self.dir.join(outside).join(rest);
+            }
+        }
+        panic!("{path} is on none of {}'s own disks", self.name);
     }
 }
 
@@ -159,8 +240,9 @@ impl Host {
     }
 }
 
-impl Target for Host {
-    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
+impl Host {
+    /// `program` with the host's test environment, run in its base dir.
+    fn command(&self, program: &str) -> Command {
         let bin = Path::new(env!("CARGO_BIN_EXE_ag-box"))
             .parent()
             .unwrap()
@@ -169,9 +251,12 @@ impl Target for Host {
             "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             bin.display()
         );
-        let mut c = Command::new("bash");
-        c.args(["-e", "-c", script])
-            .current_dir(&self.base)
+        let mut c = Command::new(if program == "ag-box" {
+            env!("CARGO_BIN_EXE_ag-box")
+        } else {
+            program
+        });
+        c.current_dir(&self.base)
             .env_clear()
             .env("PATH", path)
             .env("HOME", &self.home)
@@ -185,14 +270,39 @@ impl Target for Host {
                 "RESTIC_PASSWORD_FILE",
                 self.base.join("state/restic-password"),
             );
+        c
+    }
+}
+
+impl Target for Host {
+    fn sh_env(&self, env: &[(&str, &str)], script: &str) -> Output {
+        let mut c = self.command("bash");
+        c.args(["-e", "-c", script]);
         c.envs(env.iter().copied());
         c.output().unwrap()
+    }
+    fn run_env(&self, env: &[(&str, &str)], dir: Option<&str>, argv: &[&str]) -> Output {
+        let mut c = self.command(argv[0]);
+        c.args(&argv[1..]);
+        if let Some(dir) = dir {
+            c.current_dir(self.host_path(dir));
+        }
+        c.envs(env.iter().copied());
+        c.output()
+            .unwrap_or_else(|e| panic!("running {argv:?} on the host: {e}"))
     }
     fn home(&self) -> &str {
         &self.home
     }
     fn systemd(&self) -> bool {
         false
+    }
+    fn state_dir(&self) -> String {
+        self.base.join("state").to_string_lossy().into_owned()
+    }
+    fn host_path(&self, path: &str) -> PathBuf {
+        // Relative paths are the base dir's, where its commands run.
+        self.base.join(path)
     }
 }
 
