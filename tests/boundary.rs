@@ -72,6 +72,9 @@ impl Target for StateOf<'_> {
     fn state_dir(&self) -> String {
         self.0.state.clone()
     }
+    fn search_path(&self) -> String {
+        self.0.node.search_path()
+    }
     fn host_path(&self, path: &str) -> std::path::PathBuf {
         self.0.node.host_path(path)
     }

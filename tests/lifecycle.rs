@@ -6,8 +6,10 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use common::{Checked, Host, Node, Target, assert_code};
+use common::boxtest::{BoxTest, Exit, Project, command, restic};
+use common::{Checked, Host, Node, Target};
 
 fn slug(path: &str) -> String {
     path.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
@@ -15,91 +17,119 @@ fn slug(path: &str) -> String {
 
 fn lifecycle(t: &dyn Target, name: &str) {
     let home = t.home();
-    let proj = format!("{home}/{name}");
+    let b = BoxTest::on(t, name);
+    let proj = b.project();
     let sess = format!("{home}/.claude/projects/{}", slug(&proj));
     let fh = format!("{home}/.claude/file-history/s1-{name}");
-    let own = format!("${{BOX_STATE_DIR:-/var/lib/ag-box}}/homes/{name}");
+    let state = t.state_dir();
+    let own = format!("{state}/homes/{name}");
     let own_sess = format!("{own}/.claude/projects/{}", slug(&proj));
     let own_fh = format!("{own}/.claude/file-history/s1-{name}");
-    let mem = [("BOX_MEMORY_MAX", "512M")];
-    let restic = "RESTIC_REPOSITORY=${BOX_STATE_DIR:-/var/lib/ag-box}/restic \
-                  RESTIC_PASSWORD_FILE=${BOX_STATE_DIR:-/var/lib/ag-box}/restic-password restic";
-    t.sh(&format!(
-        "ag-box park {name} >/dev/null 2>&1 || true; state=${{BOX_STATE_DIR:-/var/lib/ag-box}}
-         rm -rf $state/meta/{name}.json $state/local/{name}.json $state/homes/{name}
-         set -e; rm -rf {proj} {sess} {fh} {home}/other-{name}
-         mkdir -p {proj}/src {home}/other-{name} {home}/.ssh {sess} {fh}
-         echo v1 > {proj}/src/main.txt; echo node-secret > {proj}/.auth-secret
-         echo keep > {home}/other-{name}/private; echo key > {home}/.ssh/id_test
-         echo '{{\"type\":\"user\"}}' > {sess}/s1-{name}.jsonl; echo fh > {fh}/edit"
-    ))
-    .ok();
+    // An earlier run's box of the name: parked if it is there, its local traces removed.
+    b.park().either_way();
+    for gone in [
+        format!("{state}/meta/{name}.json"),
+        format!("{state}/local/{name}.json"),
+        own.clone(),
+    ] {
+        t.remove(&gone);
+    }
+    b.write(
+        &Project::new(name)
+            .file("src/main.txt", "v1\n")
+            .file(".auth-secret", "node-secret\n"),
+    );
+    Project::at(&format!("other-{name}"))
+        .file("private", "keep\n")
+        .write_on(t);
+    t.write(&format!("{home}/.ssh/id_test"), "key\n");
+    Project::at(&sess)
+        .file(&format!("s1-{name}.jsonl"), "{\"type\":\"user\"}\n")
+        .write_on(t);
+    Project::at(&fh).file("edit", "fh\n").write_on(t);
 
     // track: first snapshot, pinned because of .auth-secret
-    t.sh(&format!("ag-box track {name}")).ok();
-    let row = common::box_row(t, name).unwrap();
+    b.track().ok();
+    let row = b.row().unwrap();
     assert_eq!(row["path"], proj);
     assert!(row["pinned_node"].is_string(), "{row}");
 
     // A bwrap that fails at the start (a stand-in that says why, as bwrap does): the up says
     // what it said, and the box and its record stay as they were.
-    let bad = format!("{home}/badbin-{name}");
-    let failed = t.sh(&format!(
-        "mkdir -p {bad} && printf '#!/bin/sh\\necho \"bwrap: Can not find source path /gone\" >&2\\nexit 1\\n' > {bad}/bwrap
-         chmod +x {bad}/bwrap; rc=0; PATH={bad}:$PATH ag-box up {name} || rc=$?; rm -rf {bad}; exit $rc"
-    ));
-    assert_code(
-        &failed,
-        1,
-        &format!(
-            "box '{name}' did not start (its tmux server or egress proxy never answered); \
-             it said: bwrap: Can not find source path /gone"
-        ),
+    let bad = Project::at(&format!("badbin-{name}")).executable(
+        "bwrap",
+        "#!/bin/sh\necho \"bwrap: Can not find source path /gone\" >&2\nexit 1\n",
     );
-    assert_eq!(common::box_row(t, name).unwrap(), row);
+    let bad_dir = bad.write_on(t);
+    let failed = b
+        .up()
+        .env("PATH", &format!("{bad_dir}:{}", t.search_path()))
+        .cannot(
+            Exit::Failure,
+            &format!(
+                "box '{name}' did not start (its tmux server or egress proxy never answered); \
+                 it said: bwrap: Can not find source path /gone"
+            ),
+        );
+    t.remove(&bad_dir);
+    drop(failed);
+    assert_eq!(b.row().unwrap(), row);
 
     // up: unit active, tmux answers with session main in the project
-    t.sh_env(&mem, &format!("ag-box up {name}")).ok();
+    b.up().env("BOX_MEMORY_MAX", "512M").ok();
+    let unit = format!("boxrun-{name}");
     if t.systemd() {
-        let show = t
-            .sh(&format!("systemctl is-active boxrun-{name}; systemctl show boxrun-{name} -p MemoryMax -p OOMPolicy"))
+        command(t, ["systemctl", "is-active", &unit])
             .ok()
-            .stdout();
-        assert_eq!(show, "active\nOOMPolicy=continue\nMemoryMax=536870912\n");
+            .stdout_is("active\n");
+        command(
+            t,
+            [
+                "systemctl",
+                "show",
+                &unit,
+                "-p",
+                "MemoryMax",
+                "-p",
+                "OOMPolicy",
+            ],
+        )
+        .ok()
+        .stdout_is("OOMPolicy=continue\nMemoryMax=536870912\n");
     }
     // attach the moment up returned, in a real terminal: what is typed runs in the box.
     let screen = common::attach_and_type(t, name);
     assert!(screen.contains("attach-exit=0"), "{screen}");
     // A box that shuts the client out of its tmux server: attach says so and fails.
     let sock = format!("/run/box/{name}/sock/tmux.sock");
-    t.sh(&format!(
-        "ag-box exec {name} -- tmux -S {sock} server-access -d ag-box-client"
-    ))
-    .ok();
-    assert_code(
-        &t.sh(&format!("ag-box attach {name}")),
-        1,
+    b.exec(["tmux", "-S", &sock, "server-access", "-d", "ag-box-client"])
+        .ok();
+    b.attach().cannot(
+        Exit::Failure,
         &format!(
             "box '{name}': cannot attach: its tmux server did not let the client in \
              (tmux said: access not allowed); hint: restart it"
         ),
     );
-    t.sh(&format!(
-        "ag-box exec {name} -- tmux -S {sock} server-access -a ag-box-client"
-    ))
-    .ok();
+    b.exec(["tmux", "-S", &sock, "server-access", "-a", "ag-box-client"])
+        .ok();
     // The pane's shell may still be starting when `up` returns: ask until it answers.
-    let pane = t
-        .sh(&format!(
-            "for i in $(seq 50); do p=$(ag-box exec {name} -- tmux -S /run/box/{name}/sock/tmux.sock display-message -p -t main '#{{pane_current_path}}' || true); \
-             [ -n \"$p\" ] && break; sleep 0.1; done; echo \"$p\""
-        ))
-        .ok()
-        .stdout();
-    assert_eq!(pane.trim(), proj);
-    assert_code(&t.sh(&format!("ag-box up {name}")), 0, "already up");
-    let status: serde_json::Value =
-        serde_json::from_str(&t.sh("ag-box status --json --deep").ok().stdout()).unwrap();
+    b.exec([
+        "tmux",
+        "-S",
+        &sock,
+        "display-message",
+        "-p",
+        "-t",
+        "main",
+        "#{pane_current_path}",
+    ])
+    .until(Duration::from_secs(5), |r| {
+        r.code() == Some(0) && !r.stdout().trim().is_empty()
+    })
+    .stdout_is(&format!("{proj}\n"));
+    b.up().ok().stderr_has("already up");
+    let status = b.ag(["status", "--json", "--deep"]).ok().json();
     assert_eq!(status["schema_version"], 1);
     assert_eq!(
         (&status["tasks_max"], &status["tmpfs_max"]),
@@ -124,27 +154,25 @@ fn lifecycle(t: &dyn Target, name: &str) {
     );
     assert!(status["snapshots"].as_u64().unwrap() >= 1, "{status}");
     // Without --deep, the count --deep cached, and when it was made; the repository untouched.
-    let cached: serde_json::Value =
-        serde_json::from_str(&t.sh("ag-box status --json").ok().stdout()).unwrap();
+    let cached = b.ag(["status", "--json"]).ok().json();
     assert_eq!(cached["snapshots"], status["snapshots"]);
     assert_eq!(
         cached["snapshots_counted_at"],
         status["snapshots_counted_at"]
     );
     assert!(cached["snapshots_counted_at"].is_string(), "{cached}");
-    assert_eq!(
-        t.sh("ag-box --version").ok().stdout(),
-        format!("ag-box {}\n", env!("CARGO_PKG_VERSION"))
-    );
+    b.ag(["--version"])
+        .ok()
+        .stdout_is(&format!("ag-box {}\n", env!("CARGO_PKG_VERSION")));
 
     // The host's disks, timers and devices are not described to the box (what the node's
     // kernel has of them).
     assert_eq!(
-        t.sh(&format!(
-            "ag-box exec {name} -- sh -c 'for f in /proc/partitions /proc/interrupts /proc/timer_list; do \
+        b.exec_sh(
+            "for f in /proc/partitions /proc/interrupts /proc/timer_list; do \
              [ -e $f ] && echo \"$f $(head -c 1 $f | wc -c)\"; done; \
-             [ -d /proc/acpi ] && ls -A /proc/acpi | wc -l; true'"
-        ))
+             [ -d /proc/acpi ] && ls -A /proc/acpi | wc -l; true"
+        )
         .ok()
         .stdout(),
         t.sh(
@@ -160,96 +188,84 @@ fn lifecycle(t: &dyn Target, name: &str) {
     );
 
     // exec: writes through, runs in the project, passes exit codes
-    let out = t.sh(&format!(
-        "cd / && ag-box exec {name} -- sh -c 'echo made-inside > made.txt; pwd'"
-    ));
-    assert_eq!(out.ok().stdout(), format!("{proj}\n"));
-    let out = t.sh(&format!("cd {proj}/src && ag-box exec {name} -- pwd"));
-    assert_eq!(out.ok().stdout(), format!("{proj}/src\n"));
-    let uid = common::uid_of(t, name);
-    assert_eq!(
-        t.sh(&format!(
-            "cat {proj}/made.txt; stat -c %u:%g {proj}/made.txt"
-        ))
+    b.exec_sh("echo made-inside > made.txt; pwd")
+        .in_dir("/")
         .ok()
-        .stdout(),
-        format!("made-inside\n{uid}:{uid}\n"),
+        .stdout_is(&format!("{proj}\n"));
+    b.exec(["pwd"])
+        .in_dir(&format!("{proj}/src"))
+        .ok()
+        .stdout_is(&format!("{proj}/src\n"));
+    let uid = common::uid_of(t, name);
+    let made = format!("{proj}/made.txt");
+    assert_eq!(t.read(&made), "made-inside\n");
+    assert_eq!(
+        t.owner(&made),
+        format!("{uid}:{uid}"),
         "files the box makes are the box user's"
     );
-    assert_eq!(
-        t.sh(&format!("ag-box exec {name} -- sh -c 'exit 42'"))
-            .code(),
-        42
-    );
+    b.exec_sh("exit 42").exits(42);
     // A command that is not there, or cannot run: 127 and 126, as sh and env say, naming the box.
-    assert_code(
-        &t.sh(&format!("ag-box exec {name} -- no-such-command")),
-        127,
+    b.exec(["no-such-command"]).cannot(
+        Exit::NoSuchCommand,
         &format!("ag-box: box '{name}': cannot run 'no-such-command': no such command there"),
     );
-    assert_code(
-        &t.sh(&format!("ag-box exec {name} -- /dev/null")),
-        126,
+    b.exec(["/dev/null"]).cannot(
+        Exit::CannotRun,
         &format!("ag-box: box '{name}': cannot run '/dev/null': Permission denied"),
     );
-    assert_eq!(
-        t.sh(&format!("ag-box exec {name} -- sh -c 'kill -TERM $$'"))
-            .code(),
-        143
-    );
+    b.exec_sh("kill -TERM $$").exits(143);
     if t.systemd() {
         // exec'd commands count against the box's MemoryMax (512M) like the rest of the box
-        let hog = t.sh(&format!(
-            "ag-box exec {name} -- python3 -c 'b = b\"x\" * (700 << 20)'"
-        ));
-        assert_eq!(hog.code(), 137, "{}", hog.stderr());
-        assert_eq!(
-            t.sh(&format!("systemctl is-active boxrun-{name}")).stdout(),
-            "active\n"
-        );
+        b.exec(["python3", "-c", "b = b'x' * (700 << 20)"])
+            .exits(137);
+        command(t, ["systemctl", "is-active", &unit])
+            .ok()
+            .stdout_is("active\n");
     }
 
     // network: the box's own, with only its proxy; the metadata address is refused there (no
     // packet leaves), and a killed proxy is started again by the unit or the supervisor
-    let metadata = format!(
-        "ag-box exec {name} -- curl -s -o /dev/null -w '%{{http_code}}' http://169.254.169.254/latest/"
-    );
-    assert_eq!(t.sh(&metadata).ok().stdout(), "403");
-    let egress: serde_json::Value =
-        serde_json::from_str(&t.sh(&format!("ag-box egress {name} --json")).ok().stdout()).unwrap();
+    let metadata = [
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "http://169.254.169.254/latest/",
+    ];
+    b.exec(metadata).ok().stdout_is("403");
+    let egress = b.verb("egress", ["--json"]).ok().json();
     assert_eq!(egress["proxy_answers"], true, "{egress}");
     assert_eq!(
         egress["decisions"][0]["reason"], "cloud metadata address 169.254.169.254:80 is not listed",
         "{egress}"
     );
-    t.sh(&format!("pkill -KILL -f -- '__proxy --box {name} '"))
-        .ok();
-    assert_eq!(
-        t.sh(&format!(
-            "for i in $(seq 200); do c=$({metadata} || true); [ \"$c\" = 403 ] && break; sleep 0.05; done; echo $c"
-        ))
-        .ok()
-        .stdout()
-        .trim(),
-        "403",
-        "the proxy came back"
-    );
+    command(
+        t,
+        [
+            "pkill",
+            "-KILL",
+            "-f",
+            "--",
+            &format!("__proxy --box {name} "),
+        ],
+    )
+    .ok();
+    b.exec(metadata).until(Duration::from_secs(10), |r| {
+        r.code() == Some(0) && r.stdout() == "403"
+    });
 
     // isolation: other projects and ~/.ssh are invisible, home holds only the box's binds (each
     // "cannot" answered by the box, of what is there on the host, ag-box's exec itself succeeding)
-    let absent = |path: &str| {
-        t.sh(&format!(
-            "test -e {path} && ag-box exec {name} -- sh -c 'test -e {path} && echo present || echo absent'"
-        ))
-        .ok()
-        .stdout()
-    };
-    assert_eq!(absent(&format!("{home}/other-{name}")), "absent\n");
-    assert_eq!(absent(&format!("{home}/.ssh")), "absent\n");
-    let listing = t
-        .sh(&format!("ag-box exec {name} -- ls -A {home}"))
-        .ok()
-        .stdout();
+    for path in [format!("{home}/other-{name}"), format!("{home}/.ssh")] {
+        assert!(t.exists(&path), "{path} is there on the host");
+        b.exec_sh(&format!("test -e {path} && echo present || echo absent"))
+            .ok()
+            .stdout_is("absent\n");
+    }
+    let listing = b.exec(["ls", "-A", home]).ok().stdout();
     let seen: BTreeSet<&str> = listing.lines().collect();
     // The box's own binds, plus the read-only agent config the host happens to have.
     let allowed = BTreeSet::from([
@@ -267,88 +283,85 @@ fn lifecycle(t: &dyn Target, name: &str) {
         seen.is_subset(&allowed) && seen.contains(name) && seen.contains(".claude"),
         "{seen:?}"
     );
-    assert_eq!(
-        t.sh(&format!(
-            "ag-box exec {name} -- sh -c 'touch /usr/x 2>/dev/null && echo wrote || echo refused'"
-        ))
+    b.exec_sh("touch /usr/x 2>/dev/null && echo wrote || echo refused")
         .ok()
-        .stdout(),
-        "refused\n"
-    );
+        .stdout_is("refused\n");
 
     // the agent writes a new session inside the box
-    t.sh(&format!(
-        "ag-box exec {name} -- sh -c 'echo {{}} > {sess}/s2-{name}.jsonl'"
-    ))
-    .ok();
-    let taken = t.sh(&format!("ag-box snapshot {name}")).ok().stdout();
+    b.exec_sh(&format!("echo {{}} > {sess}/s2-{name}.jsonl"))
+        .ok();
+    let taken = b.snapshot().ok().stdout();
     // Nothing new since: the same snapshot, and the line says so.
-    let again = t.sh(&format!("ag-box snapshot {name}")).ok().stdout();
-    assert_eq!(again, format!("{} unchanged\n", taken.trim_end()));
+    b.snapshot()
+        .ok()
+        .stdout_is(&format!("{} unchanged\n", taken.trim_end()));
 
     // Another tool on the node makes a network namespace of its own while the box runs
     // (iproute2 then bind-mounts /run/netns over itself): the box parks, and comes up again.
-    t.sh(&format!(
-        "ip netns add other-tool-{name} && ip netns exec other-tool-{name} true"
-    ))
-    .ok();
+    let other_tool = format!("other-tool-{name}");
+    command(t, ["ip", "netns", "add", &other_tool]).ok();
+    command(t, ["ip", "netns", "exec", &other_tool, "true"]).ok();
 
     // park: the unit is gone and the lease released
-    t.sh(&format!("ag-box park {name}")).ok();
+    b.park().ok();
     if t.systemd() {
-        assert_ne!(
-            t.sh(&format!("systemctl is-active boxrun-{name}"))
-                .stdout()
-                .trim(),
-            "active"
-        );
+        let active = command(t, ["systemctl", "is-active", &unit]).either_way();
+        assert_ne!(active.stdout().trim(), "active");
     }
-    assert_code(
-        &t.sh(&format!("ag-box exec {name} -- true")),
-        1,
-        "is parked (no node runs it)",
-    );
-    let ls = t.sh("ag-box ls --json").ok().stdout();
-    assert!(ls.contains("\"lease\": null"), "{ls}");
+    b.exec(["true"])
+        .cannot(Exit::Failure, "is parked (no node runs it)");
+    b.ag(["ls", "--json"]).ok().stdout_has("\"lease\": null");
     // its network namespace is released with it
-    t.sh(&format!("test ! -e /run/box/.netns/{name}")).ok();
+    assert!(!t.exists(&format!("/run/box/.netns/{name}")));
 
     // wipe the project and the box's agent home; up restores both (and starts it, the other
     // tool's namespace still there)
-    t.sh(&format!("rm -rf {proj} {own}")).ok();
-    t.sh_env(&mem, &format!("ag-box up {name}")).ok();
-    t.sh(&format!("ip netns del other-tool-{name}")).ok();
-    let restored = t
-        .sh(&format!(
-            "cat {proj}/made.txt {proj}/src/main.txt {own_sess}/s1-{name}.jsonl {own_sess}/s2-{name}.jsonl {own_fh}/edit; \
-             test -e {proj}/.auth-secret && echo AUTH-SECRET-PRESENT; true"
-        ))
-        .ok()
-        .stdout();
+    t.remove(&proj);
+    t.remove(&own);
+    b.up().env("BOX_MEMORY_MAX", "512M").ok();
+    command(t, ["ip", "netns", "del", &other_tool]).ok();
+    let restored: String = [
+        format!("{proj}/made.txt"),
+        format!("{proj}/src/main.txt"),
+        format!("{own_sess}/s1-{name}.jsonl"),
+        format!("{own_sess}/s2-{name}.jsonl"),
+        format!("{own_fh}/edit"),
+    ]
+    .iter()
+    .map(|f| t.read(f))
+    .collect();
     assert_eq!(restored, "made-inside\nv1\n{\"type\":\"user\"}\n{}\nfh\n");
+    assert!(
+        !t.exists(&format!("{proj}/.auth-secret")),
+        "AUTH-SECRET-PRESENT"
+    );
     if t.systemd() {
-        assert_eq!(
-            t.sh(&format!("systemctl is-active boxrun-{name}")).stdout(),
-            "active\n"
-        );
+        command(t, ["systemctl", "is-active", &unit])
+            .ok()
+            .stdout_is("active\n");
     }
-    t.sh(&format!("ag-box park {name}")).ok();
+    b.park().ok();
 
     // nothing active: the hourly timer's call succeeds
-    assert_code(
-        &t.sh("ag-box snapshot --active"),
-        0,
-        "no active boxes on this node, skipping",
-    );
+    b.ag(["snapshot", "--active"])
+        .ok()
+        .stderr_has("no active boxes on this node, skipping");
 
     // .auth-secret is in no snapshot of the box
-    let found = t
-        .sh(&format!(
-            "set -e; ids=$({restic} snapshots --tag box:{name} --json | grep -o '\"short_id\":\"[^\"]*\"' | cut -d'\"' -f4)
-             test -n \"$ids\"; for id in $ids; do {restic} ls $id; done"
-        ))
+    let snapshots = restic(t, ["snapshots", "--tag", &format!("box:{name}"), "--json"])
         .ok()
-        .stdout();
+        .json();
+    let ids: Vec<&str> = snapshots
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["short_id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.is_empty(), "{snapshots}");
+    let found: String = ids
+        .iter()
+        .map(|id| restic(t, ["ls", id]).ok().stdout())
+        .collect();
     assert!(found.contains(&format!("{proj}/src/main.txt")), "{found}");
     assert!(!found.contains(".auth-secret"), "{found}");
 }
@@ -421,60 +434,61 @@ PY
     host.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// How many boxes of the name were dropped on the host, their agent homes set aside.
+fn set_aside(host: &Host, name: &str) -> usize {
+    let homes = host.host_path(&format!("{}/homes", host.state_dir()));
+    std::fs::read_dir(homes)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!(".{name}.dropped-"))
+        })
+        .count()
+}
+
 #[test]
 fn a_box_dropped_right_after_track_leaves_nothing_a_new_box_of_its_name_inherits() {
     let Some(host) = Host::new("drop") else {
         return;
     };
     let name = format!("drop-{}", std::process::id());
-    let home = host.home().to_string();
-    let proj = format!("{home}/{name}");
-    let own = format!("state/homes/{name}");
-    let sess = format!("{home}/.claude/projects/{}", slug(&proj));
-    host.sh(&format!(
-        "set -e; mkdir -p {proj} {sess}; echo v1 > {proj}/f; echo '{{\"old\":1}}' > {sess}/s.jsonl
-         ag-box track {name}"
-    ))
-    .ok();
-    host.sh(&format!(
-        "test -s {own}/.claude/projects/{}/s.jsonl",
-        slug(&proj)
-    ))
-    .ok();
+    let b = BoxTest::on(&host, &name);
+    let proj = b.write(&Project::new(&name).file("f", "v1\n"));
+    let own = format!("{}/homes/{name}", host.state_dir());
+    let sess = Project::at(&format!(".claude/projects/{}", slug(&proj)))
+        .file("s.jsonl", "{\"old\":1}\n")
+        .write_on(&host);
+    b.track().ok();
+    let imported = format!("{own}/.claude/projects/{}/s.jsonl", slug(&proj));
+    assert!(!host.read(&imported).is_empty(), "{imported} is empty");
     // Right after track this node holds the lease, and nothing runs: drop goes ahead.
-    let dropped = host.sh(&format!("ag-box drop {name} --yes"));
-    let said = dropped.ok().stderr();
+    b.drop_box().ok().stderr_has(&format!(
+        "dropped box '{name}': its record and 1 snapshot are deleted; the files at {proj} are kept, and its agent home (transcripts) is set aside at "
+    ));
+    assert_eq!(host.read(&format!("{proj}/f")), "v1\n");
+    assert!(!host.exists(&own), "{own} is left");
+    assert_eq!(set_aside(&host, &name), 1);
     assert!(
-        said.contains(&format!(
-            "dropped box '{name}': its record and 1 snapshot are deleted; the files at {proj} are kept, and its agent home (transcripts) is set aside at "
-        )),
-        "{said}"
-    );
-    assert_eq!(
-        host.sh(&format!(
-            "cat {proj}/f; test -e {own} || echo no-home; ls -d state/homes/.{name}.dropped-* | wc -l; test -e /run/box/{name} || echo no-run-dir"
-        ))
-        .ok()
-        .stdout(),
-        "v1\nno-home\n1\nno-run-dir\n"
+        !host.exists(&format!("/run/box/{name}")),
+        "its run dir is left"
     );
     // A new box of the name starts with an empty home of its own (the node's sessions of the
     // project are imported again, as at any track).
-    host.sh(&format!("rm -rf {sess}; ag-box track {name}")).ok();
+    host.remove(&sess);
+    b.track().ok();
+    let projects = host.host_path(&format!("{own}/.claude/projects"));
     assert_eq!(
-        host.sh(&format!("ls -A {own}/.claude/projects | wc -l"))
-            .ok()
-            .stdout(),
-        "0\n"
+        std::fs::read_dir(&projects).map_or(0, Iterator::count),
+        0,
+        "{}",
+        projects.display()
     );
     // Dropped again within the second: set aside beside the first, not over it.
-    host.sh(&format!("ag-box drop {name} --yes")).ok();
-    assert_eq!(
-        host.sh(&format!("ls -d state/homes/.{name}.dropped-* | wc -l"))
-            .ok()
-            .stdout(),
-        "2\n"
-    );
+    b.drop_box().ok();
+    assert_eq!(set_aside(&host, &name), 2);
 }
 
 #[test]
@@ -483,34 +497,30 @@ fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
         return;
     };
     let name = format!("gone-{}", std::process::id());
-    let proj = format!("{}/{name}", host.home());
-    host.sh(&format!(
-        "set -e; mkdir -p {proj}; echo kept > {proj}/f; ag-box track {name}; ag-box up {name}; ag-box park {name}; rm -rf {proj}"
-    ))
-    .ok();
-    let up = host.sh(&format!("ag-box up {name}"));
-    let up = up.ok();
-    assert!(
-        up.stderr().contains(&format!(
-            "box '{name}': its project directory {proj} is gone on this node, its agent home as last saved; nothing here to keep"
-        )) && !up.stderr().contains("fork snapshot"),
-        "{}",
-        up.stderr()
-    );
-    assert_eq!(host.sh(&format!("cat {proj}/f")).ok().stdout(), "kept\n");
-    let forks = host
-        .sh(&format!(
-            "restic snapshots --tag box:{name},fork --json | grep -c '\"id\"' || true"
-        ))
-        .stdout();
-    assert_eq!(forks.trim(), "0");
-    // The cgroups the box ran in go with it.
-    let cgroups = host
-        .sh(&format!("cat /run/box/{name}/cgroups"))
+    let b = BoxTest::on(&host, &name);
+    let proj = b.write(&Project::new(&name).file("f", "kept\n"));
+    b.track().ok();
+    b.up().ok();
+    b.park().ok();
+    host.remove(&proj);
+    b.up()
         .ok()
-        .stdout();
+        .stderr_has(&format!(
+            "box '{name}': its project directory {proj} is gone on this node, its agent home as last saved; nothing here to keep"
+        ))
+        .stderr_lacks("fork snapshot");
+    assert_eq!(host.read(&format!("{proj}/f")), "kept\n");
+    let forks = restic(
+        &host,
+        ["snapshots", "--tag", &format!("box:{name},fork"), "--json"],
+    )
+    .ok()
+    .json();
+    assert_eq!(forks.as_array().map(Vec::len), Some(0), "{forks}");
+    // The cgroups the box ran in go with it.
+    let cgroups = host.read(&format!("/run/box/{name}/cgroups"));
     assert!(cgroups.contains(&format!("ag-box-{name}")), "{cgroups}");
-    host.sh(&format!("ag-box stop {name}")).ok();
+    b.stop().ok();
     for dir in cgroups.lines() {
         assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
     }

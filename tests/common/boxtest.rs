@@ -163,6 +163,31 @@ impl<'t> BoxTest<'t> {
 /// No further arguments.
 pub(crate) const NONE: [&str; 0] = [];
 
+/// Another program than ag-box on the target (`systemctl`, `ip`, ...), as an argv.
+pub(crate) fn command<I, S>(t: &dyn Target, argv: I) -> Step<'_>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut step = Step::new(t, NONE);
+    step.argv = argv.into_iter().map(|a| a.as_ref().to_string()).collect();
+    step
+}
+
+/// `restic <args>` on the target's own repository (ag-box's state dir).
+pub(crate) fn restic<I, S>(t: &dyn Target, args: I) -> Step<'_>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let state = t.state_dir();
+    let mut argv = vec!["restic".to_string()];
+    argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+    command(t, argv)
+        .env("RESTIC_REPOSITORY", &format!("{state}/restic"))
+        .env("RESTIC_PASSWORD_FILE", &format!("{state}/restic-password"))
+}
+
 /// One `ag-box` command, not yet run: what it runs with, then what it must end with.
 #[must_use = "a step runs only when its expected result is given (ok, exits, cannot)"]
 pub(crate) struct Step<'t> {
@@ -249,6 +274,15 @@ impl<'t> Step<'t> {
         ran
     }
 
+    /// Whatever its exit code (tidying up after an earlier run: a box that may not be there),
+    /// as long as it ran to its end.
+    #[track_caller]
+    pub(crate) fn either_way(self) -> Ran {
+        let ran = self.run();
+        ran.ran_to_the_end();
+        ran
+    }
+
     /// ag-box ran it and said no: exit `code`, its error line (`ag-box: ...`, or the argument
     /// parser's `error: ...`) saying `says`. Told apart from ag-box failing to run at all
     /// (killed, crashed, not started), and from a refusal for another reason.
@@ -264,8 +298,8 @@ impl<'t> Step<'t> {
     #[track_caller]
     pub(crate) fn until(self, timeout: Duration, done: impl Fn(&Ran) -> bool) -> Ran {
         let what = self.argv.join(" ");
-        let mut last = None;
-        let found = wait_for(&what, timeout, || {
+        let mut last: Option<Ran> = None;
+        let found = wait_for_or(timeout, || {
             let step = Step {
                 t: self.t,
                 argv: self.argv.clone(),
@@ -280,8 +314,10 @@ impl<'t> Step<'t> {
             last = Some(ran);
             None
         });
-        let _ = last;
-        found
+        found.unwrap_or_else(|| match last {
+            Some(ran) => ran.fail(&format!("waited {timeout:?} for its answer")),
+            None => panic!("waited {timeout:?} for: {what}"),
+        })
     }
 }
 
@@ -297,6 +333,12 @@ impl Exec<'_> {
     pub(crate) fn in_dir(mut self, dir: &str) -> Self {
         self.step = self.step.in_dir(dir);
         self
+    }
+
+    /// Run it again until `done` holds for its result, for at most `timeout`.
+    #[track_caller]
+    pub(crate) fn until(self, timeout: Duration, done: impl Fn(&Ran) -> bool) -> Ran {
+        self.step.until(timeout, done)
     }
 
     /// The command ran in the box and exited 0.
@@ -485,23 +527,25 @@ fn is_progress(line: &str) -> bool {
 /// Ask `check` until it answers, for at most `timeout` (every 50 ms); panics naming `what` when
 /// it never did.
 #[track_caller]
-pub(crate) fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
+pub(crate) fn wait_for<T>(what: &str, timeout: Duration, check: impl FnMut() -> Option<T>) -> T {
+    wait_for_or(timeout, check).unwrap_or_else(|| panic!("waited {timeout:?} for: {what}"))
+}
+
+fn wait_for_or<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let end = Instant::now() + timeout;
     loop {
         if let Some(found) = check() {
-            return found;
+            return Some(found);
         }
-        assert!(Instant::now() < end, "waited {timeout:?} for: {what}");
+        if Instant::now() >= end {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 enum Entry {
-    File(String, Vec<u8>),
+    File(String, Vec<u8>, u32),
     Dir(String),
 }
 
@@ -529,8 +573,21 @@ impl Project {
 
     /// A file, its parents made.
     pub(crate) fn file(mut self, path: &str, contents: impl AsRef<[u8]>) -> Self {
-        self.entries
-            .push(Entry::File(path.to_string(), contents.as_ref().to_vec()));
+        self.entries.push(Entry::File(
+            path.to_string(),
+            contents.as_ref().to_vec(),
+            0o644,
+        ));
+        self
+    }
+
+    /// An executable file (mode 755), its parents made.
+    pub(crate) fn executable(mut self, path: &str, contents: impl AsRef<[u8]>) -> Self {
+        self.entries.push(Entry::File(
+            path.to_string(),
+            contents.as_ref().to_vec(),
+            0o755,
+        ));
         self
     }
 
@@ -562,11 +619,16 @@ impl Project {
         std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
         for entry in &self.entries {
             match entry {
-                Entry::File(rel, contents) => {
+                Entry::File(rel, contents, mode) => {
                     let file = under(&root, rel);
                     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
                     std::fs::write(&file, contents)
                         .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                    std::fs::set_permissions(
+                        &file,
+                        std::os::unix::fs::PermissionsExt::from_mode(*mode),
+                    )
+                    .unwrap();
                 }
                 Entry::Dir(rel) => std::fs::create_dir_all(under(&root, rel)).unwrap(),
             }

@@ -33,6 +33,8 @@ pub(crate) trait Target {
     fn systemd(&self) -> bool;
     /// ag-box's state directory there (`BOX_STATE_DIR`).
     fn state_dir(&self) -> String;
+    /// The `PATH` its commands run with.
+    fn search_path(&self) -> String;
     /// Where a path of the target lies on the machine running the test (its files are written
     /// and read from here, not through a shell).
     fn host_path(&self, path: &str) -> PathBuf;
@@ -194,6 +196,10 @@ impl Target for Node {
     fn state_dir(&self) -> String {
         "/var/lib/ag-box".into()
     }
+    fn search_path(&self) -> String {
+        // `rig.sh exec`'s clean PATH.
+        "/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+    }
     fn host_path(&self, path: &str) -> PathBuf {
         // The node's own disks, bind-mounted from its directory (tests/rig.sh).
         for (inside, outside) in [
@@ -240,17 +246,19 @@ impl Host {
     }
 }
 
+/// The bare host's `PATH` for tests: this build's ag-box first.
+fn host_path_var() -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ag-box")).parent().unwrap();
+    format!(
+        "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        bin.display()
+    )
+}
+
 impl Host {
     /// `program` with the host's test environment, run in its base dir.
     fn command(&self, program: &str) -> Command {
-        let bin = Path::new(env!("CARGO_BIN_EXE_ag-box"))
-            .parent()
-            .unwrap()
-            .to_path_buf();
-        let path = format!(
-            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            bin.display()
-        );
+        let path = host_path_var();
         let mut c = Command::new(if program == "ag-box" {
             env!("CARGO_BIN_EXE_ag-box")
         } else {
@@ -299,6 +307,9 @@ impl Target for Host {
     }
     fn state_dir(&self) -> String {
         self.base.join("state").to_string_lossy().into_owned()
+    }
+    fn search_path(&self) -> String {
+        host_path_var()
     }
     fn host_path(&self, path: &str) -> PathBuf {
         // Relative paths are the base dir's, where its commands run.
