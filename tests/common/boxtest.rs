@@ -89,9 +89,9 @@ impl<'t> BoxTest<'t> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut argv = vec![verb.to_string(), self.name.clone()];
-        argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
-        Step::new(self.t, argv)
+        let mut words = vec![verb.to_string(), self.name.clone()];
+        words.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        Step::new(self.t, words)
     }
 
     pub(crate) fn init(&self) -> Step<'t> {
@@ -135,10 +135,10 @@ impl<'t> BoxTest<'t> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut args = vec!["--".to_string()];
-        args.extend(argv.into_iter().map(|a| a.as_ref().to_string()));
+        let mut words = vec!["--".to_string()];
+        words.extend(argv.into_iter().map(|a| a.as_ref().to_string()));
         Exec {
-            step: self.verb("exec", args),
+            step: self.verb("exec", words),
             name: self.name.clone(),
         }
     }
@@ -181,9 +181,9 @@ where
     S: AsRef<str>,
 {
     let state = t.state_dir();
-    let mut argv = vec!["restic".to_string()];
-    argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
-    command(t, argv)
+    let mut words = vec!["restic".to_string()];
+    words.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+    command(t, words)
         .env("RESTIC_REPOSITORY", &format!("{state}/restic"))
         .env("RESTIC_PASSWORD_FILE", &format!("{state}/restic-password"))
 }
@@ -203,11 +203,11 @@ impl<'t> Step<'t> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut argv = vec!["ag-box".to_string()];
-        argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        let mut words = vec!["ag-box".to_string()];
+        words.extend(args.into_iter().map(|a| a.as_ref().to_string()));
         Step {
             t,
-            argv,
+            argv: words,
             env: Vec::new(),
             dir: None,
         }
