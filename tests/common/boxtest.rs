@@ -160,6 +160,42 @@ impl<'t> BoxTest<'t> {
     }
 }
 
+/// A project `/root/<name>` (`src/main.txt` v1) with a Claude session, tracked on node A and
+/// parked; an earlier run's box of the name forgotten everywhere first (what
+/// [`super::Cluster::parked_box`] makes, as steps and fixtures).
+pub(crate) fn parked_box<'c>(c: &'c super::Cluster, name: &str) -> BoxTest<'c> {
+    // Park it wherever it is, then drop its record and snapshots: whatever each says.
+    for n in c.all() {
+        BoxTest::on(n, name).park().either_way();
+    }
+    let on_a = BoxTest::on(&c.a, name);
+    on_a.drop_box().either_way();
+    for n in c.all() {
+        for unit in [format!("boxrun-{name}"), format!("boxnet-{name}")] {
+            command(n, ["systemctl", "stop", &unit]).either_way();
+        }
+        let netns = format!("/run/box/.netns/{name}");
+        command(n, ["umount", &netns]).either_way();
+        for gone in [
+            netns,
+            format!("/root/{name}"),
+            format!("/root/.claude/projects/-root-{name}"),
+            format!("/var/lib/ag-box/local/{name}.json"),
+            format!("/var/lib/ag-box/local/manifest/{name}.json"),
+            format!("/var/lib/ag-box/homes/{name}"),
+        ] {
+            n.remove(&gone);
+        }
+    }
+    on_a.write(&Project::new(name).file("src/main.txt", "v1\n"));
+    Project::at(&format!(".claude/projects/-root-{name}"))
+        .file("s1.jsonl", "{\"session\":1}\n")
+        .write_on(&c.a);
+    on_a.track().ok();
+    on_a.park().ok();
+    on_a
+}
+
 /// No further arguments.
 pub(crate) const NONE: [&str; 0] = [];
 
@@ -476,6 +512,13 @@ impl Ran {
     pub(crate) fn stdout_has(self, part: &str) -> Self {
         if !self.stdout().contains(part) {
             self.fail(&format!("stdout lacks {part:?}"));
+        }
+        self
+    }
+    #[track_caller]
+    pub(crate) fn stdout_lacks(self, part: &str) -> Self {
+        if self.stdout().contains(part) {
+            self.fail(&format!("stdout has {part:?}"));
         }
         self
     }
