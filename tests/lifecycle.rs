@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::boxtest::{BoxTest, Exit, Project, command, restic};
-use common::{Checked, Host, Node, Target};
+use common::{Host, Node, Target};
 
 fn slug(path: &str) -> String {
     path.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
@@ -175,15 +175,35 @@ fn lifecycle(t: &dyn Target, name: &str) {
         )
         .ok()
         .stdout(),
-        t.sh(
-            "for f in /proc/partitions /proc/interrupts /proc/timer_list; do [ -e $f ] && echo \"$f 0\"; done; \
-             [ -d /proc/acpi ] && echo 0; true"
-        )
-        .ok()
-        .stdout()
+        {
+            // What the node has of them, each empty in the box.
+            let there = |test: &str, path: &str| {
+                let ran = command(t, ["test", test, path]).either_way();
+                match ran.code() {
+                    Some(0) => true,
+                    Some(1) => false,
+                    _ => ran.fail("test -e said neither yes nor no"),
+                }
+            };
+            let mut expected = String::new();
+            for f in ["/proc/partitions", "/proc/interrupts", "/proc/timer_list"] {
+                if there("-e", f) {
+                    expected += &format!("{f} 0\n");
+                }
+            }
+            if there("-d", "/proc/acpi") {
+                expected += "0\n";
+            }
+            expected
+        }
     );
-    assert!(
-        t.sh("head -c 1 /proc/partitions | wc -c").ok().stdout() == "1\n",
+    assert_eq!(
+        command(t, ["head", "-c", "1", "/proc/partitions"])
+            .ok()
+            .output()
+            .stdout
+            .len(),
+        1,
         "the node has partitions to hide"
     );
 
@@ -389,49 +409,69 @@ fn a_box_snapshotted_before_agent_homes_brings_its_sessions_into_its_own_home() 
         return;
     };
     let name = format!("legacy-{}", std::process::id());
-    let home = host.home().to_string();
-    let proj = format!("{home}/{name}");
-    let sess = format!("{home}/.claude/projects/{}", slug(&proj));
+    let b = BoxTest::on(&host, &name);
+    let state = host.state_dir();
+    let proj = b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
+    let sess = Project::at(&format!(".claude/projects/{}", slug(&proj)))
+        .file("old.jsonl", "{\"old\":1}\n")
+        .write_on(&host);
     // An older ag-box snapshotted the project and its sessions where they lie in the node's
     // home, and its record names neither uid nor gid.
-    host.sh(&format!(
-        "set -e; mkdir -p {proj}/src {sess}; echo v1 > {proj}/src/main.txt; echo '{{\"old\":1}}' > {sess}/old.jsonl
-         ag-box track {name} && ag-box park {name}
-         id=$(restic backup --json --host ag-box-{name} --tag box:{name} --tag node:host --tag epoch:1 -- {proj} {sess} \
-              | grep '\"message_type\":\"summary\"' | sed 's/.*\"snapshot_id\":\"\\([0-9a-f]*\\)\".*/\\1/')
-         test -n \"$id\"
-         python3 - state/meta/{name}.json $id <<'PY'
-import json, sys
-path, snap = sys.argv[1], sys.argv[2]
-rec = json.load(open(path))
-rec['last_snapshot']['id'] = snap
-rec.pop('uid'); rec.pop('gid')
-json.dump(rec, open(path, 'w'))
-PY
-         rm -rf {proj} {sess} state/homes/{name} state/local/{name}.json"
-    ))
+    b.track().ok();
+    b.park().ok();
+    let backup = restic(
+        &host,
+        [
+            "backup",
+            "--json",
+            "--host",
+            &format!("ag-box-{name}"),
+            "--tag",
+            &format!("box:{name}"),
+            "--tag",
+            "node:host",
+            "--tag",
+            "epoch:1",
+            "--",
+            &proj,
+            &sess,
+        ],
+    )
     .ok();
-    let up = host.sh(&format!("ag-box up {name}"));
-    up.ok();
-    let own = format!("state/homes/{name}/.claude/projects/{}", slug(&proj));
-    assert_eq!(
-        host.sh(&format!(
-            "cat {proj}/src/main.txt {own}/old.jsonl; stat -c %u:%g {own}/old.jsonl {proj}/src/main.txt"
-        ))
+    let summary: serde_json::Value = backup
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|m| m["message_type"] == "summary")
+        .unwrap_or_else(|| backup.fail("no summary"));
+    let snap = summary["snapshot_id"].as_str().unwrap();
+    assert!(!snap.is_empty(), "{summary}");
+    let meta = format!("{state}/meta/{name}.json");
+    let mut rec: serde_json::Value = serde_json::from_str(&host.read(&meta)).unwrap();
+    rec["last_snapshot"]["id"] = snap.into();
+    let fields = rec.as_object_mut().unwrap();
+    assert!(fields.remove("uid").is_some() && fields.remove("gid").is_some());
+    host.write(&meta, &rec.to_string());
+    for gone in [
+        proj.clone(),
+        sess.clone(),
+        format!("{state}/homes/{name}"),
+        format!("{state}/local/{name}.json"),
+    ] {
+        host.remove(&gone);
+    }
+    b.up().ok();
+    let own = format!("{state}/homes/{name}/.claude/projects/{}", slug(&proj));
+    let uid = common::uid_of(&host, &name);
+    assert_eq!(host.read(&format!("{proj}/src/main.txt")), "v1\n");
+    assert_eq!(host.read(&format!("{own}/old.jsonl")), "{\"old\":1}\n");
+    for file in [format!("{own}/old.jsonl"), format!("{proj}/src/main.txt")] {
+        assert_eq!(host.owner(&file), format!("{uid}:{uid}"), "{file}");
+    }
+    b.exec(["cat", &format!("{sess}/old.jsonl")])
         .ok()
-        .stdout(),
-        {
-            let uid = common::uid_of(&host, &name);
-            format!("v1\n{{\"old\":1}}\n{uid}:{uid}\n{uid}:{uid}\n")
-        }
-    );
-    assert_eq!(
-        host.sh(&format!("ag-box exec {name} -- cat {sess}/old.jsonl"))
-            .ok()
-            .stdout(),
-        "{\"old\":1}\n"
-    );
-    host.sh(&format!("ag-box park {name}")).ok();
+        .stdout_is("{\"old\":1}\n");
+    b.park().ok();
 }
 
 /// How many boxes of the name were dropped on the host, their agent homes set aside.
