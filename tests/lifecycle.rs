@@ -188,7 +188,8 @@ fn lifecycle(t: &dyn Target, name: &str) {
             let mut expected = String::new();
             for f in ["/proc/partitions", "/proc/interrupts", "/proc/timer_list"] {
                 if there("-e", f) {
-                    expected += &format!("{f} 0\n");
+                    expected.push_str(f);
+                    expected.push_str(" 0\n");
                 }
             }
             if there("-d", "/proc/acpi") {
