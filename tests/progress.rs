@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{Checked, Host, Target};
+use std::io::Read as _;
+
+use common::boxtest::{BoxTest, Project};
+use common::{Host, Target};
 
 #[test]
 fn snapshot_progress_only_on_a_terminal() {
@@ -11,30 +14,35 @@ fn snapshot_progress_only_on_a_terminal() {
         return;
     };
     let name = format!("prog-{}", std::process::id());
-    host.sh(&format!(
-        "mkdir -p home/{name} && for i in $(seq 200); do echo $i > home/{name}/f$i; done"
-    ))
-    .ok();
-    host.sh(&format!("ag-box track {name}")).ok();
+    let b = BoxTest::on(&host, &name);
+    let proj = b.write(&(1..=200).fold(Project::new(&name), |p, i| {
+        p.file(&format!("f{i}"), format!("{i}\n"))
+    }));
+    b.track().ok();
     // `script` gives the command a pseudo-terminal and records what it drew.
-    let tty = host
-        .sh(&format!(
-            "echo changed > home/{name}/f1; TERM=xterm script -qec 'ag-box snapshot {name}' /dev/null"
-        ))
+    host.write(&format!("{proj}/f1"), "changed\n");
+    let tty = b
+        .snapshot()
+        .env("TERM", "xterm")
+        .on_a_terminal()
         .ok()
         .stdout();
     assert!(
         tty.contains(&format!("snapshot {name} [")),
         "no progress bar on a terminal:\n{tty}"
     );
-    // Off a terminal: lines, as often as AG_BOX_PROGRESS_EVERY allows (enough data to take a
-    // while), and no bar.
-    let piped = host.sh_env(
-        &[("AG_BOX_PROGRESS_EVERY", "0")],
-        &format!("head -c 150M /dev/urandom > home/{name}/big; ag-box snapshot {name} 2>&1 | cat"),
-    );
-    let said = piped.ok().stdout();
-    assert!(!said.contains(&format!("snapshot {name} [")), "{said}");
+    // Off a terminal (a pipe): lines, as often as AG_BOX_PROGRESS_EVERY allows (enough data to
+    // take a while), and no bar.
+    let mut big = vec![0; 150 << 20];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut big)
+        .unwrap();
+    std::fs::write(host.host_path(&format!("{proj}/big")), big).unwrap();
+    let piped = b.snapshot().env("AG_BOX_PROGRESS_EVERY", "0").ok();
+    let said = piped.stderr();
+    let all = piped.stdout() + &said;
+    assert!(!all.contains(&format!("snapshot {name} [")), "{all}");
     assert!(
         said.lines()
             .any(|l| l.starts_with(&format!("ag-box: snapshot {name}: ")) && l.contains("% (")),
