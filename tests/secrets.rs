@@ -2,7 +2,19 @@
 
 mod common;
 
-use common::{Checked, Host, Target, assert_code};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+
+use common::boxtest::{BoxTest, Exit, Project, command};
+use common::{Host, Target};
+
+/// Where a program is on the host's PATH.
+fn on_path(host: &Host, program: &str) -> String {
+    host.search_path()
+        .split(':')
+        .map(|dir| format!("{dir}/{program}"))
+        .find(|p| std::path::Path::new(p).is_file())
+        .unwrap_or_else(|| panic!("no {program} on {}", host.search_path()))
+}
 
 #[test]
 fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
@@ -12,43 +24,48 @@ fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
     let secret = format!("pw-{}-do-not-leak", std::process::id());
     let base = host.base.display().to_string();
     let name = format!("sec-{}", std::process::id());
-    let real = String::from_utf8(
-        std::process::Command::new("sh")
-            .args(["-c", "command -v restic"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    host.sh(&format!(
-        "set -e; mkdir -p config shim home/{name}; echo data > home/{name}/f
-         printf 'RESTIC_PASSWORD={secret}\\nBOX_NODE=host\\n' > config/env; chmod 600 config/env
-         printf '#!/bin/sh\\nprintf \"%%s\\\\n\" \"$*\" >> {base}/argv.log\\nexec {} \"$@\"\\n' > shim/restic
-         chmod +x shim/restic",
-        real.trim()
-    ))
-    .ok();
-    let env = [("AG_BOX_LOG", "debug")];
+    let real = on_path(&host, "restic");
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "data\n"));
+    Project::at(&format!("{base}/config"))
+        .private("env", format!("RESTIC_PASSWORD={secret}\nBOX_NODE=host\n"))
+        .write_on(&host);
+    let shim = Project::at(&format!("{base}/shim"))
+        .executable(
+            "restic",
+            format!("#!/bin/sh\nprintf \"%s\\n\" \"$*\" >> {base}/argv.log\nexec {real} \"$@\"\n"),
+        )
+        .write_on(&host);
+    let path = format!("{shim}:{}", host.search_path());
     let mut transcript = String::new();
-    for step in [
-        format!("ag-box track {name}"),
-        format!("ag-box up {name}"),
-        format!("ag-box exec {name} -- sh -c 'env; cat /proc/1/cmdline'"),
-        format!("cat /proc/$(cat /run/box/{name}/anchor.pid)/cmdline"),
-        format!("ag-box snapshot {name}"),
-        format!("ag-box park {name}"),
-        "ag-box status --json --deep".to_string(),
-    ] {
-        let out = host.sh_env(&env, &format!("export PATH={base}/shim:$PATH; {step}"));
-        out.ok();
-        transcript.push_str(&out.stdout());
-        transcript.push_str(&out.stderr());
-    }
+    // Each step with restic through the shim and ag-box's debug lines, all it says kept.
+    let run = |steps: Vec<common::boxtest::Step<'_>>, transcript: &mut String| {
+        for step in steps {
+            let ran = step.env("AG_BOX_LOG", "debug").env("PATH", &path).ok();
+            transcript.push_str(&ran.stdout());
+            transcript.push_str(&ran.stderr());
+        }
+    };
+    run(
+        vec![
+            b.track(),
+            b.up(),
+            b.exec_sh("env; cat /proc/1/cmdline").into_step(),
+        ],
+        &mut transcript,
+    );
+    let anchor = host.read(&format!("/run/box/{name}/anchor.pid"));
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", anchor.trim())).unwrap();
+    transcript.push_str(&String::from_utf8_lossy(&cmdline));
+    run(
+        vec![b.snapshot(), b.park(), b.ag(["status", "--json", "--deep"])],
+        &mut transcript,
+    );
     assert!(
         !host.base.join("state/restic-password").exists(),
         "the env file's password was not used"
     );
-    let argv = host.sh("cat argv.log").ok().stdout();
+    let argv = host.read(&format!("{base}/argv.log"));
     assert!(
         argv.contains("backup --json"),
         "the shim saw no backup:\n{argv}"
@@ -82,66 +99,51 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     let own_file = host
         .base
         .join(format!("state/homes/{name}/.codex/auth.json"));
-    host.sh(&format!(
-        "set -e; mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}; ag-box up {name}
-         ag-box exec {name} -- sh -c 'echo {{\\\"tokens\\\":\\\"made-inside\\\"}} > ~/.codex/auth.json'"
-    ))
-    .ok();
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.up().ok();
+    b.exec_sh(r#"echo '{"tokens":"made-inside"}' > ~/.codex/auth.json"#)
+        .ok();
     assert!(
         own_file.is_file(),
         "the login never landed in the box's home"
     );
-    assert!(!std::path::Path::new(&node_file).exists());
+    assert!(!host.exists(&node_file));
 
-    let out = host.sh(&format!("ag-box globals adopt {name}"));
-    assert_code(&out, 1, &format!("box '{name}' is running here"));
-    assert!(!std::path::Path::new(&node_file).exists());
+    let adopt = || b.ag(["globals", "adopt", &name]);
+    adopt().cannot(Exit::Failure, &format!("box '{name}' is running here"));
+    assert!(!host.exists(&node_file));
 
-    let out = host.sh(&format!("ag-box park {name}"));
-    assert_code(
-        &out,
-        0,
-        &format!(
+    b.park()
+        .ok()
+        .stderr_has(&format!(
             "box '{name}' holds a login made inside it (~/.codex/auth.json) that no snapshot carries"
-        ),
-    );
-    assert!(
-        out.stderr()
-            .contains(&format!("'ag-box globals adopt {name}'"))
-    );
+        ))
+        .stderr_has(&format!("'ag-box globals adopt {name}'"));
 
-    let out = host.sh(&format!("ag-box globals adopt {name}"));
-    assert_eq!(out.ok().stdout(), format!("adopted {node_file}\n"));
-    assert_eq!(
-        host.sh(&format!("stat -c '%a %u' {node_file}; cat {node_file}"))
-            .ok()
-            .stdout(),
-        "600 0\n{\"tokens\":\"made-inside\"}\n"
-    );
+    adopt().ok().stdout_is(&format!("adopted {node_file}\n"));
+    let meta = std::fs::metadata(host.host_path(&node_file)).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.uid()), (0o600, 0));
+    assert_eq!(host.read(&node_file), "{\"tokens\":\"made-inside\"}\n");
     assert!(!own_file.exists(), "the box kept its own copy");
-    let out = host.sh(&format!("ag-box globals adopt {name}"));
-    assert_code(
-        &out,
-        0,
-        "holds no login of its own on this node: nothing to adopt",
-    );
-    assert_eq!(out.stdout(), "");
+    adopt()
+        .ok()
+        .stderr_has("holds no login of its own on this node: nothing to adopt")
+        .stdout_is("");
 
     // The next start binds the node's file: the box reads it, and a refresh reaches the node.
-    let out = host.sh(&format!(
-        "set -e; ag-box up {name}; ag-box exec {name} -- cat ~/.codex/auth.json 2>&1
-         ag-box exec {name} -- sh -c 'echo {{\\\"tokens\\\":\\\"refreshed\\\"}} > ~/.codex/auth.json'
-         cat {node_file}; ag-box park {name} >/dev/null"
-    ));
-    assert_eq!(
-        out.ok().stdout(),
-        "{\"tokens\":\"made-inside\"}\n{\"tokens\":\"refreshed\"}\n"
-    );
-    assert!(
-        !out.stderr().contains("login made inside"),
-        "{}",
-        out.stderr()
-    );
+    let unsaid = "login made inside";
+    b.up().ok().stderr_lacks(unsaid);
+    b.exec_sh("cat ~/.codex/auth.json 2>&1")
+        .ok()
+        .stdout_is("{\"tokens\":\"made-inside\"}\n")
+        .stderr_lacks(unsaid);
+    b.exec_sh(r#"echo '{"tokens":"refreshed"}' > ~/.codex/auth.json"#)
+        .ok()
+        .stderr_lacks(unsaid);
+    assert_eq!(host.read(&node_file), "{\"tokens\":\"refreshed\"}\n");
+    b.park().ok().stderr_lacks(unsaid);
 }
 
 /// What a box plants where a login belongs is never adopted: a link to a root-only file, a fifo,
@@ -154,23 +156,26 @@ fn a_planted_login_is_never_adopted() {
     let name = format!("plant-{}", std::process::id());
     let home = host.home().to_string();
     let base = host.base.display().to_string();
-    host.sh(&format!(
-        "set -e; mkdir -p {home}/{name}; echo x > {home}/{name}/f; ag-box track {name}; ag-box up {name}
-         umask 077; echo root-only-secret > {base}/secret"
-    ))
-    .ok();
-    let node_file = |rel: &str| std::path::Path::new(&home).join(rel);
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.up().ok();
+    let secret = format!("{base}/secret");
+    std::fs::write(&secret, "root-only-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let node_file = |rel: &str| format!("{home}/{rel}");
+    let own_file = |rel: &str| format!("{base}/state/homes/{name}/{rel}");
     // `script` run inside the box, as its user (the box started for it and stopped after).
     let in_box = |script: &str| {
-        host.sh(&format!(
-            "set -e; ag-box up {name}; ag-box exec {name} -- sh -c '{script}'; ag-box stop {name}"
-        ))
-        .ok();
+        b.up().ok();
+        b.exec_sh(script).ok();
+        b.stop().ok();
     };
+    let adopt = || b.ag(["globals", "adopt", &name]);
     // Each: what the box plants (in its own HOME), and what adopt says.
     let cases = [
         (
-            format!("ln -sfn {base}/secret ~/.claude/.credentials.json"),
+            format!("ln -sfn {secret} ~/.claude/.credentials.json"),
             ".claude/.credentials.json",
             "/.claude/.credentials.json is a link, not a file".to_string(),
         ),
@@ -187,62 +192,47 @@ fn a_planted_login_is_never_adopted() {
     ];
     for (plant, rel, said) in cases {
         in_box(&plant);
-        host.sh(&format!("ls -l {base}/state/homes/{name}/{rel}"))
-            .ok();
-        let out = host.sh(&format!("ag-box globals adopt {name}"));
-        assert_code(&out, 1, &said);
+        assert!(host.exists(&own_file(rel)), "{rel} was not planted");
+        let out = adopt().cannot(Exit::Failure, &said);
         assert_eq!(
             out.stderr().trim_end().lines().count(),
             1,
             "{}",
             out.stderr()
         );
-        assert!(!node_file(rel).exists(), "{rel} was adopted");
+        assert!(!host.exists(&node_file(rel)), "{rel} was adopted");
         in_box(&format!("rm -f ~/{rel}"));
     }
     // One good login and one that is not: nothing moves.
     in_box("echo {} > ~/.codex/auth.json; echo nope > ~/.gemini/oauth_creds.json");
-    let out = host.sh(&format!("ag-box globals adopt {name}"));
-    assert_code(
-        &out,
-        1,
+    adopt().cannot(
+        Exit::Failure,
         "its ~/.gemini/oauth_creds.json is not a login file",
     );
     assert!(
-        !node_file(".codex/auth.json").exists(),
+        !host.exists(&node_file(".codex/auth.json")),
         "a login moved before the check of all"
     );
-    assert!(
-        host.base
-            .join(format!("state/homes/{name}/.codex/auth.json"))
-            .is_file()
-    );
+    assert!(std::path::Path::new(&own_file(".codex/auth.json")).is_file());
     in_box("rm -f ~/.codex/auth.json ~/.gemini/oauth_creds.json");
     // A keyed config says where the agent sends its requests: never the box's to choose.
     in_box(
         r#"echo {\"apiKey\":\"k\",\"baseURL\":\"https://evil.example\"} > ~/.grok/user-settings.json"#,
     );
-    host.sh(&format!(
-        "test -s {base}/state/homes/{name}/.grok/user-settings.json"
-    ))
-    .ok();
-    assert_code(
-        &host.sh(&format!("ag-box globals adopt {name}")),
-        0,
-        "nothing to adopt",
-    );
-    assert!(!node_file(".grok/user-settings.json").exists());
+    let planted = std::fs::metadata(own_file(".grok/user-settings.json")).unwrap();
+    assert!(planted.len() > 0);
+    adopt().ok().stderr_has("nothing to adopt");
+    assert!(!host.exists(&node_file(".grok/user-settings.json")));
     // A fifo (which would hold a reader forever) is no login at all.
     in_box("mkfifo ~/.gemini/oauth_creds.json");
-    host.sh(&format!(
-        "test -p {base}/state/homes/{name}/.gemini/oauth_creds.json"
-    ))
-    .ok();
-    let out = host.sh(&format!("timeout 20 ag-box globals adopt {name}"));
-    assert_code(&out, 0, "nothing to adopt");
-    assert!(!node_file(".gemini/oauth_creds.json").exists());
-    assert_eq!(
-        host.sh(&format!("cat {base}/secret")).ok().stdout(),
-        "root-only-secret\n"
-    );
+    let fifo = std::fs::symlink_metadata(own_file(".gemini/oauth_creds.json")).unwrap();
+    assert!(fifo.file_type().is_fifo());
+    command(
+        &host,
+        ["timeout", "20", "ag-box", "globals", "adopt", &name],
+    )
+    .ok()
+    .stderr_has("nothing to adopt");
+    assert!(!host.exists(&node_file(".gemini/oauth_creds.json")));
+    assert_eq!(host.read(&secret), "root-only-secret\n");
 }

@@ -365,10 +365,15 @@ pub(crate) struct Exec<'t> {
     name: String,
 }
 
-impl Exec<'_> {
+impl<'t> Exec<'t> {
     pub(crate) fn in_dir(mut self, dir: &str) -> Self {
         self.step = self.step.in_dir(dir);
         self
+    }
+
+    /// As a plain step (its exit code then ag-box's, as for any verb).
+    pub(crate) fn into_step(self) -> Step<'t> {
+        self.step
     }
 
     /// Run it again until `done` holds for its result, for at most `timeout`.
@@ -620,6 +625,16 @@ impl Project {
             path.to_string(),
             contents.as_ref().to_vec(),
             0o644,
+        ));
+        self
+    }
+
+    /// A file only its owner reads (mode 600), its parents made.
+    pub(crate) fn private(mut self, path: &str, contents: impl AsRef<[u8]>) -> Self {
+        self.entries.push(Entry::File(
+            path.to_string(),
+            contents.as_ref().to_vec(),
+            0o600,
         ));
         self
     }
