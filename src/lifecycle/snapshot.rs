@@ -16,7 +16,7 @@ use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
-use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, Relation};
 use crate::sys::restic::short;
 use crate::sys::{crash, digest, working_copy};
 
@@ -230,6 +230,20 @@ fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
     }
 }
 
+/// A copy part old, part new is never saved: the box's latest stays what the restore was
+/// bringing, which is all the copy holds (nothing unsaved was in it when the restore began).
+fn half_restored(name: &str, to: &str) -> UserError {
+    UserError::failed(
+        format!(
+            "box '{name}': not snapshotted: its copy on this node is half restored (an 'up' here was cut off while restoring snapshot {}), and holds nothing that snapshot lacks",
+            short(to)
+        ),
+        format!(
+            "run 'ag-box up {name}' to finish the restore; 'ag-box park {name}' then frees the node"
+        ),
+    )
+}
+
 fn partial(name: &str, why: &str) -> UserError {
     UserError::failed(
         format!("box '{name}': not snapshotted as its latest: {why}"),
@@ -335,6 +349,9 @@ pub(crate) fn take(
     let meta = &stored.meta;
     let node = &w.config.node;
     let copy = journal.state().clone();
+    if let Relation::Restoring { to } = &copy.relation {
+        return Err(half_restored(&meta.name, to).into());
+    }
     if !accept_partial && let Some(why) = partial_before(meta, &copy) {
         return Err(partial(&meta.name, &why).into());
     }
