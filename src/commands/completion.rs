@@ -106,8 +106,7 @@ pub(crate) fn snapshot_ids() -> Vec<CompletionCandidate> {
                 s.tag("box").unwrap_or("globals"),
                 s.time.get(..19).unwrap_or(&s.time)
             );
-            CompletionCandidate::new(crate::sys::restic::short(&s.id).to_string())
-                .help(Some(help.into()))
+            CompletionCandidate::new(s.id.short().to_string()).help(Some(help.into()))
         })
         .collect()
 }

@@ -9,8 +9,8 @@ use crate::error::UserError;
 use crate::plan::diff::{self, Change, What};
 use crate::plan::history::size;
 use crate::plan::restic::{box_tag, find_snapshot};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::text::escaped;
-use crate::sys::restic::short;
 use crate::sys::working_copy;
 
 #[derive(Serialize)]
@@ -20,8 +20,8 @@ struct Report<'a> {
     name: &'a str,
     /// Full snapshot ids; `to` is null for this node's working copy (then named by
     /// `working_copy_on`, null otherwise).
-    from: &'a str,
-    to: Option<&'a str>,
+    from: &'a SnapshotId,
+    to: Option<&'a SnapshotId>,
     working_copy_on: Option<&'a str>,
     changes: &'a [Change],
 }
@@ -74,7 +74,7 @@ pub(crate) fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
             schema_version: JSON_SCHEMA_VERSION,
             name,
             from: &from,
-            to: to_id.as_deref(),
+            to: to_id.as_ref(),
             working_copy_on: to_id.is_none().then_some(ctx.config.node.as_str()),
             changes: &changes,
         };
@@ -97,12 +97,12 @@ pub(crate) fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
         out!("{mark} {}  ({sizes})", escaped(&c.path.to_string_lossy()));
     }
     let to = to_id.map_or(format!("the working copy on {}", ctx.config.node), |id| {
-        short(&id).to_string()
+        id.short().to_string()
     });
     let count = |w: What| changes.iter().filter(|c| c.what == w).count();
     say!(
         "box '{name}': from snapshot {} to {to}: {} added, {} removed, {} modified",
-        short(&from),
+        from.short(),
         count(What::Added),
         count(What::Removed),
         count(What::Modified)

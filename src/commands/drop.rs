@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle::drop;
+use crate::plan::snapshot_id::SnapshotId;
 
 fn confirm(name: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
@@ -45,7 +46,7 @@ struct Dropped<'a> {
     #[serde(rename = "box")]
     name: &'a str,
     /// The full ids of the snapshots deleted.
-    snapshots_deleted: &'a [String],
+    snapshots_deleted: &'a [SnapshotId],
     /// The project, left as it was.
     path: &'a std::path::Path,
     /// Where its agent home was set aside (null: it had none here).

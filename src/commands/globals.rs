@@ -9,7 +9,6 @@ use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
 use crate::plan::text::escaped;
 use crate::sys::agent_home::{self, Adopted};
-use crate::sys::restic::short;
 use crate::sys::restore;
 
 /// What `globals` is asked to do.
@@ -64,7 +63,7 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     say!(
         "pushed {} global files and dirs (snapshot {})",
         paths.len(),
-        short(&id)
+        id.short()
     );
     Ok(())
 }
@@ -93,7 +92,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
     say!(
         "pulled {} global files and dirs from snapshot {} ({})",
         placed.len(),
-        short(&newest.id),
+        newest.id.short(),
         newest.time
     );
     Ok(())

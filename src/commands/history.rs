@@ -7,14 +7,14 @@ use serde::Serialize;
 use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
 use crate::plan::history::{self, Entry};
 use crate::plan::restic::box_tag;
-use crate::sys::restic::short;
+use crate::plan::snapshot_id::SnapshotId;
 
 #[derive(Serialize)]
 struct Report<'a> {
     schema_version: u32,
     #[serde(rename = "box")]
     name: &'a str,
-    latest: Option<&'a str>,
+    latest: Option<&'a SnapshotId>,
     entries: &'a [Entry],
 }
 
@@ -31,7 +31,7 @@ pub(crate) fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
         .into_iter()
         .map(|(_, e)| e)
         .collect();
-    let latest = meta.last_snapshot.as_ref().map(|s| s.id.as_str());
+    let latest = meta.last_snapshot.as_ref().map(|s| &s.id);
     let mut entries = history::entries(&snapshots, &events, latest);
     if !with_events {
         entries.retain(|e| matches!(e, Entry::Snapshot(_)));
@@ -76,7 +76,7 @@ pub(crate) fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
                 s.time,
                 s.node.as_deref().unwrap_or("-"),
                 s.epoch.map_or_else(dash, |e| e.to_string()),
-                short(&s.id),
+                s.id.short(),
                 s.files_added.map_or_else(dash, |f| f.to_string()),
                 s.bytes_added.map_or_else(dash, history::size),
                 if s.fork { "fork snapshot" } else { "snapshot" },
@@ -91,7 +91,7 @@ pub(crate) fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
                 ev.time,
                 ev.node,
                 ev.epoch.map_or_else(dash, |e| e.to_string()),
-                ev.snapshot.as_deref().map_or("-", short),
+                ev.snapshot.as_ref().map_or("-", SnapshotId::short),
                 "",
                 "",
                 ev.verb,

@@ -8,7 +8,6 @@ use crate::plan::egress::Mode;
 use crate::plan::text;
 use crate::store::lease;
 use crate::store::meta::Meta;
-use crate::sys::restic::short;
 
 #[derive(Serialize)]
 struct Row {
@@ -76,7 +75,7 @@ pub(crate) fn run(json: bool) -> Result<()> {
             format!("{}{}", l.node, if r.lease_stale { "(stale)" } else { "" })
         });
         let renewed = m.lease.as_ref().map_or("-", |l| l.renewed_at.as_str());
-        let snap = m.last_snapshot.as_ref().map_or("-", |s| short(&s.id));
+        let snap = m.last_snapshot.as_ref().map_or("-", |s| s.id.short());
         let here = if r.running_here { "running" } else { "-" };
         table.push(vec![
             m.name.clone(),

@@ -4,6 +4,7 @@ use anyhow::Result;
 
 use super::{Ctx, require_tools};
 use crate::lifecycle;
+use crate::plan::snapshot_id::SnapshotId;
 
 /// `park --json`.
 #[derive(serde::Serialize)]
@@ -14,7 +15,7 @@ struct Parked<'a> {
     /// The node it was parked on, now free of it.
     node: &'a str,
     /// The final snapshot's full id: what the next `up` restores.
-    snapshot: &'a str,
+    snapshot: &'a SnapshotId,
 }
 
 pub(crate) fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {

@@ -5,7 +5,6 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::lifecycle::prune;
 use crate::plan::text;
-use crate::sys::restic::short;
 
 pub(crate) fn run(dry_run: bool) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -14,10 +13,10 @@ pub(crate) fn run(dry_run: bool) -> Result<()> {
     let plan = prune::plan(&ctx)?;
     for group in &plan.groups {
         for (id, reason) in &group.keep {
-            out!("keep   {} {} ({reason})", group.label, short(id));
+            out!("keep   {} {} ({reason})", group.label, id.short());
         }
         for id in &group.forget {
-            out!("forget {} {}", group.label, short(id));
+            out!("forget {} {}", group.label, id.short());
         }
     }
     let policy = ctx.config.retention;

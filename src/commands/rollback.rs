@@ -8,9 +8,10 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle;
-use crate::plan::restic::{SnapshotInfo, same_snapshot};
+use crate::plan::restic::SnapshotInfo;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::meta::SnapshotRef;
-use crate::sys::restic::{Restic, short};
+use crate::sys::restic::Restic;
 
 /// `rollback --json`.
 #[derive(serde::Serialize)]
@@ -19,10 +20,10 @@ struct RolledBack<'a> {
     #[serde(rename = "box")]
     name: &'a str,
     /// The full id of the snapshot the box is now at.
-    snapshot: &'a str,
+    snapshot: &'a SnapshotId,
     /// The snapshot that keeps the state it replaced: `rollback <box> <it>` undoes this (null:
     /// nothing was replaced).
-    undo: Option<&'a str>,
+    undo: Option<&'a SnapshotId>,
     /// Where a copy was restored instead (`--to`), the box untouched.
     restored_to: Option<&'a Path>,
 }
@@ -34,7 +35,7 @@ pub(crate) fn run(
     yes: bool,
     json: bool,
 ) -> Result<()> {
-    let done = |snapshot: &str, undo: Option<&str>, restored_to: Option<&Path>| {
+    let done = |snapshot: &SnapshotId, undo: Option<&SnapshotId>, restored_to: Option<&Path>| {
         if json {
             super::print_json(&RolledBack {
                 schema_version: super::JSON_SCHEMA_VERSION,
@@ -71,16 +72,13 @@ pub(crate) fn run(
         .lease
         .as_ref()
         .is_some_and(|l| l.node == ctx.config.node);
-    let at_latest = meta
-        .last_snapshot
-        .as_ref()
-        .is_some_and(|l| same_snapshot(&l.id, &to.id));
+    let at_latest = meta.last_snapshot.as_ref().is_some_and(|l| l.id == to.id);
     let parked = meta.lease.is_none();
     if at_latest && (parked || (here && lifecycle::snapshot::unchanged_since_latest(&ctx, &meta)?))
     {
         say!(
             "box '{name}' is already at snapshot {}{}; nothing to roll back",
-            short(&to.id),
+            to.id.short(),
             if here {
                 ", and its copy here has not changed since"
             } else {
@@ -95,32 +93,28 @@ pub(crate) fn run(
     let replaced = lifecycle::rollback::rollback(&ctx, name, &to)?;
     say!(
         "box '{name}' is back at snapshot {} ({}); the state it replaced is snapshot {}: 'ag-box rollback {name} {}' undoes this",
-        short(&to.id),
+        to.id.short(),
         to.at,
-        short(&replaced),
-        short(&replaced)
+        replaced.as_ref().map_or("", SnapshotId::short),
+        replaced.as_ref().map_or("", SnapshotId::short)
     );
-    done(
-        &to.id,
-        Some(replaced.as_str()).filter(|r| !r.is_empty()),
-        None,
-    )
+    done(&to.id, replaced.as_ref(), None)
 }
 
 /// A running box is stopped (its sessions end) and started again: asked on a terminal, else
 /// `--yes` says so.
-fn confirm_restart(name: &str, to: &str) -> Result<()> {
+fn confirm_restart(name: &str, to: &SnapshotId) -> Result<()> {
     use std::io::{IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
         return Err(UserError::usage(
-            format!("box '{name}' is running: a rollback stops it and starts it again at snapshot {}", short(to)),
-            format!("add --yes to go ahead (e.g. 'ag-box rollback {name} {} --yes'), or park the box first", short(to)),
+            format!("box '{name}' is running: a rollback stops it and starts it again at snapshot {}", to.short()),
+            format!("add --yes to go ahead (e.g. 'ag-box rollback {name} {} --yes'), or park the box first", to.short()),
         )
         .into());
     }
     eprint!(
         "Box '{name}' is running: the rollback stops it (its sessions end) and starts it again at snapshot {}. Go ahead? [y/N] ",
-        short(to)
+        to.short()
     );
     std::io::stderr().flush()?;
     let mut answer = String::new();
@@ -149,7 +143,7 @@ fn restore_elsewhere(restic: &Restic, name: &str, s: &SnapshotInfo, dir: &Path) 
     });
     say!(
         "restored snapshot {} of box '{name}' ({}) under {}{first}; the box is unchanged",
-        short(&s.id),
+        s.id.short(),
         s.time,
         dir.display()
     );

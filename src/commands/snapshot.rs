@@ -14,6 +14,7 @@ use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::{Taken, take_alone};
 use crate::plan::active::{self, LastRun};
 use crate::plan::restic::Version;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::restic::Restic;
 use crate::sys::{cmd, host};
 
@@ -65,10 +66,10 @@ struct BoxSnapshot<'a> {
     outcome: Outcome,
     /// The full id of the snapshot the box is at now (a fork's, when it forked); null when it
     /// failed.
-    snapshot: Option<&'a str>,
+    snapshot: Option<&'a SnapshotId>,
 }
 
-fn print_report(names: &[String], outcomes: &[Outcome], ids: &[Option<String>]) -> Result<()> {
+fn print_report(names: &[String], outcomes: &[Outcome], ids: &[Option<SnapshotId>]) -> Result<()> {
     super::print_json(&Report {
         schema_version: super::JSON_SCHEMA_VERSION,
         snapshots: names
@@ -78,7 +79,7 @@ fn print_report(names: &[String], outcomes: &[Outcome], ids: &[Option<String>]) 
             .map(|((name, outcome), id)| BoxSnapshot {
                 name,
                 outcome: *outcome,
-                snapshot: id.as_deref(),
+                snapshot: id.as_ref(),
             })
             .collect(),
     })
@@ -239,7 +240,7 @@ fn snapshot_in_parallel(
                     if print {
                         out!("{text}");
                     }
-                    ids[i] = text.split_whitespace().nth(1).map(str::to_string);
+                    ids[i] = text.split_whitespace().nth(1).map(SnapshotId::from);
                     outcomes[i] = match cmd::exit_code(status) {
                         0 if text.ends_with(Outcome::Unchanged.note()) => Outcome::Unchanged,
                         0 => Outcome::Taken,
@@ -267,7 +268,7 @@ struct Ran {
     /// How long each took.
     seconds: Vec<f64>,
     /// The snapshot each is at (its line's), None when it failed.
-    ids: Vec<Option<String>>,
+    ids: Vec<Option<SnapshotId>>,
 }
 
 /// Where `snapshot --active` keeps what it measured (`plan::active::LastRun`).

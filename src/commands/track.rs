@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::lifecycle::track;
 use crate::plan::names;
-use crate::sys::restic::short;
+use crate::plan::snapshot_id::SnapshotId;
 
 /// `track --json`.
 #[derive(serde::Serialize)]
@@ -23,7 +23,7 @@ struct Tracked<'a> {
     gid: u32,
     pinned_node: Option<&'a str>,
     /// The first snapshot's full id.
-    snapshot: &'a str,
+    snapshot: &'a SnapshotId,
 }
 
 pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
@@ -46,7 +46,7 @@ pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> R
     say!(
         "tracked box '{name}' at {}{pin}; first snapshot {}",
         project.display(),
-        short(&tracked.snapshot)
+        tracked.snapshot.short()
     );
     if json {
         let ids = meta.ids();

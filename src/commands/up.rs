@@ -5,6 +5,7 @@ use anyhow::Result;
 use super::{Ctx, probe, require_tools};
 use crate::error::{ChildExit, Code, UserError};
 use crate::lifecycle::{self, up::being_dropped, up::held_elsewhere};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::{schedule, tmux};
 use crate::store::lease::{self, UpPlan};
 use crate::sys::nodes::Nodes;
@@ -19,7 +20,7 @@ struct Started<'a> {
     node: Option<&'a str>,
     epoch: Option<u64>,
     /// The snapshot it was last saved as (full id): what a restore brought, if one did.
-    snapshot: Option<&'a str>,
+    snapshot: Option<&'a SnapshotId>,
 }
 
 pub(crate) fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Result<()> {
@@ -32,7 +33,7 @@ pub(crate) fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Re
             name,
             node: meta.lease.as_ref().map(|l| l.node.as_str()),
             epoch: meta.lease.as_ref().map(|l| l.epoch),
-            snapshot: meta.last_snapshot.as_ref().map(|s| s.id.as_str()),
+            snapshot: meta.last_snapshot.as_ref().map(|s| &s.id),
         })?;
     }
     Ok(())

@@ -18,6 +18,7 @@ use crate::plan::delta::{Change, Listed};
 use crate::plan::names;
 use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
@@ -262,28 +263,33 @@ impl Repo for LazyRestic {
     fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
         Repo::backup_changes(self.get()?, spec, paths)
     }
-    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
         Repo::restore(self.get()?, snapshot_id, target)
     }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         Repo::snapshots(self.get()?)
     }
-    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         Repo::box_snapshots(self.get()?, name)
     }
-    fn forget(&self, ids: &[String]) -> Result<()> {
+    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
         Repo::forget(self.get()?, ids)
     }
     fn prune(&self) -> Result<()> {
         Repo::prune(self.get()?)
     }
-    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
         Repo::changes(self.get()?, from, to)
     }
-    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>> {
+    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
         Repo::listing(self.get()?, snapshot_id)
     }
-    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+    fn restore_only(
+        &self,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+        paths: &[PathBuf],
+    ) -> Result<()> {
         Repo::restore_only(self.get()?, snapshot_id, target, paths)
     }
     fn restores_in_place(&self) -> bool {
@@ -291,7 +297,7 @@ impl Repo for LazyRestic {
     }
     fn restore_path(
         &self,
-        snapshot_id: &str,
+        snapshot_id: &SnapshotId,
         path: &Path,
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],

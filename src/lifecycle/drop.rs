@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use super::Ctx;
 use crate::error::{Code, UserError};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::meta::Meta;
 use crate::store::{self, Step, events, update};
 use crate::sys::copy_state::{CopyManifest, CopyState};
@@ -20,7 +21,7 @@ pub(crate) struct Dropped {
     /// Its record as it was.
     pub meta: Meta,
     /// The full ids of the snapshots deleted.
-    pub snapshots: Vec<String>,
+    pub snapshots: Vec<SnapshotId>,
     /// Where its agent home was set aside (None: it had none here).
     pub home_kept_at: Option<PathBuf>,
 }

@@ -5,10 +5,10 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here, snapshot};
 use crate::error::{Code, UserError};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, events, update_from};
 use crate::sys::copy_state::{CopyManifest, CopyState};
-use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
@@ -16,7 +16,7 @@ use crate::sys::{agent_home, crash, digest};
 /// Returns the final snapshot's id.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<String> {
+pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<SnapshotId> {
     let _lock = w.lock(name, "park")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -129,7 +129,7 @@ pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<String> 
     );
     say!(
         "parked box '{name}' (snapshot {}); this node is free of it",
-        short(&snapshot.id)
+        snapshot.id.short()
     );
     match agent_home::own_logins(&spec) {
         Ok(logins) if !logins.is_empty() => tracing::warn!(
@@ -142,17 +142,17 @@ pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<String> 
     Ok(snapshot.id)
 }
 
-fn taken_over(name: &str, lost: LeaseLost, snapshot: &str) -> UserError {
+fn taken_over(name: &str, lost: LeaseLost, snapshot: &SnapshotId) -> UserError {
     let holder = lost.now_held_by.map_or("nobody".into(), |l| l.node);
     UserError::new(
         Code::LeaseHeld,
         format!(
             "box '{name}' was taken over by {holder}: stopped it here and kept this node's files as snapshot {}",
-            short(snapshot)
+            snapshot.short()
         ),
         format!(
             "the box's latest state is on {holder}; 'ag-box rollback {name} {} --to <dir>' recovers this node's files beside it",
-            short(snapshot)
+            snapshot.short()
         ),
     )
 }

@@ -7,17 +7,17 @@ use anyhow::Result;
 use super::Ctx;
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::retention::{self, Reason, Snap};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::events;
 use crate::sys::crash;
-use crate::sys::restic::short;
 
 /// What the retention keys keep and forget of one box (or of the globals).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Group {
     /// The box's name, or `(globals)`.
     pub label: String,
-    pub keep: Vec<(String, Reason)>,
-    pub forget: Vec<String>,
+    pub keep: Vec<(SnapshotId, Reason)>,
+    pub forget: Vec<SnapshotId>,
 }
 
 /// The whole plan: every group, and how many snapshots the repository holds.
@@ -30,7 +30,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub(crate) fn forget(&self) -> Vec<String> {
+    pub(crate) fn forget(&self) -> Vec<SnapshotId> {
         self.groups
             .iter()
             .flat_map(|g| g.forget.iter().cloned())
@@ -43,7 +43,7 @@ pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
     let all = w.repo.snapshots()?;
     let records = w.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
-    let mut sources: Vec<(String, String, Option<String>, Option<String>)> = records
+    let mut sources: Vec<(String, String, Option<String>, Option<SnapshotId>)> = records
         .into_iter()
         .map(|m| {
             (
@@ -64,19 +64,19 @@ pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
             let mut kept = retention::plan(
                 &snaps(&tagged(&tag)),
                 w.config.retention,
-                pinned.as_deref(),
+                pinned.as_ref(),
                 w.now(),
             );
             if let Some(changes) = &changes {
                 // Each with the snapshot it leads to (one without is forgotten with the rest).
-                let leading: Vec<(Snap, String)> = tagged(changes)
+                let leading: Vec<(Snap, SnapshotId)> = tagged(changes)
                     .into_iter()
                     .filter_map(|i| {
-                        let to = i.tag("to").unwrap_or_default().to_string();
+                        let to = SnapshotId::from(i.tag("to").unwrap_or_default());
                         Some((snaps(&[i]).pop()?, to))
                     })
                     .collect();
-                let c = retention::changes_plan(&leading, pinned.as_deref());
+                let c = retention::changes_plan(&leading, pinned.as_ref());
                 kept.keep.extend(c.keep);
                 kept.forget.extend(c.forget);
             }
@@ -119,7 +119,7 @@ fn snaps(infos: &[&SnapshotInfo]) -> Vec<Snap> {
             } else {
                 tracing::warn!(
                     "snapshot {} has an unreadable time '{}'; kept",
-                    short(&i.id),
+                    i.id.short(),
                     i.time
                 );
                 None

@@ -7,15 +7,16 @@ use anyhow::Result;
 
 use super::{Ctx, snapshot, up};
 use crate::error::{Code, UserError};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
 use crate::store::meta::SnapshotRef;
 use crate::store::{Step, events, update};
 use crate::sys::copy_state::CopyState;
 use crate::sys::crash;
-use crate::sys::restic::short;
 
-/// Roll box `name` back to `to`; returns the snapshot of the state it replaced.
-pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<String> {
+/// Roll box `name` back to `to`; returns the snapshot of the state it replaced (None: the box
+/// had none).
+pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<Option<SnapshotId>> {
     let lock = w.lock(name, "rollback")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;
@@ -63,8 +64,8 @@ pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<String> 
             .into());
         }
     };
-    let undo = replaced.as_deref().map_or(String::new(), |id| {
-        format!("; undo with 'ag-box rollback {name} {}'", short(id))
+    let undo = replaced.as_ref().map_or(String::new(), |id| {
+        format!("; undo with 'ag-box rollback {name} {}'", id.short())
     });
     events::record(
         w.store.as_ref(),
@@ -75,13 +76,13 @@ pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<String> 
             snapshot: Some(&to.id),
             detail: Some(format!(
                 "to {} from {}{undo}",
-                short(&to.id),
-                replaced.as_deref().map_or("nothing", short)
+                to.id.short(),
+                replaced.as_ref().map_or("nothing", SnapshotId::short)
             )),
             ..Default::default()
         },
     );
-    Ok(replaced.unwrap_or_default())
+    Ok(replaced)
 }
 
 /// The record's latest snapshot becomes `to`: on a parked box (`held` None) only while it stays

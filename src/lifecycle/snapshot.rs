@@ -9,15 +9,15 @@ use super::{Ctx, not_up_here};
 use crate::atomic;
 use crate::error::UserError;
 use crate::plan::delta::{self, Manifest, Published, PublishedRef};
-use crate::plan::restic::{BackupSpec, ChangesSpec, same_snapshot};
+use crate::plan::restic::{BackupSpec, ChangesSpec};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::{account, history};
 use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
 use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, Relation};
-use crate::sys::restic::short;
 use crate::sys::{crash, digest, working_copy};
 
 pub(crate) struct Taken {
@@ -40,7 +40,7 @@ fn backup_spec(
     box_spec: &BoxSpec,
     epoch: u64,
     fork: bool,
-    parent: Option<String>,
+    parent: Option<SnapshotId>,
     restored_from_parent: bool,
 ) -> BackupSpec {
     BackupSpec {
@@ -62,11 +62,11 @@ fn backup_spec(
 
 /// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
 /// name has none: then nothing is remembered, and the next park publishes nothing).
-pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &str, manifest: Option<Manifest>) {
+pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &SnapshotId, manifest: Option<Manifest>) {
     let state = &w.config.state_dir;
     let kept = match manifest {
         Some(entries) => CopyManifest {
-            snapshot: id.to_string(),
+            snapshot: id.clone(),
             entries,
         }
         .save(state, name),
@@ -84,12 +84,12 @@ pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &str, manifest: Option<Mani
 pub(crate) fn publish_changes(
     w: &Ctx,
     spec: &BoxSpec,
-    to: &str,
+    to: &SnapshotId,
     before: Option<&CopyManifest>,
     after: Option<Manifest>,
 ) {
     let name = &spec.name;
-    if before.is_some_and(|b| same_snapshot(&b.snapshot, to)) {
+    if before.is_some_and(|b| b.snapshot == *to) {
         // Nothing changed since: what was published up to `to` still serves.
         keep_manifest(w, name, to, after);
         return;
@@ -101,8 +101,8 @@ pub(crate) fn publish_changes(
     match published {
         Ok(Some(p)) => tracing::debug!(
             "box '{name}': what changed since snapshot {} is in snapshot {}",
-            short(&p.from),
-            short(&p.snapshot)
+            p.from.short(),
+            p.snapshot.short()
         ),
         Ok(None) => {}
         Err(e) => {
@@ -121,7 +121,7 @@ pub(crate) fn publish_changes(
 fn save_changes(
     w: &Ctx,
     spec: &BoxSpec,
-    to: &str,
+    to: &SnapshotId,
     before: Option<&CopyManifest>,
     after: Option<&Manifest>,
 ) -> Result<Option<PublishedRef>> {
@@ -137,7 +137,7 @@ fn save_changes(
     let Some(d) = delta::between(&b.entries, a, &|p| excludes.matches(p)) else {
         return Ok(None);
     };
-    let published = Published::new(b.snapshot.clone(), to.to_string(), d);
+    let published = Published::new(b.snapshot.clone(), to.clone(), d);
     // The list travels in the snapshot, from a path of the node's own (root's, outside
     // every box), so the bucket learns no path the box's snapshots do not hide as well.
     let list = w
@@ -175,7 +175,7 @@ fn save_changes(
         spec.name,
         published.fetch.len(),
         published.remove.len(),
-        short(&saved.id)
+        saved.id.short()
     );
     Ok(Some(PublishedRef {
         from: published.from,
@@ -187,7 +187,12 @@ fn save_changes(
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
-pub(crate) fn keep_as_fork(w: &Ctx, meta: &Meta, epoch: u64, copy: &CopyState) -> Result<String> {
+pub(crate) fn keep_as_fork(
+    w: &Ctx,
+    meta: &Meta,
+    epoch: u64,
+    copy: &CopyState,
+) -> Result<SnapshotId> {
     let equal = copy.equal();
     let spec = backup_spec(
         w,
@@ -232,11 +237,11 @@ fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
 
 /// A copy part old, part new is never saved: the box's latest stays what the restore was
 /// bringing, which is all the copy holds (nothing unsaved was in it when the restore began).
-fn half_restored(name: &str, to: &str) -> UserError {
+fn half_restored(name: &str, to: &SnapshotId) -> UserError {
     UserError::failed(
         format!(
             "box '{name}': not snapshotted: its copy on this node is half restored (an 'up' here was cut off while restoring snapshot {}), and holds nothing that snapshot lacks",
-            short(to)
+            to.short()
         ),
         format!(
             "run 'ag-box up {name}' to finish the restore; 'ag-box park {name}' then frees the node"
@@ -285,7 +290,7 @@ fn refuse_above_bound(
             history::size(changed),
             match (copy.snapshot_began, &kept) {
                 (Some(_), _) => " since its last snapshot here".to_string(),
-                (None, Some(k)) => format!(" since snapshot {}", short(&k.snapshot)),
+                (None, Some(k)) => format!(" since snapshot {}", k.snapshot.short()),
                 (None, None) => String::new(),
             },
             history::size(bound)
@@ -303,7 +308,7 @@ fn refuse_foreign_owners(
     w: &Ctx,
     spec: &BoxSpec,
     roots: &[PathBuf],
-    id: &str,
+    id: &SnapshotId,
     accept_partial: bool,
 ) -> Result<()> {
     let foreign = account::foreign_owned(&w.repo.listing(id)?, roots, spec.ids);
@@ -318,7 +323,7 @@ fn refuse_foreign_owners(
         .collect();
     let why = format!(
         "snapshot {} holds {} {} not owned by the box's user ({}{}); the box changed them while they were read",
-        short(id),
+        id.short(),
         foreign.len(),
         if foreign.len() == 1 {
             "entry"
@@ -429,7 +434,7 @@ pub(crate) fn take(
         let why = format!(
             "restic could not read {} (snapshot {} holds the rest)",
             backup.unreadable.join("; "),
-            short(&id)
+            id.short()
         );
         return Err(partial(&meta.name, &why).into());
     }
@@ -470,7 +475,7 @@ pub(crate) fn take(
         tracing::warn!(
             "box '{}': the lease is now held by {holder}; snapshot {} keeps this node's files as a fork and is not the box's latest",
             meta.name,
-            short(&snapshot.id)
+            snapshot.id.short()
         );
     }
     events::record(
@@ -568,7 +573,7 @@ fn renew_only(
     tracing::info!(
         "box '{}': unchanged since snapshot {}; lease renewed",
         meta.name,
-        short(&last.id)
+        last.id.short()
     );
     Ok(Taken {
         snapshot: last,

@@ -20,6 +20,7 @@ use crate::error::{Code, UserError};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published, PublishedRef};
 use crate::plan::restic::{BackupSpec, ChangesSpec, FORK_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
 use crate::store::meta::{Lease, Meta, SnapshotRef};
@@ -194,11 +195,12 @@ fn cp(from: &Path, to: &Path) {
 }
 
 impl FakeRepo {
-    fn tree(&self, id: &str) -> PathBuf {
-        self.dir.join(id)
+    /// Where snapshot `id` (a `&str` or a `&SnapshotId`) is kept.
+    fn tree(&self, id: impl std::fmt::Display) -> PathBuf {
+        self.dir.join(id.to_string())
     }
     /// A file as snapshot `id` holds it.
-    fn file(&self, id: &str, path: &Path) -> Option<String> {
+    fn file(&self, id: impl std::fmt::Display, path: &Path) -> Option<String> {
         fs::read_to_string(self.tree(id).join(path.strip_prefix("/").unwrap())).ok()
     }
 }
@@ -225,7 +227,7 @@ impl Repo for FakeRepo {
             .borrow_mut()
             .insert(id.clone(), timestamp(SystemTime::now()));
         Ok(Backup {
-            id,
+            id: id.into(),
             unreadable: self.unreadable.take(),
             files_added: 1,
             bytes_added: 10,
@@ -245,13 +247,14 @@ impl Repo for FakeRepo {
             .borrow_mut()
             .insert(id.clone(), timestamp(SystemTime::now()));
         Ok(Backup {
-            id,
+            id: id.into(),
             unreadable: Vec::new(),
             files_added: 1,
             bytes_added: 10,
         })
     }
-    fn restore(&self, id: &str, target: &Path) -> Result<()> {
+    fn restore(&self, id: &SnapshotId, target: &Path) -> Result<()> {
+        let id = id.as_str();
         self.restored.borrow_mut().push(id.to_string());
         if self.cut_in_place.get() {
             anyhow::bail!("the connection to the repository was lost");
@@ -267,14 +270,14 @@ impl Repo for FakeRepo {
         anyhow::ensure!(ok.success(), "restoring {id}");
         Ok(())
     }
-    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let of = [box_tag(name), changes_tag(name)];
         Ok(self
             .tags
             .borrow()
             .iter()
             .filter(|(_, tags)| tags.iter().any(|t| of.contains(t)))
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| id.as_str().into())
             .collect())
     }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
@@ -283,7 +286,7 @@ impl Repo for FakeRepo {
             .borrow()
             .iter()
             .map(|(id, tags)| SnapshotInfo {
-                id: id.clone(),
+                id: id.as_str().into(),
                 time: self.times.borrow().get(id).cloned().unwrap_or_default(),
                 tags: tags.clone(),
                 summary: None,
@@ -291,11 +294,11 @@ impl Repo for FakeRepo {
             })
             .collect())
     }
-    fn forget(&self, ids: &[String]) -> Result<()> {
+    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
         if self.delete_fails.take() {
             anyhow::bail!("restic forget: the repository is locked");
         }
-        for id in ids {
+        for id in ids.iter().map(SnapshotId::as_str) {
             self.tags.borrow_mut().remove(id);
             fs::remove_dir_all(self.tree(id))?;
         }
@@ -305,7 +308,8 @@ impl Repo for FakeRepo {
         self.prunes.set(self.prunes.get() + 1);
         Ok(())
     }
-    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
+        let (from, to) = (from.as_str(), to.as_str());
         anyhow::ensure!(
             !self.diff_fails.get(),
             "restic diff: the connection was lost"
@@ -316,10 +320,11 @@ impl Repo for FakeRepo {
         list_tree(&self.tree(to), Path::new("/"), &mut listed);
         Ok((out, listed))
     }
-    fn listing(&self, _: &str) -> Result<Vec<Listed>> {
+    fn listing(&self, _: &SnapshotId) -> Result<Vec<Listed>> {
         Ok(self.foreign_in_next.take())
     }
-    fn restore_only(&self, id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+    fn restore_only(&self, id: &SnapshotId, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        let id = id.as_str();
         self.fetched
             .borrow_mut()
             .push((id.to_string(), paths.to_vec()));
@@ -336,7 +341,14 @@ impl Repo for FakeRepo {
     fn restores_in_place(&self) -> bool {
         self.in_place.get()
     }
-    fn restore_path(&self, id: &str, path: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
+    fn restore_path(
+        &self,
+        id: &SnapshotId,
+        path: &Path,
+        _: &[PathBuf],
+        _: &[PathBuf],
+    ) -> Result<()> {
+        let id = id.as_str();
         self.in_place_calls
             .borrow_mut()
             .push((id.to_string(), path.to_path_buf()));
@@ -532,7 +544,7 @@ impl Node {
 
     /// The snapshot this node's copy equals (stale or not).
     fn equals(&self) -> Option<String> {
-        self.copy().equal().map(|e| e.snapshot.clone())
+        self.copy().equal().map(|e| e.snapshot.to_string())
     }
 
     /// `track demo` and `park demo`: f.txt holds "v1".
@@ -595,7 +607,7 @@ impl Node {
         let r = PublishedRef {
             from: published.from.clone(),
             to: published.to.clone(),
-            snapshot: id,
+            snapshot: id.into(),
             list,
         };
         self.store.put_delta("demo", Some(&r)).unwrap();
@@ -612,7 +624,7 @@ impl Node {
     /// The box's latest snapshot is now `id`, taken elsewhere.
     fn point_at(&self, id: &str) {
         let snapshot = SnapshotRef {
-            id: id.to_string(),
+            id: id.into(),
             at: timestamp(SystemTime::now()),
             node: "there".into(),
             epoch: 7,
@@ -734,7 +746,7 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
         .unwrap()
         .record(|c| {
             c.pending_up = Some(PendingUp { previous: None });
-            c.begin_restore(&other);
+            c.begin_restore(&other.as_str().into());
         })
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
@@ -756,7 +768,12 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
         "the record untouched, the lease still here"
     );
     assert_eq!(n.repo.box_snapshots("demo").unwrap(), snapshots);
-    assert_eq!(n.copy().relation, Relation::Restoring { to: other.clone() });
+    assert_eq!(
+        n.copy().relation,
+        Relation::Restoring {
+            to: other.as_str().into()
+        }
+    );
     // The up the error points to finishes the restore; park then saves and frees the node.
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -773,7 +790,7 @@ fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
     CopyState::journal(&n.ctx.config.state_dir, "demo")
         .unwrap()
         .record(|c| {
-            c.begin_restore(&other);
+            c.begin_restore(&other.as_str().into());
             c.epoch = Some(8);
         })
         .unwrap();
@@ -981,7 +998,7 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     let Relation::Equals(copy) = n.copy().relation else {
         panic!("the copy equals the snapshot restored")
     };
-    assert_eq!((copy.snapshot, copy.paths), (id, vec![n.project()]));
+    assert_eq!((copy.snapshot, copy.paths), (id.into(), vec![n.project()]));
     assert!(copy.digest.is_some());
 }
 
@@ -1020,7 +1037,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
         "an unchanged file is not rewritten"
     );
     assert!(
-        matches!(&n.copy().relation, Relation::Equals(e) if e.snapshot == "there"),
+        matches!(&n.copy().relation, Relation::Equals(e) if e.snapshot.as_str() == "there"),
         "{:?}",
         n.copy()
     );
@@ -1033,7 +1050,7 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     n.parked();
     n.changed_elsewhere();
     up::up_here(n.ctx(), "demo", false).unwrap();
-    let restored = n.equals().unwrap();
+    let restored: SnapshotId = n.equals().unwrap().into();
     n.write("f.txt", "edited after the restore");
     n.write("made.txt", "new here");
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
@@ -1069,7 +1086,7 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
         Some("edited after the restore")
     );
     assert_eq!(
-        n.repo.tags.borrow()[&r.snapshot],
+        n.repo.tags.borrow()[r.snapshot.as_str()],
         [changes_tag("demo"), format!("to:{parked}")]
     );
     assert!(!r.list.exists(), "the list is not left on the node");
@@ -1120,7 +1137,7 @@ fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
 }
 
 /// What `changed_elsewhere` changed, as the parking node would publish it from `from`.
-fn published_change(n: &Node, from: String) -> Published {
+fn published_change(n: &Node, from: SnapshotId) -> Published {
     Published {
         from,
         to: "there".into(),
@@ -1167,7 +1184,11 @@ fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
         dirs: Vec::new(),
     });
     up::up_here(n.ctx(), "demo", false).unwrap();
-    assert_eq!(*n.repo.restored.borrow(), [r.snapshot], "only the changes");
+    assert_eq!(
+        *n.repo.restored.borrow(),
+        [r.snapshot.to_string()],
+        "only the changes"
+    );
     assert!(n.repo.fetched.borrow().is_empty(), "no includes");
     assert!(
         n.repo.in_place_calls.borrow().is_empty(),
@@ -1187,7 +1208,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let published = parked_then_changed_elsewhere(&n);
     let r = n.publish(&published);
     up::up_here(n.ctx(), "demo", false).unwrap();
-    assert_eq!(*n.repo.restored.borrow(), std::slice::from_ref(&r.snapshot));
+    assert_eq!(*n.repo.restored.borrow(), [r.snapshot.to_string()]);
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
@@ -1202,7 +1223,12 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     n.changed_elsewhere_as("there-again");
     let other = n.publish(&published);
     up::up_here(n.ctx(), "demo", false).unwrap();
-    assert!(!n.repo.restored.borrow().contains(&other.snapshot));
+    assert!(
+        !n.repo
+            .restored
+            .borrow()
+            .contains(&other.snapshot.to_string())
+    );
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
 
@@ -1263,7 +1289,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
-        [outside.snapshot.clone(), "there".to_string()]
+        [outside.snapshot.to_string(), "there".to_string()]
     );
     assert_eq!(fs::read_to_string(&victim).unwrap(), "the node's");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -1294,7 +1320,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     up::up_here(n.ctx(), "demo", false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
-        [linked.snapshot, "there-again".to_string()],
+        [linked.snapshot.to_string(), "there-again".to_string()],
         "staged, refused, restored whole"
     );
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -1404,7 +1430,12 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
         "never started half restored"
     );
     assert_eq!(n.meta().lease, None, "the lease went back");
-    assert_eq!(n.copy().relation, Relation::Restoring { to: id.clone() });
+    assert_eq!(
+        n.copy().relation,
+        Relation::Restoring {
+            to: id.as_str().into()
+        }
+    );
     let forks = n.repo.forks.borrow().len();
     n.repo.cut_in_place.set(false);
     up::up_here(n.ctx(), "demo", false).unwrap();
@@ -1536,7 +1567,9 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
     let first = n.meta().last_snapshot.unwrap();
     up::up_here(n.ctx(), "demo", false).unwrap();
     n.write("f.txt", "v2 by the agent");
-    let replaced = rollback::rollback(n.ctx(), "demo", &first).unwrap();
+    let replaced = rollback::rollback(n.ctx(), "demo", &first)
+        .unwrap()
+        .expect("the state replaced is a snapshot");
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.runtime.active.borrow().contains("demo"), "started again");
     assert_eq!(n.meta().last_snapshot.unwrap().id, first.id);
@@ -1566,7 +1599,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     park::park(n.ctx(), "demo", false).unwrap();
     let second = n.meta().last_snapshot.unwrap().id;
     let replaced = rollback::rollback(n.ctx(), "demo", &first).unwrap();
-    assert_eq!(replaced, second);
+    assert_eq!(replaced, Some(second));
     let meta = n.meta();
     assert_eq!(
         (meta.lease, meta.last_snapshot.map(|s| s.id)),
@@ -1729,25 +1762,31 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
         n.write("f.txt", text);
         park::park(n.ctx(), "demo", false).unwrap();
     }
-    let all: BTreeSet<String> = n.repo.box_snapshots("demo").unwrap().into_iter().collect();
+    let all: BTreeSet<String> = n
+        .repo
+        .box_snapshots("demo")
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert!(all.len() >= 3, "{all:?}");
-    let last = n.meta().last_snapshot.unwrap().id;
+    let last = n.meta().last_snapshot.unwrap().id.to_string();
     let plan = prune::plan(n.ctx()).unwrap();
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
-    let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.clone()).collect();
+    let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.to_string()).collect();
     assert!(kept.contains(&last), "{group:?}");
     // Of the changes each park saved, only the one that leads to the latest stays.
     let changes = n.repo.changes.borrow().clone();
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(
         group.keep.contains(&(
-            changes[1].clone(),
+            changes[1].as_str().into(),
             crate::plan::retention::Reason::LeadsToLatest
-        )) && group.forget.contains(&changes[0]),
+        )) && group.forget.contains(&changes[0].as_str().into()),
         "{group:?}"
     );
     assert!(kept.len() <= 3, "{group:?}");
-    let forgotten: BTreeSet<String> = group.forget.iter().cloned().collect();
+    let forgotten: BTreeSet<String> = group.forget.iter().map(ToString::to_string).collect();
     assert_eq!(
         forgotten,
         all.difference(&kept).cloned().collect::<BTreeSet<_>>()
@@ -1758,7 +1797,8 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
         n.repo
             .box_snapshots("demo")
             .unwrap()
-            .into_iter()
+            .iter()
+            .map(ToString::to_string)
             .collect::<BTreeSet<_>>(),
         kept
     );

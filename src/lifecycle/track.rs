@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, free_ids, snapshot};
 use crate::error::UserError;
 use crate::plan::project;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
 use crate::store::{self, events};
@@ -20,7 +21,7 @@ pub(crate) struct Tracked {
     /// Its record as written (with this node's lease).
     pub meta: Meta,
     /// The first snapshot's full id.
-    pub snapshot: String,
+    pub snapshot: SnapshotId,
 }
 
 /// Track the directory `project` (canonical) as box `name`; `ready` checks the store and the

@@ -9,13 +9,13 @@ use anyhow::{Context, Result};
 use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
 use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update, update_record};
 use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp, Relation};
-use crate::sys::restic::short;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore, working_copy};
 
 pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
@@ -178,7 +178,7 @@ pub(crate) fn up_here(w: &Ctx, name: &str, force: bool) -> Result<()> {
                 "up"
             },
             epoch: Some(epoch),
-            snapshot: meta.last_snapshot.as_ref().map(|s| s.id.as_str()),
+            snapshot: meta.last_snapshot.as_ref().map(|s| &s.id),
             detail: taken_from.map(|l| {
                 format!(
                     "took the lease from node {} (epoch {}) by force",
@@ -299,7 +299,7 @@ fn prepare_and_start(
                 say!(
                     "box '{}': the local copy is gone; restoring snapshot {}",
                     meta.name,
-                    short(&s.id)
+                    s.id.short()
                 );
             }
             let equals = if keep {
@@ -309,7 +309,7 @@ fn prepare_and_start(
             };
             crash::point("up.after-fork");
             interrupt::check("the restore")?;
-            let paths = restore_copy(w, meta, copy, s, &roots, equals.as_deref())?;
+            let paths = restore_copy(w, meta, copy, s, &roots, equals.as_ref())?;
             let had_files = std::fs::read_dir(&meta.path)
                 .ok()
                 .map(|mut e| e.next().is_some());
@@ -363,7 +363,7 @@ fn restore_copy(
     copy: &mut CopyJournal,
     s: &SnapshotRef,
     roots: &[PathBuf],
-    equals: Option<&str>,
+    equals: Option<&SnapshotId>,
 ) -> Result<Vec<PathBuf>> {
     let name = &meta.name;
     let shortcuts = plan::shortcuts(RestoreFacts {
@@ -384,7 +384,7 @@ fn restore_copy(
             (Shortcut::InPlace, _) => {
                 say!(
                     "restoring box '{name}' from snapshot {} ({} by {}) in place: only what differs is written",
-                    short(&s.id),
+                    s.id.short(),
                     s.at,
                     s.node
                 );
@@ -409,7 +409,7 @@ fn restore_copy(
     }
     say!(
         "restoring box '{name}' from snapshot {} ({} by {})",
-        short(&s.id),
+        s.id.short(),
         s.at,
         s.node
     );
@@ -429,7 +429,7 @@ fn restore_changes(
     copy: &mut CopyJournal,
     s: &SnapshotRef,
     roots: &[PathBuf],
-    from: &str,
+    from: &SnapshotId,
 ) -> Result<bool> {
     let name = &meta.name;
     if !fits_roots(s, roots) {
@@ -443,11 +443,11 @@ fn restore_changes(
     };
     say!(
         "restoring box '{name}' from snapshot {} ({} by {}) in place: {} changed since snapshot {}, {} removed{}{}",
-        short(&s.id),
+        s.id.short(),
         s.at,
         s.node,
         text::count(delta.fetch.len(), "path"),
-        short(from),
+        from.short(),
         delta.remove.len(),
         match delta.dirs.len() {
             0 => String::new(),
@@ -492,7 +492,7 @@ fn discard(staging: &Path) {
 fn stage_published(
     w: &Ctx,
     meta: &Meta,
-    from: &str,
+    from: &SnapshotId,
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
@@ -502,7 +502,7 @@ fn stage_published(
         Err(e) => {
             tracing::warn!(
                 "box '{name}': could not read what changed up to snapshot {}: {e:#}",
-                short(&s.id)
+                s.id.short()
             );
             return None;
         }
@@ -524,7 +524,7 @@ fn stage_published(
         Err(e) => {
             tracing::warn!(
                 "box '{name}': what was published as changed up to snapshot {} is not used: {e:#}",
-                short(&s.id)
+                s.id.short()
             );
             discard(&staging);
             None
@@ -537,7 +537,7 @@ fn stage_published(
 fn stage_listed(
     w: &Ctx,
     meta: &Meta,
-    from: &str,
+    from: &SnapshotId,
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
@@ -547,8 +547,8 @@ fn stage_listed(
         Err(e) => {
             tracing::warn!(
                 "could not list what changed from snapshot {} to {}: {e:#}",
-                short(from),
-                short(&s.id)
+                from.short(),
+                s.id.short()
             );
             None
         }
@@ -564,7 +564,7 @@ fn stage_listed(
             tracing::warn!(
                 "box '{}': fetching what changed in snapshot {} failed ({e:#}); restoring all of it",
                 meta.name,
-                short(&s.id)
+                s.id.short()
             );
             discard(&staging);
             None
@@ -594,7 +594,12 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
 /// Returns the snapshot the copy now equals (None: there is no copy).
-fn keep_local_work(w: &Ctx, meta: &Meta, copy: &CopyState, epoch: u64) -> Result<Option<String>> {
+fn keep_local_work(
+    w: &Ctx,
+    meta: &Meta,
+    copy: &CopyState,
+    epoch: u64,
+) -> Result<Option<SnapshotId>> {
     let roots = w.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
@@ -626,7 +631,7 @@ fn keep_local_work(w: &Ctx, meta: &Meta, copy: &CopyState, epoch: u64) -> Result
     say!(
         "box '{}': this node's copy may hold work in no snapshot; kept it as fork snapshot {} before restoring",
         meta.name,
-        short(&id)
+        id.short()
     );
     Ok(Some(id))
 }

@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::restic::same_snapshot;
+use crate::plan::snapshot_id::SnapshotId;
 
 /// One change `restic diff --json` prints; dirs end with `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -139,8 +139,8 @@ pub(crate) struct Listed {
 }
 
 /// `restic ls --json <snapshot>`: every entry of it, with its mode and owner.
-pub(crate) fn ls_args(snapshot: &str) -> Vec<String> {
-    ["ls", "--json", "--no-lock", snapshot]
+pub(crate) fn ls_args(snapshot: &SnapshotId) -> Vec<String> {
+    ["ls", "--json", "--no-lock", snapshot.as_str()]
         .map(String::from)
         .to_vec()
 }
@@ -316,8 +316,8 @@ pub(crate) fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
 /// bucket learns no more of the box than restic's own snapshots tell it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Published {
-    pub from: String,
-    pub to: String,
+    pub from: SnapshotId,
+    pub to: SnapshotId,
     pub fetch: Vec<PathBuf>,
     pub remove: Vec<PathBuf>,
     /// Absent in what versions before it published.
@@ -336,9 +336,9 @@ impl Published {
 /// `to` and, at `list`, the [`Published`] that names them. Kept in the bucket beside the record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PublishedRef {
-    pub from: String,
-    pub to: String,
-    pub snapshot: String,
+    pub from: SnapshotId,
+    pub to: SnapshotId,
+    pub snapshot: SnapshotId,
     pub list: PathBuf,
 }
 
@@ -347,9 +347,9 @@ impl PublishedRef {
     /// absolute path (it is read inside the dir the snapshot is restored into) outside the
     /// box's `roots`: a parking node writes it in its own state dir, so a list inside a box's
     /// tree is one the box wrote.
-    pub(crate) fn leads(&self, from: &str, to: &str, roots: &[PathBuf]) -> bool {
-        same_snapshot(&self.from, from)
-            && same_snapshot(&self.to, to)
+    pub(crate) fn leads(&self, from: &SnapshotId, to: &SnapshotId, roots: &[PathBuf]) -> bool {
+        self.from == *from
+            && self.to == *to
             && self.list.is_absolute()
             && plain(&self.list)
             && !roots.iter().any(|r| self.list.starts_with(r))
@@ -363,7 +363,7 @@ fn plain(path: &Path) -> bool {
 }
 
 impl Published {
-    pub(crate) fn new(from: String, to: String, delta: Delta) -> Published {
+    pub(crate) fn new(from: SnapshotId, to: SnapshotId, delta: Delta) -> Published {
         Published {
             from,
             to,
@@ -430,10 +430,15 @@ fn dir_attrs(path: &str, value: &str) -> Option<DirAttrs> {
 
 /// A published delta, when it leads from `from` (what the copy here equals) to `to`, touches
 /// only `roots` and names at most [`MAX_PUBLISHED`] paths.
-pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> Option<Delta> {
+pub(crate) fn usable(
+    p: &Published,
+    from: &SnapshotId,
+    to: &SnapshotId,
+    roots: &[PathBuf],
+) -> Option<Delta> {
     let inside = |x: &PathBuf| plain(x) && roots.iter().any(|r| x.starts_with(r));
-    (same_snapshot(&p.from, from)
-        && same_snapshot(&p.to, to)
+    (p.from == *from
+        && p.to == *to
         && p.fetch.iter().all(inside)
         && p.remove.iter().all(inside)
         && p.dirs.iter().all(|d| inside(&d.path))
@@ -447,12 +452,17 @@ pub(crate) fn usable(p: &Published, from: &str, to: &str, roots: &[PathBuf]) -> 
 
 /// `restic restore <to> --target <staging> --include ...`: only the paths to fetch. No lock:
 /// the copy is not touched by it, so a concurrent prune can only make it fail.
-pub(crate) fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bool) -> Vec<String> {
+pub(crate) fn fetch_args(
+    to: &SnapshotId,
+    staging: &Path,
+    fetch: &[PathBuf],
+    sparse: bool,
+) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
         "--no-lock".into(),
-        to.into(),
+        to.to_string(),
         "--target".into(),
         staging.to_string_lossy().into_owned(),
     ];
@@ -467,8 +477,8 @@ pub(crate) fn fetch_args(to: &str, staging: &Path, fetch: &[PathBuf], sparse: bo
 
 /// `restic diff --json <from> <to>`: content, type, added and removed. (Not `--metadata`: it
 /// flags every file saved on another node, whose inode and ctime differ.)
-pub(crate) fn diff_args(from: &str, to: &str) -> Vec<String> {
-    ["diff", "--json", "--no-lock", from, to]
+pub(crate) fn diff_args(from: &SnapshotId, to: &SnapshotId) -> Vec<String> {
+    ["diff", "--json", "--no-lock", from.as_str(), to.as_str()]
         .map(String::from)
         .to_vec()
 }
@@ -656,35 +666,42 @@ mod tests {
             fetch: paths(&["/p/a"]),
             dirs: vec![keys.clone()],
         };
-        assert_eq!(usable(&p, "aaaa1111", "cccc2222dddd", &roots), Some(delta));
+        assert_eq!(
+            usable(&p, &"aaaa1111".into(), &"cccc2222dddd".into(), &roots),
+            Some(delta)
+        );
         let big = Published {
             fetch: (0..=MAX_PUBLISHED)
                 .map(|i| PathBuf::from(format!("/p/{i}")))
                 .collect(),
             ..p.clone()
         };
-        assert_eq!(usable(&big, "aaaa1111", "cccc2222dddd", &roots), None);
+        assert_eq!(
+            usable(&big, &"aaaa1111".into(), &"cccc2222dddd".into(), &roots),
+            None
+        );
         // With the one removal and the one dir, as many paths as it may name.
         let most = Published {
             fetch: big.fetch[3..].to_vec(),
             ..p.clone()
         };
         assert_eq!(
-            usable(&most, "aaaa1111", "cccc2222dddd", &roots).map(|d| d.fetch.len()),
+            usable(&most, &"aaaa1111".into(), &"cccc2222dddd".into(), &roots)
+                .map(|d| d.fetch.len()),
             Some(MAX_PUBLISHED - 2)
         );
         assert_eq!(
-            usable(&p, "ffff1111", "cccc2222dddd", &roots),
+            usable(&p, &"ffff1111".into(), &"cccc2222dddd".into(), &roots),
             None,
             "another copy"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "eeee3333", &roots),
+            usable(&p, &"aaaa1111".into(), &"eeee3333".into(), &roots),
             None,
             "another target"
         );
         assert_eq!(
-            usable(&p, "aaaa1111", "cccc2222", &paths(&["/p"])),
+            usable(&p, &"aaaa1111".into(), &"cccc2222".into(), &paths(&["/p"])),
             None,
             "outside"
         );
@@ -696,7 +713,7 @@ mod tests {
             ..p.clone()
         };
         assert_eq!(
-            usable(&dir_outside, "aaaa1111", "cccc2222", &roots),
+            usable(&dir_outside, &"aaaa1111".into(), &"cccc2222".into(), &roots),
             None,
             "a dir outside"
         );
@@ -710,7 +727,7 @@ mod tests {
             ..p
         };
         assert_eq!(
-            usable(&dir_above, "aaaa1111", "cccc2222", &roots),
+            usable(&dir_above, &"aaaa1111".into(), &"cccc2222".into(), &roots),
             None,
             "a dir named through .."
         );
@@ -728,9 +745,15 @@ mod tests {
             PathBuf::from("/root/demo"),
             PathBuf::from("/var/lib/ag-box/homes/demo"),
         ];
-        assert!(r.leads("aaaa1111", "cccc2222dddd", &roots));
-        assert!(!r.leads("ffff1111", "cccc2222dddd", &roots), "another copy");
-        assert!(!r.leads("aaaa1111", "cccc3333", &roots), "another target");
+        assert!(r.leads(&"aaaa1111".into(), &"cccc2222dddd".into(), &roots));
+        assert!(
+            !r.leads(&"ffff1111".into(), &"cccc2222dddd".into(), &roots),
+            "another copy"
+        );
+        assert!(
+            !r.leads(&"aaaa1111".into(), &"cccc3333".into(), &roots),
+            "another target"
+        );
         for list in [
             "var/lib/x.json",
             "/var/../etc/shadow",
@@ -741,7 +764,10 @@ mod tests {
                 list: list.into(),
                 ..r.clone()
             };
-            assert!(!r.leads("aaaa1111", "cccc2222dddd", &roots), "{list}");
+            assert!(
+                !r.leads(&"aaaa1111".into(), &"cccc2222dddd".into(), &roots),
+                "{list}"
+            );
         }
     }
 
@@ -801,7 +827,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(ls_args("abc"), ["ls", "--json", "--no-lock", "abc"]);
+        assert_eq!(ls_args(&"abc".into()), ["ls", "--json", "--no-lock", "abc"]);
     }
 
     #[test]
@@ -892,7 +918,7 @@ mod tests {
     fn fetch_argv_escapes_pattern_characters() {
         assert_eq!(
             fetch_args(
-                "abc",
+                &"abc".into(),
                 Path::new("/s"),
                 &paths(&["/p/we[i]rd*?/x\\y", "/p/a"]),
                 true
@@ -912,7 +938,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            diff_args("a", "b"),
+            diff_args(&"a".into(), &"b".into()),
             ["diff", "--json", "--no-lock", "a", "b"]
         );
     }

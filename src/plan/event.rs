@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::snapshot_id::SnapshotId;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Event {
     pub time: String,
@@ -13,7 +15,7 @@ pub(crate) struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<String>,
+    pub snapshot: Option<SnapshotId>,
     /// What else the operator should know (the node a lease was taken from, the settings set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,

@@ -5,11 +5,12 @@
 use serde::Serialize;
 
 use super::event::Event;
-use crate::plan::restic::{FORK_TAG, SnapshotInfo, same_snapshot};
+use crate::plan::restic::{FORK_TAG, SnapshotInfo};
+use crate::plan::snapshot_id::SnapshotId;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct SnapshotRow {
-    pub id: String,
+    pub id: SnapshotId,
     pub time: String,
     pub node: Option<String>,
     pub epoch: Option<u64>,
@@ -40,12 +41,12 @@ impl Entry {
 pub(crate) fn entries(
     snapshots: &[SnapshotInfo],
     events: &[Event],
-    latest: Option<&str>,
+    latest: Option<&SnapshotId>,
 ) -> Vec<Entry> {
-    let recorded = |id: &str| {
-        events.iter().find(|e| {
-            e.files_added.is_some() && e.snapshot.as_deref().is_some_and(|s| same_snapshot(s, id))
-        })
+    let recorded = |id: &SnapshotId| {
+        events
+            .iter()
+            .find(|e| e.files_added.is_some() && e.snapshot.as_ref() == Some(id))
     };
     let mut out: Vec<Entry> = snapshots
         .iter()
@@ -66,7 +67,7 @@ pub(crate) fn entries(
                 fork: s.tags.iter().any(|t| t == FORK_TAG),
                 files_added: added.0,
                 bytes_added: added.1,
-                latest: latest.is_some_and(|l| same_snapshot(l, &s.id)),
+                latest: latest == Some(&s.id),
             })
         })
         .collect();
@@ -129,7 +130,7 @@ mod tests {
             operator: "root".into(),
             verb: verb.into(),
             epoch: Some(2),
-            snapshot: snapshot.map(str::to_string),
+            snapshot: snapshot.map(SnapshotId::from),
             detail: None,
             files_added: added.map(|a| a.0),
             bytes_added: added.map(|a| a.1),
@@ -165,7 +166,11 @@ mod tests {
             Some("s1000000"),
             Some((7, 900)),
         );
-        let rows = entries(&snaps, &[park.clone(), taken.clone()], Some("s1000000"));
+        let rows = entries(
+            &snaps,
+            &[park.clone(), taken.clone()],
+            Some(&"s1000000".into()),
+        );
         assert_eq!(
             rows,
             [

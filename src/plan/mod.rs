@@ -20,6 +20,7 @@ pub(crate) mod retention;
 pub(crate) mod sandbox;
 pub(crate) mod schedule;
 pub(crate) mod slices;
+pub(crate) mod snapshot_id;
 pub(crate) mod term_filter;
 pub(crate) mod text;
 pub(crate) mod tmux;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
+use crate::plan::snapshot_id::{IdPrefix, SnapshotId};
 
 /// Excluded by the binary itself, whatever any exclude file says (with what an interrupted
 /// restore into a mount point may have left in it).
@@ -23,13 +24,6 @@ pub(crate) const CHANGES_KEY: &str = "changes";
 const CHANGES_HOST: &str = "ag-box-changes";
 pub(crate) const GLOBALS_TAG: &str = "globals";
 const GLOBALS_HOST: &str = "ag-box-globals";
-
-/// Ids of one snapshot: equal, or one a prefix of the other with the shorter at least 8 chars
-/// (restic before 0.17 reports a backup's short id; listings give full ones).
-pub(crate) fn same_snapshot(a: &str, b: &str) -> bool {
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    short == long || (short.len() >= 8 && long.starts_with(short))
-}
 
 pub(crate) fn box_tag(name: &str) -> String {
     format!("box:{name}")
@@ -51,7 +45,7 @@ pub(crate) struct BackupSpec {
     pub node: String,
     pub epoch: u64,
     pub fork: bool,
-    pub parent: Option<String>,
+    pub parent: Option<SnapshotId>,
     /// The copy was restored from `parent` on this node: every inode and ctime differs from
     /// the parent's, so only size and mtime tell a changed file (as rsync judges).
     pub restored_from_parent: bool,
@@ -78,7 +72,7 @@ pub(crate) fn backup_args(spec: &BackupSpec) -> Vec<String> {
         a.extend(["--tag".into(), FORK_TAG.into()]);
     }
     if let Some(p) = &spec.parent {
-        a.extend(["--parent".into(), p.clone()]);
+        a.extend(["--parent".into(), p.to_string()]);
         if spec.restored_from_parent {
             a.push("--ignore-inode".into());
         }
@@ -110,8 +104,8 @@ fn push_excludes(a: &mut Vec<String>, excludes: &[PathBuf], exclude_files: &[Pat
 pub(crate) struct ChangesSpec {
     pub name: String,
     pub node: String,
-    pub from: String,
-    pub to: String,
+    pub from: SnapshotId,
+    pub to: SnapshotId,
     pub excludes: Vec<PathBuf>,
     pub exclude_files: Vec<PathBuf>,
 }
@@ -207,11 +201,11 @@ pub(crate) fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> 
 const FORGET_PER_RUN: usize = 1000;
 
 /// Forget the given snapshots (the space is freed by a later `prune`): the argv of each run.
-pub(crate) fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
+pub(crate) fn forget_runs(ids: &[SnapshotId]) -> Vec<Vec<String>> {
     ids.chunks(FORGET_PER_RUN)
         .map(|chunk| {
             let mut a = vec!["forget".to_string()];
-            a.extend(chunk.iter().cloned());
+            a.extend(chunk.iter().map(ToString::to_string));
             a
         })
         .collect()
@@ -220,11 +214,11 @@ pub(crate) fn forget_runs(ids: &[String]) -> Vec<Vec<String>> {
 /// `--json`: restic 0.16+ reports progress like backup does; 0.14 accepts it and stays quiet.
 /// `sparse` (restic 0.15+): runs of zeros stay holes, so a sparse file takes no more disk on the
 /// node it is restored to than on the one it was saved on.
-pub(crate) fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Vec<String> {
+pub(crate) fn restore_args(snapshot_id: &SnapshotId, target: &Path, sparse: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "restore".into(),
         "--json".into(),
-        snapshot_id.into(),
+        snapshot_id.to_string(),
         "--target".into(),
         target.to_string_lossy().into_owned(),
     ];
@@ -239,7 +233,7 @@ pub(crate) fn restore_args(snapshot_id: &str, target: &Path, sparse: bool) -> Ve
 /// the backup excluded is neither restored nor deleted, so its patterns come along: the
 /// absolute ones under `path` rewritten relative to it, as restic matches them below a subfolder.
 pub(crate) fn restore_in_place_args(
-    snapshot_id: &str,
+    snapshot_id: &SnapshotId,
     path: &Path,
     excludes: &[PathBuf],
     exclude_files: &[PathBuf],
@@ -332,8 +326,8 @@ pub(crate) fn snapshots_of_args(tags: &[String]) -> Vec<String> {
 }
 
 /// `restic snapshots --json <id>`: the one snapshot a (short) id names.
-pub(crate) fn snapshot_named_args(id: &str) -> Vec<String> {
-    ["snapshots", "--json", "--no-lock", id]
+pub(crate) fn snapshot_named_args(id: &SnapshotId) -> Vec<String> {
+    ["snapshots", "--json", "--no-lock", id.as_str()]
         .map(String::from)
         .to_vec()
 }
@@ -353,7 +347,7 @@ pub(crate) enum ProgressMessage {
         total_bytes: u64,
     },
     Summary {
-        snapshot_id: String,
+        snapshot_id: SnapshotId,
         #[serde(default)]
         files_new: u64,
         #[serde(default)]
@@ -372,7 +366,7 @@ pub(crate) fn parse_progress_line(line: &str) -> Option<ProgressMessage> {
 /// One entry of `restic snapshots --json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct SnapshotInfo {
-    pub id: String,
+    pub id: SnapshotId,
     pub time: String,
     #[serde(default)]
     pub tags: Vec<String>,
@@ -399,13 +393,13 @@ pub(crate) fn find_snapshot<'a>(
     prefix: &str,
 ) -> Result<&'a SnapshotInfo, UserError> {
     let hint = format!("'ag-box history {name}' lists its snapshots");
-    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+    let Some(typed) = IdPrefix::parse(prefix) else {
         return Err(UserError::usage(
             format!("'{prefix}' is not a snapshot id (at least 4 hex digits)"),
             hint,
         ));
-    }
-    let found: Vec<&SnapshotInfo> = snaps.iter().filter(|s| s.id.starts_with(prefix)).collect();
+    };
+    let found: Vec<&SnapshotInfo> = snaps.iter().filter(|s| typed.matches(&s.id)).collect();
     match found[..] {
         [one] => Ok(one),
         [] => Err(UserError::usage(
@@ -603,7 +597,7 @@ mod tests {
             forget_runs(&["a1".into(), "b2".into()]),
             [["forget", "a1", "b2"]]
         );
-        let many: Vec<String> = (0..2500).map(|i| format!("{i:064x}")).collect();
+        let many: Vec<SnapshotId> = (0..2500).map(|i| format!("{i:064x}").into()).collect();
         let runs = forget_runs(&many);
         assert_eq!(
             runs.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -613,7 +607,7 @@ mod tests {
             runs.concat().iter().filter(|a| *a != "forget").count(),
             2500
         );
-        assert_eq!(runs[2][500], many[2499]);
+        assert_eq!(runs[2][500], many[2499].as_str());
     }
 
     #[test]
@@ -622,7 +616,7 @@ mod tests {
         let root = Path::new("/var/lib/ag-box/homes/demo");
         assert_eq!(
             restore_in_place_args(
-                "abc",
+                &"abc".into(),
                 root,
                 &[root.join(".codex/auth.json"), "/elsewhere/x".into()],
                 &["/opt/box/exclude.txt".into()],
@@ -680,11 +674,11 @@ mod tests {
     #[test]
     fn other_argvs() {
         assert_eq!(
-            restore_args("ab", Path::new("/s"), false),
+            restore_args(&"ab".into(), Path::new("/s"), false),
             ["restore", "--json", "ab", "--target", "/s"]
         );
         assert_eq!(
-            restore_args("ab", Path::new("/s"), true),
+            restore_args(&"ab".into(), Path::new("/s"), true),
             ["restore", "--json", "ab", "--target", "/s", "--sparse"]
         );
         assert_eq!(
@@ -705,7 +699,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            snapshot_named_args("ab12cd34"),
+            snapshot_named_args(&"ab12cd34".into()),
             ["snapshots", "--json", "--no-lock", "ab12cd34"]
         );
     }

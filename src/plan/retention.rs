@@ -7,14 +7,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::plan::restic::same_snapshot;
+use crate::plan::snapshot_id::SnapshotId;
 
 const DAY_SECS: i64 = 86_400;
 
 /// One restic snapshot, as far as retention cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Snap {
-    pub id: String,
+    pub id: SnapshotId,
     pub time: SystemTime,
     pub fork: bool,
 }
@@ -69,8 +69,8 @@ impl std::fmt::Display for Reason {
 /// Every input id exactly once, newest first in each list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Plan {
-    pub keep: Vec<(String, Reason)>,
-    pub forget: Vec<String>,
+    pub keep: Vec<(SnapshotId, Reason)>,
+    pub forget: Vec<SnapshotId>,
 }
 
 /// Seconds since the Unix epoch, floored (negative before it).
@@ -95,8 +95,8 @@ fn week_bucket(t: SystemTime) -> i64 {
     (day_bucket(t) + 3).div_euclid(7)
 }
 
-fn is_pinned(id: &str, pinned: Option<&str>) -> bool {
-    pinned.is_some_and(|p| same_snapshot(id, p))
+fn is_pinned(id: &SnapshotId, pinned: Option<&SnapshotId>) -> bool {
+    pinned == Some(id)
 }
 
 /// Marks the newest non-fork snapshot of each of the `count` most recent distinct buckets.
@@ -123,9 +123,18 @@ fn mark_buckets(order: &[&Snap], count: usize, bucket: fn(SystemTime) -> i64) ->
 }
 
 /// Decides which snapshots to keep (with the first reason that applies) and which to forget.
-pub(crate) fn plan(snaps: &[Snap], policy: Policy, pinned: Option<&str>, now: SystemTime) -> Plan {
+pub(crate) fn plan(
+    snaps: &[Snap],
+    policy: Policy,
+    pinned: Option<&SnapshotId>,
+    now: SystemTime,
+) -> Plan {
     let mut order: Vec<&Snap> = snaps.iter().collect();
-    order.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| a.id.cmp(&b.id)));
+    order.sort_by(|a, b| {
+        b.time
+            .cmp(&a.time)
+            .then_with(|| a.id.as_str().cmp(b.id.as_str()))
+    });
 
     let mut last = vec![false; order.len()];
     for (i, _) in order
@@ -166,9 +175,13 @@ pub(crate) fn plan(snaps: &[Snap], policy: Policy, pinned: Option<&str>, now: Sy
 /// Of a box's changes snapshots, each with the snapshot it leads to: the newest that leads to
 /// `pinned` (the box's latest) is kept, the rest forgotten. A park saves one each time, and
 /// only one that ends at the latest can serve an `up`.
-pub(crate) fn changes_plan(changes: &[(Snap, String)], pinned: Option<&str>) -> Plan {
-    let mut order: Vec<&(Snap, String)> = changes.iter().collect();
-    order.sort_by(|a, b| b.0.time.cmp(&a.0.time).then_with(|| a.0.id.cmp(&b.0.id)));
+pub(crate) fn changes_plan(changes: &[(Snap, SnapshotId)], pinned: Option<&SnapshotId>) -> Plan {
+    let mut order: Vec<&(Snap, SnapshotId)> = changes.iter().collect();
+    order.sort_by(|a, b| {
+        b.0.time
+            .cmp(&a.0.time)
+            .then_with(|| a.0.id.as_str().cmp(b.0.id.as_str()))
+    });
     let mut out = Plan::default();
     for (s, to) in order {
         if out.keep.is_empty() && is_pinned(to, pinned) {
@@ -193,13 +206,13 @@ mod tests {
             fork: false,
         };
         let changes = [
-            (snap("c1", 0), "latest-full-id".to_string()),
-            (snap("c2", HOUR), "older".to_string()),
-            (snap("c3", 2 * HOUR), "latest-full-id".to_string()),
-            (snap("c4", 3 * HOUR), "elsewhere".to_string()),
+            (snap("c1", 0), "latest-full-id".into()),
+            (snap("c2", HOUR), "older".into()),
+            (snap("c3", 2 * HOUR), "latest-full-id".into()),
+            (snap("c4", 3 * HOUR), "elsewhere".into()),
         ];
         assert_eq!(
-            changes_plan(&changes, Some("latest-f")),
+            changes_plan(&changes, Some(&"latest-f".into())),
             Plan {
                 keep: vec![("c3".into(), Reason::LeadsToLatest)],
                 forget: vec!["c4".into(), "c2".into(), "c1".into()],
@@ -247,12 +260,12 @@ mod tests {
         }
     }
 
-    fn keep(items: &[(&str, Reason)]) -> Vec<(String, Reason)> {
-        items.iter().map(|(id, r)| (id.to_string(), *r)).collect()
+    fn keep(items: &[(&str, Reason)]) -> Vec<(SnapshotId, Reason)> {
+        items.iter().map(|(id, r)| ((*id).into(), *r)).collect()
     }
 
-    fn ids(items: &[&str]) -> Vec<String> {
-        items.iter().map(std::string::ToString::to_string).collect()
+    fn ids(items: &[&str]) -> Vec<SnapshotId> {
+        items.iter().map(|id| (*id).into()).collect()
     }
 
     /// Monday 2026-09-28 00:00 UTC: one week after MON.
@@ -264,7 +277,7 @@ mod tests {
     fn empty_input_is_an_empty_plan() {
         assert_eq!(plan(&[], Policy::DEFAULT, None, now()), Plan::default());
         assert_eq!(
-            plan(&[], Policy::DEFAULT, Some("abcdef12"), now()),
+            plan(&[], Policy::DEFAULT, Some(&"abcdef12".into()), now()),
             Plan::default()
         );
     }
@@ -437,9 +450,12 @@ mod tests {
             forget: vec![],
         };
         let p = policy(1, 0, 0);
-        assert_eq!(plan(&snaps, p, Some("aaaaaaaa11111111"), now()), want);
-        assert_eq!(plan(&snaps, p, Some("aaaaaaaa"), now()), want);
-        assert_eq!(plan(&snaps, p, Some("aaaaaaaa1111"), now()), want);
+        assert_eq!(
+            plan(&snaps, p, Some(&"aaaaaaaa11111111".into()), now()),
+            want
+        );
+        assert_eq!(plan(&snaps, p, Some(&"aaaaaaaa".into()), now()), want);
+        assert_eq!(plan(&snaps, p, Some(&"aaaaaaaa1111".into()), now()), want);
     }
 
     #[test]
@@ -453,9 +469,9 @@ mod tests {
             keep: keep(&[("bbbbbbbb22222222", Reason::Last)]),
             forget: ids(&["aaaaaaaa11111111"]),
         };
-        assert_eq!(plan(&snaps, p, Some("aaaaaaa"), now()), want);
-        assert_eq!(plan(&snaps, p, Some("aaaaaaaa99"), now()), want);
-        assert_eq!(plan(&snaps, p, Some(""), now()), want);
+        assert_eq!(plan(&snaps, p, Some(&"aaaaaaa".into()), now()), want);
+        assert_eq!(plan(&snaps, p, Some(&"aaaaaaaa99".into()), now()), want);
+        assert_eq!(plan(&snaps, p, Some(&"".into()), now()), want);
     }
 
     #[test]
@@ -464,7 +480,12 @@ mod tests {
             snap("aaaaaaaa", MON - 365 * DAY), // Sun 2025-09-21 00:00
         ];
         assert_eq!(
-            plan(&snaps, policy(0, 0, 0), Some("aaaaaaaa11111111"), now()),
+            plan(
+                &snaps,
+                policy(0, 0, 0),
+                Some(&"aaaaaaaa11111111".into()),
+                now()
+            ),
             Plan {
                 keep: keep(&[("aaaaaaaa", Reason::Pinned)]),
                 forget: vec![],
@@ -478,7 +499,7 @@ mod tests {
             snap("newest01", MON), // Mon 2026-09-21 00:00
         ];
         assert_eq!(
-            plan(&snaps, Policy::DEFAULT, Some("newest01"), now()),
+            plan(&snaps, Policy::DEFAULT, Some(&"newest01".into()), now()),
             Plan {
                 keep: keep(&[("newest01", Reason::Pinned)]),
                 forget: vec![],
@@ -510,7 +531,7 @@ mod tests {
             fork("forkfork0001", MON - 100 * DAY), // Sat 2026-06-13 00:00
         ];
         assert_eq!(
-            plan(&snaps, Policy::DEFAULT, Some("forkfork"), now()),
+            plan(&snaps, Policy::DEFAULT, Some(&"forkfork".into()), now()),
             Plan {
                 keep: keep(&[("forkfork0001", Reason::Pinned)]),
                 forget: vec![],
@@ -563,7 +584,7 @@ mod tests {
         // Window is zero, so only a fork strictly after `now` is recent.
         let p = policy(0, 0, 0);
         assert_eq!(
-            plan(&snaps, p, Some("pinned01"), now()),
+            plan(&snaps, p, Some(&"pinned01".into()), now()),
             Plan {
                 keep: keep(&[("pinned01", Reason::Pinned)]),
                 forget: ids(&["fork", "plain"]),
@@ -571,7 +592,7 @@ mod tests {
         );
         let before_fork = at(MON + 5 * DAY); // Sat 2026-09-26 00:00
         assert_eq!(
-            plan(&snaps, p, Some("pinned01"), before_fork),
+            plan(&snaps, p, Some(&"pinned01".into()), before_fork),
             Plan {
                 keep: keep(&[("fork", Reason::RecentFork), ("pinned01", Reason::Pinned)]),
                 forget: ids(&["plain"]),

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use super::EventLog;
 use super::lease::timestamp;
 pub(crate) use crate::plan::event::Event;
+use crate::plan::snapshot_id::SnapshotId;
 
 /// Events kept per box by `prune` (the newest).
 pub(crate) const KEEP: usize = 500;
@@ -42,7 +43,7 @@ fn operator() -> String {
 pub(crate) struct Step<'a> {
     pub verb: &'a str,
     pub epoch: Option<u64>,
-    pub snapshot: Option<&'a str>,
+    pub snapshot: Option<&'a SnapshotId>,
     pub detail: Option<String>,
     /// A snapshot's (files, bytes) added.
     pub added: Option<(u64, u64)>,
@@ -56,7 +57,7 @@ pub(crate) fn record(store: &dyn EventLog, node: &str, name: &str, step: Step) {
         operator: operator(),
         verb: step.verb.to_string(),
         epoch: step.epoch,
-        snapshot: step.snapshot.map(str::to_string),
+        snapshot: step.snapshot.cloned(),
         detail: step.detail,
         files_added: step.added.map(|a| a.0),
         bytes_added: step.added.map(|a| a.1),

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
 use crate::plan::egress::{self, Entry, Mode};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::unit::valid_memory_max;
 use crate::plan::{names, project};
 
@@ -93,7 +94,7 @@ pub(crate) struct Lease {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SnapshotRef {
-    pub id: String,
+    pub id: SnapshotId,
     pub at: String,
     pub node: String,
     pub epoch: u64,

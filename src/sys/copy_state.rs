@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic;
 use crate::plan::delta::Manifest;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::meta::Lease;
 
 /// Changed only through a [`CopyJournal`]'s steps, named for the transitions they are.
@@ -47,13 +48,13 @@ pub(crate) enum Relation {
     /// A restore in place toward snapshot `to` began and did not finish: the copy is part old,
     /// part new, and holds no unsaved work (it was kept as a fork first, or equalled a
     /// snapshot). Never the box's newest: it is not started before the restore is finished.
-    Restoring { to: String },
+    Restoring { to: SnapshotId },
 }
 
 /// What is known of a copy equal to a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Equal {
-    pub snapshot: String,
+    pub snapshot: SnapshotId,
     /// The paths that snapshot holds.
     pub paths: Vec<PathBuf>,
     /// `sys::digest` of the copy as it equalled `snapshot` (None: unknown, e.g. the snapshot
@@ -85,7 +86,7 @@ pub(crate) struct PendingUp {
 /// cluster not yet upgraded, or a downgraded ag-box, reads it with the same meaning.
 #[derive(Serialize, Deserialize)]
 struct WireCopyState {
-    snapshot: Option<String>,
+    snapshot: Option<SnapshotId>,
     #[serde(default)]
     paths: Vec<PathBuf>,
     epoch: Option<u64>,
@@ -100,7 +101,7 @@ struct WireCopyState {
     #[serde(default)]
     pending_up: Option<PendingUp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    restoring_to: Option<String>,
+    restoring_to: Option<SnapshotId>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     stale: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -183,7 +184,7 @@ impl From<CopyState> for WireCopyState {
 /// the next park compares the copy with to publish what changed.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct CopyManifest {
-    pub snapshot: String,
+    pub snapshot: SnapshotId,
     pub entries: Manifest,
 }
 
@@ -271,9 +272,9 @@ impl CopyState {
     }
 
     /// The local copy is current for `snapshot` and still all there.
-    pub(crate) fn is_current(&self, snapshot: &str) -> bool {
+    pub(crate) fn is_current(&self, snapshot: &SnapshotId) -> bool {
         self.equal()
-            .is_some_and(|e| e.snapshot == snapshot && e.paths.iter().all(|p| p.exists()))
+            .is_some_and(|e| e.snapshot == *snapshot && e.paths.iter().all(|p| p.exists()))
     }
 
     /// A snapshot of the copy (`equal`) became the box's latest; a stale copy stays so until
@@ -310,19 +311,19 @@ impl CopyState {
     }
 
     /// From here the copy may be part old, part new, with nothing unsaved in it.
-    pub(crate) fn begin_restore(&mut self, to: &str) {
-        self.relation = Relation::Restoring { to: to.to_string() };
+    pub(crate) fn begin_restore(&mut self, to: &SnapshotId) {
+        self.relation = Relation::Restoring { to: to.clone() };
     }
 
     /// A restore of `snapshot` (holding `paths`) is done; its digest is not known yet.
     pub(crate) fn restored(
         &mut self,
-        snapshot: &str,
+        snapshot: &SnapshotId,
         paths: Vec<PathBuf>,
         had_files: Option<bool>,
     ) {
         self.relation = Relation::Equals(Equal {
-            snapshot: snapshot.to_string(),
+            snapshot: snapshot.clone(),
             paths,
             digest: None,
             running_digest: None,
@@ -378,7 +379,7 @@ mod tests {
 
     fn equal(snapshot: &str) -> Equal {
         Equal {
-            snapshot: snapshot.to_string(),
+            snapshot: snapshot.into(),
             paths: vec![PathBuf::from("/root/demo")],
             digest: None,
             running_digest: None,
@@ -554,7 +555,7 @@ mod tests {
                 ..state(Relation::Stale(equal("s2")))
             }
         );
-        c.begin_restore("s0");
+        c.begin_restore(&"s0".into());
         c.forked();
         assert_eq!(c.relation, Relation::Restoring { to: "s0".into() });
         c.saved(equal("s3"), Some(true), 7);

@@ -9,12 +9,13 @@ use anyhow::Result;
 use crate::plan::delta::{Change, Listed};
 use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::freezer::Paused;
 use crate::sys::runtime_kind::Runtime;
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
 pub(crate) struct Backup {
-    pub id: String,
+    pub id: SnapshotId,
     pub unreadable: Vec<String>,
     /// New and changed files, and the bytes they added to the repository.
     pub files_added: u64,
@@ -50,29 +51,34 @@ pub(crate) trait Repo {
     /// Take a snapshot of just `paths` (what changed in a park), as `spec` says.
     fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
-    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()>;
+    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()>;
     /// Every snapshot in the repository (of every box, and the globals).
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>>;
     /// The full ids of every snapshot of box `name`.
-    fn box_snapshots(&self, name: &str) -> Result<Vec<String>>;
+    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>>;
     /// Forget these snapshots (their data stays until [`Repo::prune`]).
-    fn forget(&self, ids: &[String]) -> Result<()>;
+    fn forget(&self, ids: &[SnapshotId]) -> Result<()>;
     /// Free the space that only forgotten snapshots held.
     fn prune(&self) -> Result<()>;
     /// What changed from snapshot `from` to `to` (`restic diff`), and every file and dir of
     /// `to` with its mode and owner (`restic ls`).
-    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)>;
+    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)>;
     /// Every file and dir of a snapshot with its mode and owner (`restic ls`).
-    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>>;
+    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>>;
     /// Restore only `paths` (and what is below them) of a snapshot under `target`.
-    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()>;
+    fn restore_only(
+        &self,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+        paths: &[PathBuf],
+    ) -> Result<()>;
     /// Whether [`Repo::restore_path`] is available (restic 0.17+).
     fn restores_in_place(&self) -> bool;
     /// Bring `path` to what the snapshot holds there, changing only what differs; what the
     /// backup excluded stays as it is.
     fn restore_path(
         &self,
-        snapshot_id: &str,
+        snapshot_id: &SnapshotId,
         path: &Path,
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],

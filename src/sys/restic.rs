@@ -20,6 +20,7 @@ use crate::plan::restic::{
     self as plan, BackupSpec, ChangesSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
 };
 use crate::plan::restic_key;
+use crate::plan::snapshot_id::SnapshotId;
 use crate::store::RepositoryKeys;
 use crate::sys::ports::{Backup, Repo};
 use crate::sys::{cmd, host, interrupt};
@@ -507,13 +508,13 @@ impl Restic {
             }) => {
                 tracing::info!(
                     "snapshot {} of {label}: {files_new} new, {files_changed} changed files, {} added",
-                    short(&snapshot_id),
+                    snapshot_id.short(),
                     crate::plan::history::size(data_added),
                 );
                 if !unreadable.is_empty() {
                     tracing::warn!(
                         "snapshot {} of {label} is partial: restic could not read {}",
-                        short(&snapshot_id),
+                        snapshot_id.short(),
                         unreadable.join("; ")
                     );
                 }
@@ -530,8 +531,8 @@ impl Restic {
 
     /// The full id of a snapshot restic named by its short id (0.14's backup summary does):
     /// records and `--json` hold full ids. Kept short when restic cannot say.
-    fn full_id(&self, id: String) -> String {
-        if id.len() >= 64 {
+    fn full_id(&self, id: SnapshotId) -> SnapshotId {
+        if id.as_str().len() >= 64 {
             return id;
         }
         match self.snapshots_named(&id) {
@@ -563,9 +564,9 @@ impl Restic {
         self.run(&["prune".into()], &mut |_| {}).map(|_| ())
     }
 
-    pub(crate) fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+    pub(crate) fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
         let args = plan::restore_args(snapshot_id, target, self.restores_sparse());
-        self.run_with_progress(&args, format!("restore {}", short(snapshot_id)))
+        self.run_with_progress(&args, format!("restore {}", snapshot_id.short()))
     }
 
     /// Restore only `paths` of a snapshot under `target`: by one restic process, or past a few
@@ -573,7 +574,7 @@ impl Restic {
     /// of its own; dirs they share are made by whichever comes first.
     pub(crate) fn restore_only(
         &self,
-        snapshot_id: &str,
+        snapshot_id: &SnapshotId,
         target: &Path,
         paths: &[PathBuf],
     ) -> Result<()> {
@@ -621,13 +622,13 @@ impl Restic {
     /// Bring `path` to what snapshot `snapshot_id` holds there, in place (restic 0.17+).
     pub(crate) fn restore_path(
         &self,
-        snapshot_id: &str,
+        snapshot_id: &SnapshotId,
         path: &Path,
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],
     ) -> Result<()> {
         let args = plan::restore_in_place_args(snapshot_id, path, excludes, exclude_files);
-        self.run_with_progress(&args, format!("restore {} in place", short(snapshot_id)))
+        self.run_with_progress(&args, format!("restore {} in place", snapshot_id.short()))
     }
 
     /// The version of the restic binary in use: asked once, then remembered for as long as the
@@ -674,9 +675,9 @@ impl Restic {
     }
 
     /// The files and symlinks snapshot `id` holds.
-    pub(crate) fn files(&self, id: &str) -> Result<Vec<FileEntry>> {
+    pub(crate) fn files(&self, id: &SnapshotId) -> Result<Vec<FileEntry>> {
         let mut files = Vec::new();
-        let args = ["ls", "--json", "--no-lock", id].map(String::from);
+        let args = ["ls", "--json", "--no-lock", id.as_str()].map(String::from);
         self.run(&args, &mut |line| {
             files.extend(diff::parse_ls_line(line));
         })?;
@@ -713,7 +714,7 @@ impl Restic {
     }
 
     /// The snapshot `id` names (a prefix), as `restic snapshots <id>` lists it.
-    fn snapshots_named(&self, id: &str) -> Result<Vec<SnapshotInfo>> {
+    fn snapshots_named(&self, id: &SnapshotId) -> Result<Vec<SnapshotInfo>> {
         self.listed_snapshots(&plan::snapshot_named_args(id))
     }
 
@@ -775,10 +776,10 @@ impl Repo for Restic {
             &spec.args(list.path()),
         )
     }
-    fn restore(&self, snapshot_id: &str, target: &Path) -> Result<()> {
+    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
         Restic::restore(self, snapshot_id, target)
     }
-    fn box_snapshots(&self, name: &str) -> Result<Vec<String>> {
+    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let tags = [plan::box_tag(name), plan::changes_tag(name)];
         Ok(self
             .listed_snapshots(&plan::snapshots_of_args(&tags))?
@@ -789,7 +790,7 @@ impl Repo for Restic {
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         Restic::snapshots(self, None)
     }
-    fn forget(&self, ids: &[String]) -> Result<()> {
+    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
         plan::forget_runs(ids)
             .iter()
             .try_for_each(|args| self.run(args, &mut |_| {}).map(|_| ()))
@@ -797,7 +798,7 @@ impl Repo for Restic {
     fn prune(&self) -> Result<()> {
         Restic::prune(self)
     }
-    fn changes(&self, from: &str, to: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
         // Both read the snapshots' trees; side by side, the second costs little more.
         std::thread::scope(|s| {
             let listing = s.spawn(|| self.listing(to));
@@ -811,14 +812,19 @@ impl Repo for Restic {
             Ok((changes, listed))
         })
     }
-    fn listing(&self, snapshot_id: &str) -> Result<Vec<Listed>> {
+    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
         let mut listed = Vec::new();
         self.run(&delta::ls_args(snapshot_id), &mut |line| {
             listed.extend(delta::parse_ls_line(line));
         })?;
         Ok(listed)
     }
-    fn restore_only(&self, snapshot_id: &str, target: &Path, paths: &[PathBuf]) -> Result<()> {
+    fn restore_only(
+        &self,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+        paths: &[PathBuf],
+    ) -> Result<()> {
         Restic::restore_only(self, snapshot_id, target, paths)
     }
     fn restores_in_place(&self) -> bool {
@@ -826,7 +832,7 @@ impl Repo for Restic {
     }
     fn restore_path(
         &self,
-        snapshot_id: &str,
+        snapshot_id: &SnapshotId,
         path: &Path,
         excludes: &[PathBuf],
         exclude_files: &[PathBuf],
@@ -835,6 +841,7 @@ impl Repo for Restic {
     }
 }
 
+/// A repository key's id as shown (a snapshot's: `SnapshotId::short`).
 pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::plan::delta::{Delta, MAX_PUBLISHED_BYTES, ModeAndOwner, Published};
+use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::box_tree::Tree;
 use crate::sys::ports::Repo;
 use crate::sys::{cmd, crash, host};
@@ -287,7 +288,7 @@ pub(crate) fn mode_and_owner(path: &Path) -> Option<ModeAndOwner> {
 /// `paths_in(staging)` finds there; returns the paths now in place.
 pub(crate) fn restore_in_place(
     restic: &dyn Repo,
-    id: &str,
+    id: &SnapshotId,
     anchor: &Path,
     journal: &Path,
     paths_in: &dyn Fn(&Path) -> Result<Vec<PathBuf>>,
@@ -383,7 +384,7 @@ pub(crate) fn restore_in_place(
 /// placed.
 pub(crate) fn restore_into_live(
     restic: &dyn Repo,
-    id: &str,
+    id: &SnapshotId,
     anchor: &Path,
     candidates: &[PathBuf],
 ) -> Result<Vec<PathBuf>> {
@@ -476,38 +477,44 @@ mod tests {
         ) -> Result<crate::sys::ports::Backup> {
             anyhow::bail!("not used")
         }
-        fn restore(&self, _: &str, target: &Path) -> Result<()> {
+        fn restore(&self, _: &SnapshotId, target: &Path) -> Result<()> {
             let mut from = self.0.clone().into_os_string();
             from.push("/.");
             fs::create_dir_all(target)?;
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
-        fn box_snapshots(&self, _: &str) -> Result<Vec<String>> {
+        fn box_snapshots(&self, _: &str) -> Result<Vec<SnapshotId>> {
             anyhow::bail!("not used")
         }
         fn snapshots(&self) -> Result<Vec<crate::plan::restic::SnapshotInfo>> {
             anyhow::bail!("not used")
         }
-        fn forget(&self, _: &[String]) -> Result<()> {
+        fn forget(&self, _: &[SnapshotId]) -> Result<()> {
             anyhow::bail!("not used")
         }
         fn prune(&self) -> Result<()> {
             anyhow::bail!("not used")
         }
-        fn changes(&self, _: &str, _: &str) -> Result<(Vec<Change>, Vec<Listed>)> {
+        fn changes(&self, _: &SnapshotId, _: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
             anyhow::bail!("not used")
         }
-        fn listing(&self, _: &str) -> Result<Vec<Listed>> {
+        fn listing(&self, _: &SnapshotId) -> Result<Vec<Listed>> {
             anyhow::bail!("not used")
         }
-        fn restore_only(&self, _: &str, _: &Path, _: &[PathBuf]) -> Result<()> {
+        fn restore_only(&self, _: &SnapshotId, _: &Path, _: &[PathBuf]) -> Result<()> {
             anyhow::bail!("not used")
         }
         fn restores_in_place(&self) -> bool {
             false
         }
-        fn restore_path(&self, _: &str, _: &Path, _: &[PathBuf], _: &[PathBuf]) -> Result<()> {
+        fn restore_path(
+            &self,
+            _: &SnapshotId,
+            _: &Path,
+            _: &[PathBuf],
+            _: &[PathBuf],
+        ) -> Result<()> {
             anyhow::bail!("not used")
         }
     }
@@ -661,8 +668,13 @@ mod tests {
         fs::write(snap.join(rel).join("fresh"), "moved in").unwrap();
         let inode = fs::metadata(live.join("cred")).unwrap().ino();
         let candidates = ["cred", "config", "skills", "fresh", "absent"].map(|n| live.join(n));
-        let placed =
-            restore_into_live(&OneTree(snap), "s1", &live.join(".globals"), &candidates).unwrap();
+        let placed = restore_into_live(
+            &OneTree(snap),
+            &"s1".into(),
+            &live.join(".globals"),
+            &candidates,
+        )
+        .unwrap();
         assert_eq!(placed, candidates[..4].to_vec());
         let cred = fs::metadata(live.join("cred")).unwrap();
         assert_eq!(
