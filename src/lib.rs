@@ -57,7 +57,12 @@ use clap::FromArgMatches;
 pub use cli::command;
 use cli::{Cli, Cmd};
 use error::ChildExit;
+use plan::names::BoxName;
 
+/// Each verb, its box name checked first: a `BoxName` is made here rather than by a clap value
+/// parser, whose refusal would be clap's several lines, not ag-box's one (exit 2 either way).
+// One arm per verb: a table, read down.
+#[allow(clippy::too_many_lines)]
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Cmd::Ls { json } => commands::ls::run(json),
@@ -66,37 +71,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             path,
             nix,
             json,
-        } => commands::track::run(&name, path, nix, json),
+        } => commands::track::run(&BoxName::new(name)?, path, nix, json),
         Cmd::Up {
             name,
             node,
             force,
             json,
-        } => commands::up::run(&name, node.as_deref(), force, json),
-        Cmd::Attach { name } => commands::attach::run(&name),
-        Cmd::Exec { name, command } => commands::exec::run(&name, &command),
+        } => commands::up::run(&BoxName::new(name)?, node.as_deref(), force, json),
+        Cmd::Attach { name } => commands::attach::run(&BoxName::new(name)?),
+        Cmd::Exec { name, command } => commands::exec::run(&BoxName::new(name)?, &command),
         Cmd::Park {
             name,
             accept_partial,
             json,
-        } => commands::park::run(&name, accept_partial, json),
-        Cmd::Stop { name } => commands::stop::run(&name),
+        } => commands::park::run(&BoxName::new(name)?, accept_partial, json),
+        Cmd::Stop { name } => commands::stop::run(&BoxName::new(name)?),
         Cmd::Snapshot(args) => {
-            commands::snapshot::run(args.name.as_deref(), args.accept_partial, args.json)
+            let name = args.name.map(BoxName::new).transpose()?;
+            commands::snapshot::run(name.as_ref(), args.accept_partial, args.json)
         }
-        Cmd::History { name, json, events } => commands::history::run(&name, json, events),
+        Cmd::History { name, json, events } => {
+            commands::history::run(&BoxName::new(name)?, json, events)
+        }
         Cmd::Diff {
             name,
             snapshots,
             json,
-        } => commands::diff::run(&name, &snapshots, json),
+        } => commands::diff::run(&BoxName::new(name)?, &snapshots, json),
         Cmd::Rollback {
             name,
             snapshot,
             to,
             yes,
             json,
-        } => commands::rollback::run(&name, &snapshot, to.as_deref(), yes, json),
+        } => commands::rollback::run(&BoxName::new(name)?, &snapshot, to.as_deref(), yes, json),
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
@@ -104,23 +112,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cli::GlobalsAction::Push => commands::globals::Action::Push,
             cli::GlobalsAction::Pull => commands::globals::Action::Pull,
             cli::GlobalsAction::Auto => commands::globals::Action::Auto,
-            cli::GlobalsAction::Adopt { name } => commands::globals::Action::Adopt(name),
+            cli::GlobalsAction::Adopt { name } => {
+                commands::globals::Action::Adopt(BoxName::new(name)?)
+            }
         }),
         Cmd::Prune { dry_run } => commands::prune::run(dry_run),
-        Cmd::Drop { name, yes, json } => commands::drop::run(&name, yes, json),
-        Cmd::Set { name, settings } => commands::set::run(&name, &settings),
+        Cmd::Drop { name, yes, json } => commands::drop::run(&BoxName::new(name)?, yes, json),
+        Cmd::Set { name, settings } => commands::set::run(&BoxName::new(name)?, &settings),
         Cmd::Probe => commands::probe::run(),
         Cmd::Man { dir } => commands::completion::man(cli::command(), &dir),
         Cmd::Egress {
             name, apply: true, ..
-        } => commands::egress::apply(&name),
+        } => commands::egress::apply(&BoxName::new(name)?),
         Cmd::Egress {
             name,
             json,
             follow,
             last,
             ..
-        } => commands::egress::run(&name, json, follow, last),
+        } => commands::egress::run(&BoxName::new(name)?, json, follow, last),
         Cmd::Anchor {
             supervise,
             info,

@@ -5,11 +5,12 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
 use crate::error::{ChildExit, UserError};
+use crate::plan::names::BoxName;
 use crate::plan::term_filter::OutputFilter;
 use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, pty};
 
-pub(crate) fn run(name: &str) -> Result<()> {
+pub(crate) fn run(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;

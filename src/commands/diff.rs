@@ -8,6 +8,7 @@ use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
 use crate::error::UserError;
 use crate::plan::diff::{self, Change, What};
 use crate::plan::history::size;
+use crate::plan::names::BoxName;
 use crate::plan::restic::{box_tag, find_snapshot};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::text::escaped;
@@ -26,7 +27,7 @@ struct Report<'a> {
     changes: &'a [Change],
 }
 
-pub(crate) fn run(name: &str, snapshots: &[String], json: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, snapshots: &[String], json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;

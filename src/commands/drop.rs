@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle::drop;
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 
 fn confirm(name: &str) -> Result<()> {
@@ -53,7 +54,7 @@ struct Dropped<'a> {
     agent_home_kept_at: Option<&'a std::path::Path>,
 }
 
-pub(crate) fn run(name: &str, yes: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, yes: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::ls::network_label;
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::egress::{self, Mode, NODE_LIST, PROXY_PORT};
+use crate::plan::names::BoxName;
 use crate::plan::text::escaped;
 use crate::plan::{sandbox::BoxSpec, unit};
 use crate::store::meta::Meta;
@@ -71,7 +72,7 @@ fn line(r: &Record) -> String {
     ))
 }
 
-pub(crate) fn run(name: &str, json: bool, follow: bool, last: usize) -> Result<()> {
+pub(crate) fn run(name: &BoxName, json: bool, follow: bool, last: usize) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec_in_force(&meta);
@@ -191,7 +192,7 @@ pub(crate) fn apply_here(runtime: Runtime, spec: &BoxSpec) -> Result<Applied> {
 }
 
 /// `egress <box> --apply`.
-pub(crate) fn apply(name: &str) -> Result<()> {
+pub(crate) fn apply(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     let spec = ctx.spec(&meta);

@@ -5,10 +5,11 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, follow, require_tools};
 use crate::error::ChildExit;
+use crate::plan::names::BoxName;
 use crate::sys::enter::Sandbox;
 use crate::sys::{cmd, pty, runtime};
 
-pub(crate) fn run(name: &str, command: &[String]) -> Result<()> {
+pub(crate) fn run(name: &BoxName, command: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["nsenter"])?;

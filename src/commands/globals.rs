@@ -6,6 +6,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
+use crate::plan::names::BoxName;
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
 use crate::plan::text::escaped;
 use crate::sys::agent_home::{self, Adopted};
@@ -18,7 +19,7 @@ pub(crate) enum Action {
     /// Push or pull, as `BOX_GLOBALS_ROLE` says.
     Auto,
     /// Make the logins made inside this box the node's.
-    Adopt(String),
+    Adopt(BoxName),
 }
 
 pub(crate) fn run(action: Action) -> Result<()> {
@@ -98,7 +99,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn adopt(ctx: &Ctx, name: &str) -> Result<()> {
+fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {
     ctx.tracked(name)?;
     // No `up` may start the box while its files move: its agent would refresh the old login.
     let _lock = ctx.lock(name, "globals adopt")?;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
 use crate::plan::history::{self, Entry};
+use crate::plan::names::BoxName;
 use crate::plan::restic::box_tag;
 use crate::plan::snapshot_id::SnapshotId;
 
@@ -18,7 +19,7 @@ struct Report<'a> {
     entries: &'a [Entry],
 }
 
-pub(crate) fn run(name: &str, json: bool, with_events: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, json: bool, with_events: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;

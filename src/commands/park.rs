@@ -4,6 +4,7 @@ use anyhow::Result;
 
 use super::{Ctx, require_tools};
 use crate::lifecycle;
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 
 /// `park --json`.
@@ -18,7 +19,7 @@ struct Parked<'a> {
     snapshot: &'a SnapshotId,
 }
 
-pub(crate) fn run(name: &str, accept_partial: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     require_tools(&["restic"])?;

@@ -8,6 +8,7 @@ use anyhow::Result;
 use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::lifecycle;
+use crate::plan::names::BoxName;
 use crate::plan::restic::SnapshotInfo;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::meta::SnapshotRef;
@@ -29,7 +30,7 @@ struct RolledBack<'a> {
 }
 
 pub(crate) fn run(
-    name: &str,
+    name: &BoxName,
     snapshot: &str,
     to: Option<&Path>,
     yes: bool,

@@ -5,8 +5,9 @@ use anyhow::Result;
 
 use super::{Ctx, egress};
 use crate::lifecycle;
+use crate::plan::names::BoxName;
 
-pub(crate) fn run(name: &str, assignments: &[String]) -> Result<()> {
+pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
     let ctx = Ctx::load()?;
     ctx.tracked(name)?;
     let meta = lifecycle::set::set(&ctx, name, assignments)?;

@@ -13,13 +13,14 @@ use crate::atomic;
 use crate::error::{Code, UserError};
 use crate::lifecycle::snapshot::{Taken, take_alone};
 use crate::plan::active::{self, LastRun};
+use crate::plan::names::BoxName;
 use crate::plan::restic::Version;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::restic::Restic;
 use crate::sys::{cmd, host};
 
 /// Snapshot box `name`, or every box running here when it is None (`--active`).
-pub(crate) fn run(name: Option<&str>, accept_partial: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: Option<&BoxName>, accept_partial: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
     // Each snapshot reads its own record: no store read need stand before the first starts.
@@ -32,11 +33,13 @@ pub(crate) fn run(name: Option<&str>, accept_partial: bool, json: bool) -> Resul
         return Ok(());
     }
     restic.ensure_repo()?;
-    let [name] = names.as_slice() else {
+    let [only] = names.as_slice() else {
         return snapshot_active(&ctx, restic, &names, accept_partial, json);
     };
-    let taken = ctx.lock(name, "snapshot").and_then(|_lock| {
-        let current = ctx.tracked(name)?;
+    // The name given, or the one active box's (which passed the same check).
+    let name = BoxName::new(only.as_str())?;
+    let taken = ctx.lock(&name, "snapshot").and_then(|_lock| {
+        let current = ctx.tracked(&name)?;
         // A policy change that could not reach this node (it was unreachable) lands now.
         if let Err(e) = egress::apply_here(ctx.runtime.kind(), &ctx.spec(&current.meta)) {
             tracing::warn!("box '{name}': network policy not applied: {e:#}");

@@ -4,8 +4,9 @@ use anyhow::Result;
 
 use super::{Ctx, follow};
 use crate::lifecycle;
+use crate::plan::names::BoxName;
 
-pub(crate) fn run(name: &str) -> Result<()> {
+pub(crate) fn run(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
     let meta = ctx.tracked(name)?.meta;
     if !ctx.runtime.is_active(&ctx.spec(&meta)) {

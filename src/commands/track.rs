@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::{Ctx, require_tools};
 use crate::lifecycle::track;
-use crate::plan::names;
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 
 /// `track --json`.
@@ -26,8 +26,7 @@ struct Tracked<'a> {
     snapshot: &'a SnapshotId,
 }
 
-pub(crate) fn run(name: &str, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
-    names::validate(name)?;
+pub(crate) fn run(name: &BoxName, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let project = track::project_dir(&ctx.config.home, name, path)?;
     require_tools(&["restic"])?;

@@ -5,6 +5,7 @@ use anyhow::Result;
 use super::{Ctx, probe, require_tools};
 use crate::error::{ChildExit, Code, UserError};
 use crate::lifecycle::{self, up::being_dropped, up::held_elsewhere};
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::{schedule, tmux};
 use crate::store::lease::{self, UpPlan};
@@ -23,7 +24,7 @@ struct Started<'a> {
     snapshot: Option<&'a SnapshotId>,
 }
 
-pub(crate) fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, node: Option<&str>, force: bool, json: bool) -> Result<()> {
     start(name, node, force)?;
     if json {
         let ctx = Ctx::load()?;
@@ -39,7 +40,7 @@ pub(crate) fn run(name: &str, node: Option<&str>, force: bool, json: bool) -> Re
     Ok(())
 }
 
-fn start(name: &str, node: Option<&str>, force: bool) -> Result<()> {
+fn start(name: &BoxName, node: Option<&str>, force: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
     if stored.meta.dropping {
@@ -71,7 +72,7 @@ fn start(name: &str, node: Option<&str>, force: bool) -> Result<()> {
 }
 
 /// `up` on this node, once its tools and the store's leases are known to be there.
-fn up_here(ctx: &Ctx, name: &str, nix: bool, force: bool) -> Result<()> {
+fn up_here(ctx: &Ctx, name: &BoxName, nix: bool, force: bool) -> Result<()> {
     require_tools(&["restic"])?;
     require_tools(ctx.runtime.kind().required_tools())?;
     if nix {

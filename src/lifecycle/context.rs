@@ -15,7 +15,7 @@ use super::{RUN_ROOT, spec_for};
 use crate::config::Config;
 use crate::error::UserError;
 use crate::plan::delta::{Change, Listed};
-use crate::plan::names;
+use crate::plan::names::{self, BoxName};
 use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
@@ -108,9 +108,8 @@ impl Ctx {
         box_lock::acquire(&self.config.state_dir, name, verb, self.config.lock_wait)
     }
 
-    /// The record of a tracked box, after checking the name.
-    pub(crate) fn tracked(&self, name: &str) -> Result<Stored> {
-        names::validate(name)?;
+    /// The record of a tracked box (its name checked as it became a `BoxName`).
+    pub(crate) fn tracked(&self, name: &BoxName) -> Result<Stored> {
         get_existing(self.store.as_ref(), name)
     }
 

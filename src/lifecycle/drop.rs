@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use super::Ctx;
 use crate::error::{Code, UserError};
+use crate::plan::names::BoxName;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::meta::Meta;
@@ -29,7 +30,7 @@ pub(crate) struct Dropped {
 /// Drop box `name` once `confirm` agrees (asked after every refusal, before any change).
 pub(crate) fn drop_box(
     w: &Ctx,
-    name: &str,
+    name: &BoxName,
     confirm: impl FnOnce() -> Result<()>,
 ) -> Result<Dropped> {
     let _lock = w.lock(name, "drop")?;

@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here, snapshot};
 use crate::error::{Code, UserError};
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
 use crate::store::{Step, events, update_from};
@@ -16,7 +17,7 @@ use crate::sys::{agent_home, crash, digest};
 /// Returns the final snapshot's id.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn park(w: &Ctx, name: &str, accept_partial: bool) -> Result<SnapshotId> {
+pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<SnapshotId> {
     let _lock = w.lock(name, "park")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;

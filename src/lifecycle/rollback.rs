@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::{Ctx, snapshot, up};
 use crate::error::{Code, UserError};
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
 use crate::store::meta::SnapshotRef;
@@ -16,7 +17,7 @@ use crate::sys::crash;
 
 /// Roll box `name` back to `to`; returns the snapshot of the state it replaced (None: the box
 /// had none).
-pub(crate) fn rollback(w: &Ctx, name: &str, to: &SnapshotRef) -> Result<Option<SnapshotId>> {
+pub(crate) fn rollback(w: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Option<SnapshotId>> {
     let lock = w.lock(name, "rollback")?;
     let stored = w.tracked(name)?;
     let meta = &stored.meta;

@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use super::Ctx;
 use crate::error::UserError;
+use crate::plan::names::BoxName;
 use crate::store::meta::Meta;
 use crate::store::{Step, events, update};
 
@@ -42,7 +43,7 @@ fn refuse_taken_ids(w: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
 
 /// Write `assignments` (`key=value`) into box `name`'s record, each checked; the record as
 /// written.
-pub(crate) fn set(w: &Ctx, name: &str, assignments: &[String]) -> Result<Meta> {
+pub(crate) fn set(w: &Ctx, name: &BoxName, assignments: &[String]) -> Result<Meta> {
     w.tracked(name)?;
     // A pin to a node this install does not know would make every later `up` fail.
     for a in assignments {

@@ -5,9 +5,10 @@
 use anyhow::Result;
 
 use super::{Ctx, not_up_here};
+use crate::plan::names::BoxName;
 use crate::store::events;
 
-pub(crate) fn stop(w: &Ctx, name: &str) -> Result<()> {
+pub(crate) fn stop(w: &Ctx, name: &BoxName) -> Result<()> {
     let _lock = w.lock(name, "stop")?;
     let meta = w.tracked(name)?.meta;
     let spec = w.spec(&meta);

@@ -18,6 +18,7 @@ use super::{Ctx, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published, PublishedRef};
+use crate::plan::names::BoxName;
 use crate::plan::restic::{BackupSpec, ChangesSpec, FORK_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
@@ -29,6 +30,11 @@ use crate::sys::copy_state::{CopyState, PendingUp, Relation};
 use crate::sys::freezer::Paused;
 use crate::sys::ports::{Backup, BoxRuntime, Repo};
 use crate::sys::runtime_kind::Runtime;
+
+/// A box name the sequences take (checked, as the verbs check what they are given).
+fn named(name: &str) -> BoxName {
+    BoxName::new(name).unwrap()
+}
 
 #[derive(Default)]
 struct FakeRuntime {
@@ -552,8 +558,8 @@ impl Node {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
         let w = self.ctx();
-        track::track(w, "demo", &self.project(), false, || Ok(())).unwrap();
-        park::park(w, "demo", false).unwrap();
+        track::track(w, &named("demo"), &self.project(), false, || Ok(())).unwrap();
+        park::park(w, &named("demo"), false).unwrap();
     }
 
     /// Another node parked the box meanwhile: its last snapshot has f.txt = "elsewhere".
@@ -681,7 +687,7 @@ fn unsaved_work_is_kept_as_a_fork_before_another_nodes_snapshot_replaces_it() {
     n.parked();
     n.write("f.txt", "edited after the park");
     let other = n.parked_elsewhere();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     let forks = n.repo.forks.borrow().clone();
     assert_eq!(forks.len(), 1);
@@ -701,7 +707,7 @@ fn a_copy_equal_to_what_this_node_saved_is_replaced_without_a_fork() {
     let n = Node::new();
     n.parked();
     n.parked_elsewhere();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -711,7 +717,7 @@ fn a_failed_start_hands_the_lease_back_and_leaves_nothing_to_finish() {
     let n = Node::new();
     n.parked();
     n.runtime.fail_start.set(true);
-    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(format!("{e:#}").contains("never answered"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert_eq!(n.copy().pending_up, None);
@@ -729,7 +735,7 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
         .record(|c| c.pending_up = Some(PendingUp { previous: None }))
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert_eq!(n.copy().pending_up, None);
@@ -754,7 +760,7 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
     let before = n.meta();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     for e in [
-        park::park(n.ctx(), "demo", false).unwrap_err(),
+        park::park(n.ctx(), &named("demo"), false).unwrap_err(),
         n.take(true).err().expect("the snapshot verb refused"),
     ] {
         assert!(
@@ -775,9 +781,9 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
         }
     );
     // The up the error points to finishes the restore; park then saves and frees the node.
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.meta().lease, None);
 }
 
@@ -795,7 +801,7 @@ fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
         })
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert!(n.repo.forks.borrow().is_empty(), "nothing unsaved to keep");
@@ -806,11 +812,11 @@ fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
 fn a_box_that_ran_here_starts_as_it_is() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "unsaved");
     // The node restarts: the box is gone, its lease still this node's.
     n.runtime.active.borrow_mut().clear();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("unsaved"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -819,12 +825,12 @@ fn a_box_that_ran_here_starts_as_it_is() {
 fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     // Changed since its last snapshot (an unchanged box takes none).
     n.write("g.txt", "new");
     let before = n.meta();
     *n.repo.unreadable.borrow_mut() = vec!["open /x: permission denied".into()];
-    let e = park::park(n.ctx(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(
         format!("{e:#}").contains("restic could not read open /x: permission denied"),
         "{e:#}"
@@ -837,10 +843,10 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     for f in ["f.txt", "g.txt"] {
         fs::remove_file(n.project().join(f)).unwrap();
     }
-    let e = park::park(n.ctx(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(format!("{e:#}").contains("is empty"), "{e:#}");
     assert!(n.runtime.active.borrow().contains("demo"));
-    park::park(n.ctx(), "demo", true).unwrap();
+    park::park(n.ctx(), &named("demo"), true).unwrap();
     assert_eq!(n.meta().lease, None);
 }
 
@@ -848,7 +854,7 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
 fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "changed");
     let before = n.meta();
     let raced = n.project().join("link/secret");
@@ -882,7 +888,7 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
 fn a_snapshot_above_the_bound_is_not_taken() {
     let mut n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.ctx.config.snapshot_add_max = Some(1 << 20);
     n.write("small.txt", "fits");
     n.take(false).unwrap();
@@ -909,11 +915,11 @@ fn a_snapshot_above_the_bound_is_not_taken() {
 fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "v2");
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     fs::remove_dir_all(n.project()).unwrap();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2"));
     assert!(
         n.repo.forks.borrow().is_empty(),
@@ -921,11 +927,11 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
         n.repo.forks.borrow()
     );
     // With work in its agent home that no snapshot has, that is kept.
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     fs::remove_dir_all(n.project()).unwrap();
     let home = n.ctx().spec(&n.meta()).agent_home.root;
     fs::write(home.join("unsaved-session.jsonl"), "{}").unwrap();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
 }
 
@@ -933,11 +939,11 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
 fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "mine");
     let taker = lease_of("there", 9);
     n.set_lease(Some(&taker));
-    let e = park::park(n.ctx(), "demo", false).unwrap_err();
+    let e = park::park(n.ctx(), &named("demo"), false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert!(!n.runtime.active.borrow().contains("demo"));
     assert_eq!(n.meta().lease, Some(taker));
@@ -955,7 +961,7 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
     let n = Node::new();
     n.parked();
     n.set_lease(Some(&lease_of("there", 3)));
-    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert_eq!(n.copy().pending_up, None);
     n.set_lease(None);
@@ -969,7 +975,7 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
         ))
     })
     .unwrap();
-    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(format!("{e:#}").contains("is being dropped"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert!(n.runtime.active.borrow().is_empty());
@@ -985,7 +991,7 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     // The copy differs from what this node saved (gone-there.txt): kept as a fork first.
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
     assert_eq!(
         *n.repo.in_place_calls.borrow(),
@@ -1013,7 +1019,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
     n.changed_elsewhere();
     let same = fs::metadata(n.project().join("same.txt")).unwrap();
     n.repo.in_place.set(true);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [(
@@ -1049,12 +1055,12 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     let restored: SnapshotId = n.equals().unwrap().into();
     n.write("f.txt", "edited after the restore");
     n.write("made.txt", "new here");
     fs::remove_file(n.project().join("new/n.txt")).unwrap();
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     let parked = n.meta().last_snapshot.unwrap().id;
     let (r, published) = n.published();
     assert_eq!(
@@ -1091,8 +1097,8 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     );
     assert!(!r.list.exists(), "the list is not left on the node");
     // Up and parked again unchanged: what leads to that snapshot still serves.
-    up::up_here(n.ctx(), "demo", false).unwrap();
-    park::park(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.published().0, r);
     assert_eq!(n.repo.changes.borrow().len(), 1);
 }
@@ -1119,7 +1125,7 @@ fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
     chmod(&there.join(above.strip_prefix("/").unwrap()), 0o777);
     n.point_at("there");
     n.repo.in_place.set(true);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [("there".to_string(), vec![n.project().join("run.sh")])]
@@ -1183,7 +1189,7 @@ fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
         remove: Vec::new(),
         dirs: Vec::new(),
     });
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [r.snapshot.to_string()],
@@ -1207,7 +1213,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
     let r = n.publish(&published);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(*n.repo.restored.borrow(), [r.snapshot.to_string()]);
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -1219,10 +1225,10 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     );
     // Published for another copy: not used (and restic diff failing, restored in full).
     n.write("f.txt", "mine");
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     n.changed_elsewhere_as("there-again");
     let other = n.publish(&published);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert!(
         !n.repo
             .restored
@@ -1247,7 +1253,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     };
     published.dirs = vec![keys.clone()];
     n.publish(&published);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"), "the delta");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&n.project().join("keys")), 0o2750);
@@ -1258,7 +1264,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
     fs::remove_dir(n.project().join("keys")).unwrap();
     std::os::unix::fs::symlink(&victim, n.project().join("keys")).unwrap();
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
     n.publish(&Published {
@@ -1269,7 +1275,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
         }],
         ..published_change(&n, from)
     });
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(mode(&victim), 0o700);
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
 }
@@ -1286,7 +1292,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
         remove: vec![victim.clone()],
         ..published.clone()
     });
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [outside.snapshot.to_string(), "there".to_string()]
@@ -1296,7 +1302,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     assert!(!n.project().with_file_name(".demo.ag-box-restore").exists());
     // The list's place in the snapshot is a link to a forged list that removes the victim:
     // it is not followed.
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     let from = n.meta().last_snapshot.unwrap().id;
     n.changed_elsewhere_as("there-again");
     let forged = n.project().parent().unwrap().join("forged.json");
@@ -1317,7 +1323,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     fs::remove_file(&at).unwrap();
     std::os::unix::fs::symlink(&forged, &at).unwrap();
     n.repo.restored.borrow_mut().clear();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [linked.snapshot.to_string(), "there-again".to_string()],
@@ -1331,7 +1337,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
 fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     // The first up handed the project to the box user: that is a change.
     n.take(false).unwrap();
     let backups = n.repo.next.get();
@@ -1354,13 +1360,13 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
 fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "work");
     n.take(false).unwrap();
     // The node went down with the box; another took it and parked a newer state.
     n.runtime.active.borrow_mut().clear();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert!(
         n.repo.forks.borrow().is_empty(),
         "the copy is in a snapshot"
@@ -1374,7 +1380,7 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     // What makes restic judge files by size and time (`--ignore-inode`).
     let ignores_inodes = || {
         n.repo
@@ -1400,7 +1406,7 @@ fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
     n.parked();
     n.changed_elsewhere();
     n.repo.fetch_fails.set(true);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.repo.fetched.borrow().len(), 1, "tried");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
@@ -1420,7 +1426,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     n.repo.cut_in_place.set(true);
-    let e = up::up_here(n.ctx(), "demo", false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(
         format!("{e:#}").contains("the next 'ag-box up demo' finishes it"),
         "{e:#}"
@@ -1438,7 +1444,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     );
     let forks = n.repo.forks.borrow().len();
     n.repo.cut_in_place.set(false);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
@@ -1456,7 +1462,7 @@ fn a_tree_restic_cannot_restore_in_place_is_restored_whole_beside_the_copy() {
     n.repo.diff_fails.set(true);
     n.repo.in_place_refused.set(true);
     let forks = n.repo.forks.borrow().len();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
     assert!(matches!(n.copy().relation, Relation::Equals(_)));
@@ -1486,7 +1492,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
     })
     .unwrap();
     n.repo.in_place.set(true);
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert!(n.repo.in_place_calls.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
@@ -1495,10 +1501,10 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
 fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("g.txt", "new");
     let before = n.repo.next.get();
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.repo.next.get(), before + 1, "one scan");
     let copy = n.copy().equal().cloned().unwrap();
     assert_eq!(Some(copy.snapshot), n.meta().last_snapshot.map(|s| s.id));
@@ -1506,9 +1512,9 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
 
     let flushed = n.project().join("flushed.txt");
     *n.runtime.written_on_stop.borrow_mut() = Some(flushed.clone());
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     let before = n.repo.next.get();
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         n.repo.next.get(),
         before + 1,
@@ -1527,12 +1533,12 @@ fn up_and_park_each_read_the_record_once_and_write_on_the_version_they_read() {
     n.parked();
     let up = |n: &Node| {
         n.store
-            .reads_of(|| up::up_here(n.ctx(), "demo", false).unwrap())
+            .reads_of(|| up::up_here(n.ctx(), &named("demo"), false).unwrap())
             .1
     };
     let park = |n: &Node| {
         n.store
-            .reads_of(|| park::park(n.ctx(), "demo", false).unwrap())
+            .reads_of(|| park::park(n.ctx(), &named("demo"), false).unwrap())
             .1
     };
     // Every write lands on the version read (a conflict would read again).
@@ -1565,9 +1571,9 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "v2 by the agent");
-    let replaced = rollback::rollback(n.ctx(), "demo", &first)
+    let replaced = rollback::rollback(n.ctx(), &named("demo"), &first)
         .unwrap()
         .expect("the state replaced is a snapshot");
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
@@ -1584,7 +1590,7 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
         id: replaced,
         ..first
     };
-    rollback::rollback(n.ctx(), "demo", &undo).unwrap();
+    rollback::rollback(n.ctx(), &named("demo"), &undo).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2 by the agent"));
     assert!(matches!(n.copy().relation, Relation::Equals(_)));
 }
@@ -1594,11 +1600,11 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     n.write("f.txt", "v2");
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     let second = n.meta().last_snapshot.unwrap().id;
-    let replaced = rollback::rollback(n.ctx(), "demo", &first).unwrap();
+    let replaced = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
     assert_eq!(replaced, Some(second));
     let meta = n.meta();
     assert_eq!(
@@ -1610,7 +1616,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
         Some("v2"),
         "nothing changes until an up"
     );
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -1623,7 +1629,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         .unreadable
         .borrow_mut()
         .push("open /f.txt: permission denied".into());
-    let e = track::track(n.ctx(), "demo", &n.project(), false, || Ok(()))
+    let e = track::track(n.ctx(), &named("demo"), &n.project(), false, || Ok(()))
         .err()
         .unwrap();
     assert!(
@@ -1636,7 +1642,7 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         "this node's state of it stayed"
     );
     // Nothing is left in the way of tracking it again.
-    track::track(n.ctx(), "demo", &n.project(), false, || Ok(())).unwrap();
+    track::track(n.ctx(), &named("demo"), &n.project(), false, || Ok(())).unwrap();
     assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
     assert_eq!(n.copy().epoch, Some(1));
 }
@@ -1646,7 +1652,7 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
     let n = Node::new();
     n.parked();
     let again = |name: &str| {
-        track::track(n.ctx(), name, &n.project(), false, || Ok(()))
+        track::track(n.ctx(), &named(name), &n.project(), false, || Ok(()))
             .err()
             .map(|e| (code(&e), format!("{e:#}")))
     };
@@ -1687,7 +1693,7 @@ fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
         n.repo.clone(),
         at,
     );
-    let dropped = drop::drop_box(&w, "demo", || Ok(())).unwrap();
+    let dropped = drop::drop_box(&w, &named("demo"), || Ok(())).unwrap();
     assert_eq!(dropped.snapshots, snapshots);
     assert_eq!(
         dropped.home_kept_at,
@@ -1708,7 +1714,7 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let n = Node::new();
     n.parked();
     n.repo.delete_fails.set(true);
-    let e = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
+    let e = drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap_err();
     assert!(
         format!("{e:#}").starts_with(
             "box 'demo': deleting its snapshots failed; run 'ag-box drop demo --yes' again"
@@ -1718,9 +1724,9 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let marked = n.meta();
     assert!(marked.dropping && marked.lease.is_none(), "{marked:?}");
     // Nothing but drop acts on a box being dropped.
-    let up = up::up_here(n.ctx(), "demo", false).unwrap_err();
+    let up = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
     assert!(format!("{up:#}").contains("being dropped"), "{up:#}");
-    drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap();
+    drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap();
     assert!(n.store.get("demo").unwrap().is_none());
 }
 
@@ -1731,16 +1737,16 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
     let before = n.stored();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     let no = || Err(UserError::failed("confirmation did not match", "type the name").into());
-    drop::drop_box(n.ctx(), "demo", no).unwrap_err();
-    up::up_here(n.ctx(), "demo", false).unwrap();
-    let running = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
+    drop::drop_box(n.ctx(), &named("demo"), no).unwrap_err();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    let running = drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap_err();
     assert_eq!(
         format!("{running:#}"),
         "box 'demo' is running on this node; hint: run 'ag-box park demo' first"
     );
-    park::park(n.ctx(), "demo", false).unwrap();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
     n.set_lease(Some(&lease_of("there", 9)));
-    let elsewhere = drop::drop_box(n.ctx(), "demo", || Ok(())).unwrap_err();
+    let elsewhere = drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap_err();
     assert_eq!(code(&elsewhere), Some(Code::LeaseHeld));
     let after = n.meta();
     assert!(!after.dropping);
@@ -1758,9 +1764,9 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     };
     n.parked();
     for text in ["v2", "v3"] {
-        up::up_here(n.ctx(), "demo", false).unwrap();
+        up::up_here(n.ctx(), &named("demo"), false).unwrap();
         n.write("f.txt", text);
-        park::park(n.ctx(), "demo", false).unwrap();
+        park::park(n.ctx(), &named("demo"), false).unwrap();
     }
     let all: BTreeSet<String> = n
         .repo
@@ -1804,7 +1810,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     );
     assert_eq!(n.repo.prunes.get(), 1);
     // The kept last snapshot still brings the box up.
-    up::up_here(n.ctx(), "demo", false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v3"));
 }
 
@@ -1814,7 +1820,7 @@ fn set_writes_checked_settings_and_refuses_what_the_next_up_could_not_use() {
     n.parked();
     let set = |a: &[&str]| {
         let a: Vec<String> = a.iter().map(ToString::to_string).collect();
-        super::set::set(n.ctx(), "demo", &a)
+        super::set::set(n.ctx(), &named("demo"), &a)
     };
     let meta = set(&["memory_max=2G", "nix=true"]).unwrap();
     assert_eq!((meta.memory_max.as_deref(), meta.nix), (Some("2G"), true));

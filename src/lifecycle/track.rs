@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, free_ids, snapshot};
 use crate::error::UserError;
+use crate::plan::names::BoxName;
 use crate::plan::project;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, timestamp};
@@ -28,7 +29,7 @@ pub(crate) struct Tracked {
 /// repository once every refusal is past, right before the record is written.
 pub(crate) fn track(
     w: &Ctx,
-    name: &str,
+    name: &BoxName,
     project: &Path,
     nix: bool,
     ready: impl FnOnce() -> Result<()>,
@@ -36,7 +37,7 @@ pub(crate) fn track(
     refuse_overlap(w, name, project, [])?;
     let _lock = w.lock(name, "track")?;
     let existing = w.store.list()?;
-    if existing.iter().any(|m| m.name == name) {
+    if existing.iter().any(|m| m.name == **name) {
         return Err(already_tracked(name).into());
     }
     if let Some(other) = existing.iter().find(|m| m.path == project) {

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta};
+use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
@@ -57,7 +58,7 @@ impl Held {
 /// tools and the store's leases.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn up_here(w: &Ctx, name: &str, force: bool) -> Result<()> {
+pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
     let _lock = w.lock(name, "up")?;
     // What another command changed while this one waited.
     let stored = w.tracked(name)?;
