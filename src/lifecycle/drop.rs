@@ -29,15 +29,15 @@ pub(crate) struct Dropped {
 
 /// Drop box `name` once `confirm` agrees (asked after every refusal, before any change).
 pub(crate) fn drop_box(
-    w: &Ctx,
+    ctx: &Ctx,
     name: &BoxName,
     confirm: impl FnOnce() -> Result<()>,
 ) -> Result<Dropped> {
-    let _lock = w.lock(name, "drop")?;
-    let stored = w.tracked(name)?;
-    let spec = w.spec(&stored.meta);
-    let here = w.config.node.clone();
-    if w.runtime.is_active(&spec) {
+    let _lock = ctx.lock(name, "drop")?;
+    let stored = ctx.tracked(name)?;
+    let spec = ctx.spec(&stored.meta);
+    let here = ctx.config.node.clone();
+    if ctx.runtime.is_active(&spec) {
         return Err(UserError::failed(
             format!("box '{name}' is running on this node"),
             format!("run 'ag-box park {name}' first"),
@@ -60,7 +60,7 @@ pub(crate) fn drop_box(
     confirm()?;
     // Marked first, on a version with no lease: from here on nothing but `drop` acts on the box,
     // and a drop cut off anywhere is finished by the next one.
-    update(w.store.as_ref(), name, |m| match &m.lease {
+    update(ctx.store.as_ref(), name, |m| match &m.lease {
         Some(l) if l.node != here => Err(UserError::new(
             Code::LeaseHeld,
             format!(
@@ -81,39 +81,39 @@ pub(crate) fn drop_box(
         )),
     })?;
     crash::point("drop.after-mark");
-    let ids = w.repo.box_snapshots(name)?;
+    let ids = ctx.repo.box_snapshots(name)?;
     if !ids.is_empty() {
-        w.repo.forget(&ids).and_then(|()| w.repo.prune()).with_context(|| {
+        ctx.repo.forget(&ids).and_then(|()| ctx.repo.prune()).with_context(|| {
             format!(
                 "box '{name}': deleting its snapshots failed; run 'ag-box drop {name} --yes' again"
             )
         })?;
     }
     crash::point("drop.after-forget");
-    let marked = w.tracked(name)?;
-    if !store::delete(w.store.as_ref(), name, &marked.version)? {
+    let marked = ctx.tracked(name)?;
+    if !store::delete(ctx.store.as_ref(), name, &marked.version)? {
         return Err(UserError::failed(
             format!("box '{name}': its snapshots are deleted, but its record changed meanwhile"),
             format!("run 'ag-box drop {name} --yes' again"),
         )
         .into());
     }
-    CopyState::remove(&w.config.state_dir, name)?;
-    CopyManifest::remove(&w.config.state_dir, name)?;
-    let home_kept_at = set_aside_home(&spec, w.now())?;
+    CopyState::remove(&ctx.config.state_dir, name)?;
+    CopyManifest::remove(&ctx.config.state_dir, name)?;
+    let home_kept_at = set_aside_home(&spec, ctx.now())?;
     restore::remove_any(&spec.run_dir)
         .with_context(|| format!("removing {}", spec.run_dir.display()))?;
-    w.store.put_delta(name, None)?;
+    ctx.store.put_delta(name, None)?;
     // Its history goes with its snapshots; the one line left says who dropped it, and when.
-    let history = w.store.events(name).and_then(|old| {
+    let history = ctx.store.events(name).and_then(|old| {
         let keys: Vec<String> = old.into_iter().map(|(k, _)| k).collect();
-        w.store.delete_events(name, &keys)
+        ctx.store.delete_events(name, &keys)
     });
     if let Err(e) = history {
         tracing::warn!("box '{name}': its events were not all deleted: {e:#}");
     }
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         &here,
         name,
         events::Step {

@@ -17,27 +17,27 @@ use crate::sys::{agent_home, crash, digest};
 /// Returns the final snapshot's id.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<SnapshotId> {
-    let _lock = w.lock(name, "park")?;
-    let stored = w.tracked(name)?;
+pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<SnapshotId> {
+    let _lock = ctx.lock(name, "park")?;
+    let stored = ctx.tracked(name)?;
     let meta = &stored.meta;
-    let here = w.config.node.clone();
-    let spec = w.spec(meta);
-    let running = w.runtime.is_active(&spec);
+    let here = ctx.config.node.clone();
+    let spec = ctx.spec(meta);
+    let running = ctx.runtime.is_active(&spec);
     let ours = meta.lease.as_ref().is_some_and(|l| l.node == here);
     if !running && !ours {
         return Err(not_up_here(name).into());
     }
-    w.repo.ensure_repo()?;
+    ctx.repo.ensure_repo()?;
     let roots = spec.local_copy();
-    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
+    let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest
     // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
-    let state_dir = &w.config.state_dir;
+    let state_dir = &ctx.config.state_dir;
     let (taken, kept_manifest) = std::thread::scope(|s| {
         let kept = s.spawn(|| CopyManifest::load(state_dir, name));
         (
-            snapshot::take(w, &stored, &mut copy, accept_partial),
+            snapshot::take(ctx, &stored, &mut copy, accept_partial),
             kept.join().ok().flatten(),
         )
     });
@@ -56,7 +56,7 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
     let mut final_manifest = None;
     crash::point("park.after-snapshot");
     if taken.forked.is_none() && running {
-        w.runtime.stop(&spec)?;
+        ctx.runtime.stop(&spec)?;
         crash::point("park.after-stop");
         let (after, manifest) = digest::walk(&roots)?;
         tracing::debug!("box '{name}': walked its stopped copy");
@@ -69,8 +69,8 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
         } else {
             // A second, incremental snapshot keeps what the box wrote meanwhile or while stopping.
             // Read again: a lease taken by force during the stop makes it a fork, tagged so.
-            let now = w.tracked(name)?;
-            taken = snapshot::take(w, &now, &mut copy, accept_partial).map_err(|e| {
+            let now = ctx.tracked(name)?;
+            taken = snapshot::take(ctx, &now, &mut copy, accept_partial).map_err(|e| {
                 e.context(format!(
                     "box '{name}' is stopped, but its final snapshot failed; nothing is lost: run 'ag-box park {name}' again"
                 ))
@@ -79,7 +79,7 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
     }
     if let Some(lost) = taken.forked {
         // Its work is safe in the fork snapshot; the node is freed as asked, the lease left alone.
-        w.runtime.stop(&spec)?;
+        ctx.runtime.stop(&spec)?;
         copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &taken.snapshot.id).into());
     }
@@ -88,7 +88,7 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
         None => digest::walk(&roots)?.1,
     };
     snapshot::publish_changes(
-        w,
+        ctx,
         &spec,
         &taken.snapshot.id,
         kept_manifest.as_ref(),
@@ -99,7 +99,7 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
     let epoch = taken.epoch;
     let snapshot = taken.snapshot;
     // On the record as the snapshot left it: the sequence read it once, at its start.
-    let lost = update_from(w.store.as_ref(), name, Some(taken.record), |m| {
+    let lost = update_from(ctx.store.as_ref(), name, Some(taken.record), |m| {
         Ok(
             match lease::release(m, &here, epoch, Some(snapshot.clone())) {
                 Ok(next) => Step::Write(next, None),
@@ -118,7 +118,7 @@ pub(crate) fn park(w: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Snap
         c.pending_up = None;
     })?;
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         &here,
         name,
         events::Step {

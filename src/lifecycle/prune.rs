@@ -39,9 +39,9 @@ impl Plan {
 }
 
 /// The plan as of now: each box's last snapshot is kept whatever the keys say.
-pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
-    let all = w.repo.snapshots()?;
-    let records = w.store.list()?;
+pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
+    let all = ctx.repo.snapshots()?;
+    let records = ctx.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
     let mut sources: Vec<(String, String, Option<String>, Option<SnapshotId>)> = records
         .into_iter()
@@ -63,9 +63,9 @@ pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
         .map(|(label, tag, changes, pinned)| {
             let mut kept = retention::plan(
                 &snaps(&tagged(&tag)),
-                w.config.retention,
+                ctx.config.retention,
                 pinned.as_ref(),
-                w.now(),
+                ctx.now(),
             );
             if let Some(changes) = &changes {
                 // Each with the snapshot it leads to (one without is forgotten with the rest).
@@ -95,14 +95,14 @@ pub(crate) fn plan(w: &Ctx) -> Result<Plan> {
 }
 
 /// Forget what the plan forgets, prune, trim the histories.
-pub(crate) fn execute(w: &Ctx, plan: &Plan) -> Result<()> {
+pub(crate) fn execute(ctx: &Ctx, plan: &Plan) -> Result<()> {
     let forget = plan.forget();
     if !forget.is_empty() {
-        w.repo.forget(&forget)?;
+        ctx.repo.forget(&forget)?;
         crash::point("prune.after-forget");
     }
-    w.repo.prune()?;
-    trim_events(w, &plan.boxes);
+    ctx.repo.prune()?;
+    trim_events(ctx, &plan.boxes);
     Ok(())
 }
 
@@ -129,11 +129,11 @@ fn snaps(infos: &[&SnapshotInfo]) -> Vec<Snap> {
 }
 
 /// Each box keeps its newest [`events::KEEP`] events.
-fn trim_events(w: &Ctx, boxes: &[String]) {
+fn trim_events(ctx: &Ctx, boxes: &[String]) {
     for name in boxes {
-        let trimmed = w.store.events(name).and_then(|all| {
+        let trimmed = ctx.store.events(name).and_then(|all| {
             let old = events::beyond(all.into_iter().map(|(k, _)| k).collect(), events::KEEP);
-            w.store.delete_events(name, &old).map(|()| old.len())
+            ctx.store.delete_events(name, &old).map(|()| old.len())
         });
         match trimmed {
             Ok(0) => {}

@@ -17,27 +17,27 @@ use crate::sys::crash;
 
 /// Roll box `name` back to `to`; returns the snapshot of the state it replaced (None: the box
 /// had none).
-pub(crate) fn rollback(w: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Option<SnapshotId>> {
-    let lock = w.lock(name, "rollback")?;
-    let stored = w.tracked(name)?;
+pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Option<SnapshotId>> {
+    let lock = ctx.lock(name, "rollback")?;
+    let stored = ctx.tracked(name)?;
     let meta = &stored.meta;
-    let here = w.config.node.clone();
+    let here = ctx.config.node.clone();
     let replaced = match &meta.lease {
         None => {
             let replaced = meta.last_snapshot.clone().map(|s| s.id);
-            point_back(w, name, to, None)?;
+            point_back(ctx, name, to, None)?;
             replaced
         }
         Some(l) if l.node == here => {
-            let spec = w.spec(meta);
-            let running = w.runtime.is_active(&spec);
-            w.repo.ensure_repo()?;
+            let spec = ctx.spec(meta);
+            let running = ctx.runtime.is_active(&spec);
+            ctx.repo.ensure_repo()?;
             if running {
-                w.runtime.stop(&spec)?;
+                ctx.runtime.stop(&spec)?;
             }
             // Stopped, so the snapshot is all of it and the copy is known to equal it.
-            let mut copy = CopyState::journal(&w.config.state_dir, name)?;
-            let taken = snapshot::take(w, &stored, &mut copy, false).map_err(|e| {
+            let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
+            let taken = snapshot::take(ctx, &stored, &mut copy, false).map_err(|e| {
                 e.context(format!(
                     "box '{name}': the snapshot before the rollback failed; nothing was rolled back{}",
                     if running { format!(" (the box is stopped: 'ag-box up {name}' starts it again)") } else { String::new() }
@@ -48,11 +48,11 @@ pub(crate) fn rollback(w: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Opti
             }
             copy.record(CopyState::rolled_back)?;
             crash::point("rollback.after-snapshot");
-            point_back(w, name, to, Some(taken.epoch))?;
+            point_back(ctx, name, to, Some(taken.epoch))?;
             crash::point("rollback.after-point-back");
             if running {
                 drop(lock);
-                up::up_here(w, name, false)?;
+                up::up_here(ctx, name, false)?;
             }
             Some(taken.snapshot.id)
         }
@@ -69,7 +69,7 @@ pub(crate) fn rollback(w: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Opti
         format!("; undo with 'ag-box rollback {name} {}'", id.short())
     });
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         &here,
         name,
         events::Step {
@@ -88,10 +88,10 @@ pub(crate) fn rollback(w: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Opti
 
 /// The record's latest snapshot becomes `to`: on a parked box (`held` None) only while it stays
 /// parked, on a box held here only while this node holds it.
-fn point_back(w: &Ctx, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
-    let here = &w.config.node;
-    let now = w.now();
-    let refused = update(w.store.as_ref(), name, |m| {
+fn point_back(ctx: &Ctx, name: &str, to: &SnapshotRef, held: Option<u64>) -> Result<()> {
+    let here = &ctx.config.node;
+    let now = ctx.now();
+    let refused = update(ctx.store.as_ref(), name, |m| {
         Ok(match (held, &m.lease) {
             (None, None) => Step::Write(
                 crate::store::meta::Meta {
@@ -102,7 +102,7 @@ fn point_back(w: &Ctx, name: &str, to: &SnapshotRef, held: Option<u64>) -> Resul
             ),
             (None, Some(l)) => Step::Keep(Some(format!("node {} took it meanwhile", l.node))),
             (Some(epoch), _) => {
-                match lease::renew(m, here, epoch, Some(to.clone()), now, w.config.lease_ttl) {
+                match lease::renew(m, here, epoch, Some(to.clone()), now, ctx.config.lease_ttl) {
                     Ok(next) => Step::Write(next, None),
                     Err(lost) => Step::Keep(Some(lost_lease(name, &lost).to_string())),
                 }

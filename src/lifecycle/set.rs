@@ -10,7 +10,7 @@ use crate::store::meta::Meta;
 use crate::store::{Step, events, update};
 
 /// A uid or gid another box's record holds would make the two boxes one user.
-fn refuse_taken_ids(w: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
+fn refuse_taken_ids(ctx: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
     let asked: Vec<(&str, u32)> = assignments
         .iter()
         .filter_map(|a| {
@@ -23,7 +23,7 @@ fn refuse_taken_ids(w: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
     if asked.is_empty() {
         return Ok(());
     }
-    for other in w.store.list()?.iter().filter(|m| m.name != name) {
+    for other in ctx.store.list()?.iter().filter(|m| m.name != name) {
         if let Some((a, _)) = asked
             .iter()
             .find(|(_, id)| [other.uid, other.gid].contains(&Some(*id)))
@@ -43,27 +43,27 @@ fn refuse_taken_ids(w: &Ctx, name: &str, assignments: &[String]) -> Result<()> {
 
 /// Write `assignments` (`key=value`) into box `name`'s record, each checked; the record as
 /// written.
-pub(crate) fn set(w: &Ctx, name: &BoxName, assignments: &[String]) -> Result<Meta> {
-    w.tracked(name)?;
+pub(crate) fn set(ctx: &Ctx, name: &BoxName, assignments: &[String]) -> Result<Meta> {
+    ctx.tracked(name)?;
     // A pin to a node this install does not know would make every later `up` fail.
     for a in assignments {
         if let Some(node) = a.strip_prefix("pin=")
             && !matches!(node, "" | "none")
-            && node != w.config.node
-            && !w.config.nodes.iter().any(|n| n.name == node)
+            && node != ctx.config.node
+            && !ctx.config.nodes.iter().any(|n| n.name == node)
         {
             return Err(UserError::usage(
                 format!("box '{name}': invalid setting '{a}': no node '{node}' in the nodes file"),
                 format!(
                     "pin it to this node ('pin={}') or one of the nodes file's, or 'pin=none'",
-                    w.config.node
+                    ctx.config.node
                 ),
             )
             .into());
         }
     }
-    refuse_taken_ids(w, name, assignments)?;
-    let meta = update(w.store.as_ref(), name, |m| {
+    refuse_taken_ids(ctx, name, assignments)?;
+    let meta = update(ctx.store.as_ref(), name, |m| {
         let mut next = m.clone();
         for a in assignments {
             next = next.with_setting(a)?;
@@ -71,8 +71,8 @@ pub(crate) fn set(w: &Ctx, name: &BoxName, assignments: &[String]) -> Result<Met
         Ok(Step::Write(next.clone(), next))
     })?;
     events::record(
-        w.store.as_ref(),
-        &w.config.node,
+        ctx.store.as_ref(),
+        &ctx.config.node,
         name,
         events::Step {
             verb: "set",

@@ -36,7 +36,7 @@ pub(crate) struct Taken {
 }
 
 fn backup_spec(
-    w: &Ctx,
+    ctx: &Ctx,
     box_spec: &BoxSpec,
     epoch: u64,
     fork: bool,
@@ -45,7 +45,7 @@ fn backup_spec(
 ) -> BackupSpec {
     BackupSpec {
         name: box_spec.name.clone(),
-        node: w.config.node.clone(),
+        node: ctx.config.node.clone(),
         epoch,
         fork,
         parent,
@@ -62,8 +62,8 @@ fn backup_spec(
 
 /// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
 /// name has none: then nothing is remembered, and the next park publishes nothing).
-pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &SnapshotId, manifest: Option<Manifest>) {
-    let state = &w.config.state_dir;
+pub(crate) fn keep_manifest(ctx: &Ctx, name: &str, id: &SnapshotId, manifest: Option<Manifest>) {
+    let state = &ctx.config.state_dir;
     let kept = match manifest {
         Some(entries) => CopyManifest {
             snapshot: id.clone(),
@@ -82,7 +82,7 @@ pub(crate) fn keep_manifest(w: &Ctx, name: &str, id: &SnapshotId, manifest: Opti
 /// next node that holds that one: the changed paths in a snapshot of their own, with the list
 /// of them; then remember `after`. Only a warning when it fails: the next `up` diffs instead.
 pub(crate) fn publish_changes(
-    w: &Ctx,
+    ctx: &Ctx,
     spec: &BoxSpec,
     to: &SnapshotId,
     before: Option<&CopyManifest>,
@@ -91,11 +91,11 @@ pub(crate) fn publish_changes(
     let name = &spec.name;
     if before.is_some_and(|b| b.snapshot == *to) {
         // Nothing changed since: what was published up to `to` still serves.
-        keep_manifest(w, name, to, after);
+        keep_manifest(ctx, name, to, after);
         return;
     }
-    let published = save_changes(w, spec, to, before, after.as_ref()).and_then(|p| {
-        w.store.put_delta(name, p.as_ref())?;
+    let published = save_changes(ctx, spec, to, before, after.as_ref()).and_then(|p| {
+        ctx.store.put_delta(name, p.as_ref())?;
         Ok(p)
     });
     match published {
@@ -107,19 +107,19 @@ pub(crate) fn publish_changes(
         Ok(None) => {}
         Err(e) => {
             tracing::warn!("box '{name}': could not publish what changed in this park: {e:#}");
-            if let Err(e) = w.store.put_delta(name, None) {
+            if let Err(e) = ctx.store.put_delta(name, None) {
                 tracing::debug!("box '{name}': withdrawing what was published: {e:#}");
             }
         }
     }
-    keep_manifest(w, name, to, after);
+    keep_manifest(ctx, name, to, after);
 }
 
 /// A snapshot of the paths that changed from `before` to `after` (snapshot `to`), holding the
 /// list of them ([`Published`]) too; None when nothing can be said (no manifest of either, or
 /// more changes than a published delta names).
 fn save_changes(
-    w: &Ctx,
+    ctx: &Ctx,
     spec: &BoxSpec,
     to: &SnapshotId,
     before: Option<&CopyManifest>,
@@ -140,7 +140,7 @@ fn save_changes(
     let published = Published::new(b.snapshot.clone(), to.clone(), d);
     // The list travels in the snapshot, from a path of the node's own (root's, outside
     // every box), so the bucket learns no path the box's snapshots do not hide as well.
-    let list = w
+    let list = ctx
         .config
         .state_dir
         .join("published")
@@ -148,7 +148,7 @@ fn save_changes(
     atomic::write(&list, &serde_json::to_vec(&published)?, 0o600)?;
     let changes = ChangesSpec {
         name: spec.name.clone(),
-        node: w.config.node.clone(),
+        node: ctx.config.node.clone(),
         from: published.from.clone(),
         to: published.to.clone(),
         excludes: spec.agent_home.snapshot_excludes(),
@@ -160,7 +160,7 @@ fn save_changes(
         .cloned()
         .chain([list.clone()])
         .collect();
-    let saved = w.repo.backup_changes(&changes, &paths);
+    let saved = ctx.repo.backup_changes(&changes, &paths);
     if let Err(e) = atomic::remove(&list) {
         tracing::debug!("removing {}: {e:#}", list.display());
     }
@@ -188,21 +188,21 @@ fn save_changes(
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can
 /// read of it is better kept than lost, so a partial one is kept too, with a warning.
 pub(crate) fn keep_as_fork(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     epoch: u64,
     copy: &CopyState,
 ) -> Result<SnapshotId> {
     let equal = copy.equal();
     let spec = backup_spec(
-        w,
-        &w.spec(meta),
+        ctx,
+        &ctx.spec(meta),
         epoch,
         true,
         equal.map(|e| e.snapshot.clone()),
         equal.is_some_and(|e| e.restored),
     );
-    Ok(w.repo.backup(&spec)?.id)
+    Ok(ctx.repo.backup(&spec)?.id)
 }
 
 /// Whether the project holds anything; an unreadable one is named.
@@ -263,7 +263,7 @@ fn partial(name: &str, why: &str) -> UserError {
 /// kept as the copy last equalled a snapshot (at its `up` or `park` here; every file counts when
 /// it kept none), so it counts what changed since then, at least what this one adds.
 fn refuse_above_bound(
-    w: &Ctx,
+    ctx: &Ctx,
     name: &str,
     copy: &CopyState,
     now: Option<&Manifest>,
@@ -276,7 +276,7 @@ fn refuse_above_bound(
         )
         .into());
     };
-    let kept = CopyManifest::load(&w.config.state_dir, name);
+    let kept = CopyManifest::load(&ctx.config.state_dir, name);
     let changed = match copy.snapshot_began {
         Some(since) => delta::bytes_changed_since(now, since),
         None => delta::bytes_changed(kept.as_ref().map(|k| &k.entries), now),
@@ -305,13 +305,13 @@ fn refuse_above_bound(
 /// A snapshot read from a box that ran unpaused is counted only when all it holds is the box's
 /// own: an entry of another owner means the box steered restic out of its trees mid-read.
 fn refuse_foreign_owners(
-    w: &Ctx,
+    ctx: &Ctx,
     spec: &BoxSpec,
     roots: &[PathBuf],
     id: &SnapshotId,
     accept_partial: bool,
 ) -> Result<()> {
-    let foreign = account::foreign_owned(&w.repo.listing(id)?, roots, spec.ids);
+    let foreign = account::foreign_owned(&ctx.repo.listing(id)?, roots, spec.ids);
     if foreign.is_empty() || accept_partial {
         return Ok(());
     }
@@ -346,13 +346,13 @@ fn refuse_foreign_owners(
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
 pub(crate) fn take(
-    w: &Ctx,
+    ctx: &Ctx,
     stored: &Stored,
     journal: &mut CopyJournal,
     accept_partial: bool,
 ) -> Result<Taken> {
     let meta = &stored.meta;
-    let node = &w.config.node;
+    let node = &ctx.config.node;
     let copy = journal.state().clone();
     if let Relation::Restoring { to } = &copy.relation {
         return Err(half_restored(&meta.name, to).into());
@@ -370,12 +370,12 @@ pub(crate) fn take(
         return Err(not_up_here(&meta.name).into());
     };
     let holding = ours == Some(epoch);
-    let box_spec = w.spec(meta);
+    let box_spec = ctx.spec(meta);
     let roots = box_spec.local_copy();
-    let running = w.runtime.is_active(&box_spec);
+    let running = ctx.runtime.is_active(&box_spec);
     // Paused, the box cannot swap what restic reads (nor what the walk reads) for a link.
     let paused = if running {
-        w.runtime.pause(&box_spec).unwrap_or_else(|e| {
+        ctx.runtime.pause(&box_spec).unwrap_or_else(|e| {
             tracing::warn!("box '{}': not paused for its snapshot: {e:#}", meta.name);
             None
         })
@@ -388,7 +388,7 @@ pub(crate) fn take(
     // The system clock, not the world's: it is compared with the files' ctimes.
     let began = unix_nanos(SystemTime::now());
     // The manifest only where a bound asks what changed.
-    let (digest_before, manifest) = match w.config.snapshot_add_max {
+    let (digest_before, manifest) = match ctx.config.snapshot_add_max {
         Some(_) => digest::walk(&roots)?,
         None => (digest::of(&roots)?, None),
     };
@@ -396,7 +396,7 @@ pub(crate) fn take(
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
         // Nothing to save: the lease is renewed with the snapshot it has.
         return renew_only(
-            w,
+            ctx,
             stored,
             journal,
             epoch,
@@ -412,19 +412,19 @@ pub(crate) fn take(
         .map(|e| e.snapshot.clone())
         .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
     // (A box's first snapshot, at `track`, is the whole of it.)
-    if let Some(bound) = w.config.snapshot_add_max
+    if let Some(bound) = ctx.config.snapshot_add_max
         && meta.last_snapshot.is_some()
         && !accept_partial
     {
-        refuse_above_bound(w, &meta.name, &copy, manifest.as_ref(), bound)?;
+        refuse_above_bound(ctx, &meta.name, &copy, manifest.as_ref(), bound)?;
     }
     // Tens of megabytes on a big tree, needed no more: not held through the backup and the walks
     // after it.
     drop(manifest);
     let restored = copy.equal().is_some_and(|e| e.restored);
-    let spec = backup_spec(w, &box_spec, epoch, !holding, parent, restored);
+    let spec = backup_spec(ctx, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
-    let backup = w.repo.backup(&spec)?;
+    let backup = ctx.repo.backup(&spec)?;
     let raceable = running && paused.is_none();
     drop(paused);
     crash::point("snapshot.after-backup");
@@ -439,9 +439,9 @@ pub(crate) fn take(
         return Err(partial(&meta.name, &why).into());
     }
     if raceable {
-        refuse_foreign_owners(w, &box_spec, &paths, &id, accept_partial)?;
+        refuse_foreign_owners(ctx, &box_spec, &paths, &id, accept_partial)?;
     }
-    let now = w.now();
+    let now = ctx.now();
     let snapshot = SnapshotRef {
         id,
         at: timestamp(now),
@@ -450,9 +450,9 @@ pub(crate) fn take(
         paths: paths.clone(),
     };
     let (forked, record) = if holding {
-        let ttl = w.config.lease_ttl;
+        let ttl = ctx.config.lease_ttl;
         // The record as read before the backup: rewritten meanwhile, the write conflicts.
-        update_record(w.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
+        update_record(ctx.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
             Ok(
                 match lease::renew(m, node, epoch, Some(snapshot.clone()), now, ttl) {
                     Ok(next) => Step::Write(next, None),
@@ -479,7 +479,7 @@ pub(crate) fn take(
         );
     }
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         node,
         &meta.name,
         events::Step {
@@ -516,15 +516,15 @@ pub(crate) fn take(
 }
 
 /// A snapshot taken alone (the `snapshot` verb): the copy state loaded for it.
-pub(crate) fn take_alone(w: &Ctx, stored: &Stored, accept_partial: bool) -> Result<Taken> {
-    let mut copy = CopyState::journal(&w.config.state_dir, &stored.meta.name)?;
-    take(w, stored, &mut copy, accept_partial)
+pub(crate) fn take_alone(ctx: &Ctx, stored: &Stored, accept_partial: bool) -> Result<Taken> {
+    let mut copy = CopyState::journal(&ctx.config.state_dir, &stored.meta.name)?;
+    take(ctx, stored, &mut copy, accept_partial)
 }
 
 /// Whether this node's copy of the box is still what its latest snapshot saved.
-pub(crate) fn unchanged_since_latest(w: &Ctx, meta: &Meta) -> Result<bool> {
-    let copy = CopyState::load(&w.config.state_dir, &meta.name)?;
-    let digest = digest::of(&w.spec(meta).local_copy())?;
+pub(crate) fn unchanged_since_latest(ctx: &Ctx, meta: &Meta) -> Result<bool> {
+    let copy = CopyState::load(&ctx.config.state_dir, &meta.name)?;
+    let digest = digest::of(&ctx.spec(meta).local_copy())?;
     Ok(unchanged_since_last(meta, &copy, &digest).is_some())
 }
 
@@ -544,7 +544,7 @@ fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<Snap
 }
 
 fn renew_only(
-    w: &Ctx,
+    ctx: &Ctx,
     stored: &Stored,
     journal: &mut CopyJournal,
     epoch: u64,
@@ -553,11 +553,11 @@ fn renew_only(
     accept_partial: bool,
 ) -> Result<Taken> {
     let meta = &stored.meta;
-    let node = &w.config.node;
-    let at = w.now();
-    let ttl = w.config.lease_ttl;
+    let node = &ctx.config.node;
+    let at = ctx.now();
+    let ttl = ctx.config.lease_ttl;
     let (forked, record) =
-        update_record(w.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
+        update_record(ctx.store.as_ref(), &meta.name, Some(stored.clone()), |m| {
             Ok(
                 match lease::renew(m, node, epoch, m.last_snapshot.clone(), at, ttl) {
                     Ok(next) => Step::Write(next, None),
@@ -568,7 +568,7 @@ fn renew_only(
     if forked.is_some() {
         // Taken over meanwhile: a real snapshot keeps this node's files as a fork.
         journal.record(CopyState::distrust)?;
-        return take(w, &record, journal, accept_partial);
+        return take(ctx, &record, journal, accept_partial);
     }
     tracing::info!(
         "box '{}': unchanged since snapshot {}; lease renewed",

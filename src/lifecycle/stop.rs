@@ -8,17 +8,17 @@ use super::{Ctx, not_up_here};
 use crate::plan::names::BoxName;
 use crate::store::events;
 
-pub(crate) fn stop(w: &Ctx, name: &BoxName) -> Result<()> {
-    let _lock = w.lock(name, "stop")?;
-    let meta = w.tracked(name)?.meta;
-    let spec = w.spec(&meta);
-    if !w.runtime.is_active(&spec) {
+pub(crate) fn stop(ctx: &Ctx, name: &BoxName) -> Result<()> {
+    let _lock = ctx.lock(name, "stop")?;
+    let meta = ctx.tracked(name)?.meta;
+    let spec = ctx.spec(&meta);
+    if !ctx.runtime.is_active(&spec) {
         return Err(not_up_here(name).into());
     }
-    w.runtime.stop(&spec)?;
+    ctx.runtime.stop(&spec)?;
     events::record(
-        w.store.as_ref(),
-        &w.config.node,
+        ctx.store.as_ref(),
+        &ctx.config.node,
         name,
         events::Step {
             verb: "stop",
@@ -28,7 +28,7 @@ pub(crate) fn stop(w: &Ctx, name: &BoxName) -> Result<()> {
     );
     say!(
         "stopped box '{name}' without a snapshot; its lease and its copy stay on {}: 'ag-box up {name}' starts it again, 'ag-box park {name}' saves it and frees the node",
-        w.config.node
+        ctx.config.node
     );
     Ok(())
 }

@@ -557,9 +557,9 @@ impl Node {
     fn parked(&self) {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
-        let w = self.ctx();
-        track::track(w, &named("demo"), &self.project(), false, || Ok(())).unwrap();
-        park::park(w, &named("demo"), false).unwrap();
+        let ctx = self.ctx();
+        track::track(ctx, &named("demo"), &self.project(), false, || Ok(())).unwrap();
+        park::park(ctx, &named("demo"), false).unwrap();
     }
 
     /// Another node parked the box meanwhile: its last snapshot has f.txt = "elsewhere".
@@ -1686,14 +1686,14 @@ fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
     let home = n.ctx().spec(&n.meta()).agent_home.root;
     assert!(home.is_dir());
     let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
-    let w = Ctx::with_ports(
+    let ctx = Ctx::with_ports(
         n.ctx.config.clone(),
         n.store.clone(),
         n.runtime.clone(),
         n.repo.clone(),
         at,
     );
-    let dropped = drop::drop_box(&w, &named("demo"), || Ok(())).unwrap();
+    let dropped = drop::drop_box(&ctx, &named("demo"), || Ok(())).unwrap();
     assert_eq!(dropped.snapshots, snapshots);
     assert_eq!(
         dropped.home_kept_at,

@@ -28,15 +28,15 @@ pub(crate) struct Tracked {
 /// Track the directory `project` (canonical) as box `name`; `ready` checks the store and the
 /// repository once every refusal is past, right before the record is written.
 pub(crate) fn track(
-    w: &Ctx,
+    ctx: &Ctx,
     name: &BoxName,
     project: &Path,
     nix: bool,
     ready: impl FnOnce() -> Result<()>,
 ) -> Result<Tracked> {
-    refuse_overlap(w, name, project, [])?;
-    let _lock = w.lock(name, "track")?;
-    let existing = w.store.list()?;
+    refuse_overlap(ctx, name, project, [])?;
+    let _lock = ctx.lock(name, "track")?;
+    let existing = ctx.store.list()?;
     if existing.iter().any(|m| m.name == **name) {
         return Err(already_tracked(name).into());
     }
@@ -52,11 +52,11 @@ pub(crate) fn track(
         .into());
     }
     let others = existing.iter().map(|m| (m.name.as_str(), m.path.as_path()));
-    refuse_overlap(w, name, project, others)?;
-    let node = &w.config.node;
+    refuse_overlap(ctx, name, project, others)?;
+    let node = &ctx.config.node;
     let pinned = project.join(".auth-secret").exists().then(|| node.clone());
     let ids = free_ids(name, &existing)?;
-    let now = w.now();
+    let now = ctx.now();
     let fresh = Meta {
         version: META_VERSION,
         name: name.to_string(),
@@ -67,7 +67,7 @@ pub(crate) fn track(
         nix,
         uid: Some(ids.uid),
         gid: Some(ids.gid),
-        network: Some(w.config.network),
+        network: Some(ctx.config.network),
         allow: vec![],
         lease: None,
         last_snapshot: None,
@@ -75,9 +75,9 @@ pub(crate) fn track(
         op: None,
     };
     // The files live here, so this node holds the box until it is parked.
-    let meta = lease::acquire(&fresh, node, now, w.config.lease_ttl);
+    let meta = lease::acquire(&fresh, node, now, ctx.config.lease_ttl);
     ready()?;
-    let Some(meta) = store::create(w.store.as_ref(), meta)? else {
+    let Some(meta) = store::create(ctx.store.as_ref(), meta)? else {
         return Err(already_tracked(name).into());
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
@@ -86,25 +86,25 @@ pub(crate) fn track(
         epoch: Some(epoch),
         ..CopyState::default()
     }
-    .start_journal(&w.config.state_dir, name)?;
+    .start_journal(&ctx.config.state_dir, name)?;
     // Handed to the box user before the first snapshot, which so holds the owner every later
     // one has (an `up` that did it would move every file's ctime: restic reads them all again).
-    let spec = w.spec(&meta);
+    let spec = ctx.spec(&meta);
     let taken = agent_home::ensure(&spec)
         .and_then(|()| agent_home::reown_project(&spec))
-        .and_then(|()| w.tracked(name))
-        .and_then(|stored| snapshot::take(w, &stored, &mut copy, false));
+        .and_then(|()| ctx.tracked(name))
+        .and_then(|stored| snapshot::take(ctx, &stored, &mut copy, false));
     let taken = match taken {
         Ok(t) => t,
         Err(e) => {
-            undo(w, name);
+            undo(ctx, name);
             return Err(e.context(format!(
                 "box '{name}': first snapshot failed, nothing was tracked"
             )));
         }
     };
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         node,
         name,
         events::Step {
@@ -124,12 +124,12 @@ pub(crate) fn track(
 /// A project is a directory of its own: not the system, the home dir, ag-box's state, nor
 /// inside or around another box.
 fn refuse_overlap<'a>(
-    w: &Ctx,
+    ctx: &Ctx,
     name: &str,
     path: &Path,
     others: impl IntoIterator<Item = (&'a str, &'a Path)>,
 ) -> Result<()> {
-    match project::refusal_here(path, &w.config.home, &w.config.state_dir, others) {
+    match project::refusal_here(path, &ctx.config.home, &ctx.config.state_dir, others) {
         None => Ok(()),
         Some(why) => Err(UserError::usage(
             format!("path {} cannot be a box's project: {why}", path.display()),
@@ -140,15 +140,17 @@ fn refuse_overlap<'a>(
 }
 
 /// The half-made box gone again: its record and its state on this node.
-fn undo(w: &Ctx, name: &str) {
-    let removed = w
+fn undo(ctx: &Ctx, name: &str) {
+    let removed = ctx
         .store
         .get(name)
         .and_then(|s| {
-            s.map(|s| store::delete(w.store.as_ref(), name, &s.version))
+            s.map(|s| store::delete(ctx.store.as_ref(), name, &s.version))
                 .transpose()
         })
-        .and_then(|_| CopyState::remove(&w.config.state_dir, name).context("removing local state"));
+        .and_then(|_| {
+            CopyState::remove(&ctx.config.state_dir, name).context("removing local state")
+        });
     if let Err(e) = removed {
         tracing::error!("box '{name}': could not undo the half-made record: {e:#}");
     }

@@ -58,13 +58,13 @@ impl Held {
 /// tools and the store's leases.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
-    let _lock = w.lock(name, "up")?;
+pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, force: bool) -> Result<()> {
+    let _lock = ctx.lock(name, "up")?;
     // What another command changed while this one waited.
-    let stored = w.tracked(name)?;
-    let here = w.config.node.clone();
-    let spec = w.spec(&stored.meta);
-    if w.runtime.is_active(&spec) {
+    let stored = ctx.tracked(name)?;
+    let here = ctx.config.node.clone();
+    let spec = ctx.spec(&stored.meta);
+    if ctx.runtime.is_active(&spec) {
         let stray = |holder: &str, code| {
             UserError::new(
                 code,
@@ -76,7 +76,7 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
         };
         return match &stored.meta.lease {
             Some(l) if l.node == here => {
-                if let Ok(mut copy) = CopyState::journal(&w.config.state_dir, name) {
+                if let Ok(mut copy) = CopyState::journal(&ctx.config.state_dir, name) {
                     finish(name, &mut copy);
                 }
                 say!("box '{name}' is already up on {here}");
@@ -91,7 +91,7 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
         };
     }
     // The intent first: an `up` cut off from here on is finished (or rolled back) by the next.
-    let mut copy = CopyState::journal(&w.config.state_dir, name)?;
+    let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
     let interrupted = copy.state().pending_up.is_some();
     if interrupted {
         say!("box '{name}': an earlier 'ag-box up' here did not finish; finishing it");
@@ -105,12 +105,12 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
     // The lease an interrupted `up` took goes back to whoever held it before.
     let previous = copy.state().pending_up.clone().and_then(|p| p.previous);
     crash::point("up.after-intent");
-    let now = w.now();
-    let ttl = w.config.lease_ttl;
+    let now = ctx.now();
+    let ttl = ctx.config.lease_ttl;
     // A refusal (held elsewhere, being dropped) is decided on the record and takes nothing;
     // any other failure may hide a write that landed: then the intent stays for the next `up`.
     // Decided first on the record as read above, and written on its version.
-    let (taken, _) = update_record(w.store.as_ref(), name, Some(stored), |m| {
+    let (taken, _) = update_record(ctx.store.as_ref(), name, Some(stored), |m| {
         if m.dropping {
             return Ok(Step::Keep(Err(being_dropped(name))));
         }
@@ -150,8 +150,8 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
     };
     crash::point("up.after-lease");
     let started = interrupt::check("the restore")
-        .and_then(|()| own_ids(w, name, &meta))
-        .and_then(|meta| prepare_and_start(w, &meta, &held, interrupted, &mut copy));
+        .and_then(|()| own_ids(ctx, name, &meta))
+        .and_then(|meta| prepare_and_start(ctx, &meta, &held, interrupted, &mut copy));
     if let Err(e) = started {
         let give_back = match &held {
             Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
@@ -159,7 +159,7 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
             Held::Already { .. } => None,
         };
         if let Some((epoch, previous)) = give_back {
-            hand_back(w, name, epoch, previous.as_ref(), &mut copy);
+            hand_back(ctx, name, epoch, previous.as_ref(), &mut copy);
         }
         return Err(e);
     }
@@ -169,7 +169,7 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
         Held::Already { epoch } => (*epoch, None),
     };
     events::record(
-        w.store.as_ref(),
+        ctx.store.as_ref(),
         &here,
         name,
         events::Step {
@@ -197,14 +197,14 @@ pub(crate) fn up_here(w: &Ctx, name: &BoxName, force: bool) -> Result<()> {
 /// own uid (all ran as 1000, and so could reach each other's files and share per-uid limits)
 /// gets one now, in its record, so every node agrees; its files are handed to it as it
 /// starts. Done once this node holds the lease, so no node runs the box as the old ids.
-fn own_ids(w: &Ctx, name: &str, meta: &Meta) -> Result<Meta> {
-    let here = &w.config.node;
+fn own_ids(ctx: &Ctx, name: &str, meta: &Meta) -> Result<Meta> {
+    let here = &ctx.config.node;
     let old = meta.ids();
     let meta = if old.own() {
         meta.clone()
     } else {
-        let ids = super::free_ids(name, &w.store.list()?)?;
-        let next = update(w.store.as_ref(), name, |m| {
+        let ids = super::free_ids(name, &ctx.store.list()?)?;
+        let next = update(ctx.store.as_ref(), name, |m| {
             Ok(match &m.lease {
                 Some(l) if l.node != *here => Step::Keep(Err(held_elsewhere(name, l))),
                 _ if m.ids().own() => Step::Keep(Ok(m.clone())),
@@ -253,14 +253,14 @@ fn finish(name: &str, copy: &mut CopyJournal) {
 }
 
 fn prepare_and_start(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     held: &Held,
     interrupted: bool,
     copy: &mut CopyJournal,
 ) -> Result<()> {
-    let state_dir = &w.config.state_dir;
-    let spec = w.spec(meta);
+    let state_dir = &ctx.config.state_dir;
+    let spec = ctx.spec(meta);
     let roots = spec.local_copy();
     restore::recover_leftovers(&roots, &copy_state::swap_journal(state_dir, &meta.name))?;
     let copy_epoch = copy.state().epoch;
@@ -304,13 +304,13 @@ fn prepare_and_start(
                 );
             }
             let equals = if keep {
-                keep_local_work(w, meta, copy.state(), copy_epoch.unwrap_or(epoch))?
+                keep_local_work(ctx, meta, copy.state(), copy_epoch.unwrap_or(epoch))?
             } else {
                 None
             };
             crash::point("up.after-fork");
             interrupt::check("the restore")?;
-            let paths = restore_copy(w, meta, copy, s, &roots, equals.as_ref())?;
+            let paths = restore_copy(ctx, meta, copy, s, &roots, equals.as_ref())?;
             let had_files = std::fs::read_dir(&meta.path)
                 .ok()
                 .map(|mut e| e.next().is_some());
@@ -330,7 +330,7 @@ fn prepare_and_start(
             c.walked(digest);
             c.snapshot_began = Some(began);
         })?;
-        snapshot::keep_manifest(w, &meta.name, &s.id, manifest);
+        snapshot::keep_manifest(ctx, &meta.name, &s.id, manifest);
     }
     crash::point("up.before-start");
     interrupt::check("the start")?;
@@ -339,8 +339,8 @@ fn prepare_and_start(
     let memory_max = meta
         .memory_max
         .as_deref()
-        .or(w.config.memory_max.as_deref());
-    w.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
+        .or(ctx.config.memory_max.as_deref());
+    ctx.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
 /// What the plan reads of the copy's relation to the box's snapshots.
@@ -359,7 +359,7 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
 /// 0.17+ restore in place), else restore into a staging dir and swap. Returns the paths now in
 /// place.
 fn restore_copy(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
     s: &SnapshotRef,
@@ -372,12 +372,12 @@ fn restore_copy(
         // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
         full: std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1"),
         fits_roots: fits_roots(s, roots),
-        restores_in_place: w.repo.restores_in_place(),
+        restores_in_place: ctx.repo.restores_in_place(),
     });
     for way in shortcuts {
         match (way, equals) {
             (Shortcut::Delta, Some(from)) => {
-                if restore_changes(w, meta, copy, s, roots, from)? {
+                if restore_changes(ctx, meta, copy, s, roots, from)? {
                     return Ok(s.paths.clone());
                 }
             }
@@ -390,7 +390,7 @@ fn restore_copy(
                     s.node
                 );
                 copy.record(|c| c.begin_restore(&s.id))?;
-                match restore_over(w, meta, s) {
+                match restore_over(ctx, meta, s) {
                     Ok(()) => return Ok(s.paths.clone()),
                     // A tree restic cannot bring over in place (a dir that became a link, say)
                     // is restored whole: the copy held nothing unsaved before this restore began.
@@ -414,9 +414,9 @@ fn restore_copy(
         s.at,
         s.node
     );
-    let spec = w.spec(meta);
-    let journal = copy_state::swap_journal(&w.config.state_dir, name);
-    restore::restore_in_place(w.repo.as_ref(), &s.id, &meta.path, &journal, &|staging| {
+    let spec = ctx.spec(meta);
+    let journal = copy_state::swap_journal(&ctx.config.state_dir, name);
+    restore::restore_in_place(ctx.repo.as_ref(), &s.id, &meta.path, &journal, &|staging| {
         agent_home::restored_paths(staging, &spec)
     })
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
@@ -425,7 +425,7 @@ fn restore_copy(
 /// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
 /// False: no delta to go by, or writing it failed (the copy is then a mix, nothing unsaved).
 fn restore_changes(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
     s: &SnapshotRef,
@@ -436,9 +436,9 @@ fn restore_changes(
     if !fits_roots(s, roots) {
         return Ok(false);
     }
-    let staged = stage_published(w, meta, from, s, roots)
+    let staged = stage_published(ctx, meta, from, s, roots)
         .map(|(staging, delta)| (staging, delta, true))
-        .or_else(|| stage_listed(w, meta, from, s, roots).map(|(st, d)| (st, d, false)));
+        .or_else(|| stage_listed(ctx, meta, from, s, roots).map(|(st, d)| (st, d, false)));
     let Some((staging, delta, published)) = staged else {
         return Ok(false);
     };
@@ -491,14 +491,14 @@ fn discard(staging: &Path) {
 /// this node's copy equals: its changes snapshot restored into a staging dir, and the list of
 /// what changed that it holds.
 fn stage_published(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     from: &SnapshotId,
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
     let name = &meta.name;
-    let published = match w.store.delta(name) {
+    let published = match ctx.store.delta(name) {
         Ok(p) => p?,
         Err(e) => {
             tracing::warn!(
@@ -512,7 +512,7 @@ fn stage_published(
         return None;
     }
     let staging = staging(meta)?;
-    let staged = w
+    let staged = ctx
         .repo
         .restore(&published.snapshot, &staging)
         .and_then(|()| restore::read_published(&staging, &published.list))
@@ -536,13 +536,13 @@ fn stage_published(
 /// What changed from snapshot `from` to `s` as restic lists it, fetched into a staging dir;
 /// None when restic's own restore must do (too many changes, restic failed).
 fn stage_listed(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     from: &SnapshotId,
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
-    let listed = match w.repo.changes(from, &s.id) {
+    let listed = match ctx.repo.changes(from, &s.id) {
         Ok((changes, listed)) => delta::plan(&changes, roots)
             .and_then(|d| delta::with_attrs(d, &listed, roots, &restore::mode_and_owner)),
         Err(e) => {
@@ -559,7 +559,7 @@ fn stage_listed(
     if delta.fetch.is_empty() {
         return Some((staging, delta));
     }
-    match w.repo.restore_only(&s.id, &staging, &delta.fetch) {
+    match ctx.repo.restore_only(&s.id, &staging, &delta.fetch) {
         Ok(()) => Some((staging, delta)),
         Err(e) => {
             tracing::warn!(
@@ -574,10 +574,10 @@ fn stage_listed(
 }
 
 /// restic brings each path of `s` over the copy in place.
-fn restore_over(w: &Ctx, meta: &Meta, s: &SnapshotRef) -> Result<()> {
-    let excludes = w.spec(meta).agent_home.snapshot_excludes();
+fn restore_over(ctx: &Ctx, meta: &Meta, s: &SnapshotRef) -> Result<()> {
+    let excludes = ctx.spec(meta).agent_home.snapshot_excludes();
     s.paths.iter().try_for_each(|path| {
-        w.repo
+        ctx.repo
             .restore_path(&s.id, path, &excludes, &working_copy::exclude_files())
             .with_context(|| format!("restoring {} in place", path.display()))?;
         crash::point("restore.mid-in-place");
@@ -596,18 +596,18 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
 /// Returns the snapshot the copy now equals (None: there is no copy).
 fn keep_local_work(
-    w: &Ctx,
+    ctx: &Ctx,
     meta: &Meta,
     copy: &CopyState,
     epoch: u64,
 ) -> Result<Option<SnapshotId>> {
-    let roots = w.spec(meta).local_copy();
+    let roots = ctx.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
     }
-    let spec = w.spec(meta);
+    let spec = ctx.spec(meta);
     if std::fs::symlink_metadata(&spec.project).is_err()
-        && agent_home_as_kept(w, &meta.name, &spec.agent_home.root)
+        && agent_home_as_kept(ctx, &meta.name, &spec.agent_home.root)
     {
         say!(
             "box '{}': its project directory {} is gone on this node, its agent home as last saved; nothing here to keep",
@@ -622,8 +622,8 @@ fn keep_local_work(
     if let Some(e) = copy.equal().filter(|e| e.still(&now)) {
         return Ok(Some(e.snapshot.clone()));
     }
-    w.repo.ensure_repo()?;
-    let id = snapshot::keep_as_fork(w, meta, epoch, copy).with_context(|| {
+    ctx.repo.ensure_repo()?;
+    let id = snapshot::keep_as_fork(ctx, meta, epoch, copy).with_context(|| {
         format!(
             "box '{}': keeping this node's copy before the restore failed; nothing was replaced",
             meta.name
@@ -639,8 +639,8 @@ fn keep_local_work(
 
 /// Whether the agent home at `root` is entry for entry as the manifest this node kept at the
 /// box's last `up` or `park` here says (so it holds nothing a snapshot lacks).
-fn agent_home_as_kept(w: &Ctx, name: &str, root: &Path) -> bool {
-    let Some(kept) = CopyManifest::load(&w.config.state_dir, name) else {
+fn agent_home_as_kept(ctx: &Ctx, name: &str, root: &Path) -> bool {
+    let Some(kept) = CopyManifest::load(&ctx.config.state_dir, name) else {
         return false;
     };
     let Ok((_, Some(now))) = digest::walk(&[root.to_path_buf()]) else {
@@ -655,9 +655,9 @@ fn agent_home_as_kept(w: &Ctx, name: &str, root: &Path) -> bool {
 }
 
 /// A failed `up` must not leave the lease taken.
-fn hand_back(w: &Ctx, name: &str, epoch: u64, previous: Option<&Lease>, copy: &mut CopyJournal) {
-    let here = w.config.node.clone();
-    let res = update(w.store.as_ref(), name, |m| {
+fn hand_back(ctx: &Ctx, name: &str, epoch: u64, previous: Option<&Lease>, copy: &mut CopyJournal) {
+    let here = ctx.config.node.clone();
+    let res = update(ctx.store.as_ref(), name, |m| {
         Ok(match &m.lease {
             Some(l) if l.node == here && l.epoch == epoch && m.lease.as_ref() != previous => {
                 Step::Write(
