@@ -219,6 +219,7 @@ fn store(ctx: &Ctx) -> Vec<Check> {
         ),
         Err(e) => fail("conditional writes", detail_of(&e), fix_of(&e)),
     });
+    // The system clock is what is checked against the store's.
     let before = SystemTime::now();
     match ctx.store.server_time(&probe) {
         Ok(Some(theirs)) => {
@@ -305,6 +306,7 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
                     pid: l.pid,
                 })
                 .collect();
+            // The system clock, which restic stamped its locks with.
             doctor::locks(&seen, SystemTime::now())
         }
         Err(e) => fail("repository locks", detail_of(&e), fix_of(&e)),

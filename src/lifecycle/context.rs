@@ -19,6 +19,7 @@ use crate::plan::names::{self, BoxName};
 use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
+use crate::store::events::{self, Step};
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
 use crate::store::s3::S3Store;
@@ -101,6 +102,17 @@ impl Ctx {
 
     pub(crate) fn now(&self) -> SystemTime {
         (self.clock)()
+    }
+
+    /// Append `step` to box `name`'s history, as this node's, at this context's time.
+    pub(crate) fn record_event(&self, name: &str, step: Step) {
+        events::record(
+            self.store.as_ref(),
+            &self.config.node,
+            name,
+            self.now(),
+            step,
+        );
     }
 
     /// This command alone on the box, on this node (see `sys::box_lock`).

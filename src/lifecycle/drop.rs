@@ -112,9 +112,7 @@ pub(crate) fn drop_box(
     if let Err(e) = history {
         tracing::warn!("box '{name}': its events were not all deleted: {e:#}");
     }
-    events::record(
-        ctx.store.as_ref(),
-        &here,
+    ctx.record_event(
         name,
         events::Step {
             verb: "drop",

@@ -117,9 +117,7 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
         c.epoch = None;
         c.pending_up = None;
     })?;
-    events::record(
-        ctx.store.as_ref(),
-        &here,
+    ctx.record_event(
         name,
         events::Step {
             verb: "park",

@@ -68,9 +68,7 @@ pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Op
     let undo = replaced.as_ref().map_or(String::new(), |id| {
         format!("; undo with 'ag-box rollback {name} {}'", id.short())
     });
-    events::record(
-        ctx.store.as_ref(),
-        &here,
+    ctx.record_event(
         name,
         events::Step {
             verb: "rollback",

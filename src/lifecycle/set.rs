@@ -70,9 +70,7 @@ pub(crate) fn set(ctx: &Ctx, name: &BoxName, assignments: &[String]) -> Result<M
         }
         Ok(Step::Write(next.clone(), next))
     })?;
-    events::record(
-        ctx.store.as_ref(),
-        &ctx.config.node,
+    ctx.record_event(
         name,
         events::Step {
             verb: "set",

@@ -478,9 +478,7 @@ pub(crate) fn take(
             snapshot.id.short()
         );
     }
-    events::record(
-        ctx.store.as_ref(),
-        node,
+    ctx.record_event(
         &meta.name,
         events::Step {
             verb: if forked.is_some() { "fork" } else { "snapshot" },

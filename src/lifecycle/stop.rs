@@ -16,9 +16,7 @@ pub(crate) fn stop(ctx: &Ctx, name: &BoxName) -> Result<()> {
         return Err(not_up_here(name).into());
     }
     ctx.runtime.stop(&spec)?;
-    events::record(
-        ctx.store.as_ref(),
-        &ctx.config.node,
+    ctx.record_event(
         name,
         events::Step {
             verb: "stop",

@@ -809,6 +809,27 @@ fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
 }
 
 #[test]
+fn the_history_is_stamped_by_the_context_clock() {
+    let n = Node::new();
+    n.parked();
+    let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
+    let ctx = Ctx::with_ports(
+        n.ctx.config.clone(),
+        n.store.clone(),
+        n.runtime.clone(),
+        n.repo.clone(),
+        at,
+    );
+    up::up_here(&ctx, &named("demo"), false).unwrap();
+    let events = n.store.events("demo").unwrap();
+    let (_, up) = events.last().unwrap();
+    assert_eq!(
+        (up.verb.as_str(), up.time.as_str()),
+        ("up", "2027-01-15T08:00:00.000000000Z")
+    );
+}
+
+#[test]
 fn a_box_that_ran_here_starts_as_it_is() {
     let n = Node::new();
     n.parked();

@@ -103,9 +103,7 @@ pub(crate) fn track(
             )));
         }
     };
-    events::record(
-        ctx.store.as_ref(),
-        node,
+    ctx.record_event(
         name,
         events::Step {
             verb: "track",

@@ -168,9 +168,7 @@ pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, force: bool) -> Result<()> {
         Held::Fresh { epoch, previous } => (*epoch, previous.as_ref().filter(|l| l.node != here)),
         Held::Already { epoch } => (*epoch, None),
     };
-    events::record(
-        ctx.store.as_ref(),
-        &here,
+    ctx.record_event(
         name,
         events::Step {
             verb: if taken_from.is_some() {

@@ -50,9 +50,9 @@ pub(crate) struct Step<'a> {
 }
 
 /// Append an event for box `name`; a failure is a warning, never the step's.
-pub(crate) fn record(store: &dyn EventLog, node: &str, name: &str, step: Step) {
+pub(crate) fn record(store: &dyn EventLog, node: &str, name: &str, at: SystemTime, step: Step) {
     let event = Event {
-        time: timestamp_nanos(SystemTime::now()),
+        time: timestamp_nanos(at),
         node: node.to_string(),
         operator: operator(),
         verb: step.verb.to_string(),

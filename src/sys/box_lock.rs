@@ -34,6 +34,7 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
             .with_context(|| format!("opening {}", path.display()))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(mut held) => {
+                // The system clock: shown to a command of this node that waits for the lock.
                 let holder = format!(
                     "'ag-box {verb}' (pid {}) since {}",
                     std::process::id(),

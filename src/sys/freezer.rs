@@ -100,6 +100,7 @@ pub(crate) fn pause(spec: &BoxSpec, runtime: Runtime, sandbox_pid: i32) -> Resul
         return Ok(None);
     };
     let marker = marker_of(spec);
+    // The system clock: a marker of this node's, read back only here (`status`, the orphan check).
     let record = Marker {
         cgroup: cgroup.clone(),
         since: timestamp(SystemTime::now()),

@@ -229,6 +229,7 @@ impl Attempt {
             Ok(rule) => (Some(rule.to_string()), None),
             Err(reason) => (None, Some(reason.to_string())),
         };
+        // The system clock: the proxy is a process of its own, its log this node's.
         self.state.log.write(&Record {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             box_name: self.state.box_name.clone(),

@@ -223,6 +223,7 @@ impl Restic {
             host::random_bytes(bytes)?;
         }
         let password = crate::plan::text::hex(&password);
+        // The system clock, as restic stamps the key files it writes itself.
         let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let (id, bytes) =
             restic_key::key_file(&out.stdout, password.as_bytes(), &random, &created, node)?;

@@ -91,6 +91,7 @@ impl Runtime {
         nix: bool,
     ) -> Result<()> {
         let bwrap = cmd::require("bwrap")?;
+        // The system clock: the unit's journal and the anchor's log are read from this time.
         let since = SystemTime::now();
         prepare_run_dir(spec, nix)?;
         match spec.netns() {
