@@ -61,13 +61,18 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
     let groups = sources
         .into_iter()
         .map(|(label, tag, changes, pinned)| {
-            let mut kept = retention::plan(
-                &snaps(&tagged(&tag)),
-                ctx.config.retention,
-                pinned.as_ref(),
-                ctx.now(),
-            );
+            let own = snaps(&tagged(&tag));
+            let mut kept = match changes {
+                Some(_) => {
+                    retention::box_plan(&own, ctx.config.retention, pinned.as_ref(), ctx.now())
+                }
+                None => retention::plan(&own, ctx.config.retention, None, ctx.now()),
+            };
             if let Some(changes) = &changes {
+                let latest_time = own
+                    .iter()
+                    .find(|s| pinned.as_ref() == Some(&s.id))
+                    .map(|s| s.time);
                 // Each with the snapshot it leads to (one without is forgotten with the rest).
                 let leading: Vec<(Snap, SnapshotId)> = tagged(changes)
                     .into_iter()
@@ -76,7 +81,7 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
                         Some((snaps(&[i]).pop()?, to))
                     })
                     .collect();
-                let c = retention::changes_plan(&leading, pinned.as_ref());
+                let c = retention::changes_plan(&leading, pinned.as_ref(), latest_time);
                 kept.keep.extend(c.keep);
                 kept.forget.extend(c.forget);
             }

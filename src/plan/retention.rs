@@ -51,6 +51,9 @@ pub(crate) enum Reason {
     RecentFork,
     /// A changes snapshot (`plan::delta::PublishedRef`) that leads to the box's latest.
     LeadsToLatest,
+    /// Newer than the box's latest (or the box has none yet): a park, snapshot or track may be
+    /// between its backup and the record that names it.
+    NewerThanLatest,
 }
 
 impl std::fmt::Display for Reason {
@@ -62,6 +65,7 @@ impl std::fmt::Display for Reason {
             Reason::Pinned => "the box's latest",
             Reason::RecentFork => "a recent fork",
             Reason::LeadsToLatest => "what changed up to the box's latest",
+            Reason::NewerThanLatest => "newer than the box's latest (its record may be on its way)",
         })
     }
 }
@@ -149,6 +153,10 @@ pub(crate) fn plan(
     let weekly = mark_buckets(&order, policy.weekly, week_bucket);
     let cutoff = now.checked_sub(policy.window());
 
+    let latest_time = order
+        .iter()
+        .find(|s| is_pinned(&s.id, pinned))
+        .map(|s| s.time);
     let mut out = Plan::default();
     for (i, s) in order.iter().enumerate() {
         let reason = if is_pinned(&s.id, pinned) {
@@ -159,6 +167,8 @@ pub(crate) fn plan(
             Some(Reason::Daily)
         } else if weekly[i] {
             Some(Reason::Weekly)
+        } else if latest_time.is_some_and(|t| s.time > t) {
+            Some(Reason::NewerThanLatest)
         } else if s.fork && cutoff.is_none_or(|c| s.time > c) {
             Some(Reason::RecentFork)
         } else {
@@ -172,10 +182,38 @@ pub(crate) fn plan(
     out
 }
 
+/// A box's snapshots: as [`plan`] says, but a box whose record names no snapshot yet keeps
+/// them all (its first may be between its backup and the record).
+pub(crate) fn box_plan(
+    snaps: &[Snap],
+    policy: Policy,
+    latest: Option<&SnapshotId>,
+    now: SystemTime,
+) -> Plan {
+    if latest.is_some() {
+        return plan(snaps, policy, latest, now);
+    }
+    let mut order: Vec<&Snap> = snaps.iter().collect();
+    order.sort_by_key(|s| std::cmp::Reverse(s.time));
+    Plan {
+        keep: order
+            .into_iter()
+            .map(|s| (s.id.clone(), Reason::NewerThanLatest))
+            .collect(),
+        forget: vec![],
+    }
+}
+
 /// Of a box's changes snapshots, each with the snapshot it leads to: the newest that leads to
-/// `pinned` (the box's latest) is kept, the rest forgotten. A park saves one each time, and
-/// only one that ends at the latest can serve an `up`.
-pub(crate) fn changes_plan(changes: &[(Snap, SnapshotId)], pinned: Option<&SnapshotId>) -> Plan {
+/// `pinned` (the box's latest) is kept, and those newer than the latest (taken at
+/// `latest_time`; None: not known, all are) since a park may not have recorded what they lead
+/// to yet; the rest are forgotten. A park saves one each time, and only one that ends at the
+/// latest can serve an `up`.
+pub(crate) fn changes_plan(
+    changes: &[(Snap, SnapshotId)],
+    pinned: Option<&SnapshotId>,
+    latest_time: Option<SystemTime>,
+) -> Plan {
     let mut order: Vec<&(Snap, SnapshotId)> = changes.iter().collect();
     order.sort_by(|a, b| {
         b.0.time
@@ -183,9 +221,13 @@ pub(crate) fn changes_plan(changes: &[(Snap, SnapshotId)], pinned: Option<&Snaps
             .then_with(|| a.0.id.as_str().cmp(b.0.id.as_str()))
     });
     let mut out = Plan::default();
+    let mut leading = false;
     for (s, to) in order {
-        if out.keep.is_empty() && is_pinned(to, pinned) {
+        if !leading && is_pinned(to, pinned) {
+            leading = true;
             out.keep.push((s.id.clone(), Reason::LeadsToLatest));
+        } else if latest_time.is_none_or(|t| s.time > t) {
+            out.keep.push((s.id.clone(), Reason::NewerThanLatest));
         } else {
             out.forget.push(s.id.clone());
         }
@@ -211,18 +253,77 @@ mod tests {
             (snap("c3", 2 * HOUR), "latest-full-id".into()),
             (snap("c4", 3 * HOUR), "elsewhere".into()),
         ];
+        // The latest was taken just before c3; c4, newer, is a park's on its way to the record.
+        let latest_time = Some(at(MON + 2 * HOUR - 60));
         assert_eq!(
-            changes_plan(&changes, Some(&"latest-f".into())),
+            changes_plan(&changes, Some(&"latest-f".into()), latest_time),
             Plan {
-                keep: vec![("c3".into(), Reason::LeadsToLatest)],
-                forget: vec!["c4".into(), "c2".into(), "c1".into()],
+                keep: vec![
+                    ("c4".into(), Reason::NewerThanLatest),
+                    ("c3".into(), Reason::LeadsToLatest)
+                ],
+                forget: vec!["c2".into(), "c1".into()],
             }
         );
+        // Once a newer latest is recorded, c4 goes with the others that do not lead to it.
         assert_eq!(
-            changes_plan(&changes, None),
+            changes_plan(&changes, Some(&"newest".into()), Some(at(MON + 4 * HOUR))),
             Plan {
                 keep: vec![],
                 forget: vec!["c4".into(), "c3".into(), "c2".into(), "c1".into()],
+            }
+        );
+        // No latest known: none is forgotten.
+        assert_eq!(
+            changes_plan(&changes, None, None),
+            Plan {
+                keep: ["c4", "c3", "c2", "c1"]
+                    .map(|c| (c.into(), Reason::NewerThanLatest))
+                    .to_vec(),
+                forget: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn a_snapshot_newer_than_the_latest_is_kept_whatever_the_keys_say() {
+        let none = Policy {
+            last: 0,
+            daily: 0,
+            weekly: 0,
+        };
+        let snaps = [
+            snap("old", MON),
+            snap("latest", MON + HOUR),
+            snap("newer", MON + 2 * HOUR),
+        ];
+        let now = at(MON + DAY);
+        assert_eq!(
+            plan(&snaps, none, Some(&"latest".into()), now),
+            Plan {
+                keep: vec![
+                    ("newer".into(), Reason::NewerThanLatest),
+                    ("latest".into(), Reason::Pinned)
+                ],
+                forget: vec!["old".into()],
+            }
+        );
+        // A box whose record names no snapshot yet (its track between backup and record).
+        assert_eq!(
+            box_plan(&snaps, none, None, now),
+            Plan {
+                keep: ["newer", "latest", "old"]
+                    .map(|c| (c.into(), Reason::NewerThanLatest))
+                    .to_vec(),
+                forget: vec![],
+            }
+        );
+        // The globals have no latest: the keys alone decide.
+        assert_eq!(
+            plan(&snaps, none, None, now),
+            Plan {
+                keep: vec![],
+                forget: vec!["newer".into(), "latest".into(), "old".into()],
             }
         );
     }
@@ -576,10 +677,12 @@ mod tests {
 
     #[test]
     fn all_zero_policy_keeps_only_pinned_and_recent_forks() {
+        // The latest is the newest: what is newer is kept whatever the keys say (see
+        // a_snapshot_newer_than_the_latest_is_kept_whatever_the_keys_say).
         let snaps = [
-            snap("pinned01", MON - 30 * DAY), // Sat 2026-08-22 00:00
-            snap("plain", MON + DAY),         // Tue 2026-09-22 00:00
-            fork("fork", MON + 6 * DAY),      // Sun 2026-09-27 00:00
+            snap("plain", MON - 30 * DAY),          // Sat 2026-08-22 00:00
+            fork("fork", MON + 6 * DAY),            // Sun 2026-09-27 00:00
+            snap("pinned01", MON + 6 * DAY + HOUR), // Sun 2026-09-27 01:00
         ];
         // Window is zero, so only a fork strictly after `now` is recent.
         let p = policy(0, 0, 0);
@@ -594,7 +697,7 @@ mod tests {
         assert_eq!(
             plan(&snaps, p, Some(&"pinned01".into()), before_fork),
             Plan {
-                keep: keep(&[("fork", Reason::RecentFork), ("pinned01", Reason::Pinned)]),
+                keep: keep(&[("pinned01", Reason::Pinned), ("fork", Reason::RecentFork)]),
                 forget: ids(&["plain"]),
             }
         );
