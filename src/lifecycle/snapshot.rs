@@ -128,6 +128,14 @@ fn save_changes(
     let (Some(b), Some(a)) = (before, after) else {
         return Ok(None);
     };
+    // restic reads the listed paths by name: only a stopped box cannot swap one for a link
+    // between the walk that listed them and the backup (park stops it first).
+    if ctx.runtime.is_active(spec) {
+        anyhow::bail!(
+            "box '{}' is running: what changed is saved only once it is stopped",
+            spec.name
+        );
+    }
     let excludes = working_copy::excludes(spec)?;
     if excludes.unfollowed {
         // A pattern with a '/' may leave out what the list would name (and remove): restic
