@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::ArgValueCandidates;
 
-use crate::commands::completion::{box_names, node_names, setting_keys, snapshot_ids};
+use crate::commands::completion::{agent_names, box_names, node_names, setting_keys, snapshot_ids};
 use crate::plan::manual;
 
 /// The command line as parsed, helped and documented: the derived definitions, each verb's
@@ -67,6 +67,10 @@ pub(crate) enum Cmd {
         /// Start the box's shell inside `nix develop /etc/base-flake`
         #[arg(long)]
         nix: bool,
+        /// The box's agent: claude, codex, gemini, grok, opencode or none (default: the one
+        /// whose sessions of the project it imports, when only one agent has any; else none)
+        #[arg(long, value_name = "AGENT", add = ArgValueCandidates::new(agent_names))]
+        agent: Option<String>,
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
@@ -227,7 +231,8 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         json: bool,
     },
     /// Change a box's settings: `memory_max`=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
-    /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them)
+    /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them),
+    /// agent=<claude|codex|gemini|grok|opencode|none>
     #[command(
         after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
     )]

@@ -70,8 +70,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name,
             path,
             nix,
+            agent,
             json,
-        } => commands::track::run(&BoxName::new(name)?, path, nix, json),
+        } => {
+            let name = BoxName::new(name)?;
+            let agent = lifecycle::track::AgentChoice::parse(agent.as_deref())?;
+            commands::track::run(&name, path, nix, agent, json)
+        }
         Cmd::Up {
             name,
             node,

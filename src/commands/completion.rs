@@ -10,6 +10,7 @@ use clap_complete::engine::CompletionCandidate;
 use super::Ctx;
 use crate::config::Config;
 use crate::lifecycle::record_cache_dir;
+use crate::plan::agents;
 
 /// When the shell asks for completions, answer from the `command` definitions and exit;
 /// otherwise return.
@@ -81,7 +82,20 @@ pub(crate) fn setting_keys() -> Vec<CompletionCandidate> {
     ]
     .into_iter()
     .map(|(k, help)| CompletionCandidate::new(k).help((!help.is_empty()).then(|| help.into())))
+    .chain(
+        agents::choices()
+            .into_iter()
+            .map(|a| CompletionCandidate::new(format!("agent={a}"))),
+    )
     .collect()
+}
+
+/// What `track --agent` takes.
+pub(crate) fn agent_names() -> Vec<CompletionCandidate> {
+    agents::choices()
+        .into_iter()
+        .map(CompletionCandidate::new)
+        .collect()
 }
 
 /// Snapshot ids (short), newest first, each with its box and time; none when the repository

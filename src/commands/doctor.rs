@@ -13,13 +13,12 @@ use serde::Serialize;
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::config;
 use crate::error::UserError;
+use crate::plan::agents;
 use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
 use crate::plan::text;
 use crate::sys::cmd;
 use crate::sys::nodes::Nodes;
 use crate::sys::restic::short;
-
-const AGENT_CLIS: [&str; 4] = ["claude", "codex", "grok", "gemini"];
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -316,9 +315,9 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
 
 /// `<cli> --version` of each agent CLI here (None: not installed).
 fn agent_versions() -> Vec<(String, Option<String>)> {
-    AGENT_CLIS
+    agents::AGENTS
         .iter()
-        .map(|cli| (cli.to_string(), first_line(cli, &["--version"])))
+        .map(|a| (a.binary.to_string(), first_line(a.binary, &["--version"])))
         .collect()
 }
 
@@ -327,7 +326,11 @@ fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
     // One ssh per node, all at once: its ag-box version, then one line per agent CLI.
     let script = format!(
         "ag-box --version && for c in {}; do printf '%s ' $c; ($c --version 2>/dev/null || echo none) | head -1; done",
-        AGENT_CLIS.join(" ")
+        agents::AGENTS
+            .iter()
+            .map(|a| a.binary)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let peers: Vec<(&str, &str)> = ctx
         .config

@@ -64,7 +64,7 @@ pub(crate) fn run(json: bool) -> Result<()> {
     }
     let mut table = vec![
         [
-            "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE", "NETWORK", "PATH",
+            "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE", "NETWORK", "AGENT", "PATH",
         ]
         .map(String::from)
         .to_vec(),
@@ -84,6 +84,7 @@ pub(crate) fn run(json: bool) -> Result<()> {
             snap.to_string(),
             here.to_string(),
             network_label(r.network_mode).to_string(),
+            m.agent.as_deref().unwrap_or("-").to_string(),
             m.path.display().to_string(),
         ]);
     }

@@ -1,4 +1,5 @@
-//! `set <name> key=value...`: per-box settings (`memory_max`, nix, pin, uid, gid, network, allow).
+//! `set <name> key=value...`: per-box settings (`memory_max`, nix, pin, uid, gid, network, allow,
+//! agent).
 //! The network policy applies to the running box at once; the rest at its next `up`.
 
 use anyhow::Result;
@@ -18,10 +19,11 @@ pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
         meta.allow.join(",")
     };
     say!(
-        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow}",
+        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={}",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,
         meta.pinned_node.as_deref().unwrap_or("none"),
+        meta.agent_label(),
     );
     let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
     let egress_changed = assignments.iter().any(|a| is_egress(&a));

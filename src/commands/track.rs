@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{Ctx, require_tools};
-use crate::lifecycle::track;
+use crate::lifecycle::track::{self, AgentChoice};
 use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 
@@ -22,11 +22,19 @@ struct Tracked<'a> {
     uid: u32,
     gid: u32,
     pinned_node: Option<&'a str>,
+    /// Its agent (`--agent`, else the one whose sessions it imported), null for none.
+    agent: Option<&'a str>,
     /// The first snapshot's full id.
     snapshot: &'a SnapshotId,
 }
 
-pub(crate) fn run(name: &BoxName, path: Option<PathBuf>, nix: bool, json: bool) -> Result<()> {
+pub(crate) fn run(
+    name: &BoxName,
+    path: Option<PathBuf>,
+    nix: bool,
+    agent: AgentChoice,
+    json: bool,
+) -> Result<()> {
     let ctx = Ctx::load()?;
     let project = track::project_dir(&ctx.config.home, name, path)?;
     require_tools(&["restic"])?;
@@ -35,7 +43,7 @@ pub(crate) fn run(name: &BoxName, path: Option<PathBuf>, nix: bool, json: bool) 
         ctx.require_safe_leases()?;
         ctx.restic()?.require_repo()
     };
-    let tracked = track::track(&ctx, name, &project, nix, ready)?;
+    let tracked = track::track(&ctx, name, &project, nix, agent, ready)?;
     let meta = &tracked.meta;
     let pin = meta
         .pinned_node
@@ -43,8 +51,9 @@ pub(crate) fn run(name: &BoxName, path: Option<PathBuf>, nix: bool, json: bool) 
         .map(|n| format!(", pinned to {n} (.auth-secret present)"))
         .unwrap_or_default();
     say!(
-        "tracked box '{name}' at {}{pin}; first snapshot {}",
+        "tracked box '{name}' at {}{pin}, agent {}; first snapshot {}",
         project.display(),
+        meta.agent_label(),
         tracked.snapshot.short()
     );
     if json {
@@ -57,6 +66,7 @@ pub(crate) fn run(name: &BoxName, path: Option<PathBuf>, nix: bool, json: bool) 
             uid: ids.uid,
             gid: ids.gid,
             pinned_node: meta.pinned_node.as_deref(),
+            agent: meta.agent.as_deref(),
             snapshot: &tracked.snapshot,
         })?;
     }

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use pretty_assertions::assert_eq;
 
+use super::track::AgentChoice;
 use super::{Ctx, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
@@ -558,7 +559,15 @@ impl Node {
         fs::create_dir_all(self.project()).unwrap();
         self.write("f.txt", "v1");
         let ctx = self.ctx();
-        track::track(ctx, &named("demo"), &self.project(), false, || Ok(())).unwrap();
+        track::track(
+            ctx,
+            &named("demo"),
+            &self.project(),
+            false,
+            AgentChoice::FromSessions,
+            || Ok(()),
+        )
+        .unwrap();
         park::park(ctx, &named("demo"), false).unwrap();
     }
 
@@ -1650,9 +1659,16 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         .unreadable
         .borrow_mut()
         .push("open /f.txt: permission denied".into());
-    let e = track::track(n.ctx(), &named("demo"), &n.project(), false, || Ok(()))
-        .err()
-        .unwrap();
+    let e = track::track(
+        n.ctx(),
+        &named("demo"),
+        &n.project(),
+        false,
+        AgentChoice::FromSessions,
+        || Ok(()),
+    )
+    .err()
+    .unwrap();
     assert!(
         format!("{e:#}").starts_with("box 'demo': first snapshot failed, nothing was tracked"),
         "{e:#}"
@@ -1663,7 +1679,15 @@ fn a_first_snapshot_that_fails_tracks_nothing() {
         "this node's state of it stayed"
     );
     // Nothing is left in the way of tracking it again.
-    track::track(n.ctx(), &named("demo"), &n.project(), false, || Ok(())).unwrap();
+    track::track(
+        n.ctx(),
+        &named("demo"),
+        &n.project(),
+        false,
+        AgentChoice::FromSessions,
+        || Ok(()),
+    )
+    .unwrap();
     assert_eq!(n.meta().lease.map(|l| l.node).as_deref(), Some("here"));
     assert_eq!(n.copy().epoch, Some(1));
 }
@@ -1673,9 +1697,16 @@ fn track_refuses_a_second_box_of_a_name_or_a_path() {
     let n = Node::new();
     n.parked();
     let again = |name: &str| {
-        track::track(n.ctx(), &named(name), &n.project(), false, || Ok(()))
-            .err()
-            .map(|e| (code(&e), format!("{e:#}")))
+        track::track(
+            n.ctx(),
+            &named(name),
+            &n.project(),
+            false,
+            AgentChoice::FromSessions,
+            || Ok(()),
+        )
+        .err()
+        .map(|e| (code(&e), format!("{e:#}")))
     };
     assert_eq!(
         again("demo"),
@@ -1877,4 +1908,89 @@ fn set_writes_checked_settings_and_refuses_what_the_next_up_could_not_use() {
         "{e:#}"
     );
     assert_eq!(n.stored().version, version, "a refused set wrote nothing");
+}
+
+#[test]
+fn track_stores_the_agent_named_or_the_one_whose_sessions_it_imports() {
+    let n = Node::new();
+    let home = n.ctx.config.home.clone();
+    let claude_session = |project: &Path| {
+        let dir = crate::plan::slices::claude_project_dir(&home, project);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("s1.jsonl"), "{}\n").unwrap();
+    };
+    let codex_session = |project: &Path| {
+        let day = home.join(".codex/sessions/2026/11/29");
+        fs::create_dir_all(&day).unwrap();
+        let name = project.file_name().unwrap().to_string_lossy();
+        fs::write(
+            day.join(format!("rollout-{name}.jsonl")),
+            format!(
+                "{{\"type\":\"session_meta\",\"payload\":{{\"cwd\":\"{}\"}}}}\n",
+                project.display()
+            ),
+        )
+        .unwrap();
+    };
+    let gemini = crate::plan::agents::named("gemini");
+    let cases: [(&str, &[&str], AgentChoice); 5] = [
+        ("bare", &[], AgentChoice::FromSessions),
+        ("solo", &["claude"], AgentChoice::FromSessions),
+        ("pair", &["claude", "codex"], AgentChoice::FromSessions),
+        ("told", &["claude"], AgentChoice::Named(gemini)),
+        ("plain", &["claude"], AgentChoice::Named(None)),
+    ];
+    let mut stored = Vec::new();
+    for (name, sessions, choice) in cases {
+        let project = home.join(name);
+        fs::create_dir_all(&project).unwrap();
+        fs::write(project.join("f.txt"), name).unwrap();
+        for agent in sessions {
+            match *agent {
+                "claude" => claude_session(&project),
+                _ => codex_session(&project),
+            }
+        }
+        let tracked =
+            track::track(n.ctx(), &named(name), &project, false, choice, || Ok(())).unwrap();
+        let record = n.store.get(name).unwrap().unwrap().meta;
+        assert_eq!(record.agent, tracked.meta.agent, "{name}");
+        stored.push((name, record.agent));
+    }
+    assert_eq!(
+        stored,
+        [
+            ("bare", None),
+            ("solo", Some("claude".to_string())),
+            ("pair", None),
+            ("told", Some("gemini".to_string())),
+            ("plain", None),
+        ]
+    );
+}
+
+#[test]
+fn set_changes_the_agent_and_refuses_an_unknown_one_without_touching_the_record() {
+    let n = Node::new();
+    n.parked();
+    let set = |a: &str| super::set::set(n.ctx(), &named("demo"), &[a.to_string()]);
+    assert_eq!(n.meta().agent, None);
+    let meta = set("agent=codex").unwrap();
+    assert_eq!(meta.agent.as_deref(), Some("codex"));
+    assert_eq!(n.meta().agent.as_deref(), Some("codex"));
+    let version = n.stored().version;
+    let e = set("agent=bogus").unwrap_err();
+    assert_eq!(
+        (code(&e), format!("{e:#}")),
+        (
+            Some(Code::Usage),
+            "box 'demo': invalid setting 'agent=bogus'; hint: agent takes claude, codex, gemini, \
+             grok, opencode or none"
+                .to_string()
+        )
+    );
+    assert_eq!(n.stored().version, version, "a refused set wrote nothing");
+    assert_eq!(n.meta().agent.as_deref(), Some("codex"));
+    assert_eq!(set("agent=none").unwrap().agent, None);
+    assert_eq!(n.meta().agent, None);
 }

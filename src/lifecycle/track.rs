@@ -7,14 +7,15 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, free_ids, snapshot};
 use crate::error::UserError;
+use crate::plan::agents::{self, Agent};
 use crate::plan::names::BoxName;
 use crate::plan::project;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::{META_VERSION, Meta};
 use crate::store::{self, events};
-use crate::sys::agent_home;
 use crate::sys::copy_state::CopyState;
+use crate::sys::{agent_home, slices};
 
 /// A box just tracked.
 #[derive(Debug)]
@@ -25,6 +26,25 @@ pub(crate) struct Tracked {
     pub snapshot: SnapshotId,
 }
 
+/// `track --agent`: the agent named (or none), else the one whose sessions the box imports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AgentChoice {
+    Named(Option<&'static Agent>),
+    FromSessions,
+}
+
+impl AgentChoice {
+    /// `--agent <value>` as given (absent: from the sessions), checked.
+    pub(crate) fn parse(value: Option<&str>) -> Result<AgentChoice, UserError> {
+        let Some(value) = value else {
+            return Ok(AgentChoice::FromSessions);
+        };
+        agents::parse(value)
+            .map(AgentChoice::Named)
+            .map_err(|hint| UserError::usage(format!("invalid agent '{value}'"), hint))
+    }
+}
+
 /// Track the directory `project` (canonical) as box `name`; `ready` checks the store and the
 /// repository once every refusal is past, right before the record is written.
 pub(crate) fn track(
@@ -32,6 +52,7 @@ pub(crate) fn track(
     name: &BoxName,
     project: &Path,
     nix: bool,
+    agent: AgentChoice,
     ready: impl FnOnce() -> Result<()>,
 ) -> Result<Tracked> {
     refuse_overlap(ctx, name, project, [])?;
@@ -56,6 +77,17 @@ pub(crate) fn track(
     let node = &ctx.config.node;
     let pinned = project.join(".auth-secret").exists().then(|| node.clone());
     let ids = free_ids(name, &existing)?;
+    let agent = match agent {
+        AgentChoice::Named(agent) => agent,
+        // The sessions `agent_home::ensure` imports below: what the box will hold.
+        AgentChoice::FromSessions => {
+            let home = &ctx.config.home;
+            agents::with_sessions(
+                home,
+                &slices::session_paths_under(Path::new("/"), home, project),
+            )
+        }
+    };
     let now = ctx.now();
     let fresh = Meta {
         version: META_VERSION,
@@ -69,6 +101,7 @@ pub(crate) fn track(
         gid: Some(ids.gid),
         network: Some(ctx.config.network),
         allow: vec![],
+        agent: agent.map(|a| a.name.to_string()),
         lease: None,
         last_snapshot: None,
         dropping: false,

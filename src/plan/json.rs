@@ -72,6 +72,7 @@ pub(crate) fn record_defaults() -> Vec<(&'static str, Value)> {
         ("gid", Value::Null),
         ("network", Value::Null),
         ("allow", Value::Array(vec![])),
+        ("agent", Value::Null),
         ("lease", Value::Null),
         ("last_snapshot", Value::Null),
         ("dropping", Value::Bool(false)),
@@ -137,7 +138,8 @@ mod tests {
             json!({
                 "version": 1, "name": "a", "path": "/p", "created_at": "t", "nix": false,
                 "pinned_node": null, "memory_max": null, "uid": null, "gid": null,
-                "network": null, "allow": [], "lease": null, "dropping": false, "op": null,
+                "network": null, "allow": [], "agent": null, "lease": null, "dropping": false,
+                "op": null,
                 "last_snapshot": {"id": "abc", "at": "t", "node": "n", "epoch": 1, "paths": []},
             })
         );

@@ -3,6 +3,7 @@
 pub(crate) mod account;
 pub(crate) mod active;
 pub(crate) mod agent_home;
+pub(crate) mod agents;
 pub(crate) mod delta;
 pub(crate) mod diff;
 pub(crate) mod doctor;

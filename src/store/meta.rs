@@ -9,7 +9,7 @@ use crate::plan::account::{self, Ids};
 use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::unit::valid_memory_max;
-use crate::plan::{names, project};
+use crate::plan::{agents, names, project};
 
 pub(crate) const META_VERSION: u32 = 1;
 /// A record longer than this is not read.
@@ -72,6 +72,10 @@ pub(crate) struct Meta {
     /// The box's own allow-list entries, besides the node's list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// The agent the box holds (`plan::agents`), by name; none: absent. A name this version
+    /// does not know (a newer ag-box's) is kept as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
     /// `drop` began: the box's snapshots are being deleted; nothing but `drop` acts on it.
@@ -119,6 +123,7 @@ impl Meta {
             gid: None,
             network: None,
             allow: vec![],
+            agent: None,
             lease: None,
             last_snapshot: None,
             dropping: false,
@@ -161,6 +166,11 @@ impl Meta {
         if let Some(why) = self.allow.iter().find_map(|e| Entry::parse(e).err()) {
             return Some(why);
         }
+        if let Some(a) = &self.agent
+            && !agents::plausible(a)
+        {
+            return Some(format!("invalid agent name {a:?}"));
+        }
         let bad_node =
             |n: &str| n.is_empty() || n.chars().any(|c| c.is_whitespace() || c.is_control());
         if self.pinned_node.as_deref().is_some_and(bad_node)
@@ -179,6 +189,11 @@ impl Meta {
         }
     }
 
+    /// The box's agent as `ls` and `set` show it: its name, or `none`.
+    pub(crate) fn agent_label(&self) -> &str {
+        self.agent.as_deref().unwrap_or(agents::NONE)
+    }
+
     /// The box's network mode: the record's, else the node's default.
     pub(crate) fn network(&self, default: Mode) -> Mode {
         self.network.unwrap_or(default)
@@ -193,7 +208,7 @@ impl Meta {
             )
         };
         let (key, value) = assignment.split_once('=').ok_or_else(|| {
-            bad("use key=value with key memory_max, nix, pin, uid, gid, network or allow")
+            bad("use key=value with key memory_max, nix, pin, uid, gid, network, allow or agent")
         })?;
         let none = value == "none" || value.is_empty();
         let mut next = self.clone();
@@ -238,11 +253,17 @@ impl Meta {
                     return Err(bad(&format!("at most {MAX_ALLOW_ENTRIES} entries per box")));
                 }
             }
+            "agent" => {
+                next.agent = agents::parse(value)
+                    .map_err(|hint| bad(&hint))?
+                    .map(|a| a.name.to_string());
+            }
             _ => {
-                return Err(bad(
+                return Err(bad(&format!(
                     "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>, \
-                     network=<allow|none|host>, allow=<entry>,<entry>...",
-                ));
+                     network=<allow|none|host>, allow=<entry>,<entry>..., agent=<{}>",
+                    agents::choices().join("|")
+                )));
             }
         }
         Ok(next)
@@ -375,10 +396,51 @@ mod tests {
             "uid=4294967295",
             "uid=me",
             "network=open",
+            "agent=aider",
+            "agent=Claude",
         ] {
             let e = meta().with_setting(bad).unwrap_err();
             assert!(e.message.contains("invalid setting"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_agent_is_set_shown_and_kept_across_versions() {
+        let m = meta().with_setting("agent=grok").unwrap();
+        assert_eq!(
+            m,
+            Meta {
+                agent: Some("grok".into()),
+                ..meta()
+            }
+        );
+        assert_eq!((m.agent_label(), meta().agent_label()), ("grok", "none"));
+        assert_eq!(m.with_setting("agent=none").unwrap(), meta());
+        assert_eq!(m.with_setting("agent=").unwrap(), meta());
+        // A record of an older ag-box has no agent; a box without one writes none, so older
+        // versions read the same record they wrote.
+        let older = serde_json::to_value(meta()).unwrap();
+        assert_eq!(older.get("agent"), None);
+        let read =
+            |v: &serde_json::Value| parse("d", &serde_json::to_vec(v).unwrap(), |m: &Meta| m);
+        assert_eq!(read(&older).unwrap(), meta());
+        // An agent a newer ag-box knows is kept as it is; one no terminal shows as it is, refused.
+        let mut newer = older.clone();
+        newer["agent"] = "aider".into();
+        let kept = read(&newer).unwrap();
+        assert_eq!(kept.agent.as_deref(), Some("aider"));
+        assert_eq!(serde_json::to_value(&kept).unwrap(), newer);
+        newer["agent"] = "x\u{1b}[2J".into();
+        assert_eq!(
+            read(&newer).unwrap_err().why,
+            "invalid agent name \"x\\u{1b}[2J\""
+        );
+        let e = meta().with_setting("agent=aider").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "box 'd': invalid setting 'agent=aider'; hint: agent takes claude, codex, gemini, grok, \
+             opencode or none"
+        );
     }
 
     #[test]
