@@ -148,3 +148,27 @@ fn the_binary_exits_2_on_bad_usage_and_1_for_a_box_it_does_not_know() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("box 'no-such-box' is not tracked"), "{err}");
 }
+
+#[test]
+fn track_takes_an_agent_and_refuses_one_it_does_not_know_in_one_line() {
+    let m = parse(&["track", "demo", "--agent", "codex"]).unwrap();
+    let track = m.subcommand_matches("track").unwrap();
+    assert_eq!(
+        track.get_one::<String>("agent").map(String::as_str),
+        Some("codex")
+    );
+    assert_eq!(
+        parse(&["track", "demo", "--agent"]).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
+    // Refused before anything is looked at (the project does not exist either).
+    let (code, err) = run_alone(&["track", "demo", "/nonexistent", "--agent", "bogus"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "ag-box: invalid agent 'bogus'; hint: agent takes claude, codex, gemini, grok, \
+             opencode or none\n"
+        )
+    );
+}
