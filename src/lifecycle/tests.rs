@@ -94,6 +94,8 @@ struct FakeRepo {
     in_place_calls: RefCell<Vec<(String, PathBuf)>>,
     /// `restic diff` fails (then the restore takes restic's own ways).
     diff_fails: Cell<bool>,
+    /// How often restic was asked what changed between two snapshots.
+    listings: Cell<u32>,
     /// The next restore of only some paths fails.
     fetch_fails: Cell<bool>,
     /// (snapshot, paths) of every restore of only some paths.
@@ -317,6 +319,7 @@ impl Repo for FakeRepo {
     }
     fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
         let (from, to) = (from.as_str(), to.as_str());
+        self.listings.set(self.listings.get() + 1);
         anyhow::ensure!(
             !self.diff_fails.get(),
             "restic diff: the connection was lost"
@@ -484,6 +487,7 @@ impl Node {
             in_place_refused: Cell::new(false),
             in_place_calls: RefCell::default(),
             diff_fails: Cell::new(false),
+                listings: Cell::new(0),
             fetch_fails: Cell::new(false),
             fetched: RefCell::default(),
             last_backup: RefCell::default(),
@@ -1048,7 +1052,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
     n.parked();
     n.changed_elsewhere();
     let same = fs::metadata(n.project().join("same.txt")).unwrap();
-    n.repo.in_place.set(true);
+    // restic 0.14 (no restore in place), as on the rig's nodeA: restic lists what changed.
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
@@ -1134,6 +1138,25 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
 }
 
 #[test]
+fn with_restic_017_and_nothing_published_the_copy_is_restored_in_place_never_listed() {
+    let n = Node::new();
+    fs::create_dir_all(n.project()).unwrap();
+    n.write("old.txt", "removed there");
+    n.parked();
+    n.changed_elsewhere();
+    // What the parking node published is lost: restic's listing or its restore in place.
+    n.ctx.store.put_delta("demo", None).unwrap();
+    n.repo.in_place.set(true);
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    assert_eq!(n.repo.listings.get(), 0, "restic was not asked what changed");
+    assert!(n.repo.fetched.borrow().is_empty());
+    assert_eq!(n.repo.in_place_calls.borrow().len(), 1);
+    assert!(n.repo.forks.borrow().is_empty(), "the copy was what it saved");
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.read("old.txt"), None);
+}
+
+#[test]
 fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let n = Node::new();
@@ -1154,7 +1177,7 @@ fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
     let above_mode = fs::metadata(&above).unwrap().mode() & 0o7777;
     chmod(&there.join(above.strip_prefix("/").unwrap()), 0o777);
     n.point_at("there");
-    n.repo.in_place.set(true);
+    // restic 0.14: restic lists what changed (0.17+ restores in place instead).
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),

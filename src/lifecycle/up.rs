@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::delta::{self, Delta};
+use crate::plan::delta::{self, Delta, PublishedRef};
 use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
@@ -365,22 +365,33 @@ fn restore_copy(
     equals: Option<&SnapshotId>,
 ) -> Result<Vec<PathBuf>> {
     let name = &meta.name;
+    let published = equals.and_then(|from| published_from(ctx, meta, from, s, roots));
     let shortcuts = plan::shortcuts(RestoreFacts {
         equals_a_snapshot: equals.is_some(),
+        published: published.is_some(),
         // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
         full: std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1"),
         fits_roots: fits_roots(s, roots),
         restores_in_place: ctx.repo.restores_in_place(),
     });
     for way in shortcuts {
-        match (way, equals) {
-            (Shortcut::Delta, Some(from)) => {
-                if restore_changes(ctx, meta, copy, s, roots, from)? {
-                    return Ok(s.paths.clone());
-                }
+        let staged = match (way, equals, &published) {
+            (Shortcut::Published, Some(from), Some(p)) => {
+                stage_published(ctx, meta, from, s, roots, p).map(|(dir, delta)| Staged {
+                    dir,
+                    delta,
+                    published: true,
+                })
             }
-            (Shortcut::Delta, None) => {}
-            (Shortcut::InPlace, _) => {
+            (Shortcut::Listed, Some(from), _) => {
+                stage_listed(ctx, meta, from, s, roots).map(|(dir, delta)| Staged {
+                    dir,
+                    delta,
+                    published: false,
+                })
+            }
+            (Shortcut::Published | Shortcut::Listed, ..) => None,
+            (Shortcut::InPlace, ..) => {
                 say!(
                     "restoring box '{name}' from snapshot {} ({} by {}) in place: only what differs is written",
                     s.id.short(),
@@ -403,7 +414,13 @@ fn restore_copy(
                         );
                     }
                 }
+                None
             }
+        };
+        if let (Some(staged), Some(from)) = (staged, equals)
+            && restore_changes(meta, copy, s, roots, from, &staged)?
+        {
+            return Ok(s.paths.clone());
         }
     }
     say!(
@@ -420,26 +437,31 @@ fn restore_copy(
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
 }
 
-/// Write only what changed from snapshot `from` to `s` (as published, else as restic lists it).
-/// False: no delta to go by, or writing it failed (the copy is then a mix, nothing unsaved).
+/// What changed from the snapshot the copy equals, restored into a staging dir, and where it
+/// goes.
+struct Staged {
+    dir: PathBuf,
+    delta: Delta,
+    /// As the parking node published it (else as restic listed it).
+    published: bool,
+}
+
+/// Write only what changed from snapshot `from` to `s`, as `staged`. False: writing it failed
+/// (the copy is then a mix, nothing unsaved).
 fn restore_changes(
-    ctx: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
     s: &SnapshotRef,
     roots: &[PathBuf],
     from: &SnapshotId,
+    staged: &Staged,
 ) -> Result<bool> {
     let name = &meta.name;
-    if !fits_roots(s, roots) {
-        return Ok(false);
-    }
-    let staged = stage_published(ctx, meta, from, s, roots)
-        .map(|(staging, delta)| (staging, delta, true))
-        .or_else(|| stage_listed(ctx, meta, from, s, roots).map(|(st, d)| (st, d, false)));
-    let Some((staging, delta, published)) = staged else {
-        return Ok(false);
-    };
+    let Staged {
+        dir: staging,
+        delta,
+        published,
+    } = staged;
     say!(
         "restoring box '{name}' from snapshot {} ({} by {}) in place: {} changed since snapshot {}, {} removed{}{}",
         s.id.short(),
@@ -453,14 +475,14 @@ fn restore_changes(
             1 => ", 1 dir with another mode or owner".to_string(),
             n => format!(", {n} dirs with another mode or owner"),
         },
-        if published {
+        if *published {
             format!(", as {} published them", s.node)
         } else {
             String::new()
         }
     );
     copy.record(|c| c.begin_restore(&s.id))?;
-    match restore::apply_delta(&staging, roots, &delta) {
+    match restore::apply_delta(staging, roots, delta) {
         Ok(()) => Ok(true),
         Err(e) => {
             tracing::warn!(
@@ -488,27 +510,41 @@ fn discard(staging: &Path) {
 /// What the node that parked `s` published as changed since `from`, when that is the snapshot
 /// this node's copy equals: its changes snapshot restored into a staging dir, and the list of
 /// what changed that it holds.
+fn published_from(
+    ctx: &Ctx,
+    meta: &Meta,
+    from: &SnapshotId,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+) -> Option<PublishedRef> {
+    if !fits_roots(s, roots) {
+        return None;
+    }
+    let published = match ctx.store.delta(&meta.name) {
+        Ok(p) => p?,
+        Err(e) => {
+            tracing::warn!(
+                "box '{}': could not read what changed up to snapshot {}: {e:#}",
+                meta.name,
+                s.id.short()
+            );
+            return None;
+        }
+    };
+    published.leads(from, &s.id, roots).then_some(published)
+}
+
+/// The changes snapshot `published` names, restored into a staging dir, and the list of what
+/// changed that it holds, checked; None (staging removed) when it cannot serve.
 fn stage_published(
     ctx: &Ctx,
     meta: &Meta,
     from: &SnapshotId,
     s: &SnapshotRef,
     roots: &[PathBuf],
+    published: &PublishedRef,
 ) -> Option<(PathBuf, Delta)> {
     let name = &meta.name;
-    let published = match ctx.store.delta(name) {
-        Ok(p) => p?,
-        Err(e) => {
-            tracing::warn!(
-                "box '{name}': could not read what changed up to snapshot {}: {e:#}",
-                s.id.short()
-            );
-            return None;
-        }
-    };
-    if !published.leads(from, &s.id, roots) {
-        return None;
-    }
     let staging = staging(meta)?;
     let staged = ctx
         .repo
