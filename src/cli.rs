@@ -191,6 +191,24 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         #[arg(long)]
         json: bool,
     },
+    /// Tokens in, out, cache write and cache read, by model, and their estimated cost, of each
+    /// box (or one) from the agents' transcripts in its agent home on this node
+    #[command(
+        after_help = "Reads Claude Code's and Codex's transcripts as the box wrote them (no link followed, \
+bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag-box cost myproj --since 7days"
+    )]
+    Cost {
+        /// The box (default: every box with an agent home on this node)
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: Option<String>,
+        /// Count only what was written since then: a time in UTC (2026-12-01,
+        /// 2026-12-01T08:00:00Z) or a span back from now (2h, 3days)
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
+    },
     /// This node's view: node, store, snapshots, timer, runtime, active boxes
     #[command(after_help = "Example: ag-box status --json")]
     Status {

@@ -111,6 +111,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         } => commands::rollback::run(&BoxName::new(name)?, &snapshot, to.as_deref(), yes, json),
         Cmd::Status { json, deep } => commands::status::run(json, deep),
+        Cmd::Cost { name, since, json } => {
+            let name = name.map(BoxName::new).transpose()?;
+            commands::cost::run(name.as_ref(), since.as_deref(), json)
+        }
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
         Cmd::Globals { action } => commands::globals::run(match action {

@@ -2,6 +2,7 @@
 
 pub(crate) mod attach;
 pub(crate) mod completion;
+pub(crate) mod cost;
 pub(crate) mod diff;
 pub(crate) mod doctor;
 pub(crate) mod drop;

@@ -180,9 +180,10 @@ impl Tree {
         remove_at(&dir, name).with_context(|| format!("removing {}", self.shown(rel)))
     }
 
-    /// The contents of the regular file at `rel`, at most `max` bytes; None when it is missing.
-    /// A link, a fifo or a device there is an error (opened without following or blocking).
-    pub(crate) fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    /// The regular file at `rel`, open for reading, and its size then; None when it is
+    /// missing. A link, a fifo or a device there is an error (opened without following or
+    /// blocking).
+    pub(crate) fn open_file(&self, rel: &Path) -> Result<Option<(std::fs::File, u64)>> {
         let (dir, name) = match self.parent_of(rel) {
             Ok(p) => p,
             Err(e) if is_missing(&e) => return Ok(None),
@@ -200,15 +201,54 @@ impl Tree {
         if kind_of(&st) != Kind::File {
             bail!("{} is not a regular file", self.shown(rel));
         }
-        if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        Ok(Some((std::fs::File::from(fd), size)))
+    }
+
+    /// The entries of the dir at `rel` and what each is (not followed), at most `max` of them
+    /// (and whether there were more).
+    pub(crate) fn entries(&self, rel: &Path, max: usize) -> Result<(Vec<(OsString, Kind)>, bool)> {
+        let fd = self
+            .open_dir(rel)
+            .with_context(|| format!("opening {} (a dir, no link)", self.shown(rel)))?;
+        let mut out = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&fd)? {
+            let entry = entry.with_context(|| format!("listing {}", self.shown(rel)))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if out.len() == max {
+                return Ok((out, true));
+            }
+            let name = OsStr::from_bytes(name);
+            let kind = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => kind_of(&st),
+                // Gone since the listing.
+                Err(Errno::NOENT) => continue,
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("reading {}", self.shown(&rel.join(name))));
+                }
+            };
+            out.push((name.to_os_string(), kind));
+        }
+        Ok((out, false))
+    }
+
+    /// The contents of the regular file at `rel`, at most `max` bytes; None when it is missing.
+    /// A link, a fifo or a device there is an error (opened without following or blocking).
+    pub(crate) fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+        let fail = || format!("reading {}", self.shown(rel));
+        let Some((file, size)) = self.open_file(rel)? else {
+            return Ok(None);
+        };
+        if size > max {
             bail!("{} is larger than {max} bytes", self.shown(rel));
         }
         let mut out = Vec::new();
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(std::fs::File::from(fd), max + 1),
-            &mut out,
-        )
-        .with_context(fail)?;
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, max + 1), &mut out)
+            .with_context(fail)?;
         if out.len() as u64 > max {
             bail!("{} is larger than {max} bytes", self.shown(rel));
         }

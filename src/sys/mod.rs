@@ -23,4 +23,5 @@ pub(crate) mod restore;
 pub(crate) mod runtime;
 pub(crate) mod runtime_kind;
 pub(crate) mod slices;
+pub(crate) mod transcripts;
 pub(crate) mod working_copy;

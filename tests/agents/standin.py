@@ -17,7 +17,8 @@ where a "user turn" is a user message carrying real user text: tool results and 
 CLIs inject themselves (<system-reminder>, <environment_context>, AGENTS.md instructions, ...)
 do not count.  A resumed conversation therefore answers turns=2.
 
-Every request is logged as one JSON line (time, method, path, summary) to --log (default stderr).
+Every request is logged as one JSON line (time, method, path, summary; a model request also the
+usage its reply reports, and its request or response id) to --log (default stderr).
 """
 import argparse
 import gzip
@@ -102,6 +103,10 @@ def reply_text(turns, last):
     return "STANDIN-REPLY turns=%d last=%s" % (turns, last)
 
 
+# Output tokens every reply counts for its (stand-in) thinking or reasoning.
+THINKING_TOKENS = 5
+
+
 def approx_tokens(obj):
     return max(1, len(json.dumps(obj)) // 4)
 
@@ -135,21 +140,21 @@ class Handler(BaseHTTPRequestHandler):
             raw = zlib.decompress(raw)
         return raw
 
-    def send_json(self, status, obj):
+    def send_json(self, status, obj, request_id=None):
         data = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", "req_standin_" + uuid.uuid4().hex[:12])
+        self.send_header("request-id", request_id or "req_standin_" + uuid.uuid4().hex[:12])
         self.end_headers()
         self.wfile.write(data)
 
-    def start_sse(self):
+    def start_sse(self, request_id=None):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("request-id", "req_standin_" + uuid.uuid4().hex[:12])
+        self.send_header("request-id", request_id or "req_standin_" + uuid.uuid4().hex[:12])
         self.end_headers()
 
     def sse(self, event, obj):
@@ -267,32 +272,49 @@ class Handler(BaseHTTPRequestHandler):
         text = reply_text(turns, last)
         model = body.get("model") or "claude-standin"
         stream = bool(body.get("stream"))
-        in_tok = approx_tokens(messages) + approx_tokens(body.get("system", ""))
-        out_tok = max(1, len(text) // 4)
+        # What the request would have cost, as the real API reports it: input apart from the
+        # prompt cache's reads and writes (deterministic, nonzero, so every field is counted).
+        prompt = approx_tokens(messages) + approx_tokens(body.get("system", ""))
+        cache_read = prompt // 3
+        cache_write = prompt // 5
+        in_tok = max(1, prompt - cache_read - cache_write)
+        out_tok = max(1, len(text) // 4) + THINKING_TOKENS
+        usage = {"input_tokens": in_tok, "output_tokens": out_tok,
+                 "cache_creation_input_tokens": cache_write, "cache_read_input_tokens": cache_read}
+        msg_id = "msg_standin_" + uuid.uuid4().hex[:16]
+        request_id = "req_standin_" + uuid.uuid4().hex[:12]
         log(dict(self.base_entry(), summary="anthropic.messages", model=model, stream=stream,
                  n_messages=len(messages), roles=[m.get("role") for m in messages if isinstance(m, dict)],
                  tools=len(body.get("tools") or []), max_tokens=body.get("max_tokens"),
-                 turns=turns, last=last[:80], reply=text))
-        msg_id = "msg_standin_" + uuid.uuid4().hex[:16]
-        usage = {"input_tokens": in_tok, "output_tokens": out_tok,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+                 turns=turns, last=last[:80], reply=text, request_id=request_id, usage=usage))
+        # A thinking block before the text: Claude Code writes one transcript line per block,
+        # each with the response's usage.
+        thinking = {"type": "thinking", "thinking": "Standing in.", "signature": "standin"}
         if not stream:
             return self.send_json(200, {
                 "id": msg_id, "type": "message", "role": "assistant", "model": model,
-                "content": [{"type": "text", "text": text}],
-                "stop_reason": "end_turn", "stop_sequence": None, "usage": usage})
-        self.start_sse()
+                "content": [thinking, {"type": "text", "text": text}],
+                "stop_reason": "end_turn", "stop_sequence": None, "usage": usage},
+                request_id=request_id)
+        self.start_sse(request_id)
         self.sse("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": dict(usage, output_tokens=1)}})
         self.sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+        self.sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "thinking_delta", "thinking": thinking["thinking"]}})
+        self.sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "signature_delta", "signature": thinking["signature"]}})
+        self.sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self.sse("content_block_start", {"type": "content_block_start", "index": 1,
                                          "content_block": {"type": "text", "text": ""}})
         self.sse("ping", {"type": "ping"})
         half = len(text) // 2
         for piece in (text[:half], text[half:]):
-            self.sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+            self.sse("content_block_delta", {"type": "content_block_delta", "index": 1,
                                              "delta": {"type": "text_delta", "text": piece}})
-        self.sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self.sse("content_block_stop", {"type": "content_block_stop", "index": 1})
         self.sse("message_delta", {"type": "message_delta",
                                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                                    "usage": {"output_tokens": out_tok}})
@@ -309,17 +331,19 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model") or "gpt-standin"
         stream = bool(body.get("stream"))
         in_tok = approx_tokens(items) + approx_tokens(body.get("instructions", ""))
-        out_tok = max(1, len(text) // 4)
+        # OpenAI counts cached input inside input_tokens, and reasoning inside output_tokens.
+        cached = in_tok // 4
+        out_tok = max(1, len(text) // 4) + THINKING_TOKENS
+        resp_id = "resp_standin_" + uuid.uuid4().hex[:16]
+        item_id = "msg_standin_" + uuid.uuid4().hex[:16]
+        usage = {"input_tokens": in_tok, "input_tokens_details": {"cached_tokens": cached},
+                 "output_tokens": out_tok, "output_tokens_details": {"reasoning_tokens": THINKING_TOKENS},
+                 "total_tokens": in_tok + out_tok}
         log(dict(self.base_entry(), summary="openai.responses", model=model, stream=stream,
                  n_items=len(items),
                  items=[(i.get("type"), i.get("role")) for i in items if isinstance(i, dict)],
                  tools=len(body.get("tools") or []), prev=body.get("previous_response_id"),
-                 turns=turns, last=last[:80], reply=text))
-        resp_id = "resp_standin_" + uuid.uuid4().hex[:16]
-        item_id = "msg_standin_" + uuid.uuid4().hex[:16]
-        usage = {"input_tokens": in_tok, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": out_tok, "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": in_tok + out_tok}
+                 turns=turns, last=last[:80], reply=text, response_id=resp_id, usage=usage))
         done_item = {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
                      "content": [{"type": "output_text", "text": text, "annotations": []}]}
         base = {"id": resp_id, "object": "response", "created_at": int(time.time()),
