@@ -110,6 +110,9 @@ fn every_json_output_has_its_documented_shape() {
     );
     let taken = shaped("snapshot", true, &[]);
     assert_eq!(taken["snapshots"][0]["outcome"], "taken");
+    // No agent ran here: no rows, every key there.
+    let cost = shaped("cost", true, &[]);
+    assert_eq!(cost["boxes"][0]["models"], serde_json::json!([]), "{cost}");
     shaped("ls", false, &[]);
     shaped("status", false, &[]);
     shaped("doctor", false, &[]);

@@ -6,9 +6,9 @@ use std::process::Command;
 
 use clap::error::ErrorKind;
 
-const SPEC_COMMANDS: [&str; 18] = [
+const SPEC_COMMANDS: [&str; 19] = [
     "ls", "track", "up", "attach", "exec", "park", "snapshot", "globals", "prune", "drop",
-    "status", "history", "diff", "rollback", "set", "egress", "init", "stop",
+    "status", "history", "diff", "rollback", "set", "egress", "init", "stop", "cost",
 ];
 
 fn long_help(path: &[&str]) -> String {

@@ -2,9 +2,12 @@
 //! non-root box: a non-interactive run against the stand-in model server of
 //! `tests/agents/standin.py` on node A, a migration, and the same conversations resumed on B.
 //! The box has its own network: the CLIs reach the stand-in (on the node's rig address) only
-//! through the egress proxy, and only while the box's allow-list names it.
+//! through the egress proxy, and only while the box's allow-list names it. `ag-box cost` then
+//! counts, from the transcripts the CLIs wrote, the tokens the stand-in reported.
 
 mod common;
+
+use std::collections::BTreeMap;
 
 use common::{Checked, Cluster, Node, Target};
 
@@ -35,6 +38,7 @@ impl<'a> StandIn<'a> {
         n.put_in_root("tests/agents/standin.py", "standin.py");
         n.sh(&format!(
             "{STOP}
+             : > /root/standin.log
              setsid -f sh -c 'echo $$ > /root/standin.pid; \
                exec python3 /root/standin.py --port {PORT} --host {ip} --log /root/standin.log' \
                </dev/null >/dev/null 2>&1
@@ -121,6 +125,127 @@ fn claude_refused(n: &Node, name: &str) {
         .ok();
 }
 
+/// Requests, then tokens in, out, cache write and cache read, by agent and model.
+type Usage = BTreeMap<(String, String), [u64; 5]>;
+
+fn add(to: &mut Usage, agent: &str, model: &str, counts: [u64; 5]) {
+    let row = to.entry((agent.into(), model.into())).or_default();
+    for (sum, n) in row.iter_mut().zip(counts) {
+        *sum += n;
+    }
+}
+
+/// What the stand-in on a node reported in its replies, as `ag-box cost` counts it: Claude's
+/// input apart from the cache's; OpenAI's input holds the cached tokens, counted as cache reads.
+fn reported(n: &Node, into: &mut Usage) {
+    let log = n.sh("cat /root/standin.log").ok().stdout();
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (u, model) = (&v["usage"], v["model"].as_str().unwrap_or(""));
+        let count = |key: &str| u[key].as_u64().unwrap();
+        match v["summary"].as_str() {
+            Some("anthropic.messages") => add(
+                into,
+                "claude-code",
+                model,
+                [
+                    1,
+                    count("input_tokens"),
+                    count("output_tokens"),
+                    count("cache_creation_input_tokens"),
+                    count("cache_read_input_tokens"),
+                ],
+            ),
+            Some("openai.responses") => {
+                let cached = u["input_tokens_details"]["cached_tokens"].as_u64().unwrap();
+                add(
+                    into,
+                    "codex",
+                    model,
+                    [
+                        1,
+                        count("input_tokens") - cached,
+                        count("output_tokens"),
+                        0,
+                        cached,
+                    ],
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What `ag-box cost <box> --json` counts on a node (its shape checked, no warning), and the
+/// document's total.
+fn counted(n: &Node, name: &str) -> (Usage, serde_json::Value) {
+    let doc = n.sh(&format!("ag-box cost {name} --json")).ok().stdout();
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    common::assert_shape("cost", &doc);
+    let the_box = &doc["boxes"][0];
+    assert_eq!(
+        (&the_box["box"], &the_box["warnings"]),
+        (&serde_json::json!(name), &serde_json::json!([])),
+        "{doc:#}"
+    );
+    let mut usage = Usage::new();
+    for m in the_box["models"].as_array().unwrap() {
+        let count = |key: &str| m[key].as_u64().unwrap();
+        add(
+            &mut usage,
+            m["agent"].as_str().unwrap(),
+            m["model"].as_str().unwrap(),
+            [
+                count("requests"),
+                count("input_tokens"),
+                count("output_tokens"),
+                count("cache_write_tokens"),
+                count("cache_read_tokens"),
+            ],
+        );
+    }
+    assert_eq!(doc["total"], the_box["total"], "{doc:#}");
+    (usage, the_box.clone())
+}
+
+/// `cost` of the box on a node is what the stand-ins reported, model by model, and the
+/// stand-in's Claude model (priced as Opus 4.8) costs what its tokens do; Codex's has no price.
+fn cost_is_what_was_reported(n: &Node, name: &str, reported: &Usage) {
+    let (usage, the_box) = counted(n, name);
+    assert_eq!(&usage, reported, "{the_box:#}");
+    let claude = reported
+        .iter()
+        .find(|((agent, _), _)| agent == "claude-code")
+        .map(|(_, c)| *c)
+        .unwrap();
+    // Micro-dollars per million tokens: $5 in, $25 out, $6.25 cache write, $0.50 cache read.
+    let pico = u128::from(claude[1]) * 5_000_000
+        + u128::from(claude[2]) * 25_000_000
+        + u128::from(claude[3]) * 6_250_000
+        + u128::from(claude[4]) * 500_000;
+    #[allow(clippy::cast_precision_loss)]
+    let usd = ((pico + 500_000) / 1_000_000) as f64 / 1_000_000.0;
+    let rows = the_box["models"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{the_box:#}");
+    let cost_of = |agent: &str| {
+        rows.iter()
+            .find(|r| r["agent"] == agent)
+            .map(|r| r["cost_usd"].clone())
+            .unwrap()
+    };
+    assert_eq!(
+        cost_of("claude-code"),
+        serde_json::json!(usd),
+        "{the_box:#}"
+    );
+    assert_eq!(cost_of("codex"), serde_json::Value::Null, "{the_box:#}");
+    assert_eq!(the_box["total"]["cost_usd"], serde_json::json!(usd));
+    assert_eq!(
+        the_box["total"]["unpriced_models"],
+        serde_json::json!(["gpt-standin"])
+    );
+}
+
 fn codex(n: &Node, name: &str, args: &str) -> String {
     n.sh(&format!(
         "ag-box exec {name} -- env STANDIN_API_KEY=standin timeout 120 {AGENTS}/codex exec \
@@ -189,6 +314,24 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| v["thread_id"].as_str().map(str::to_string))
         .unwrap();
+    // Claude Code writes a line per block of a response (a thinking and a text block here),
+    // each with the whole response's usage: counted once.
+    let mut on_a_reported = Usage::new();
+    reported(&c.a, &mut on_a_reported);
+    assert_eq!(
+        on_a_reported.values().map(|c| c[0]).collect::<Vec<_>>(),
+        [1, 1],
+        "{on_a_reported:?}"
+    );
+    let blocks = c
+        .a
+        .sh(&format!(
+            "grep -c '\"type\":\"assistant\"' {HOMES}/{name}/.claude/projects/-root-{name}/{session}.jsonl"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(blocks.trim(), "2", "one line per block");
+    cost_is_what_was_reported(&c.a, name, &on_a_reported);
     // Written as the box user, in the box's own agent home.
     let on_a = listing(&c.a, name);
     let uid = common::uid_of(&c.a, name);
@@ -223,6 +366,44 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     assert!(
         resumed.contains("STANDIN-REPLY turns=2 last=Second for codex?"),
         "{resumed}"
+    );
+    // The transcripts moved with the box: its cost on B is what both stand-ins reported;
+    // since a time after both runs, nothing.
+    let mut both = on_a_reported.clone();
+    reported(&c.b, &mut both);
+    cost_is_what_was_reported(&c.b, name, &both);
+    let later =
+        c.b.sh(&format!("ag-box cost {name} --since 2099-01-01 --json"))
+            .ok()
+            .stdout();
+    let later: serde_json::Value = serde_json::from_str(&later).unwrap();
+    assert_eq!(
+        later["boxes"][0]["models"],
+        serde_json::json!([]),
+        "{later:#}"
+    );
+    assert_eq!(later["since"], "2099-01-01T00:00:00Z");
+    // Every box here: this one's rows among them, the total at least its own.
+    let all = c.b.sh("ag-box cost --json").ok().stdout();
+    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+    common::assert_shape("cost", &all);
+    let mine = all["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["box"] == name)
+        .unwrap();
+    assert_eq!(mine["total"], counted(&c.b, name).1["total"]);
+    assert!(
+        all["total"]["requests"].as_u64() >= mine["total"]["requests"].as_u64(),
+        "{all:#}"
+    );
+    let table = c.b.sh(&format!("ag-box cost {name}")).ok().stdout();
+    assert!(
+        table.starts_with("BOX ")
+            && table.contains("claude-opus-4-8")
+            && table.contains("gpt-standin"),
+        "{table}"
     );
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
