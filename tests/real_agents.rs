@@ -136,7 +136,8 @@ fn add(to: &mut Usage, agent: &str, model: &str, counts: [u64; 5]) {
 }
 
 /// What the stand-in on a node reported in its replies, as `ag-box cost` counts it: Claude's
-/// input apart from the cache's; OpenAI's input holds the cached tokens, counted as cache reads.
+/// input apart from the cache's; the Responses API's input holds the cached tokens, counted as
+/// cache reads.
 fn reported(n: &Node, into: &mut Usage) {
     let log = n.sh("cat /root/standin.log").ok().stdout();
     for line in log.lines() {
@@ -266,6 +267,69 @@ fn listing(n: &Node, name: &str) -> String {
     .stdout()
 }
 
+/// After the first runs on A: Claude Code wrote a line per block of its response (a thinking
+/// and a text block here), each with the whole response's usage, and `cost` counts it once.
+fn cost_on_a(a: &Node, name: &str, session: &str) -> Usage {
+    let mut on_a_reported = Usage::new();
+    reported(a, &mut on_a_reported);
+    assert_eq!(
+        on_a_reported.values().map(|c| c[0]).collect::<Vec<_>>(),
+        [1, 1],
+        "{on_a_reported:?}"
+    );
+    let blocks = a
+        .sh(&format!(
+            "grep -c '\"type\":\"assistant\"' {HOMES}/{name}/.claude/projects/-root-{name}/{session}.jsonl"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(blocks.trim(), "2", "one line per block");
+    cost_is_what_was_reported(a, name, &on_a_reported);
+    on_a_reported
+}
+
+/// After the resumes on B, where the transcripts moved with the box.
+fn cost_on_b(b: &Node, name: &str, on_a_reported: &Usage) {
+    // The transcripts moved with the box: its cost on B is what both stand-ins reported;
+    // since a time after both runs, nothing.
+    let mut both = on_a_reported.clone();
+    reported(b, &mut both);
+    cost_is_what_was_reported(b, name, &both);
+    let later = b
+        .sh(&format!("ag-box cost {name} --since 2099-01-01 --json"))
+        .ok()
+        .stdout();
+    let later: serde_json::Value = serde_json::from_str(&later).unwrap();
+    assert_eq!(
+        later["boxes"][0]["models"],
+        serde_json::json!([]),
+        "{later:#}"
+    );
+    assert_eq!(later["since"], "2099-01-01T00:00:00Z");
+    // Every box here: this one's rows among them, the total at least its own.
+    let all = b.sh("ag-box cost --json").ok().stdout();
+    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+    common::assert_shape("cost", &all);
+    let mine = all["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["box"] == name)
+        .unwrap();
+    assert_eq!(mine["total"], counted(b, name).1["total"]);
+    assert!(
+        all["total"]["requests"].as_u64() >= mine["total"]["requests"].as_u64(),
+        "{all:#}"
+    );
+    let table = b.sh(&format!("ag-box cost {name}")).ok().stdout();
+    assert!(
+        table.starts_with("BOX ")
+            && table.contains("claude-opus-4-8")
+            && table.contains("gpt-standin"),
+        "{table}"
+    );
+}
+
 #[test]
 fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
@@ -314,24 +378,7 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| v["thread_id"].as_str().map(str::to_string))
         .unwrap();
-    // Claude Code writes a line per block of a response (a thinking and a text block here),
-    // each with the whole response's usage: counted once.
-    let mut on_a_reported = Usage::new();
-    reported(&c.a, &mut on_a_reported);
-    assert_eq!(
-        on_a_reported.values().map(|c| c[0]).collect::<Vec<_>>(),
-        [1, 1],
-        "{on_a_reported:?}"
-    );
-    let blocks = c
-        .a
-        .sh(&format!(
-            "grep -c '\"type\":\"assistant\"' {HOMES}/{name}/.claude/projects/-root-{name}/{session}.jsonl"
-        ))
-        .ok()
-        .stdout();
-    assert_eq!(blocks.trim(), "2", "one line per block");
-    cost_is_what_was_reported(&c.a, name, &on_a_reported);
+    let on_a_reported = cost_on_a(&c.a, name, &session);
     // Written as the box user, in the box's own agent home.
     let on_a = listing(&c.a, name);
     let uid = common::uid_of(&c.a, name);
@@ -367,43 +414,6 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
         resumed.contains("STANDIN-REPLY turns=2 last=Second for codex?"),
         "{resumed}"
     );
-    // The transcripts moved with the box: its cost on B is what both stand-ins reported;
-    // since a time after both runs, nothing.
-    let mut both = on_a_reported.clone();
-    reported(&c.b, &mut both);
-    cost_is_what_was_reported(&c.b, name, &both);
-    let later =
-        c.b.sh(&format!("ag-box cost {name} --since 2099-01-01 --json"))
-            .ok()
-            .stdout();
-    let later: serde_json::Value = serde_json::from_str(&later).unwrap();
-    assert_eq!(
-        later["boxes"][0]["models"],
-        serde_json::json!([]),
-        "{later:#}"
-    );
-    assert_eq!(later["since"], "2099-01-01T00:00:00Z");
-    // Every box here: this one's rows among them, the total at least its own.
-    let all = c.b.sh("ag-box cost --json").ok().stdout();
-    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
-    common::assert_shape("cost", &all);
-    let mine = all["boxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["box"] == name)
-        .unwrap();
-    assert_eq!(mine["total"], counted(&c.b, name).1["total"]);
-    assert!(
-        all["total"]["requests"].as_u64() >= mine["total"]["requests"].as_u64(),
-        "{all:#}"
-    );
-    let table = c.b.sh(&format!("ag-box cost {name}")).ok().stdout();
-    assert!(
-        table.starts_with("BOX ")
-            && table.contains("claude-opus-4-8")
-            && table.contains("gpt-standin"),
-        "{table}"
-    );
+    cost_on_b(&c.b, name, &on_a_reported);
     c.b.sh(&format!("ag-box park {name}")).ok();
 }

@@ -755,8 +755,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn costs_by_model_per_box_and_in_total() {
+    /// Box a: a Claude response, and the Codex rollout (one model priced, one not); box b: a
+    /// Sonnet response.
+    fn two_boxes() -> [BoxCost; 2] {
         let mut a = Tally::new(None);
         a.add(
             claude_line(&claude(
@@ -783,10 +784,15 @@ mod tests {
             ))
             .unwrap(),
         );
-        let boxes = [
+        [
             box_cost("a", &a, vec![]),
             box_cost("b", &b, vec!["b: a warning".into()]),
-        ];
+        ]
+    }
+
+    #[test]
+    fn costs_by_model_per_box_and_in_total() {
+        let boxes = two_boxes();
         // 1M in at $5, 0.1M out at $25, 0.2M written at $6.25, 2M read at $0.50.
         let opus = 9.75;
         // gpt-5-codex: 4022 in at $1.25, 16 out at $10, 1340 read at $0.125 (per million):
@@ -851,6 +857,12 @@ mod tests {
             ),
             (4, 1_100_031, 24.755_385, &vec!["gpt-standin".to_string()])
         );
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_box_and_model_and_a_total() {
+        let boxes = two_boxes();
+        let sum = total(&boxes);
         assert_eq!(
             table(&boxes, &sum),
             [

@@ -2,8 +2,8 @@
 //!
 //! Prices as of 2026-12-03, in US dollars per million tokens (input, output, prompt-cache write,
 //! prompt-cache read). Claude's are the table Claude Code 2.1.197 prices its own runs by (the
-//! cache write at the 5-minute rate); OpenAI's are its published API prices (a cache write costs
-//! what input does; OpenAI bills none apart). A model not listed here has no price: `cost` shows
+//! cache write at the 5-minute rate); the GPT and o-series ones are the published API prices (a
+//! cache write costs what input does: none is billed apart). A model not listed here has no price: `cost` shows
 //! its tokens and no cost. Pure: no I/O.
 
 /// Micro-dollars per million tokens (so $0.075 is 75,000): exact integers, no float drift.

@@ -376,7 +376,9 @@ mod tests {
         (d, root, host)
     }
 
-    fn counted(root: &Path, limits: Limits) -> (Vec<((Agent, String), Counted)>, Vec<String>) {
+    type Rows = Vec<((Agent, String), Counted)>;
+
+    fn counted(root: &Path, limits: Limits) -> (Rows, Vec<String>) {
         let mut t = Tally::new(None);
         let w = read("demo", root, limits, &mut t).unwrap();
         (t.rows().iter().map(|(k, c)| (k.clone(), *c)).collect(), w)
@@ -404,7 +406,7 @@ mod tests {
         )
     }
 
-    fn expected() -> Vec<((Agent, String), Counted)> {
+    fn expected() -> Rows {
         vec![
             row(Agent::ClaudeCode, "claude-haiku-4-5", 1, 20, 1, 0),
             row(Agent::ClaudeCode, "claude-opus-4-8", 1, 10, 1, 0),
