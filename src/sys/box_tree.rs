@@ -180,10 +180,17 @@ impl Tree {
         remove_at(&dir, name).with_context(|| format!("removing {}", self.shown(rel)))
     }
 
-    /// The regular file at `rel`, open for reading, and its size then; None when it is
+    /// The owner of the tree's root dir.
+    pub(crate) fn owner(&self) -> Result<u32> {
+        let st =
+            rustix::fs::fstat(&self.fd).with_context(|| format!("reading {}", show(&self.path)))?;
+        Ok(st.st_uid)
+    }
+
+    /// The regular file at `rel`, open for reading, and what it was then; None when it is
     /// missing. A link, a fifo or a device there is an error (opened without following or
     /// blocking).
-    pub(crate) fn open_file(&self, rel: &Path) -> Result<Option<(std::fs::File, u64)>> {
+    pub(crate) fn open_file(&self, rel: &Path) -> Result<Option<(std::fs::File, Stat)>> {
         let (dir, name) = match self.parent_of(rel) {
             Ok(p) => p,
             Err(e) if is_missing(&e) => return Ok(None),
@@ -201,8 +208,7 @@ impl Tree {
         if kind_of(&st) != Kind::File {
             bail!("{} is not a regular file", self.shown(rel));
         }
-        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
-        Ok(Some((std::fs::File::from(fd), size)))
+        Ok(Some((std::fs::File::from(fd), st)))
     }
 
     /// The entries of the dir at `rel` and what each is (not followed), at most `max` of them
@@ -240,9 +246,10 @@ impl Tree {
     /// A link, a fifo or a device there is an error (opened without following or blocking).
     pub(crate) fn read_file(&self, rel: &Path, max: u64) -> Result<Option<Vec<u8>>> {
         let fail = || format!("reading {}", self.shown(rel));
-        let Some((file, size)) = self.open_file(rel)? else {
+        let Some((file, st)) = self.open_file(rel)? else {
             return Ok(None);
         };
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
         if size > max {
             bail!("{} is larger than {max} bytes", self.shown(rel));
         }

@@ -23,6 +23,8 @@ use crate::sys::box_tree::{Kind, Tree};
 pub(crate) struct Limits {
     /// Files read, and entries looked at in any one dir.
     pub files: usize,
+    /// Entries looked at, all dirs together.
+    pub entries: usize,
     /// Bytes read, all files together.
     pub bytes: u64,
     /// Lines read, all files together.
@@ -36,6 +38,7 @@ pub(crate) struct Limits {
 
 pub(crate) const LIMITS: Limits = Limits {
     files: 20_000,
+    entries: 200_000,
     bytes: 4 << 30,
     lines: 4_000_000,
     line_len: 16 << 20,
@@ -50,6 +53,8 @@ const CODEX: &str = ".codex/sessions";
 #[derive(Debug, Default)]
 struct Skipped {
     links: Vec<PathBuf>,
+    /// Files of another owner with other names elsewhere (hard links to what is not the box's).
+    linked: Vec<PathBuf>,
     unreadable: Vec<String>,
     long_lines: u64,
     capped: Option<String>,
@@ -57,7 +62,10 @@ struct Skipped {
 
 struct Reader<'a> {
     tree: &'a Tree,
+    /// The box user, who owns the agent home.
+    owner: u32,
     limits: Limits,
+    entries: usize,
     files: usize,
     bytes: u64,
     lines: u64,
@@ -88,6 +96,11 @@ impl Reader<'_> {
                     escaped(&dir.to_string_lossy()),
                     self.limits.files
                 ));
+            }
+            self.entries += entries.len();
+            if self.entries > self.limits.entries {
+                self.cap(format!("more than {} entries", self.limits.entries));
+                break;
             }
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             for (name, kind) in entries {
@@ -124,7 +137,7 @@ impl Reader<'_> {
             return false;
         }
         self.files += 1;
-        let (file, size) = match self.tree.open_file(rel) {
+        let (file, st) = match self.tree.open_file(rel) {
             Ok(Some(opened)) => opened,
             Ok(None) => return true,
             Err(e) => {
@@ -136,6 +149,11 @@ impl Reader<'_> {
                 return true;
             }
         };
+        if st.st_nlink > 1 && st.st_uid != self.owner {
+            self.skipped.linked.push(rel.to_path_buf());
+            return true;
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
         let left = self.limits.bytes.saturating_sub(self.bytes);
         // No further than the file's size when opened: a file the box keeps writing ends.
         let mut input = BufReader::new(file.take(size.min(left)));
@@ -221,7 +239,9 @@ pub(crate) fn read(
     let tree = Tree::open(root)?;
     let mut r = Reader {
         tree: &tree,
+        owner: tree.owner()?,
         limits,
+        entries: 0,
         files: 0,
         bytes: 0,
         lines: 0,
@@ -262,6 +282,19 @@ fn warnings(name: &str, s: &Skipped, limits: &Limits) -> Vec<String> {
             crate::plan::text::count(s.links.len(), "link"),
             shown.join(", "),
             if s.links.len() > 5 { ", ..." } else { "" }
+        ));
+    }
+    if !s.linked.is_empty() {
+        let shown: Vec<String> = s
+            .linked
+            .iter()
+            .take(5)
+            .map(|p| escaped(&p.to_string_lossy()))
+            .collect();
+        out.push(format!(
+            "box '{name}': skipped {} of another owner with other names elsewhere: {}",
+            crate::plan::text::count(s.linked.len(), "file"),
+            shown.join(", ")
         ));
     }
     for u in s.unreadable.iter().take(5) {
@@ -316,6 +349,8 @@ mod tests {
     use pretty_assertions::assert_eq;
     use std::fs;
     use std::os::unix::fs::symlink;
+
+    const BOX_UID: u32 = 2_000_000_123;
 
     fn base() -> tempfile::TempDir {
         fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
@@ -472,6 +507,53 @@ mod tests {
         assert!(
             warnings[0].starts_with("box 'demo': skipped .claude/projects: opening "),
             "{warnings:?}"
+        );
+    }
+
+    /// A hard link the box made to a file of another owner (where the kernel lets it) is not
+    /// read; the box's own files are, whatever their links.
+    #[test]
+    fn a_file_of_another_owner_with_other_names_is_not_read() {
+        let (d, root, _host) = home();
+        let theirs = d.path().join("theirs.jsonl");
+        fs::write(&theirs, line("secret", "claude-opus-4-8", 1_000_000)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
+        std::os::unix::fs::chown(&root, Some(BOX_UID), Some(BOX_UID)).unwrap();
+        let slug = root.join(".claude/projects/-root-demo");
+        fs::hard_link(&theirs, slug.join("linked.jsonl")).unwrap();
+        let own = slug.join("s1.jsonl");
+        std::os::unix::fs::chown(&own, Some(BOX_UID), Some(BOX_UID)).unwrap();
+        fs::hard_link(&own, slug.join("again.jsonl")).unwrap();
+        let (rows, warnings) = counted(&root, LIMITS);
+        assert_eq!(rows, expected());
+        assert_eq!(
+            warnings,
+            [
+                "box 'demo': skipped 1 file of another owner with other names elsewhere: \
+                 .claude/projects/-root-demo/linked.jsonl"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tree_of_many_dirs_is_walked_no_further_than_the_entries_allowed() {
+        let (_d, root, _host) = home();
+        let slug = root.join(".claude/projects/-root-demo");
+        for i in 0..30 {
+            fs::create_dir_all(slug.join(format!("x{i}/y/z"))).unwrap();
+        }
+        let (_, warnings) = counted(
+            &root,
+            Limits {
+                entries: 40,
+                ..LIMITS
+            },
+        );
+        assert_eq!(
+            warnings,
+            [
+                "box 'demo': stopped reading its transcripts at more than 40 entries: its counts are partial"
+            ]
         );
     }
 
