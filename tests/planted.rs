@@ -234,6 +234,118 @@ fn links_a_box_plants_steer_nothing_with_the_direct_runtime() {
     links_a_box_plants_steer_nothing(&host, "", &name);
 }
 
+/// What the agent writes in its transcripts is all `ag-box cost` reads: a link it plants at a
+/// transcript's place or a dir's (to a root-only transcript of the host's) is not followed and
+/// is named, a line past the bound is skipped and said, and a model name of escapes reaches the
+/// terminal escaped.
+fn what_a_box_plants_in_its_transcripts_counts_nothing_of_the_hosts(
+    t: &dyn Target,
+    pre: &str,
+    name: &str,
+) {
+    let home = t.home();
+    let victim = format!("{home}/victim-cost-{name}");
+    fresh_box(t, pre, name, "");
+    let secret = r#"{"type":"assistant","requestId":"host","timestamp":"2026-12-03T09:00:00Z","message":{"model":"claude-opus-4-8","usage":{"input_tokens":1000000,"output_tokens":1}}}"#;
+    sh(
+        t,
+        pre,
+        &format!(
+            "set -e; rm -rf {victim}; mkdir -p {victim}/dir
+             echo '{secret}' > {victim}/secret.jsonl; cp {victim}/secret.jsonl {victim}/dir/s.jsonl
+             chmod 700 {victim} {victim}/dir; chmod 600 {victim}/secret.jsonl {victim}/dir/s.jsonl"
+        ),
+    )
+    .ok();
+    let own = r#"{"type":"assistant","requestId":"r1","timestamp":"2026-12-03T09:00:00Z","message":{"model":"evil\u001b]52;c;aGk=\u0007\nforged line\u202e","usage":{"input_tokens":7,"output_tokens":1}}}"#;
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            name,
+            &format!(
+                "set -e; d=~/.claude/projects/-planted; mkdir -p $d
+                 cat > $d/own.jsonl <<EOF\n{own}\nEOF
+                 ln -s {victim}/secret.jsonl $d/planted.jsonl; ln -s {victim}/dir ~/.claude/projects/-dir
+                 head -c 17000000 /dev/zero | tr '\\0' x > $d/big.jsonl; echo planted"
+            )
+        ),
+        "planted\n"
+    );
+    // The links are there, and what they name would count: the host's transcript.
+    let h = format!("$BOX_STATE_DIR/homes/{name}/.claude/projects");
+    assert_eq!(
+        sh(
+            t,
+            pre,
+            &format!(
+                "test -L {h}/-planted/planted.jsonl && test -L {h}/-dir && cat {h}/-dir/s.jsonl"
+            )
+        )
+        .ok()
+        .stdout()
+        .trim(),
+        secret
+    );
+    let doc = sh(t, pre, &format!("ag-box cost {name} --json"))
+        .ok()
+        .stdout();
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    let the_box = &doc["boxes"][0];
+    assert_eq!(
+        the_box["models"],
+        serde_json::json!([{"agent": "claude-code", "model": "evil\u{1b}]52;c;aGk=\u{7}\nforged line\u{202e}",
+            "requests": 1, "input_tokens": 7, "output_tokens": 1, "cache_write_tokens": 0,
+            "cache_read_tokens": 0, "cost_usd": null}]),
+        "{doc:#}"
+    );
+    assert_eq!(
+        the_box["warnings"],
+        serde_json::json!([
+            format!(
+                "box '{name}': 2 links not followed (a box's links are never read): .claude/projects/-dir, .claude/projects/-planted/planted.jsonl"
+            ),
+            format!("box '{name}': skipped 1 line longer than 16 MiB"),
+        ]),
+        "{doc:#}"
+    );
+    let table = sh(t, pre, &format!("ag-box cost {name}"));
+    let seen = format!("{}{}", table.ok().stdout(), table.stderr());
+    assert!(
+        seen.contains("evil\\x1b]52;c;aGk=\\x07\\nforged line\\u{202e}")
+            && !seen.contains(['\u{1b}', '\u{7}', '\u{202e}'])
+            && !seen.lines().any(|l| l.starts_with("forged")),
+        "{seen:?}"
+    );
+    sh(
+        t,
+        pre,
+        &format!("ag-box park {name} >/dev/null 2>&1 || true; rm -rf {victim}"),
+    )
+    .ok();
+}
+
+#[test]
+fn what_a_box_plants_in_its_transcripts_counts_nothing_of_the_hosts_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    what_a_box_plants_in_its_transcripts_counts_nothing_of_the_hosts(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "plcost",
+    );
+}
+
+#[test]
+fn what_a_box_plants_in_its_transcripts_counts_nothing_of_the_hosts_with_the_direct_runtime() {
+    let Some(host) = Host::new("planted") else {
+        return;
+    };
+    let name = format!("plcost-{}", std::process::id());
+    what_a_box_plants_in_its_transcripts_counts_nothing_of_the_hosts(&host, "", &name);
+}
+
 /// A box that forks without end meets its own bound, and another box forks on; a box's
 /// memory-backed dirs are bounded too.
 fn a_fork_bomb_stays_in_its_box(t: &dyn Target, pre: &str, names: [&str; 2]) {
