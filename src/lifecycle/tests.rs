@@ -487,7 +487,7 @@ impl Node {
             in_place_refused: Cell::new(false),
             in_place_calls: RefCell::default(),
             diff_fails: Cell::new(false),
-                listings: Cell::new(0),
+            listings: Cell::new(0),
             fetch_fails: Cell::new(false),
             fetched: RefCell::default(),
             last_backup: RefCell::default(),
@@ -1148,10 +1148,17 @@ fn with_restic_017_and_nothing_published_the_copy_is_restored_in_place_never_lis
     n.ctx.store.put_delta("demo", None).unwrap();
     n.repo.in_place.set(true);
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
-    assert_eq!(n.repo.listings.get(), 0, "restic was not asked what changed");
+    assert_eq!(
+        n.repo.listings.get(),
+        0,
+        "restic was not asked what changed"
+    );
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.repo.in_place_calls.borrow().len(), 1);
-    assert!(n.repo.forks.borrow().is_empty(), "the copy was what it saved");
+    assert!(
+        n.repo.forks.borrow().is_empty(),
+        "the copy was what it saved"
+    );
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("old.txt"), None);
 }
