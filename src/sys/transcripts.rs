@@ -1,5 +1,6 @@
 //! The agents' transcripts in a box's agent home, read for `ag-box cost`: Claude Code's
-//! `.claude/projects/**.jsonl` (subagents' included) and Codex's `.codex/sessions/**.jsonl`.
+//! `.claude/projects/**.jsonl` (subagents' included) and Codex's `.codex/sessions/**.jsonl`
+//! (and those it archived, `.codex/archived_sessions/`).
 //!
 //! The box wrote them, so root reads them only through the home's handle (`box_tree::Tree`): no
 //! link is followed anywhere on the way (a link at a dir or a file is skipped and named in a
@@ -48,6 +49,8 @@ pub(crate) const LIMITS: Limits = Limits {
 /// Where each agent keeps its transcripts in the agent home.
 const CLAUDE: &str = ".claude/projects";
 const CODEX: &str = ".codex/sessions";
+/// Where Codex moves a session archived (`/archive`, `codex archive`).
+const CODEX_ARCHIVED: &str = ".codex/archived_sessions";
 
 /// What was left out of a box's reading.
 #[derive(Debug, Default)]
@@ -247,7 +250,7 @@ pub(crate) fn read(
         lines: 0,
         skipped: Skipped::default(),
     };
-    'agents: for (top, claude) in [(CLAUDE, true), (CODEX, false)] {
+    'agents: for (top, claude) in [(CLAUDE, true), (CODEX, false), (CODEX_ARCHIVED, false)] {
         for file in r.files_below(Path::new(top)) {
             let mut rollout = CodexRollout::default();
             let went_on = r.each_line(&file, |line| {
@@ -393,6 +396,16 @@ mod tests {
             ),
         )
         .unwrap();
+        let archived = root.join(".codex/archived_sessions");
+        fs::create_dir_all(&archived).unwrap();
+        fs::write(
+            archived.join("rollout-0.jsonl"),
+            concat!(
+                r#"{"type":"turn_context","payload":{"model":"gpt-5-codex"}}"#, "\n",
+                r#"{"timestamp":"2026-12-02T09:00:00Z","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":3,"cached_input_tokens":0,"output_tokens":2}}}}"#, "\n",
+            ),
+        )
+        .unwrap();
         let host = d.path().join("host");
         fs::create_dir_all(host.join("dir")).unwrap();
         fs::write(
@@ -445,7 +458,7 @@ mod tests {
         vec![
             row(Agent::ClaudeCode, "claude-haiku-4-5", 1, 20, 1, 0),
             row(Agent::ClaudeCode, "claude-opus-4-8", 1, 10, 1, 0),
-            row(Agent::Codex, "gpt-5-codex", 1, 60, 7, 40),
+            row(Agent::Codex, "gpt-5-codex", 2, 63, 9, 40),
         ]
     }
 
@@ -489,7 +502,10 @@ mod tests {
         fs::remove_dir_all(root.join(".codex/sessions")).unwrap();
         symlink(host.join("dir"), root.join(".codex/sessions")).unwrap();
         let (rows, warnings) = counted(&root, LIMITS);
-        assert_eq!(rows, expected()[..2]);
+        let archived = row(Agent::Codex, "gpt-5-codex", 1, 3, 2, 0);
+        let mut want = expected()[..2].to_vec();
+        want.push(archived.clone());
+        assert_eq!(rows, want);
         assert_eq!(
             warnings,
             [
@@ -502,7 +518,7 @@ mod tests {
         fs::rename(root.join(".claude"), root.join("claude")).unwrap();
         symlink(root.join("claude"), root.join(".claude")).unwrap();
         let (rows, warnings) = counted(&root, LIMITS);
-        assert_eq!(rows, vec![]);
+        assert_eq!(rows, [archived]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings[0].starts_with("box 'demo': skipped .claude/projects: opening "),
