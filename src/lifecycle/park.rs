@@ -8,8 +8,8 @@ use crate::error::{Code, UserError};
 use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
-use crate::store::{Step, events, update_from};
-use crate::sys::copy_state::{CopyManifest, CopyState};
+use crate::store::{Step, Stored, events, update_from};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState};
 use crate::sys::{agent_home, crash, digest};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
@@ -31,6 +31,9 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     ctx.repo.ensure_repo()?;
     let roots = spec.local_copy();
     let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
+    if !running && snapshot::is_behind(copy.state()) {
+        return release_behind(ctx, &stored, &mut copy);
+    }
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest
     // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
     let state_dir = &ctx.config.state_dir;
@@ -139,6 +142,49 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
         Err(e) => tracing::debug!("box '{name}': looking for logins made inside it: {e:#}"),
     }
     Ok(snapshot.id)
+}
+
+/// Park a stopped copy that is not the box's latest (`snapshot::is_behind`): nothing of it is
+/// saved as the latest (what a rolled-back copy gained is kept as a fork); the lease goes, and
+/// the record keeps the latest it names, which the next `up` anywhere restores.
+fn release_behind(ctx: &Ctx, stored: &Stored, copy: &mut CopyJournal) -> Result<SnapshotId> {
+    let meta = &stored.meta;
+    let name = &meta.name;
+    let here = &ctx.config.node;
+    let (Some(lease), Some(latest)) = (&meta.lease, &meta.last_snapshot) else {
+        return Err(not_up_here(name).into());
+    };
+    let epoch = lease.epoch;
+    let fork = snapshot::keep_what_is_behind(ctx, meta, copy.state(), epoch)?;
+    crash::point("park.before-release");
+    let lost = update_from(ctx.store.as_ref(), name, Some(stored.clone()), |m| {
+        Ok(match lease::release(m, here, epoch, None) {
+            Ok(next) => Step::Write(next, None),
+            Err(lost) => Step::Keep(Some(lost)),
+        })
+    })?;
+    if let Some(lost) = lost {
+        return Err(taken_over(name, lost, fork.as_ref().unwrap_or(&latest.id)).into());
+    }
+    copy.record(|c| {
+        c.epoch = None;
+        c.pending_up = None;
+    })?;
+    ctx.record_event(
+        name,
+        events::Step {
+            verb: "park",
+            epoch: Some(epoch),
+            snapshot: Some(&latest.id),
+            detail: Some("the copy here was not the box's latest: none taken".into()),
+            ..Default::default()
+        },
+    );
+    say!(
+        "parked box '{name}': its copy here is not its latest, which stays snapshot {} (the next 'ag-box up {name}' restores it); this node is free of it",
+        latest.id.short()
+    );
+    Ok(latest.id.clone())
 }
 
 fn taken_over(name: &str, lost: LeaseLost, snapshot: &SnapshotId) -> UserError {

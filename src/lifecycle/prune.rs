@@ -101,7 +101,19 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
 
 /// Forget what the plan forgets, prune, trim the histories.
 pub(crate) fn execute(ctx: &Ctx, plan: &Plan) -> Result<()> {
-    let forget = plan.forget();
+    // A record may have come to name one of them since the plan was made (a rollback): read
+    // again, what a record names is never forgotten.
+    let named: Vec<SnapshotId> = ctx
+        .store
+        .list()?
+        .into_iter()
+        .filter_map(|m| m.last_snapshot.map(|s| s.id))
+        .collect();
+    let forget: Vec<SnapshotId> = plan
+        .forget()
+        .into_iter()
+        .filter(|id| !named.contains(id))
+        .collect();
     if !forget.is_empty() {
         ctx.repo.forget(&forget)?;
         crash::point("prune.after-forget");

@@ -35,26 +35,36 @@ pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Op
             if running {
                 ctx.runtime.stop(&spec)?;
             }
-            // Stopped, so the snapshot is all of it and the copy is known to equal it.
             let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
-            let taken = snapshot::take(ctx, &stored, &mut copy, false).map_err(|e| {
+            if !running && snapshot::is_behind(copy.state()) {
+                // A copy that is not the box's latest replaces nothing: the latest is what the
+                // rollback replaces (what a rolled-back copy gained is kept as a fork).
+                snapshot::keep_what_is_behind(ctx, meta, copy.state(), l.epoch)?;
+                crash::point("rollback.after-snapshot");
+                point_back(ctx, name, to, Some(l.epoch))?;
+                crash::point("rollback.after-point-back");
+                meta.last_snapshot.clone().map(|s| s.id)
+            } else {
+                // Stopped, so the snapshot is all of it and the copy is known to equal it.
+                let taken = snapshot::take(ctx, &stored, &mut copy, false).map_err(|e| {
                 e.context(format!(
                     "box '{name}': the snapshot before the rollback failed; nothing was rolled back{}",
                     if running { format!(" (the box is stopped: 'ag-box up {name}' starts it again)") } else { String::new() }
                 ))
             })?;
-            if let Some(lost) = taken.forked {
-                return Err(lost_lease(name, &lost).into());
+                if let Some(lost) = taken.forked {
+                    return Err(lost_lease(name, &lost).into());
+                }
+                copy.record(CopyState::rolled_back)?;
+                crash::point("rollback.after-snapshot");
+                point_back(ctx, name, to, Some(taken.epoch))?;
+                crash::point("rollback.after-point-back");
+                if running {
+                    drop(lock);
+                    up::up_here(ctx, name, false)?;
+                }
+                Some(taken.snapshot.id)
             }
-            copy.record(CopyState::rolled_back)?;
-            crash::point("rollback.after-snapshot");
-            point_back(ctx, name, to, Some(taken.epoch))?;
-            crash::point("rollback.after-point-back");
-            if running {
-                drop(lock);
-                up::up_here(ctx, name, false)?;
-            }
-            Some(taken.snapshot.id)
         }
         Some(l) => {
             return Err(UserError::new(

@@ -257,6 +257,55 @@ fn half_restored(name: &str, to: &SnapshotId) -> UserError {
     )
 }
 
+/// A copy a rollback left behind (the box stopped here) is not the box's latest: saved as it,
+/// it would undo the rollback.
+fn rolled_back(meta: &Meta) -> UserError {
+    let name = &meta.name;
+    UserError::failed(
+        format!(
+            "box '{name}': not snapshotted: it was rolled back to snapshot {} while stopped here, and its copy here is still what it was before",
+            meta.last_snapshot.as_ref().map_or("-", |s| s.id.short())
+        ),
+        format!(
+            "run 'ag-box up {name}' to bring the copy to that snapshot (what changed since the rollback is kept as a fork), or 'ag-box park {name}' to free the node"
+        ),
+    )
+}
+
+/// A stopped copy that is not the box's latest: a restore cut off (part old, part new, nothing
+/// unsaved) or a rollback that pointed the record at an earlier snapshot. It is never saved as
+/// the latest; what a rolled-back copy gained since it was saved is kept as a fork snapshot
+/// (returned), so that the record can be left as it is.
+pub(crate) fn keep_what_is_behind(
+    ctx: &Ctx,
+    meta: &Meta,
+    copy: &CopyState,
+    epoch: u64,
+) -> Result<Option<SnapshotId>> {
+    let Relation::Stale(was) = &copy.relation else {
+        return Ok(None);
+    };
+    let now = digest::of(&ctx.spec(meta).local_copy())?;
+    if was.still(&now) {
+        return Ok(None);
+    }
+    let fork = keep_as_fork(ctx, meta, epoch, copy)?;
+    say!(
+        "box '{}': its copy here changed after the rollback; kept as fork snapshot {}",
+        meta.name,
+        fork.short()
+    );
+    Ok(Some(fork))
+}
+
+/// The copy here is not the box's latest (see [`keep_what_is_behind`]).
+pub(crate) fn is_behind(copy: &CopyState) -> bool {
+    matches!(
+        copy.relation,
+        Relation::Restoring { .. } | Relation::Stale(_)
+    )
+}
+
 fn partial(name: &str, why: &str) -> UserError {
     UserError::failed(
         format!("box '{name}': not snapshotted as its latest: {why}"),
@@ -362,8 +411,10 @@ pub(crate) fn take(
     let meta = &stored.meta;
     let node = &ctx.config.node;
     let copy = journal.state().clone();
-    if let Relation::Restoring { to } = &copy.relation {
-        return Err(half_restored(&meta.name, to).into());
+    match &copy.relation {
+        Relation::Restoring { to } => return Err(half_restored(&meta.name, to).into()),
+        Relation::Stale(_) => return Err(rolled_back(meta).into()),
+        Relation::Unknown | Relation::Equals(_) => {}
     }
     if !accept_partial && let Some(why) = partial_before(meta, &copy) {
         return Err(partial(&meta.name, &why).into());

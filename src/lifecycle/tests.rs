@@ -759,45 +759,46 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
 fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
     let n = Node::new();
     n.parked();
-    let other = n.parked_elsewhere();
+    let other = SnapshotId::from(n.parked_elsewhere().as_str());
     // An up killed mid-restore: the lease taken, the copy part old, part new.
     CopyState::journal(&n.ctx.config.state_dir, "demo")
         .unwrap()
         .record(|c| {
             c.pending_up = Some(PendingUp { previous: None });
-            c.begin_restore(&other.as_str().into());
+            c.begin_restore(&other);
         })
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
     n.write("f.txt", "half old, half new");
     let before = n.meta();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
-    for e in [
-        park::park(n.ctx(), &named("demo"), false).unwrap_err(),
-        n.take(true).err().expect("the snapshot verb refused"),
-    ] {
-        assert!(
-            format!("{e:#}").contains("its copy on this node is half restored"),
-            "{e:#}"
-        );
-    }
-    assert_eq!(
-        n.meta(),
-        before,
-        "the record untouched, the lease still here"
+    // The snapshot verb refuses it, and points to the up that finishes it.
+    let e = n.take(true).err().expect("the snapshot verb refused");
+    assert!(
+        format!("{e:#}").contains("its copy on this node is half restored"),
+        "{e:#}"
     );
-    assert_eq!(n.repo.box_snapshots("demo").unwrap(), snapshots);
+    assert_eq!(n.meta(), before, "the record untouched");
+    // Park frees the node and leaves the latest as it was: the next up anywhere restores it.
+    assert_eq!(park::park(n.ctx(), &named("demo"), false).unwrap(), other);
     assert_eq!(
-        n.copy().relation,
-        Relation::Restoring {
-            to: other.as_str().into()
-        }
+        n.repo.box_snapshots("demo").unwrap(),
+        snapshots,
+        "nothing saved"
     );
-    // The up the error points to finishes the restore; park then saves and frees the node.
+    let after = n.meta();
+    assert_eq!(
+        after,
+        Meta {
+            lease: None,
+            op: after.op.clone(),
+            ..before
+        },
+        "the lease gone, the latest as it was"
+    );
+    assert_eq!(n.copy().relation, Relation::Restoring { to: other.clone() });
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
-    park::park(n.ctx(), &named("demo"), false).unwrap();
-    assert_eq!(n.meta().lease, None);
 }
 
 #[test]
@@ -1682,6 +1683,134 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
 }
 
 #[test]
+fn a_park_after_a_rollback_of_a_box_stopped_here_keeps_the_rollback() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    n.write("f.txt", "v2");
+    // Stopped here (the lease stays), then rolled back: the copy is still v2.
+    n.runtime.active.borrow_mut().clear();
+    let replaced = rollback::rollback(n.ctx(), &named("demo"), &first)
+        .unwrap()
+        .expect("the state it replaced, snapshotted");
+    assert_eq!(n.read("f.txt").as_deref(), Some("v2"));
+    // The snapshot verb refuses the copy; park frees the node and keeps the rollback.
+    let e = n.take(false).err().expect("the snapshot verb refused");
+    assert!(format!("{e:#}").contains("was rolled back"), "{e:#}");
+    assert_eq!(
+        park::park(n.ctx(), &named("demo"), false).unwrap(),
+        first.id
+    );
+    let meta = n.meta();
+    assert_eq!(
+        (meta.lease, meta.last_snapshot.map(|s| s.id)),
+        (None, Some(first.id.clone()))
+    );
+    assert!(n.repo.forks.borrow().is_empty(), "v2 is in {replaced:?}");
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
+}
+
+#[test]
+fn what_a_rolled_back_copy_gained_is_kept_as_a_fork_when_parked() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    n.runtime.active.borrow_mut().clear();
+    rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
+    // Written after the rollback (by the operator, say): in no snapshot yet.
+    n.write("f.txt", "after the rollback");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let forks = n.repo.forks.borrow().clone();
+    assert_eq!(forks.len(), 1);
+    assert_eq!(
+        n.repo
+            .file(&forks[0], &n.project().join("f.txt"))
+            .as_deref(),
+        Some("after the rollback")
+    );
+    assert_eq!(n.meta().last_snapshot.map(|s| s.id), Some(first.id));
+}
+
+#[test]
+fn a_half_restored_copy_held_here_can_be_rolled_back() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    let other = SnapshotId::from(n.parked_elsewhere().as_str());
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| {
+            c.pending_up = Some(PendingUp { previous: None });
+            c.begin_restore(&other);
+        })
+        .unwrap();
+    n.set_lease(Some(&lease_of("here", 8)));
+    let snapshots = n.repo.box_snapshots("demo").unwrap();
+    let replaced = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
+    assert_eq!(replaced, Some(other), "the latest it replaced");
+    assert_eq!(
+        n.repo.box_snapshots("demo").unwrap(),
+        snapshots,
+        "nothing saved"
+    );
+    assert_eq!(n.meta().last_snapshot.map(|s| s.id), Some(first.id));
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
+}
+
+#[test]
+fn a_snapshot_a_record_comes_to_name_after_the_prune_plan_is_not_forgotten() {
+    let mut n = Node::new();
+    n.ctx.config.retention = crate::plan::retention::Policy {
+        last: 1,
+        daily: 0,
+        weekly: 0,
+    };
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    for text in ["v2", "v3"] {
+        up::up_here(n.ctx(), &named("demo"), false).unwrap();
+        n.write("f.txt", text);
+        park::park(n.ctx(), &named("demo"), false).unwrap();
+    }
+    let later = || SystemTime::now() + std::time::Duration::from_hours(24);
+    let ctx = Ctx::with_ports(
+        n.ctx.config.clone(),
+        n.store.clone(),
+        n.runtime.clone(),
+        n.repo.clone(),
+        later,
+    );
+    let plan = prune::plan(&ctx).unwrap();
+    let all = n.repo.box_snapshots("demo").unwrap();
+    let doomed = plan
+        .forget()
+        .into_iter()
+        .find(|id| {
+            all.contains(id)
+                && !n
+                    .repo
+                    .changes
+                    .borrow()
+                    .iter()
+                    .any(|c| c.as_str() == id.as_str())
+        })
+        .expect("a state of the box the keys forget");
+    // Between the plan and the forget, a rollback points the record at it.
+    let to = SnapshotRef {
+        id: doomed.clone(),
+        ..first
+    };
+    rollback::rollback(n.ctx(), &named("demo"), &to).unwrap();
+    prune::execute(&ctx, &plan).unwrap();
+    assert!(n.repo.box_snapshots("demo").unwrap().contains(&doomed));
+    assert!(!n.repo.box_snapshots("demo").unwrap().is_empty());
+}
+
+#[test]
 fn a_first_snapshot_that_fails_tracks_nothing() {
     let n = Node::new();
     n.write_first("f.txt", "v1");
@@ -1859,7 +1988,16 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
         .collect();
     assert!(all.len() >= 3, "{all:?}");
     let last = n.meta().last_snapshot.unwrap().id.to_string();
-    let plan = prune::plan(n.ctx()).unwrap();
+    // Pruned a day later.
+    let later = || SystemTime::now() + std::time::Duration::from_hours(24);
+    let ctx = Ctx::with_ports(
+        n.ctx.config.clone(),
+        n.store.clone(),
+        n.runtime.clone(),
+        n.repo.clone(),
+        later,
+    );
+    let plan = prune::plan(&ctx).unwrap();
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
     let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.to_string()).collect();
     assert!(kept.contains(&last), "{group:?}");
@@ -1880,7 +2018,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
         all.difference(&kept).cloned().collect::<BTreeSet<_>>()
     );
     assert_eq!(plan.boxes, ["demo"]);
-    prune::execute(n.ctx(), &plan).unwrap();
+    prune::execute(&ctx, &plan).unwrap();
     assert_eq!(
         n.repo
             .box_snapshots("demo")

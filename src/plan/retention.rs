@@ -167,7 +167,8 @@ pub(crate) fn plan(
             Some(Reason::Daily)
         } else if weekly[i] {
             Some(Reason::Weekly)
-        } else if latest_time.is_some_and(|t| s.time > t) {
+        } else if !s.fork && latest_time.is_some_and(|t| s.time > t) {
+            // A fork is never recorded as a latest: its own window decides.
             Some(Reason::NewerThanLatest)
         } else if s.fork && cutoff.is_none_or(|c| s.time > c) {
             Some(Reason::RecentFork)
@@ -296,6 +297,8 @@ mod tests {
             snap("old", MON),
             snap("latest", MON + HOUR),
             snap("newer", MON + 2 * HOUR),
+            // A fork is never recorded as a latest: its own window decides (zero here).
+            fork("newer-fork", MON + 3 * HOUR),
         ];
         let now = at(MON + DAY);
         assert_eq!(
@@ -305,14 +308,14 @@ mod tests {
                     ("newer".into(), Reason::NewerThanLatest),
                     ("latest".into(), Reason::Pinned)
                 ],
-                forget: vec!["old".into()],
+                forget: vec!["newer-fork".into(), "old".into()],
             }
         );
         // A box whose record names no snapshot yet (its track between backup and record).
         assert_eq!(
             box_plan(&snaps, none, None, now),
             Plan {
-                keep: ["newer", "latest", "old"]
+                keep: ["newer-fork", "newer", "latest", "old"]
                     .map(|c| (c.into(), Reason::NewerThanLatest))
                     .to_vec(),
                 forget: vec![],
@@ -323,7 +326,12 @@ mod tests {
             plan(&snaps, none, None, now),
             Plan {
                 keep: vec![],
-                forget: vec!["newer".into(), "latest".into(), "old".into()],
+                forget: vec![
+                    "newer-fork".into(),
+                    "newer".into(),
+                    "latest".into(),
+                    "old".into()
+                ],
             }
         );
     }
@@ -492,9 +500,11 @@ mod tests {
             snap("w3-tue", MON + 15 * DAY),             // Tue 2026-10-06 00:00
             snap("w3-sun", MON + 20 * DAY + 12 * HOUR), // Sun 2026-10-11 12:00
         ];
-        // Week of 2026-09-28 has none, so three weeks cover w3, w1 and w0.
+        // Week of 2026-09-28 has none, so three weeks cover w3, w1 and w0. Pruned a day after
+        // the newest.
+        let now = at(MON + 21 * DAY);
         assert_eq!(
-            plan(&snaps, policy(0, 0, 3), None, now()),
+            plan(&snaps, policy(0, 0, 3), None, now),
             Plan {
                 keep: keep(&[
                     ("w3-sun", Reason::Weekly),
@@ -505,7 +515,7 @@ mod tests {
             }
         );
         assert_eq!(
-            plan(&snaps, policy(0, 0, 1), None, now()),
+            plan(&snaps, policy(0, 0, 1), None, now),
             Plan {
                 keep: keep(&[("w3-sun", Reason::Weekly)]),
                 forget: ids(&["w3-tue", "w1-fri", "w1-mon", "w0-sun", "w0-mon"]),
