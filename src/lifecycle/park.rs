@@ -8,6 +8,7 @@ use crate::error::{Code, UserError};
 use crate::plan::names::BoxName;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::{self, LeaseLost};
+use crate::store::meta::SnapshotRef;
 use crate::store::{Step, Stored, events, update_from};
 use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState};
 use crate::sys::{agent_home, crash, digest};
@@ -101,25 +102,12 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     crash::point("park.before-release");
     let epoch = taken.epoch;
     let snapshot = taken.snapshot;
-    // On the record as the snapshot left it: the sequence read it once, at its start.
-    let lost = update_from(ctx.store.as_ref(), name, Some(taken.record), |m| {
-        Ok(
-            match lease::release(m, &here, epoch, Some(snapshot.clone())) {
-                Ok(next) => Step::Write(next, None),
-                Err(lost) => Step::Keep(Some(lost)),
-            },
-        )
-    })?;
-    if let Some(lost) = lost {
+    // On the record as the snapshot left it: the sequence read it once, at its start. The last
+    // snapshot (and its digest) were recorded by `take`.
+    if let Some(lost) = release(ctx, taken.record, epoch, Some(&snapshot), &mut copy)? {
         copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &snapshot.id).into());
     }
-    // The last snapshot (and its digest) were recorded by `take`; the lease is gone, and so is
-    // whatever an `up` cut off here had left to finish.
-    copy.record(|c| {
-        c.epoch = None;
-        c.pending_up = None;
-    })?;
     ctx.record_event(
         name,
         events::Step {
@@ -150,26 +138,15 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
 fn release_behind(ctx: &Ctx, stored: &Stored, copy: &mut CopyJournal) -> Result<SnapshotId> {
     let meta = &stored.meta;
     let name = &meta.name;
-    let here = &ctx.config.node;
     let (Some(lease), Some(latest)) = (&meta.lease, &meta.last_snapshot) else {
         return Err(not_up_here(name).into());
     };
     let epoch = lease.epoch;
     let fork = snapshot::keep_what_is_behind(ctx, meta, copy.state(), epoch)?;
     crash::point("park.before-release");
-    let lost = update_from(ctx.store.as_ref(), name, Some(stored.clone()), |m| {
-        Ok(match lease::release(m, here, epoch, None) {
-            Ok(next) => Step::Write(next, None),
-            Err(lost) => Step::Keep(Some(lost)),
-        })
-    })?;
-    if let Some(lost) = lost {
+    if let Some(lost) = release(ctx, stored.clone(), epoch, None, copy)? {
         return Err(taken_over(name, lost, fork.as_ref().unwrap_or(&latest.id)).into());
     }
-    copy.record(|c| {
-        c.epoch = None;
-        c.pending_up = None;
-    })?;
     ctx.record_event(
         name,
         events::Step {
@@ -185,6 +162,34 @@ fn release_behind(ctx: &Ctx, stored: &Stored, copy: &mut CopyJournal) -> Result<
         latest.id.short()
     );
     Ok(latest.id.clone())
+}
+
+/// Release the lease this node holds at `epoch` on `record` (with `snapshot` as the box's
+/// latest, when given); once released, the copy state holds no lease, nor whatever an `up` cut
+/// off here had left to finish. The lease as another node took it meanwhile, if one did.
+fn release(
+    ctx: &Ctx,
+    record: Stored,
+    epoch: u64,
+    snapshot: Option<&SnapshotRef>,
+    copy: &mut CopyJournal,
+) -> Result<Option<LeaseLost>> {
+    let name = record.meta.name.clone();
+    let lost = update_from(ctx.store.as_ref(), &name, Some(record), |m| {
+        Ok(
+            match lease::release(m, &ctx.config.node, epoch, snapshot.cloned()) {
+                Ok(next) => Step::Write(next, None),
+                Err(lost) => Step::Keep(Some(lost)),
+            },
+        )
+    })?;
+    if lost.is_none() {
+        copy.record(|c| {
+            c.epoch = None;
+            c.pending_up = None;
+        })?;
+    }
+    Ok(lost)
 }
 
 fn taken_over(name: &str, lost: LeaseLost, snapshot: &SnapshotId) -> UserError {

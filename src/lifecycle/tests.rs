@@ -662,6 +662,19 @@ impl Node {
         .unwrap();
     }
 
+    /// An `up` killed while it restored snapshot `to`: its intent recorded, the lease taken,
+    /// the copy part old, part new.
+    fn cut_off_mid_restore(&self, to: &SnapshotId) {
+        CopyState::journal(&self.ctx.config.state_dir, "demo")
+            .unwrap()
+            .record(|c| {
+                c.pending_up = Some(PendingUp { previous: None });
+                c.begin_restore(to);
+            })
+            .unwrap();
+        self.set_lease(Some(&lease_of("here", 8)));
+    }
+
     fn set_lease(&self, lease: Option<&Lease>) {
         update(self.store.as_ref(), "demo", |m| {
             Ok(Step::Write(
@@ -761,14 +774,7 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
     n.parked();
     let other = SnapshotId::from(n.parked_elsewhere().as_str());
     // An up killed mid-restore: the lease taken, the copy part old, part new.
-    CopyState::journal(&n.ctx.config.state_dir, "demo")
-        .unwrap()
-        .record(|c| {
-            c.pending_up = Some(PendingUp { previous: None });
-            c.begin_restore(&other);
-        })
-        .unwrap();
-    n.set_lease(Some(&lease_of("here", 8)));
+    n.cut_off_mid_restore(&other);
     n.write("f.txt", "half old, half new");
     let before = n.meta();
     let snapshots = n.repo.box_snapshots("demo").unwrap();
@@ -1740,14 +1746,7 @@ fn a_half_restored_copy_held_here_can_be_rolled_back() {
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
     let other = SnapshotId::from(n.parked_elsewhere().as_str());
-    CopyState::journal(&n.ctx.config.state_dir, "demo")
-        .unwrap()
-        .record(|c| {
-            c.pending_up = Some(PendingUp { previous: None });
-            c.begin_restore(&other);
-        })
-        .unwrap();
-    n.set_lease(Some(&lease_of("here", 8)));
+    n.cut_off_mid_restore(&other);
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     let replaced = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
     assert_eq!(replaced, Some(other), "the latest it replaced");
