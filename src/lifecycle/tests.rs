@@ -514,6 +514,17 @@ impl Node {
         }
     }
 
+    /// This node's context with another clock.
+    fn ctx_at(&self, clock: fn() -> SystemTime) -> Ctx {
+        Ctx::with_ports(
+            self.ctx.config.clone(),
+            self.store.clone(),
+            self.runtime.clone(),
+            self.repo.clone(),
+            clock,
+        )
+    }
+
     fn ctx(&self) -> &Ctx {
         &self.ctx
     }
@@ -833,13 +844,7 @@ fn the_history_is_stamped_by_the_context_clock() {
     let n = Node::new();
     n.parked();
     let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
-    let ctx = Ctx::with_ports(
-        n.ctx.config.clone(),
-        n.store.clone(),
-        n.runtime.clone(),
-        n.repo.clone(),
-        at,
-    );
+    let ctx = n.ctx_at(at);
     up::up_here(&ctx, &named("demo"), false).unwrap();
     let events = n.store.events("demo").unwrap();
     let (_, up) = events.last().unwrap();
@@ -1776,13 +1781,7 @@ fn a_snapshot_a_record_comes_to_name_after_the_prune_plan_is_not_forgotten() {
         park::park(n.ctx(), &named("demo"), false).unwrap();
     }
     let later = || SystemTime::now() + std::time::Duration::from_hours(24);
-    let ctx = Ctx::with_ports(
-        n.ctx.config.clone(),
-        n.store.clone(),
-        n.runtime.clone(),
-        n.repo.clone(),
-        later,
-    );
+    let ctx = n.ctx_at(later);
     let plan = prune::plan(&ctx).unwrap();
     let all = n.repo.box_snapshots("demo").unwrap();
     let doomed = plan
@@ -1896,13 +1895,7 @@ fn a_drop_deletes_the_snapshots_and_the_record_and_sets_the_agent_home_aside() {
     let home = n.ctx().spec(&n.meta()).agent_home.root;
     assert!(home.is_dir());
     let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
-    let ctx = Ctx::with_ports(
-        n.ctx.config.clone(),
-        n.store.clone(),
-        n.runtime.clone(),
-        n.repo.clone(),
-        at,
-    );
+    let ctx = n.ctx_at(at);
     let dropped = drop::drop_box(&ctx, &named("demo"), || Ok(())).unwrap();
     assert_eq!(dropped.snapshots, snapshots);
     assert_eq!(
@@ -1989,13 +1982,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     let last = n.meta().last_snapshot.unwrap().id.to_string();
     // Pruned a day later.
     let later = || SystemTime::now() + std::time::Duration::from_hours(24);
-    let ctx = Ctx::with_ports(
-        n.ctx.config.clone(),
-        n.store.clone(),
-        n.runtime.clone(),
-        n.repo.clone(),
-        later,
-    );
+    let ctx = n.ctx_at(later);
     let plan = prune::plan(&ctx).unwrap();
     let group = plan.groups.iter().find(|g| g.label == "demo").unwrap();
     let kept: BTreeSet<String> = group.keep.iter().map(|(id, _)| id.to_string()).collect();
