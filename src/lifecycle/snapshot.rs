@@ -410,6 +410,15 @@ pub(crate) fn take(
 ) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &ctx.config.node;
+    if is_behind(journal.state()) && ctx.runtime.is_active(&ctx.spec(meta)) {
+        // Running, the box is what it is, whatever the state says (an older ag-box could start
+        // a copy it had left half restored): what the snapshot saves is what runs.
+        tracing::warn!(
+            "box '{}': runs on a copy this node took for not its latest; saving it as it runs",
+            meta.name
+        );
+        journal.record(|c| c.relation = Relation::Unknown)?;
+    }
     let copy = journal.state().clone();
     match &copy.relation {
         Relation::Restoring { to } => return Err(half_restored(&meta.name, to).into()),

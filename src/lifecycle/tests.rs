@@ -819,6 +819,28 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
 }
 
 #[test]
+fn a_running_box_whose_copy_an_older_ag_box_left_half_restored_is_saved_as_it_runs() {
+    let n = Node::new();
+    n.parked();
+    let other = SnapshotId::from(n.parked_elsewhere().as_str());
+    n.cut_off_mid_restore(&other);
+    // An older ag-box started it anyway; the agent worked since.
+    n.runtime.active.borrow_mut().insert("demo".into());
+    n.write("f.txt", "the agent's work");
+    let taken = n.take(false).unwrap();
+    assert_eq!(
+        n.meta().last_snapshot.map(|s| s.id),
+        Some(taken.snapshot.id.clone())
+    );
+    assert_eq!(
+        n.repo
+            .file(&taken.snapshot.id, &n.project().join("f.txt"))
+            .as_deref(),
+        Some("the agent's work")
+    );
+}
+
+#[test]
 fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
     let n = Node::new();
     n.parked();
