@@ -32,7 +32,7 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     ctx.repo.ensure_repo()?;
     let roots = spec.local_copy();
     let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
-    if !running && snapshot::is_behind(copy.state()) {
+    if !running && snapshot::is_behind(copy.state(), meta) {
         return release_behind(ctx, &stored, &mut copy);
     }
     // If this fails the lease stays ours and the box keeps running, untouched. The manifest

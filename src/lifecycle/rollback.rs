@@ -36,7 +36,7 @@ pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Op
                 ctx.runtime.stop(&spec)?;
             }
             let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
-            if !running && snapshot::is_behind(copy.state()) {
+            if !running && snapshot::is_behind(copy.state(), meta) {
                 // A copy that is not the box's latest replaces nothing: the latest is what the
                 // rollback replaces (what a rolled-back copy gained is kept as a fork).
                 snapshot::keep_what_is_behind(ctx, meta, copy.state(), l.epoch)?;

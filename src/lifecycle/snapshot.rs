@@ -272,38 +272,46 @@ fn rolled_back(meta: &Meta) -> UserError {
     )
 }
 
-/// A stopped copy that is not the box's latest: a restore cut off (part old, part new, nothing
-/// unsaved) or a rollback that pointed the record at an earlier snapshot. It is never saved as
-/// the latest; what a rolled-back copy gained since it was saved is kept as a fork snapshot
-/// (returned), so that the record can be left as it is.
+/// A stopped copy that is not the box's latest ([`is_behind`]): a restore cut off (part old,
+/// part new) or a rollback that pointed the record at an earlier snapshot. It is never saved
+/// as the latest; what it may hold that no snapshot does is kept as a fork snapshot (returned),
+/// so that the record can be left as it is: a rolled-back copy's changes since it was saved,
+/// and a half-restored copy whole (this ag-box never starts one, an older one could have).
 pub(crate) fn keep_what_is_behind(
     ctx: &Ctx,
     meta: &Meta,
     copy: &CopyState,
     epoch: u64,
 ) -> Result<Option<SnapshotId>> {
-    let Relation::Stale(was) = &copy.relation else {
-        return Ok(None);
+    let why = match &copy.relation {
+        Relation::Stale(was) => {
+            let now = digest::of(&ctx.spec(meta).local_copy())?;
+            if was.still(&now) {
+                return Ok(None);
+            }
+            "it changed after the rollback"
+        }
+        Relation::Restoring { .. } => "it is half restored (an older ag-box may have run it)",
+        Relation::Unknown | Relation::Equals(_) => return Ok(None),
     };
-    let now = digest::of(&ctx.spec(meta).local_copy())?;
-    if was.still(&now) {
-        return Ok(None);
-    }
     let fork = keep_as_fork(ctx, meta, epoch, copy)?;
     say!(
-        "box '{}': its copy here changed after the rollback; kept as fork snapshot {}",
+        "box '{}': its copy here is not its latest, and {why}; kept as fork snapshot {}",
         meta.name,
         fork.short()
     );
     Ok(Some(fork))
 }
 
-/// The copy here is not the box's latest (see [`keep_what_is_behind`]).
-pub(crate) fn is_behind(copy: &CopyState) -> bool {
-    matches!(
-        copy.relation,
-        Relation::Restoring { .. } | Relation::Stale(_)
-    )
+/// The copy here is not the box's latest: half restored, or stale after a rollback that
+/// pointed the record at another snapshot (one cut off before it moved the record left the
+/// copy the latest after all).
+pub(crate) fn is_behind(copy: &CopyState, meta: &Meta) -> bool {
+    match &copy.relation {
+        Relation::Restoring { .. } => true,
+        Relation::Stale(was) => meta.last_snapshot.as_ref().map(|s| &s.id) != Some(&was.snapshot),
+        Relation::Unknown | Relation::Equals(_) => false,
+    }
 }
 
 fn partial(name: &str, why: &str) -> UserError {
@@ -410,7 +418,14 @@ pub(crate) fn take(
 ) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &ctx.config.node;
-    if is_behind(journal.state()) && ctx.runtime.is_active(&ctx.spec(meta)) {
+    if let Relation::Stale(_) = journal.state().relation
+        && !is_behind(journal.state(), meta)
+    {
+        // The record still names the snapshot the copy equals (a rollback cut off before it
+        // moved the record): the copy is the latest after all.
+        journal.record(CopyState::clear_stale)?;
+    }
+    if is_behind(journal.state(), meta) && ctx.runtime.is_active(&ctx.spec(meta)) {
         // Running, the box is what it is, whatever the state says (an older ag-box could start
         // a copy it had left half restored): what the snapshot saves is what runs.
         tracing::warn!(

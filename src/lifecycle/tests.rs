@@ -797,11 +797,20 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
     );
     assert_eq!(n.meta(), before, "the record untouched");
     // Park frees the node and leaves the latest as it was: the next up anywhere restores it.
+    // The copy is kept as a fork first (an older ag-box may have run it), never as the latest.
     assert_eq!(park::park(n.ctx(), &named("demo"), false).unwrap(), other);
+    let forks = n.repo.forks.borrow().clone();
+    assert_eq!(forks.len(), 1);
     assert_eq!(
-        n.repo.box_snapshots("demo").unwrap(),
-        snapshots,
-        "nothing saved"
+        n.repo
+            .file(&forks[0], &n.project().join("f.txt"))
+            .as_deref(),
+        Some("half old, half new")
+    );
+    assert_eq!(
+        n.repo.box_snapshots("demo").unwrap().len(),
+        snapshots.len() + 1,
+        "the fork alone"
     );
     let after = n.meta();
     assert_eq!(
@@ -1746,11 +1755,38 @@ fn a_park_after_a_rollback_of_a_box_stopped_here_keeps_the_rollback() {
 }
 
 #[test]
+fn a_rollback_cut_off_before_it_moved_the_record_leaves_the_copy_the_latest() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    n.runtime.active.borrow_mut().clear();
+    // As a rollback cut off after its snapshot left it: the copy stale, the record unmoved.
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(CopyState::rolled_back)
+        .unwrap();
+    n.write("f.txt", "edited after");
+    let taken = n.take(false).unwrap();
+    assert_eq!(
+        n.meta().last_snapshot.map(|s| s.id),
+        Some(taken.snapshot.id.clone())
+    );
+    assert_eq!(
+        n.repo
+            .file(&taken.snapshot.id, &n.project().join("f.txt"))
+            .as_deref(),
+        Some("edited after")
+    );
+    assert!(n.repo.forks.borrow().is_empty());
+}
+
+#[test]
 fn what_a_rolled_back_copy_gained_is_kept_as_a_fork_when_parked() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    n.write("f.txt", "v2");
     n.runtime.active.borrow_mut().clear();
     rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
     // Written after the rollback (by the operator, say): in no snapshot yet.
@@ -1778,10 +1814,11 @@ fn a_half_restored_copy_held_here_can_be_rolled_back() {
     let replaced = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
     assert_eq!(replaced, Some(other), "the latest it replaced");
     assert_eq!(
-        n.repo.box_snapshots("demo").unwrap(),
-        snapshots,
-        "nothing saved"
+        n.repo.box_snapshots("demo").unwrap().len(),
+        snapshots.len() + 1,
+        "the copy kept as a fork alone"
     );
+    assert_eq!(n.repo.forks.borrow().len(), 1);
     assert_eq!(n.meta().last_snapshot.map(|s| s.id), Some(first.id));
     up::up_here(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
