@@ -514,6 +514,18 @@ impl Node {
         }
     }
 
+    /// The box's latest snapshot (as the record names it) holds `text` at `file`.
+    fn latest_holds(&self, file: &str, text: &str) {
+        let latest = self.meta().last_snapshot.expect("a latest snapshot").id;
+        assert_eq!(
+            self.repo
+                .file(&latest, &self.project().join(file))
+                .as_deref(),
+            Some(text),
+            "in {latest:?}"
+        );
+    }
+
     /// This node's context with another clock.
     fn ctx_at(&self, clock: fn() -> SystemTime) -> Ctx {
         Ctx::with_ports(
@@ -836,17 +848,8 @@ fn a_running_box_whose_copy_an_older_ag_box_left_half_restored_is_saved_as_it_ru
     // An older ag-box started it anyway; the agent worked since.
     n.runtime.active.borrow_mut().insert("demo".into());
     n.write("f.txt", "the agent's work");
-    let taken = n.take(false).unwrap();
-    assert_eq!(
-        n.meta().last_snapshot.map(|s| s.id),
-        Some(taken.snapshot.id.clone())
-    );
-    assert_eq!(
-        n.repo
-            .file(&taken.snapshot.id, &n.project().join("f.txt"))
-            .as_deref(),
-        Some("the agent's work")
-    );
+    n.take(false).unwrap();
+    n.latest_holds("f.txt", "the agent's work");
 }
 
 #[test]
@@ -1766,17 +1769,8 @@ fn a_rollback_cut_off_before_it_moved_the_record_leaves_the_copy_the_latest() {
         .record(CopyState::rolled_back)
         .unwrap();
     n.write("f.txt", "edited after");
-    let taken = n.take(false).unwrap();
-    assert_eq!(
-        n.meta().last_snapshot.map(|s| s.id),
-        Some(taken.snapshot.id.clone())
-    );
-    assert_eq!(
-        n.repo
-            .file(&taken.snapshot.id, &n.project().join("f.txt"))
-            .as_deref(),
-        Some("edited after")
-    );
+    n.take(false).unwrap();
+    n.latest_holds("f.txt", "edited after");
     assert!(n.repo.forks.borrow().is_empty());
 }
 
