@@ -87,6 +87,9 @@ pub(crate) enum Cmd {
         /// Take the lease from another node (its unsnapshotted work forks)
         #[arg(long)]
         force: bool,
+        /// Start the box's agent in a new conversation, not back in its most recent one
+        #[arg(long)]
+        fresh: bool,
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
@@ -300,6 +303,14 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     Man { dir: PathBuf },
     #[command(name = "__probe", hide = true)]
     Probe,
+    /// Inside a box: its agent, resuming the project's most recent conversation
+    #[command(name = "__agent", hide = true)]
+    AgentWindow {
+        agent: String,
+        /// A new conversation instead
+        #[arg(long)]
+        fresh: bool,
+    },
     #[command(name = "__anchor", hide = true)]
     Anchor {
         #[arg(long)]

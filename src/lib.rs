@@ -81,8 +81,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name,
             node,
             force,
+            fresh,
             json,
-        } => commands::up::run(&BoxName::new(name)?, node.as_deref(), force, json),
+        } => commands::up::run(
+            &BoxName::new(name)?,
+            node.as_deref(),
+            commands::up::How { force, fresh },
+            json,
+        ),
         Cmd::Attach { name } => commands::attach::run(&BoxName::new(name)?),
         Cmd::Exec { name, command } => commands::exec::run(&BoxName::new(name)?, &command),
         Cmd::Park {
@@ -129,6 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Drop { name, yes, json } => commands::drop::run(&BoxName::new(name)?, yes, json),
         Cmd::Set { name, settings } => commands::set::run(&BoxName::new(name)?, &settings),
         Cmd::Probe => commands::probe::run(),
+        Cmd::AgentWindow { agent, fresh } => commands::agent_window::run(&agent, fresh),
         Cmd::Man { dir } => commands::completion::man(cli::command(), &dir),
         Cmd::Egress {
             name, apply: true, ..

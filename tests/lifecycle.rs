@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::boxtest::{BoxTest, Exit, Project, command, restic};
-use common::{Host, Node, Target};
+use common::{Checked, Host, Node, Target};
 
 fn slug(path: &str) -> String {
     path.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
@@ -565,4 +565,84 @@ fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
     for dir in cgroups.lines() {
         assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
     }
+}
+
+/// A box whose agent is Claude Code starts it back in the project's newest conversation: its
+/// `main` window runs `claude --resume <id>` of the newest transcript by its last write (never a
+/// subagent's), the box's shell once it exits; `up --fresh` starts a new one, and `agent=none`
+/// keeps the shell alone. The `claude` here is a stand-in on the node's `~/.local/bin` (bound
+/// into the box, first on its PATH) that notes its arguments in the project and exits.
+#[test]
+fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
+    let Some(host) = Host::new("resume") else {
+        return;
+    };
+    let name = format!("resume-{}", std::process::id());
+    let b = BoxTest::on(&host, &name);
+    let proj = b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
+    let older = "0a1b2c3d-0000-4000-8000-00000000000a";
+    let newer = "0a1b2c3d-0000-4000-8000-00000000000b";
+    Project::at(&format!(".claude/projects/{}", slug(&proj)))
+        .file(&format!("{older}.jsonl"), "{}\n")
+        .file(&format!("{newer}.jsonl"), "{}\n")
+        .file("agent-5f2e.jsonl", "{}\n")
+        .write_on(&host);
+    Project::at(".local/bin")
+        .executable(
+            "claude",
+            "#!/bin/sh\necho \"claude [$*]\" >> \"$PWD/.agent-runs\"\n",
+        )
+        .write_on(&host);
+    b.track().ok();
+    b.set(["agent=claude"])
+        .ok()
+        .stderr_has("agent=claude")
+        .stderr_has("agent takes effect at the next 'ag-box up'");
+    // The box's own copies of the transcripts: the older written first, the subagent's last.
+    let own = format!(
+        "{}/homes/{name}/.claude/projects/{}",
+        host.state_dir(),
+        slug(&proj)
+    );
+    host.sh(&format!(
+        "touch -d '2026-01-01 00:00' {own}/{older}.jsonl
+         touch -d '2026-02-01 00:00' {own}/{newer}.jsonl
+         touch -d '2026-03-01 00:00' {own}/agent-5f2e.jsonl"
+    ))
+    .ok();
+    let runs = format!("{proj}/.agent-runs");
+    let ran = |expected: &str| {
+        common::boxtest::wait_for(
+            &format!("the agent's runs to be {expected:?}"),
+            Duration::from_secs(20),
+            || {
+                std::fs::read_to_string(host.host_path(&runs))
+                    .ok()
+                    .filter(|s| s == expected)
+            },
+        )
+    };
+    b.up().ok();
+    ran(&format!("claude [--resume {newer}]\n"));
+    // The agent exited: the window is the box's shell, where a person types.
+    common::attach_and_type(&host, &name);
+    b.verb("up", ["--fresh"]).cannot(
+        Exit::Usage,
+        "--fresh starts a new conversation only as the box starts",
+    );
+    b.park().ok();
+    b.verb("up", ["--fresh"]).ok();
+    ran(&format!("claude [--resume {newer}]\nclaude []\n"));
+    b.park().ok();
+    b.set(["agent=none"])
+        .ok()
+        .stderr_has("agent takes effect at the next 'ag-box up'");
+    b.up().ok();
+    common::attach_and_type(&host, &name);
+    assert_eq!(
+        host.read(&runs),
+        format!("claude [--resume {newer}]\nclaude []\n"),
+        "agent=none started no agent"
+    );
+    b.park().ok();
 }

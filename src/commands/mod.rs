@@ -1,5 +1,6 @@
 //! One thin file per verb: load, plan, print, execute.
 
+pub(crate) mod agent_window;
 pub(crate) mod attach;
 pub(crate) mod completion;
 pub(crate) mod cost;

@@ -28,12 +28,10 @@ pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
     let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
     let egress_changed = assignments.iter().any(|a| is_egress(&a));
     let mut later: Vec<&str> = Vec::new();
-    // The agent is recorded only: nothing starts it yet (issue 25's next step will, at `up`).
     for key in assignments
         .iter()
         .filter(|a| !is_egress(a))
         .filter_map(|a| a.split_once('=').map(|(key, _)| key))
-        .filter(|key| *key != "agent")
     {
         if !later.contains(&key) {
             later.push(key);

@@ -1,4 +1,4 @@
-//! `up <name> [--node N] [--force]`: take the lease, restore if needed, start the box.
+//! `up <name> [--node N] [--force] [--fresh]`: take the lease, restore if needed, start the box.
 
 use anyhow::Result;
 
@@ -24,8 +24,10 @@ struct Started<'a> {
     snapshot: Option<&'a SnapshotId>,
 }
 
-pub(crate) fn run(name: &BoxName, node: Option<&str>, force: bool, json: bool) -> Result<()> {
-    start(name, node, force)?;
+pub(crate) use lifecycle::up::How;
+
+pub(crate) fn run(name: &BoxName, node: Option<&str>, how: How, json: bool) -> Result<()> {
+    start(name, node, how)?;
     if json {
         let ctx = Ctx::load()?;
         let meta = ctx.tracked(name)?.meta;
@@ -40,7 +42,7 @@ pub(crate) fn run(name: &BoxName, node: Option<&str>, force: bool, json: bool) -
     Ok(())
 }
 
-fn start(name: &BoxName, node: Option<&str>, force: bool) -> Result<()> {
+fn start(name: &BoxName, node: Option<&str>, how: How) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
     if stored.meta.dropping {
@@ -59,20 +61,20 @@ fn start(name: &BoxName, node: Option<&str>, force: bool) -> Result<()> {
     let target = match (node, &stored.meta.pinned_node) {
         (Some(n), _) => n.to_string(),
         (None, Some(pin)) => pin.clone(),
-        (None, None) => match lease::plan_up(&stored.meta, &here, force) {
+        (None, None) => match lease::plan_up(&stored.meta, &here, how.force) {
             UpPlan::HeldElsewhere(l) => return Err(held_elsewhere(name, &l).into()),
             UpPlan::AlreadyOurs { .. } => here.clone(),
             UpPlan::Acquire | UpPlan::TakeOver(_) => schedule(&ctx)?,
         },
     };
     if target != here {
-        return remote_up(&ctx, name, &target, force);
+        return remote_up(&ctx, name, &target, how);
     }
-    up_here(&ctx, name, stored.meta.nix, force)
+    up_here(&ctx, name, stored.meta.nix, how)
 }
 
 /// `up` on this node, once its tools and the store's leases are known to be there.
-fn up_here(ctx: &Ctx, name: &BoxName, nix: bool, force: bool) -> Result<()> {
+fn up_here(ctx: &Ctx, name: &BoxName, nix: bool, how: How) -> Result<()> {
     require_tools(&["restic"])?;
     require_tools(ctx.runtime.kind().required_tools())?;
     if nix {
@@ -81,7 +83,7 @@ fn up_here(ctx: &Ctx, name: &BoxName, nix: bool, force: bool) -> Result<()> {
     ctx.require_safe_leases()?;
     interrupt::arm();
     ctx.restic()?;
-    lifecycle::up::up_here(ctx, name, force)
+    lifecycle::up::up_here(ctx, name, how)
 }
 
 /// The node with the most memory among those that answer (this one alone without a nodes file).
@@ -105,7 +107,7 @@ fn schedule(ctx: &Ctx) -> Result<String> {
     Ok(choice.node)
 }
 
-fn remote_up(ctx: &Ctx, name: &str, target: &str, force: bool) -> Result<()> {
+fn remote_up(ctx: &Ctx, name: &str, target: &str, how: How) -> Result<()> {
     if ctx.config.s3.is_none() {
         return Err(UserError::usage(
             format!(
@@ -128,7 +130,11 @@ fn remote_up(ctx: &Ctx, name: &str, target: &str, force: bool) -> Result<()> {
             )
         })?;
     say!("starting box '{name}' on node {target}");
-    match Nodes::new()?.remote_up(entry, name, force)? {
+    let flags: Vec<&str> = [(how.force, "--force"), (how.fresh, "--fresh")]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
+    match Nodes::new()?.remote_up(entry, name, &flags)? {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),
     }

@@ -26,8 +26,9 @@ use crate::config::Config;
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
 use crate::plan::agent_home::{self, AgentHome};
+use crate::plan::agents;
 use crate::plan::egress::BoxPolicy;
-use crate::plan::sandbox::BoxSpec;
+use crate::plan::sandbox::{BoxSpec, MainWindow};
 use crate::store::meta::Meta;
 
 use crate::sys::{cmd, host};
@@ -55,6 +56,15 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
             mode: meta.network(config.network),
             allow: meta.allow.clone(),
         },
+        // An agent a newer ag-box knows and this one does not: the box's shell.
+        main: meta
+            .agent
+            .as_deref()
+            .and_then(agents::named)
+            .map_or(MainWindow::Shell, |a| MainWindow::Agent {
+                name: a.name,
+                fresh: false,
+            }),
     }
 }
 

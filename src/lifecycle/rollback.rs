@@ -61,7 +61,7 @@ pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Op
                 crash::point("rollback.after-point-back");
                 if running {
                     drop(lock);
-                    up::up_here(ctx, name, false)?;
+                    up::up_here(ctx, name, up::How::default())?;
                 }
                 Some(taken.snapshot.id)
             }

@@ -15,6 +15,7 @@ use anyhow::Result;
 use pretty_assertions::assert_eq;
 
 use super::track::AgentChoice;
+use super::up::How;
 use super::{Ctx, drop, park, prune, rollback, snapshot, track, up};
 use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
@@ -736,7 +737,7 @@ fn unsaved_work_is_kept_as_a_fork_before_another_nodes_snapshot_replaces_it() {
     n.parked();
     n.write("f.txt", "edited after the park");
     let other = n.parked_elsewhere();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     let forks = n.repo.forks.borrow().clone();
     assert_eq!(forks.len(), 1);
@@ -756,7 +757,7 @@ fn a_copy_equal_to_what_this_node_saved_is_replaced_without_a_fork() {
     let n = Node::new();
     n.parked();
     n.parked_elsewhere();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -766,7 +767,7 @@ fn a_failed_start_hands_the_lease_back_and_leaves_nothing_to_finish() {
     let n = Node::new();
     n.parked();
     n.runtime.fail_start.set(true);
-    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
     assert!(format!("{e:#}").contains("never answered"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert_eq!(n.copy().pending_up, None);
@@ -784,7 +785,7 @@ fn an_up_cut_off_after_the_lease_is_finished_not_started_stale() {
         .record(|c| c.pending_up = Some(PendingUp { previous: None }))
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert_eq!(n.copy().pending_up, None);
@@ -835,7 +836,7 @@ fn a_half_restored_copy_is_never_saved_as_the_box_latest() {
         "the lease gone, the latest as it was"
     );
     assert_eq!(n.copy().relation, Relation::Restoring { to: other.clone() });
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
 
@@ -866,7 +867,7 @@ fn a_half_restored_copy_whose_lease_stayed_here_is_finished_not_started() {
         })
         .unwrap();
     n.set_lease(Some(&lease_of("here", 8)));
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.equals().as_deref(), Some(other.as_str()));
     assert!(n.repo.forks.borrow().is_empty(), "nothing unsaved to keep");
@@ -879,7 +880,7 @@ fn the_history_is_stamped_by_the_context_clock() {
     n.parked();
     let at = || SystemTime::UNIX_EPOCH + std::time::Duration::from_hours(500_000);
     let ctx = n.ctx_at(at);
-    up::up_here(&ctx, &named("demo"), false).unwrap();
+    up::up_here(&ctx, &named("demo"), How::default()).unwrap();
     let events = n.store.events("demo").unwrap();
     let (_, up) = events.last().unwrap();
     assert_eq!(
@@ -892,11 +893,11 @@ fn the_history_is_stamped_by_the_context_clock() {
 fn a_box_that_ran_here_starts_as_it_is() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "unsaved");
     // The node restarts: the box is gone, its lease still this node's.
     n.runtime.active.borrow_mut().clear();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("unsaved"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -905,7 +906,7 @@ fn a_box_that_ran_here_starts_as_it_is() {
 fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     // Changed since its last snapshot (an unchanged box takes none).
     n.write("g.txt", "new");
     let before = n.meta();
@@ -934,7 +935,7 @@ fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
 fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "changed");
     let before = n.meta();
     let raced = n.project().join("link/secret");
@@ -968,7 +969,7 @@ fn a_snapshot_of_an_unpaused_box_holding_another_owner_is_not_its_latest() {
 fn a_snapshot_above_the_bound_is_not_taken() {
     let mut n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.ctx.config.snapshot_add_max = Some(1 << 20);
     n.write("small.txt", "fits");
     n.take(false).unwrap();
@@ -995,11 +996,11 @@ fn a_snapshot_above_the_bound_is_not_taken() {
 fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     park::park(n.ctx(), &named("demo"), false).unwrap();
     fs::remove_dir_all(n.project()).unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v2"));
     assert!(
         n.repo.forks.borrow().is_empty(),
@@ -1011,7 +1012,7 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
     fs::remove_dir_all(n.project()).unwrap();
     let home = n.ctx().spec(&n.meta()).agent_home.root;
     fs::write(home.join("unsaved-session.jsonl"), "{}").unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
 }
 
@@ -1019,7 +1020,7 @@ fn an_up_after_the_project_was_deleted_restores_it_and_keeps_no_empty_fork() {
 fn a_park_after_the_lease_was_taken_keeps_a_fork_and_frees_the_node() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "mine");
     let taker = lease_of("there", 9);
     n.set_lease(Some(&taker));
@@ -1041,7 +1042,7 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
     let n = Node::new();
     n.parked();
     n.set_lease(Some(&lease_of("there", 3)));
-    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
     assert_eq!(code(&e), Some(Code::LeaseHeld));
     assert_eq!(n.copy().pending_up, None);
     n.set_lease(None);
@@ -1055,7 +1056,7 @@ fn up_refuses_a_box_held_elsewhere_or_being_dropped_and_takes_nothing() {
         ))
     })
     .unwrap();
-    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
     assert!(format!("{e:#}").contains("is being dropped"), "{e:#}");
     assert_eq!(n.meta().lease, None);
     assert!(n.runtime.active.borrow().is_empty());
@@ -1071,7 +1072,7 @@ fn an_older_copy_is_brought_to_the_snapshot_in_place() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     // The copy differs from what this node saved (gone-there.txt): kept as a fork first.
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), 1);
     assert_eq!(
         *n.repo.in_place_calls.borrow(),
@@ -1099,7 +1100,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
     n.changed_elsewhere();
     let same = fs::metadata(n.project().join("same.txt")).unwrap();
     // restic 0.14 (no restore in place), as on the rig's nodeA: restic lists what changed.
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [(
@@ -1135,7 +1136,7 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     let restored: SnapshotId = n.equals().unwrap().into();
     n.write("f.txt", "edited after the restore");
     n.write("made.txt", "new here");
@@ -1177,7 +1178,7 @@ fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
     );
     assert!(!r.list.exists(), "the list is not left on the node");
     // Up and parked again unchanged: what leads to that snapshot still serves.
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(n.published().0, r);
     assert_eq!(n.repo.changes.borrow().len(), 1);
@@ -1193,7 +1194,7 @@ fn with_restic_017_and_nothing_published_the_copy_is_restored_in_place_never_lis
     // What the parking node published is lost: restic's listing or its restore in place.
     n.ctx.store.put_delta("demo", None).unwrap();
     n.repo.in_place.set(true);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         n.repo.listings.get(),
         0,
@@ -1231,7 +1232,7 @@ fn modes_changed_elsewhere_come_with_a_delta_from_restic_diff() {
     chmod(&there.join(above.strip_prefix("/").unwrap()), 0o777);
     n.point_at("there");
     // restic 0.14: restic lists what changed (0.17+ restores in place instead).
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         *n.repo.fetched.borrow(),
         [("there".to_string(), vec![n.project().join("run.sh")])]
@@ -1295,7 +1296,7 @@ fn more_changes_than_restic_diff_serves_come_from_their_snapshot_alone() {
         remove: Vec::new(),
         dirs: Vec::new(),
     });
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [r.snapshot.to_string()],
@@ -1319,7 +1320,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     let n = Node::new();
     let published = parked_then_changed_elsewhere(&n);
     let r = n.publish(&published);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(*n.repo.restored.borrow(), [r.snapshot.to_string()]);
     assert!(n.repo.fetched.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
@@ -1334,7 +1335,7 @@ fn an_up_takes_what_the_parking_node_published_without_asking_restic() {
     park::park(n.ctx(), &named("demo"), false).unwrap();
     n.changed_elsewhere_as("there-again");
     let other = n.publish(&published);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert!(
         !n.repo
             .restored
@@ -1359,7 +1360,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
     };
     published.dirs = vec![keys.clone()];
     n.publish(&published);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"), "the delta");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&n.project().join("keys")), 0o2750);
@@ -1381,7 +1382,7 @@ fn a_dirs_published_mode_and_owner_are_set_but_not_through_a_symlink() {
         }],
         ..published_change(&n, from)
     });
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(mode(&victim), 0o700);
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
 }
@@ -1398,7 +1399,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
         remove: vec![victim.clone()],
         ..published.clone()
     });
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [outside.snapshot.to_string(), "there".to_string()]
@@ -1429,7 +1430,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
     fs::remove_file(&at).unwrap();
     std::os::unix::fs::symlink(&forged, &at).unwrap();
     n.repo.restored.borrow_mut().clear();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
         *n.repo.restored.borrow(),
         [linked.snapshot.to_string(), "there-again".to_string()],
@@ -1443,7 +1444,7 @@ fn a_published_list_outside_the_box_or_behind_a_link_is_not_used() {
 fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     // The first up handed the project to the box user: that is a change.
     n.take(false).unwrap();
     let backups = n.repo.next.get();
@@ -1466,13 +1467,13 @@ fn an_unchanged_box_is_not_saved_again_but_its_lease_is_renewed() {
 fn a_copy_as_its_last_running_snapshot_began_needs_no_fork() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "work");
     n.take(false).unwrap();
     // The node went down with the box; another took it and parked a newer state.
     n.runtime.active.borrow_mut().clear();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert!(
         n.repo.forks.borrow().is_empty(),
         "the copy is in a snapshot"
@@ -1486,7 +1487,7 @@ fn the_first_snapshot_after_a_restore_judges_files_by_size_and_time() {
     let n = Node::new();
     n.parked();
     n.changed_elsewhere();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     // What makes restic judge files by size and time (`--ignore-inode`).
     let ignores_inodes = || {
         n.repo
@@ -1512,7 +1513,7 @@ fn a_delta_whose_fetch_fails_becomes_a_full_restore() {
     n.parked();
     n.changed_elsewhere();
     n.repo.fetch_fails.set(true);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.repo.fetched.borrow().len(), 1, "tried");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("new/n.txt").as_deref(), Some("added"));
@@ -1532,7 +1533,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     n.repo.in_place.set(true);
     n.repo.diff_fails.set(true);
     n.repo.cut_in_place.set(true);
-    let e = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
+    let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
     assert!(
         format!("{e:#}").contains("the next 'ag-box up demo' finishes it"),
         "{e:#}"
@@ -1550,7 +1551,7 @@ fn a_cut_off_restore_in_place_is_finished_by_the_next_up_without_a_fork() {
     );
     let forks = n.repo.forks.borrow().len();
     n.repo.cut_in_place.set(false);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.repo.forks.borrow().len(), forks, "nothing new to keep");
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
@@ -1568,7 +1569,7 @@ fn a_tree_restic_cannot_restore_in_place_is_restored_whole_beside_the_copy() {
     n.repo.diff_fails.set(true);
     n.repo.in_place_refused.set(true);
     let forks = n.repo.forks.borrow().len();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
     assert_eq!(n.read("gone-there.txt"), None);
     assert!(matches!(n.copy().relation, Relation::Equals(_)));
@@ -1598,7 +1599,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
     })
     .unwrap();
     n.repo.in_place.set(true);
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert!(n.repo.in_place_calls.borrow().is_empty());
     assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
 }
@@ -1607,7 +1608,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
 fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("g.txt", "new");
     let before = n.repo.next.get();
     park::park(n.ctx(), &named("demo"), false).unwrap();
@@ -1618,7 +1619,7 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
 
     let flushed = n.project().join("flushed.txt");
     *n.runtime.written_on_stop.borrow_mut() = Some(flushed.clone());
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     let before = n.repo.next.get();
     park::park(n.ctx(), &named("demo"), false).unwrap();
     assert_eq!(
@@ -1639,7 +1640,7 @@ fn up_and_park_each_read_the_record_once_and_write_on_the_version_they_read() {
     n.parked();
     let up = |n: &Node| {
         n.store
-            .reads_of(|| up::up_here(n.ctx(), &named("demo"), false).unwrap())
+            .reads_of(|| up::up_here(n.ctx(), &named("demo"), How::default()).unwrap())
             .1
     };
     let park = |n: &Node| {
@@ -1677,7 +1678,7 @@ fn a_rollback_of_a_running_box_is_undone_by_rolling_back_to_the_snapshot_it_name
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2 by the agent");
     let replaced = rollback::rollback(n.ctx(), &named("demo"), &first)
         .unwrap()
@@ -1706,7 +1707,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     park::park(n.ctx(), &named("demo"), false).unwrap();
     let second = n.meta().last_snapshot.unwrap().id;
@@ -1722,7 +1723,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
         Some("v2"),
         "nothing changes until an up"
     );
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
     assert!(n.repo.forks.borrow().is_empty());
 }
@@ -1732,7 +1733,7 @@ fn a_park_after_a_rollback_of_a_box_stopped_here_keeps_the_rollback() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     // Stopped here (the lease stays), then rolled back: the copy is still v2.
     n.runtime.active.borrow_mut().clear();
@@ -1753,7 +1754,7 @@ fn a_park_after_a_rollback_of_a_box_stopped_here_keeps_the_rollback() {
         (None, Some(first.id.clone()))
     );
     assert!(n.repo.forks.borrow().is_empty(), "v2 is in {replaced:?}");
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
 }
 
@@ -1761,7 +1762,7 @@ fn a_park_after_a_rollback_of_a_box_stopped_here_keeps_the_rollback() {
 fn a_rollback_cut_off_before_it_moved_the_record_leaves_the_copy_the_latest() {
     let n = Node::new();
     n.parked();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.runtime.active.borrow_mut().clear();
     // As a rollback cut off after its snapshot left it: the copy stale, the record unmoved.
     CopyState::journal(&n.ctx.config.state_dir, "demo")
@@ -1779,7 +1780,7 @@ fn what_a_rolled_back_copy_gained_is_kept_as_a_fork_when_parked() {
     let n = Node::new();
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     n.runtime.active.borrow_mut().clear();
     rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
@@ -1814,7 +1815,7 @@ fn a_half_restored_copy_held_here_can_be_rolled_back() {
     );
     assert_eq!(n.repo.forks.borrow().len(), 1);
     assert_eq!(n.meta().last_snapshot.map(|s| s.id), Some(first.id));
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
 }
 
@@ -1829,7 +1830,7 @@ fn a_snapshot_a_record_comes_to_name_after_the_prune_plan_is_not_forgotten() {
     n.parked();
     let first = n.meta().last_snapshot.unwrap();
     for text in ["v2", "v3"] {
-        up::up_here(n.ctx(), &named("demo"), false).unwrap();
+        up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
         n.write("f.txt", text);
         park::park(n.ctx(), &named("demo"), false).unwrap();
     }
@@ -1980,7 +1981,7 @@ fn a_drop_cut_off_leaves_the_box_marked_and_the_next_drop_finishes_it() {
     let marked = n.meta();
     assert!(marked.dropping && marked.lease.is_none(), "{marked:?}");
     // Nothing but drop acts on a box being dropped.
-    let up = up::up_here(n.ctx(), &named("demo"), false).unwrap_err();
+    let up = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
     assert!(format!("{up:#}").contains("being dropped"), "{up:#}");
     drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap();
     assert!(n.store.get("demo").unwrap().is_none());
@@ -1994,7 +1995,7 @@ fn a_drop_refused_or_not_confirmed_changes_nothing() {
     let snapshots = n.repo.box_snapshots("demo").unwrap();
     let no = || Err(UserError::failed("confirmation did not match", "type the name").into());
     drop::drop_box(n.ctx(), &named("demo"), no).unwrap_err();
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     let running = drop::drop_box(n.ctx(), &named("demo"), || Ok(())).unwrap_err();
     assert_eq!(
         format!("{running:#}"),
@@ -2020,7 +2021,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     };
     n.parked();
     for text in ["v2", "v3"] {
-        up::up_here(n.ctx(), &named("demo"), false).unwrap();
+        up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
         n.write("f.txt", text);
         park::park(n.ctx(), &named("demo"), false).unwrap();
     }
@@ -2069,7 +2070,7 @@ fn prune_forgets_what_the_keys_do_not_keep_but_never_a_boxs_last_snapshot() {
     );
     assert_eq!(n.repo.prunes.get(), 1);
     // The kept last snapshot still brings the box up.
-    up::up_here(n.ctx(), &named("demo"), false).unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v3"));
 }
 

@@ -10,6 +10,7 @@ use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta, PublishedRef};
 use crate::plan::names::BoxName;
+use crate::plan::sandbox::MainWindow;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
 use crate::plan::{account, text};
@@ -40,6 +41,15 @@ pub(crate) fn being_dropped(name: &str) -> UserError {
     )
 }
 
+/// How `up` goes about it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct How {
+    /// Take the lease from the node that holds it.
+    pub force: bool,
+    /// The agent starts a new conversation (`up --fresh`).
+    pub fresh: bool,
+}
+
 /// How this run came to hold the lease, so a failure can hand it back.
 enum Held {
     Fresh { epoch: u64, previous: Option<Lease> },
@@ -58,7 +68,8 @@ impl Held {
 /// tools and the store's leases.
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
-pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, force: bool) -> Result<()> {
+pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, how: How) -> Result<()> {
+    let How { force, fresh } = how;
     let _lock = ctx.lock(name, "up")?;
     // What another command changed while this one waited.
     let stored = ctx.tracked(name)?;
@@ -78,6 +89,13 @@ pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, force: bool) -> Result<()> {
             Some(l) if l.node == here => {
                 if let Ok(mut copy) = CopyState::journal(&ctx.config.state_dir, name) {
                     finish(name, &mut copy);
+                }
+                if fresh && spec.main != MainWindow::Shell {
+                    return Err(UserError::usage(
+                        format!("box '{name}' is already up on {here}: --fresh starts a new conversation only as the box starts"),
+                        format!("start one in 'ag-box attach {name}', or 'ag-box park {name}' then 'ag-box up {name} --fresh'"),
+                    )
+                    .into());
                 }
                 say!("box '{name}' is already up on {here}");
                 Ok(())
@@ -151,7 +169,7 @@ pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, force: bool) -> Result<()> {
     crash::point("up.after-lease");
     let started = interrupt::check("the restore")
         .and_then(|()| own_ids(ctx, name, &meta))
-        .and_then(|meta| prepare_and_start(ctx, &meta, &held, interrupted, &mut copy));
+        .and_then(|meta| prepare_and_start(ctx, &meta, &held, interrupted, fresh, &mut copy));
     if let Err(e) = started {
         let give_back = match &held {
             Held::Fresh { epoch, previous } => Some((*epoch, previous.clone())),
@@ -255,10 +273,20 @@ fn prepare_and_start(
     meta: &Meta,
     held: &Held,
     interrupted: bool,
+    fresh: bool,
     copy: &mut CopyJournal,
 ) -> Result<()> {
     let state_dir = &ctx.config.state_dir;
-    let spec = ctx.spec(meta);
+    let mut spec = ctx.spec(meta);
+    match &mut spec.main {
+        MainWindow::Agent { fresh: new, .. } => *new = fresh,
+        MainWindow::Shell if fresh => tracing::warn!(
+            "box '{}' has no agent ('ag-box set {} agent=<agent>'): --fresh changes nothing",
+            meta.name,
+            meta.name
+        ),
+        MainWindow::Shell => {}
+    }
     let roots = spec.local_copy();
     restore::recover_leftovers(&roots, &copy_state::swap_journal(state_dir, &meta.name))?;
     let copy_epoch = copy.state().epoch;

@@ -1,15 +1,21 @@
 //! The agents a box can hold, as data: one entry per agent, so that a new agent is one entry.
-//! A box's record names its agent (`track --agent`, `set agent=`); the step that starts the
-//! agent in the box's tmux window (issue 25) runs its resume command, else its start command.
+//! A box's record names its agent (`track --agent`, `set agent=`); as the box starts, its `main`
+//! tmux window runs the agent's resume command (`commands::agent_window`), or its start command
+//! for a fresh conversation.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::slices;
 
 /// How an agent goes back to the most recent conversation in the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resume {
     /// The agent finds its most recent conversation in the project itself.
     Latest(&'static [&'static str]),
-    /// ag-box names the conversation: these arguments, then its session id.
+    /// ag-box names the conversation: these arguments, then the session id of the newest
+    /// transcript in Claude Code's project dir (`slices::claude_project_dir`).
     Session(&'static [&'static str]),
 }
 
@@ -122,17 +128,49 @@ pub(crate) fn with_sessions(home: &Path, session_paths: &[PathBuf]) -> Option<&'
     }
 }
 
+/// Is this a session id ag-box may hand an agent (a transcript's name without `.jsonl`)? Hex
+/// digits and dashes, as Claude Code's UUIDs are: never an option, a path or a shell word.
+fn is_session_id(id: &str) -> bool {
+    (8..=64).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_hexdigit())
+        && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// The session of the newest transcript (`<id>.jsonl`, by its last write) among a project dir's
+/// files; ties go to the greater name, so the choice never depends on the listing's order.
+pub(crate) fn newest_session(files: &[(OsString, SystemTime)]) -> Option<String> {
+    files
+        .iter()
+        .filter_map(|(name, written)| {
+            let id = name.to_str()?.strip_suffix(".jsonl")?;
+            is_session_id(id).then_some((*written, id))
+        })
+        .max()
+        .map(|(_, id)| id.to_string())
+}
+
 impl Agent {
+    /// Where the agent keeps the transcripts of `project`'s conversations, when ag-box names
+    /// the one to resume (None: the agent finds it itself).
+    pub(crate) fn sessions_dir(&self, home: &Path, project: &Path) -> Option<PathBuf> {
+        match self.resume {
+            Resume::Session(_) => Some(slices::claude_project_dir(home, project)),
+            Resume::Latest(_) => None,
+        }
+    }
+
+    /// What the box's `main` window runs: a fresh conversation, or the most recent one.
+    pub(crate) fn window_command(&self, fresh: bool, session: Option<&str>) -> Vec<String> {
+        if fresh {
+            self.start.iter().map(|w| (*w).to_string()).collect()
+        } else {
+            self.resume_command(session)
+        }
+    }
+
     /// What the box's tmux window runs to go back to the most recent conversation: the
     /// conversation `session` names when the agent needs one named, a fresh one when none is.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the resume step (issue 25) starts the agent with it"
-        )
-    )]
-    pub(crate) fn resume_command(&self, session: Option<&str>) -> Vec<String> {
+    fn resume_command(&self, session: Option<&str>) -> Vec<String> {
         let argv = |words: &[&str]| words.iter().map(|w| (*w).to_string()).collect::<Vec<_>>();
         match (self.resume, session) {
             (Resume::Latest(words), _) => argv(words),
@@ -178,6 +216,95 @@ mod tests {
                 "grok grok .grok | grok | grok --resume | grok --resume",
                 "opencode opencode .local/share/opencode | opencode | opencode --continue | \
                  opencode --continue",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_newest_transcript_by_its_last_write_names_the_session() {
+        use std::time::Duration;
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let files = |names: &[(&str, u64)]| -> Vec<(OsString, SystemTime)> {
+            names.iter().map(|(n, t)| ((*n).into(), at(*t))).collect()
+        };
+        let uuid_a = "0a1b2c3d-0000-4000-8000-00000000000a";
+        let uuid_b = "0a1b2c3d-0000-4000-8000-00000000000b";
+        let cases: Vec<Option<String>> = [
+            files(&[]),
+            files(&[
+                (&format!("{uuid_a}.jsonl"), 10),
+                (&format!("{uuid_b}.jsonl"), 20),
+            ]),
+            files(&[
+                (&format!("{uuid_a}.jsonl"), 30),
+                (&format!("{uuid_b}.jsonl"), 20),
+            ]),
+            // A tie goes to the greater name, whatever the listing's order.
+            files(&[
+                (&format!("{uuid_b}.jsonl"), 20),
+                (&format!("{uuid_a}.jsonl"), 20),
+            ]),
+            // Newer, but no session of its own: a subagent's, a note, an option, a shell word,
+            // a name too short or too long to be an id.
+            files(&[
+                (&format!("{uuid_a}.jsonl"), 10),
+                ("agent-5f2e.jsonl", 90),
+                (&format!("{uuid_b}.json"), 90),
+                ("-rf.jsonl", 90),
+                ("a1$(reboot).jsonl", 90),
+                ("0a1b.jsonl", 90),
+                (&format!("{}.jsonl", "a".repeat(65)), 90),
+            ]),
+        ]
+        .iter()
+        .map(|f| newest_session(f))
+        .collect();
+        assert_eq!(
+            cases,
+            [
+                None,
+                Some(uuid_b.to_string()),
+                Some(uuid_a.to_string()),
+                Some(uuid_b.to_string()),
+                Some(uuid_a.to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_claude_code_has_ag_box_name_its_session_and_fresh_is_the_start_command() {
+        let (home, project) = (Path::new("/root"), Path::new("/root/my.app"));
+        let dirs: Vec<(&str, Option<PathBuf>)> = AGENTS
+            .iter()
+            .map(|a| (a.name, a.sessions_dir(home, project)))
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                (
+                    "claude",
+                    Some(PathBuf::from("/root/.claude/projects/-root-my-app"))
+                ),
+                ("codex", None),
+                ("gemini", None),
+                ("grok", None),
+                ("opencode", None),
+            ]
+        );
+        let claude = named("claude").unwrap();
+        let codex = named("codex").unwrap();
+        assert_eq!(
+            [
+                claude.window_command(true, Some("0f3c0f3c")),
+                claude.window_command(false, Some("0f3c0f3c")),
+                codex.window_command(true, None),
+                codex.window_command(false, None),
+            ],
+            [
+                vec!["claude"],
+                vec!["claude", "--resume", "0f3c0f3c"],
+                vec!["codex"],
+                vec!["codex", "resume", "--last"],
             ]
         );
     }

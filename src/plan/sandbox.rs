@@ -58,6 +58,18 @@ pub(crate) struct BoxSpec {
     pub tmpfs_max: u64,
     /// The record's network policy (the mode decides the namespace; the proxy reads the rest).
     pub egress: BoxPolicy,
+    /// What the `main` tmux window runs as the box starts.
+    pub main: MainWindow,
+}
+
+/// What a box's `main` tmux window runs as the box starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MainWindow {
+    /// The box's shell (`agent=none`).
+    Shell,
+    /// The agent (one of `agents::AGENTS`), back in the project's most recent conversation, or
+    /// in a new one (`up --fresh`); the box's shell once it exits.
+    Agent { name: &'static str, fresh: bool },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +215,28 @@ impl BoxSpec {
                 mode: egress::Mode::Allow,
                 allow: vec![],
             },
+            main: MainWindow::Shell,
         }
+    }
+
+    /// The shell command the `main` window starts with (None: the box's shell, as any window).
+    /// The agent runs through ag-box inside the box, as the box user, which finds the
+    /// conversation to resume; the window's shell takes over when the agent exits. `nix`: both
+    /// in the base flake's dev shell, as the box's other shells are.
+    pub(crate) fn main_command(&self, nix: bool) -> Option<String> {
+        let MainWindow::Agent { name, fresh } = self.main else {
+            return None;
+        };
+        let fresh = if fresh { " --fresh" } else { "" };
+        let agent = format!("{BOX_EXE} __agent {name}{fresh}");
+        Some(if nix {
+            format!(
+                "exec nix develop {} --command bash -c '{agent}; exec bash'",
+                tmux::BASE_FLAKE
+            )
+        } else {
+            format!("{agent}; exec bash -l")
+        })
     }
 
     /// The box's local copy on this node: its project and its agent home.
@@ -586,6 +619,35 @@ mod tests {
                 "--own-home", "/root", "--share-socket", "/run/box/demo/sock/tmux.sock", "--",
                 "/usr/bin/tmux", "-D", "-S", "/run/box/demo/sock/tmux.sock", "-f", "/run/box/demo/tmux.conf",
             ])
+        );
+    }
+
+    #[test]
+    fn the_main_window_runs_the_agent_through_ag_box_then_the_shell() {
+        let with = |main| BoxSpec { main, ..spec() };
+        let claude = |fresh| MainWindow::Agent {
+            name: "claude",
+            fresh,
+        };
+        assert_eq!(
+            [
+                with(MainWindow::Shell).main_command(false),
+                with(MainWindow::Shell).main_command(true),
+                with(claude(false)).main_command(false),
+                with(claude(true)).main_command(false),
+                with(claude(false)).main_command(true),
+            ],
+            [
+                None,
+                None,
+                Some("/run/ag-box __agent claude; exec bash -l".to_string()),
+                Some("/run/ag-box __agent claude --fresh; exec bash -l".to_string()),
+                Some(
+                    "exec nix develop /etc/base-flake --command bash -c \
+                     '/run/ag-box __agent claude; exec bash'"
+                        .to_string()
+                ),
+            ]
         );
     }
 

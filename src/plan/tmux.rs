@@ -8,19 +8,21 @@ pub(crate) const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
 pub(crate) const BASE_FLAKE: &str = "/etc/base-flake";
 
 /// Lets the client user in (it attaches from inside the box), sources the operator's inner
-/// config when present and creates session `main` in the project; a `nix` box's shells start
-/// inside the base flake's dev shell.
-pub(crate) fn server_conf(project: &Path, nix: bool) -> String {
+/// config when present and creates session `main` in the project, its first window running
+/// `main` when given (the box's agent); a `nix` box's shells start inside the base flake's dev
+/// shell.
+pub(crate) fn server_conf(project: &Path, nix: bool, main: Option<&str>) -> String {
     let shell = if nix {
         format!("set -g default-command \"nix develop {BASE_FLAKE} --command bash\"\n")
     } else {
         String::new()
     };
+    let command = main.map(|c| format!(" {}", quote(c))).unwrap_or_default();
     format!(
         "# written by ag-box at each start\n\
          server-access -a {CLIENT_USER}\n\
          source-file -q {INNER_CONF}\n\
-         {shell}new-session -d -s main -c {}\n",
+         {shell}new-session -d -s main -c {}{command}\n",
         quote(&project.to_string_lossy())
     )
 }
@@ -86,7 +88,7 @@ mod tests {
     #[test]
     fn conf_creates_main_in_the_project() {
         assert_eq!(
-            server_conf(Path::new("/srv/my \"q\" $x"), false),
+            server_conf(Path::new("/srv/my \"q\" $x"), false, None),
             "# written by ag-box at each start\n\
              server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\
@@ -95,9 +97,24 @@ mod tests {
     }
 
     #[test]
+    fn the_main_window_runs_the_command_it_is_given() {
+        assert_eq!(
+            server_conf(
+                Path::new("/root/p"),
+                false,
+                Some("/run/ag-box __agent claude; exec bash -l")
+            ),
+            "# written by ag-box at each start\n\
+             server-access -a ag-box-client\n\
+             source-file -q /etc/box/tmux-inner.conf\n\
+             new-session -d -s main -c \"/root/p\" \"/run/ag-box __agent claude; exec bash -l\"\n"
+        );
+    }
+
+    #[test]
     fn nix_boxes_start_shells_in_the_base_flake() {
         assert_eq!(
-            server_conf(Path::new("/root/p"), true),
+            server_conf(Path::new("/root/p"), true, None),
             "# written by ag-box at each start\n\
              server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\

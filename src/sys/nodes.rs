@@ -171,12 +171,16 @@ impl Nodes {
         out
     }
 
-    /// `ag-box up <name> --node <node>` on that node, its output streamed; returns its exit code.
-    pub(crate) fn remote_up(&mut self, entry: &NodeEntry, name: &str, force: bool) -> Result<i32> {
+    /// `ag-box up <name> --node <node> [flags]` on that node, its output streamed; returns its
+    /// exit code.
+    pub(crate) fn remote_up(
+        &mut self,
+        entry: &NodeEntry,
+        name: &str,
+        flags: &[&str],
+    ) -> Result<i32> {
         let mut args = vec!["up", name, "--node", &entry.name];
-        if force {
-            args.push("--force");
-        }
+        args.extend(flags);
         self.remote(entry, &args)
     }
 

@@ -293,7 +293,10 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
         write_policy(spec)?;
     }
     for (path, text) in [
-        (spec.tmux_conf(), tmux_plan::server_conf(&spec.project, nix)),
+        (
+            spec.tmux_conf(),
+            tmux_plan::server_conf(&spec.project, nix, spec.main_command(nix).as_deref()),
+        ),
         (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
         (spec.group_file(), account::group(spec.ids)),
         (spec.tasks_file(), format!("{}\n", spec.tasks_max)),
