@@ -569,9 +569,10 @@ fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
 
 /// A box whose agent is Claude Code starts it back in the project's newest conversation: its
 /// `main` window runs `claude --resume <id>` of the newest transcript by its last write (never a
-/// subagent's), the box's shell once it exits; `up --fresh` starts a new one, and `agent=none`
-/// keeps the shell alone. The `claude` here is a stand-in on the node's `~/.local/bin` (bound
-/// into the box, first on its PATH) that notes its arguments in the project and exits.
+/// subagent's), the box's shell once it exits; `up --fresh` starts a new one. Codex resumes the
+/// newest rollout of the project (not another project's); `agent=none` keeps the shell alone.
+/// The CLIs here are stand-ins on the node's `~/.local/bin` (bound into the box, first on its
+/// PATH) that note their arguments in the project and exit.
 #[test]
 fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     let Some(host) = Host::new("resume") else {
@@ -587,11 +588,10 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
         .file(&format!("{newer}.jsonl"), "{}\n")
         .file("agent-5f2e.jsonl", "{}\n")
         .write_on(&host);
+    let stand_in = |cli: &str| format!("#!/bin/sh\necho \"{cli} [$*]\" >> \"$PWD/.agent-runs\"\n");
     Project::at(".local/bin")
-        .executable(
-            "claude",
-            "#!/bin/sh\necho \"claude [$*]\" >> \"$PWD/.agent-runs\"\n",
-        )
+        .executable("claude", stand_in("claude"))
+        .executable("codex", stand_in("codex"))
         .write_on(&host);
     b.track().ok();
     b.set(["agent=claude"])
@@ -612,15 +612,12 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     .ok();
     let runs = format!("{proj}/.agent-runs");
     let ran = |expected: &str| {
-        common::boxtest::wait_for(
-            &format!("the agent's runs to be {expected:?}"),
-            Duration::from_secs(20),
-            || {
-                std::fs::read_to_string(host.host_path(&runs))
-                    .ok()
-                    .filter(|s| s == expected)
-            },
-        )
+        let read = || std::fs::read_to_string(host.host_path(&runs)).unwrap_or_default();
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while read() != expected && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(read(), expected, "how the agents were started");
     };
     b.up().ok();
     ran(&format!("claude [--resume {newer}]\n"));
@@ -633,6 +630,33 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     b.park().ok();
     b.verb("up", ["--fresh"]).ok();
     ran(&format!("claude [--resume {newer}]\nclaude []\n"));
+    // Codex: the newest rollout whose cwd is the project, another project's newer one aside
+    // (written as the box would, while it runs: park keeps them).
+    let rollout = |id: &str, cwd: &str| {
+        format!(
+            "{}\n{{\"type\":\"response_item\"}}\n",
+            serde_json::json!({"type": "session_meta", "payload": {"id": id, "cwd": cwd}})
+        )
+    };
+    let codex_id = "01a23b81-b45a-75c3-a1b8-a49a092f81ad";
+    let day = format!(
+        "{}/homes/{name}/.codex/sessions/2026/12/01",
+        host.state_dir()
+    );
+    Project::at(&day)
+        .file("rollout-1.jsonl", rollout(codex_id, &proj))
+        .file("rollout-2.jsonl", rollout(older, &format!("{proj}-2")))
+        .write_on(&host);
+    host.sh(&format!(
+        "touch -d '2026-01-01 00:00' {day}/rollout-1.jsonl"
+    ))
+    .ok();
+    b.park().ok();
+    b.set(["agent=codex"]).ok();
+    b.up().ok();
+    ran(&format!(
+        "claude [--resume {newer}]\nclaude []\ncodex [resume {codex_id}]\n"
+    ));
     b.park().ok();
     b.set(["agent=none"])
         .ok()
@@ -641,7 +665,7 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     common::attach_and_type(&host, &name);
     assert_eq!(
         host.read(&runs),
-        format!("claude [--resume {newer}]\nclaude []\n"),
+        format!("claude [--resume {newer}]\nclaude []\ncodex [resume {codex_id}]\n"),
         "agent=none started no agent"
     );
     b.park().ok();

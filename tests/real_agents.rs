@@ -14,6 +14,8 @@ use common::{Checked, Cluster, Node, Target};
 const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
 const PORT: u16 = 18481;
 const HOMES: &str = "/var/lib/ag-box/homes";
+/// The box whose agents run in its `main` window, driven through a terminal.
+const TUI_BOX: &str = "agents-tui";
 const STOP: &str = "if [ -s /root/standin.pid ]; then kill $(cat /root/standin.pid) 2>/dev/null || true; fi; rm -f /root/standin.pid";
 
 /// The node's address on the rig's network.
@@ -57,13 +59,43 @@ impl Drop for StandIn<'_> {
     }
 }
 
-/// Both CLIs reach the stand-in without a login: Claude Code by its environment (given at
-/// each run) and onboarding flag (the node's `~/.claude.json`, seeded into each box), Codex
-/// by its global config (bound read-only into boxes).
+/// Both CLIs reach the stand-in without a login, and are on the boxes' PATH (`/usr/local/bin`):
+/// Claude Code by its environment (the node's `~/.claude/settings.json`, bound read-only into
+/// boxes), its onboarding flag and the projects it trusts (the node's `~/.claude.json`, seeded
+/// into each box); Codex by its global config (bound read-only into boxes), which trusts the
+/// projects too.
 fn configure(n: &Node) {
+    let trusted = [TUI_BOX, "agents-real"];
+    let claude_projects: serde_json::Map<String, serde_json::Value> = trusted
+        .iter()
+        .map(|b| {
+            (
+                format!("/root/{b}"),
+                serde_json::json!({"hasTrustDialogAccepted": true}),
+            )
+        })
+        .collect();
+    let claude_json = serde_json::json!({
+        "hasCompletedOnboarding": true,
+        "projects": claude_projects,
+        "customApiKeyResponses": {"approved": ["sk-standin"], "rejected": []},
+    });
+    let settings = serde_json::json!({"env": {
+        "ANTHROPIC_BASE_URL": format!("http://{}:{PORT}", ip(n)),
+        "ANTHROPIC_API_KEY": "sk-standin",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }});
+    let codex_trust = trusted
+        .map(|b| format!("[projects.\"/root/{b}\"]\ntrust_level = \"trusted\"\n"))
+        .join("");
     n.sh(&format!(
-        "set -e; mkdir -p /root/.codex
-         printf '{{\"hasCompletedOnboarding\": true}}\\n' > /root/.claude.json
+        "set -e; mkdir -p /root/.codex /root/.claude
+         ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
+         echo '{claude_json}' > /root/.claude.json
+         echo '{settings}' > /root/.claude/settings.json
          cat > /root/.codex/config.toml <<EOF
 model = \"gpt-standin\"
 model_provider = \"standin\"
@@ -79,8 +111,8 @@ apps = false
 name = \"Stand-in\"
 base_url = \"http://{ip}:{PORT}/v1\"
 wire_api = \"responses\"
-env_key = \"STANDIN_API_KEY\"
-EOF",
+experimental_bearer_token = \"standin\"
+{codex_trust}EOF",
         ip = ip(n)
     ))
     .ok();
@@ -249,7 +281,7 @@ fn cost_is_what_was_reported(n: &Node, name: &str, reported: &Usage) {
 
 fn codex(n: &Node, name: &str, args: &str) -> String {
     n.sh(&format!(
-        "ag-box exec {name} -- env STANDIN_API_KEY=standin timeout 120 {AGENTS}/codex exec \
+        "ag-box exec {name} -- timeout 120 {AGENTS}/codex exec \
          --skip-git-repo-check --json {args} </dev/null"
     ))
     .ok()
@@ -348,8 +380,9 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     }
     let name = "agents-real";
     c.parked_box(name);
+    // Run by hand here, never in the box's window.
     c.a.sh(&format!(
-        "ag-box set {name} network=allow allow={}",
+        "ag-box set {name} agent=none network=allow allow={}",
         standin_entries()
     ))
     .ok();
@@ -415,5 +448,160 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
         "{resumed}"
     );
     cost_on_b(&c.b, name, &on_a_reported);
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// `ag-box attach <box>` in a real terminal on a node (a pane of an outer tmux there), as a
+/// person sees and types into it.
+struct Terminal<'a> {
+    n: &'a Node,
+    server: String,
+}
+
+impl<'a> Terminal<'a> {
+    fn attach(n: &'a Node, name: &str) -> Terminal<'a> {
+        let server = format!("term-{name}");
+        n.sh(&format!(
+            "tmux -L {server} kill-server 2>/dev/null || true
+             tmux -L {server} new-session -d -s t -x 200 -y 50 \
+               'ag-box attach {name}; echo attach-exit=$?; sleep 600'"
+        ))
+        .ok();
+        Terminal { n, server }
+    }
+
+    fn screen(&self) -> String {
+        self.n
+            .sh(&format!("tmux -L {} capture-pane -p -t t", self.server))
+            .ok()
+            .stdout()
+    }
+
+    /// Waits until the screen shows `text`; fails the test with the screen when it never does.
+    fn shows(&self, text: &str) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the terminal never showed {text:?}:\n{screen}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// Types a line as a person would: the text, and once it shows, Enter. (Keys sent while a
+    /// CLI still sets up its terminal can be lost: the caller first waits for its prompt. Codex
+    /// 0.171 drops a `?` that ends a burst of keys into its empty prompt: none is typed there.)
+    fn type_line(&self, text: &str) {
+        let send = |keys: &str| {
+            self.n
+                .sh(&format!("tmux -L {} send-keys -t t {keys}", self.server))
+                .ok();
+        };
+        send(&format!("-l '{text}'"));
+        self.shows(text);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        send("Enter");
+    }
+
+    /// Detaches (`C-b d`): attach exits 0 and the box goes on.
+    fn detach(self) {
+        self.n
+            .sh(&format!("tmux -L {} send-keys -t t C-b d", self.server))
+            .ok();
+        self.shows("attach-exit=0");
+    }
+}
+
+impl Drop for Terminal<'_> {
+    fn drop(&mut self) {
+        self.n.sh(&format!(
+            "tmux -L {} kill-server 2>/dev/null || true",
+            self.server
+        ));
+    }
+}
+
+/// What each CLI shows once it takes keys: Claude Code's footer, Codex's empty prompt.
+const CLAUDE_READY: &str = "? for shortcuts";
+const CODEX_READY: &str = "Ask Codex to do anything";
+
+/// What a person sees: a conversation with Claude Code started in the box's window on A goes
+/// on in the window on B after park and up, nothing typed but the next message; Codex, once the
+/// box's agent, resumes the conversation `codex exec` began (which its own `resume --last`
+/// skips); `up --fresh` starts a new one.
+#[test]
+fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() {
+    let Some(c) = Cluster::get() else { return };
+    for n in [&c.a, &c.b] {
+        if !n
+            .sh(&format!(
+                "test -x {AGENTS}/claude && test -x {AGENTS}/codex"
+            ))
+            .status
+            .success()
+        {
+            common::missing("the agent CLIs (tests/rig.sh install)");
+            return;
+        }
+        configure(n);
+    }
+    let name = TUI_BOX;
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box set {name} agent=claude network=allow allow={}",
+        standin_entries()
+    ))
+    .ok();
+    {
+        let _server = StandIn::start(&c.a);
+        c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+        let t = Terminal::attach(&c.a, name);
+        t.shows(CLAUDE_READY);
+        t.type_line("What is the first question?");
+        t.shows("STANDIN-REPLY turns=1 last=What is the first question?");
+        t.detach();
+        let codex_out = codex(&c.a, name, "'First for codex?'");
+        assert!(
+            codex_out.contains("STANDIN-REPLY turns=1 last=First for codex?"),
+            "{codex_out}"
+        );
+        c.a.sh(&format!("ag-box park {name}")).ok();
+    }
+
+    let _server = StandIn::start(&c.b);
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    let t = Terminal::attach(&c.b, name);
+    // The earlier turn is on the screen, and the stand-in sees it in the next request.
+    t.shows(CLAUDE_READY);
+    t.shows("STANDIN-REPLY turns=1 last=What is the first question?");
+    t.type_line("And the second?");
+    t.shows("STANDIN-REPLY turns=2 last=And the second?");
+    t.detach();
+
+    c.b.sh(&format!(
+        "ag-box set {name} agent=codex && ag-box park {name} && ag-box up {name} --node nodeB"
+    ))
+    .ok();
+    let t = Terminal::attach(&c.b, name);
+    t.shows(CODEX_READY);
+    t.shows("STANDIN-REPLY turns=1 last=First for codex?");
+    t.type_line("Second for codex");
+    t.shows("STANDIN-REPLY turns=2 last=Second for codex");
+    t.detach();
+
+    c.b.sh(&format!(
+        "ag-box park {name} && ag-box up {name} --node nodeB --fresh"
+    ))
+    .ok();
+    let t = Terminal::attach(&c.b, name);
+    t.shows(CODEX_READY);
+    t.type_line("Fresh for codex");
+    t.shows("STANDIN-REPLY turns=1 last=Fresh for codex");
+    t.detach();
     c.b.sh(&format!("ag-box park {name}")).ok();
 }

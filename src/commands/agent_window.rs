@@ -5,15 +5,16 @@
 //! when the agent exits.
 
 use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
 use anyhow::Result;
 
 use crate::error::{Code, UserError};
-use crate::plan::agents::{self, Agent};
+use crate::plan::agents::{self, Agent, Sessions};
 
 pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
     let agent = agents::named(agent).ok_or_else(|| {
@@ -35,28 +36,74 @@ pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
         Code::ToolMissing,
         format!("cannot start {program} in this box: {failed}"),
         format!(
-            "install {program} on the node (the box sees /usr and ~/.local/bin), or 'ag-box set $BOX_NAME agent=none'"
+            "install {program} on the node (the box sees its /usr and ~/.local/bin), or run 'ag-box set {} agent=none' there",
+            std::env::var("BOX_NAME").unwrap_or_else(|_| "<box>".into())
         ),
     )
     .into())
 }
 
-/// The session of the project's newest transcript, where ag-box names the one to resume; None
-/// when there is none (or it cannot tell: the agent then starts a new conversation).
+/// How many of the newest Codex rollouts are opened, looking for one of the project.
+const ROLLOUTS_READ: usize = 200;
+/// How much of a rollout's first line is read (its `session_meta` holds the instructions).
+const FIRST_LINE_MAX: u64 = 1 << 20;
+
+/// The session to resume, where ag-box names it; None when there is none (or it cannot
+/// tell: the agent then starts a new conversation).
 fn newest_here(agent: &Agent) -> Option<String> {
     let home = std::env::var_os("HOME")?;
     let project = std::env::current_dir().ok()?;
-    let dir = agent.sessions_dir(Path::new(&home), &project)?;
-    let files: Vec<(OsString, SystemTime)> = std::fs::read_dir(dir)
-        .ok()?
+    match agent.sessions(Path::new(&home), &project)? {
+        (Sessions::ClaudeProject, dir) => {
+            let files: Vec<(OsString, SystemTime)> = files_in(&dir)
+                .into_iter()
+                .map(|(path, written)| (path.file_name().unwrap_or_default().into(), written))
+                .collect();
+            agents::newest_session(&files)
+        }
+        (Sessions::CodexRollouts, dir) => {
+            // sessions/YYYY/MM/DD/rollout-*.jsonl, newest first.
+            let mut rollouts: Vec<(PathBuf, SystemTime)> = dirs_in(&dir)
+                .iter()
+                .flat_map(|year| dirs_in(year))
+                .flat_map(|month| dirs_in(&month))
+                .flat_map(|day| files_in(&day))
+                .filter(|(path, _)| path.extension().is_some_and(|e| e == "jsonl"))
+                .collect();
+            rollouts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+            rollouts.iter().take(ROLLOUTS_READ).find_map(|(path, _)| {
+                let mut line = Vec::new();
+                let file = std::fs::File::open(path).ok()?;
+                BufReader::new(file.take(FIRST_LINE_MAX))
+                    .read_until(b'\n', &mut line)
+                    .ok()?;
+                agents::rollout_session(&line, &project)
+            })
+        }
+    }
+}
+
+/// The regular files in `dir` with their last writes (by the entries' own types: a link is
+/// neither a file nor a dir here).
+fn files_in(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
+    entries(dir)
+        .filter_map(|(path, meta)| meta.is_file().then(|| Some((path, meta.modified().ok()?))))
+        .flatten()
+        .collect()
+}
+
+fn dirs_in(dir: &Path) -> Vec<PathBuf> {
+    entries(dir)
+        .filter_map(|(path, meta)| meta.is_dir().then_some(path))
+        .collect()
+}
+
+fn entries(dir: &Path) -> impl Iterator<Item = (PathBuf, std::fs::Metadata)> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
         .filter_map(|entry| {
             let entry = entry.ok()?;
-            // The entry's own type and times: a link is not a transcript.
-            let meta = entry.metadata().ok()?;
-            meta.is_file()
-                .then(|| Some((entry.file_name(), meta.modified().ok()?)))
-                .flatten()
+            Some((entry.path(), entry.metadata().ok()?))
         })
-        .collect();
-    agents::newest_session(&files)
 }

@@ -14,9 +14,19 @@ use super::slices;
 pub(crate) enum Resume {
     /// The agent finds its most recent conversation in the project itself.
     Latest(&'static [&'static str]),
-    /// ag-box names the conversation: these arguments, then the session id of the newest
-    /// transcript in Claude Code's project dir (`slices::claude_project_dir`).
-    Session(&'static [&'static str]),
+    /// ag-box names the conversation: these arguments, then the session id it finds there.
+    Session(&'static [&'static str], Sessions),
+}
+
+/// Where ag-box finds the conversation to resume, when it names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sessions {
+    /// Claude Code: the newest `<id>.jsonl` in the project's dir
+    /// (`slices::claude_project_dir`); its own `--continue` skips sessions made with `-p`.
+    ClaudeProject,
+    /// Codex: the newest rollout under `~/.codex/sessions/` whose cwd is the project; its own
+    /// `resume --last` skips sessions made with `codex exec`.
+    CodexRollouts,
 }
 
 /// One agent: its name in records and on the command line, its CLI, where it keeps its state,
@@ -36,7 +46,7 @@ pub(crate) struct Agent {
 }
 
 /// Every agent ag-box knows. Resume commands as each agent's docs give them: Claude Code's
-/// `--resume <id>`; Codex's `resume --last`; Gemini CLI's `--resume latest`
+/// `--resume <id>`; Codex's `resume <id>`; Gemini CLI's `--resume latest`
 /// (geminicli.com, session management); Grok Build's `--resume` without an id, the most recent
 /// for the directory (docs.x.ai, sessions); `OpenCode`'s `--continue` (opencode.ai, CLI).
 pub(crate) const AGENTS: &[Agent] = &[
@@ -45,14 +55,14 @@ pub(crate) const AGENTS: &[Agent] = &[
         binary: "claude",
         home_dir: ".claude",
         start: &["claude"],
-        resume: Resume::Session(&["claude", "--resume"]),
+        resume: Resume::Session(&["claude", "--resume"], Sessions::ClaudeProject),
     },
     Agent {
         name: "codex",
         binary: "codex",
         home_dir: ".codex",
         start: &["codex"],
-        resume: Resume::Latest(&["codex", "resume", "--last"]),
+        resume: Resume::Session(&["codex", "resume"], Sessions::CodexRollouts),
     },
     Agent {
         name: "gemini",
@@ -149,12 +159,29 @@ pub(crate) fn newest_session(files: &[(OsString, SystemTime)]) -> Option<String>
         .map(|(_, id)| id.to_string())
 }
 
+/// The session a Codex rollout's first line (its `session_meta`) names, when its cwd is
+/// `project`.
+pub(crate) fn rollout_session(first_line: &[u8], project: &Path) -> Option<String> {
+    let meta: serde_json::Value = serde_json::from_slice(first_line).ok()?;
+    let payload = &meta["payload"];
+    let id = payload["id"].as_str()?;
+    (meta["type"] == "session_meta"
+        && payload["cwd"].as_str() == project.to_str()
+        && is_session_id(id))
+    .then(|| id.to_string())
+}
+
 impl Agent {
-    /// Where the agent keeps the transcripts of `project`'s conversations, when ag-box names
-    /// the one to resume (None: the agent finds it itself).
-    pub(crate) fn sessions_dir(&self, home: &Path, project: &Path) -> Option<PathBuf> {
+    /// Where ag-box looks for the conversation to resume, and the dir it looks in (None: the
+    /// agent finds it itself).
+    pub(crate) fn sessions(&self, home: &Path, project: &Path) -> Option<(Sessions, PathBuf)> {
         match self.resume {
-            Resume::Session(_) => Some(slices::claude_project_dir(home, project)),
+            Resume::Session(_, kind @ Sessions::ClaudeProject) => {
+                Some((kind, slices::claude_project_dir(home, project)))
+            }
+            Resume::Session(_, kind @ Sessions::CodexRollouts) => {
+                Some((kind, home.join(".codex/sessions")))
+            }
             Resume::Latest(_) => None,
         }
     }
@@ -174,12 +201,12 @@ impl Agent {
         let argv = |words: &[&str]| words.iter().map(|w| (*w).to_string()).collect::<Vec<_>>();
         match (self.resume, session) {
             (Resume::Latest(words), _) => argv(words),
-            (Resume::Session(words), Some(id)) => {
+            (Resume::Session(words, _), Some(id)) => {
                 let mut command = argv(words);
                 command.push(id.to_string());
                 command
             }
-            (Resume::Session(_), None) => argv(self.start),
+            (Resume::Session(..), None) => argv(self.start),
         }
     }
 }
@@ -211,7 +238,7 @@ mod tests {
             rows,
             [
                 "claude claude .claude | claude | claude --resume 0f3c | claude",
-                "codex codex .codex | codex | codex resume --last | codex resume --last",
+                "codex codex .codex | codex | codex resume 0f3c | codex",
                 "gemini gemini .gemini | gemini | gemini --resume latest | gemini --resume latest",
                 "grok grok .grok | grok | grok --resume | grok --resume",
                 "opencode opencode .local/share/opencode | opencode | opencode --continue | \
@@ -272,20 +299,29 @@ mod tests {
     }
 
     #[test]
-    fn only_claude_code_has_ag_box_name_its_session_and_fresh_is_the_start_command() {
+    fn ag_box_finds_the_session_of_claude_code_and_codex_and_fresh_is_the_start_command() {
         let (home, project) = (Path::new("/root"), Path::new("/root/my.app"));
-        let dirs: Vec<(&str, Option<PathBuf>)> = AGENTS
+        let dirs: Vec<(&str, Option<(Sessions, PathBuf)>)> = AGENTS
             .iter()
-            .map(|a| (a.name, a.sessions_dir(home, project)))
+            .map(|a| (a.name, a.sessions(home, project)))
             .collect();
         assert_eq!(
             dirs,
             [
                 (
                     "claude",
-                    Some(PathBuf::from("/root/.claude/projects/-root-my-app"))
+                    Some((
+                        Sessions::ClaudeProject,
+                        PathBuf::from("/root/.claude/projects/-root-my-app")
+                    ))
                 ),
-                ("codex", None),
+                (
+                    "codex",
+                    Some((
+                        Sessions::CodexRollouts,
+                        PathBuf::from("/root/.codex/sessions")
+                    ))
+                ),
                 ("gemini", None),
                 ("grok", None),
                 ("opencode", None),
@@ -297,15 +333,47 @@ mod tests {
             [
                 claude.window_command(true, Some("0f3c0f3c")),
                 claude.window_command(false, Some("0f3c0f3c")),
-                codex.window_command(true, None),
+                codex.window_command(true, Some("01a23b81")),
+                codex.window_command(false, Some("01a23b81")),
                 codex.window_command(false, None),
             ],
             [
                 vec!["claude"],
                 vec!["claude", "--resume", "0f3c0f3c"],
                 vec!["codex"],
-                vec!["codex", "resume", "--last"],
+                vec!["codex", "resume", "01a23b81"],
+                vec!["codex"],
             ]
+        );
+    }
+
+    #[test]
+    fn a_rollout_names_its_session_when_its_cwd_is_the_project() {
+        let project = Path::new("/root/demo");
+        let id = "01a23b81-b45a-75c3-a1b8-a49a092f81ad";
+        let line = |kind: &str, cwd: &str, id: &str| {
+            serde_json::json!({
+                "timestamp": "2026-12-03T10:44:45.833Z",
+                "type": kind,
+                "payload": {"id": id, "cwd": cwd, "source": "exec", "cli_version": "0.171.0"}
+            })
+            .to_string()
+        };
+        let found: Vec<Option<String>> = [
+            line("session_meta", "/root/demo", id),
+            line("session_meta", "/root/demo-2", id),
+            line("session_meta", "/root", id),
+            line("response_item", "/root/demo", id),
+            line("session_meta", "/root/demo", "--last"),
+            "{\"type\":\"session_meta\",\"payload\":{\"cwd\":\"/root/demo\"}}".to_string(),
+            "not json".to_string(),
+        ]
+        .iter()
+        .map(|l| rollout_session(l.as_bytes(), project))
+        .collect();
+        assert_eq!(
+            found,
+            [Some(id.to_string()), None, None, None, None, None, None]
         );
     }
 
