@@ -53,6 +53,9 @@ pub(crate) enum Cmd {
     /// List all boxes
     #[command(after_help = "Example: ag-box ls --json")]
     Ls {
+        /// Only the boxes whose agent waits for the operator or is done (state waiting or idle)
+        #[arg(long)]
+        waiting: bool,
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
@@ -94,6 +97,17 @@ pub(crate) enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Wait until the box's agent needs you: it asks (a permission or a question) or its turn is done
+    #[command(
+        after_help = "Prints '<box> <node> <agent> <state>[: <the question>]' and exits 0 once the \
+agent's state is waiting or idle (at once if it is already); exit 1 when the box is not up.\n\n\
+Example: ag-box wait myproj && notify-send 'myproj needs you'"
+    )]
+    Wait {
+        /// The box's name
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+    },
     /// Attach to the box's tmux session
     #[command(after_help = "Example: ag-box attach myproj")]
     Attach {
@@ -125,6 +139,9 @@ pub(crate) enum Cmd {
         /// Count a snapshot restic could not read every file for (or of an empty project)
         #[arg(long)]
         accept_partial: bool,
+        /// Do not wait for the agent to end its turn (`BOX_PARK_WAIT`, default 2m)
+        #[arg(long)]
+        now: bool,
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
@@ -190,6 +207,9 @@ again, 'ag-box park' saves it and frees the node.\n\nExample: ag-box stop myproj
         /// Do not ask before stopping and restarting a running box (for scripts)
         #[arg(long)]
         yes: bool,
+        /// Do not wait for a running box's agent to end its turn (`BOX_PARK_WAIT`, default 2m)
+        #[arg(long)]
+        now: bool,
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
@@ -303,6 +323,16 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     Man { dir: PathBuf },
     #[command(name = "__probe", hide = true)]
     Probe,
+    /// Beside a box running here: publishes its agent's state
+    #[command(name = "__watch", hide = true)]
+    Watch { name: String },
+    /// Inside a box: what the agent's hook or notify program says of its state
+    #[command(name = "__agent-state", hide = true)]
+    AgentState {
+        agent: String,
+        /// Codex's event (its notify program's last argument)
+        payload: Option<String>,
+    },
     /// Inside a box: its agent, resuming the project's most recent conversation
     #[command(name = "__agent", hide = true)]
     AgentWindow {

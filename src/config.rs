@@ -33,6 +33,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "BOX_KEEP_DAILY",
     "BOX_KEEP_WEEKLY",
     "BOX_LOCK_WAIT",
+    "BOX_PARK_WAIT",
     "BOX_NETWORK",
     "BOX_TASKS_MAX",
     "BOX_TMPFS_MAX",
@@ -104,6 +105,8 @@ pub(crate) struct Config {
     pub lease_ttl: Duration,
     /// How long a command waits for another one on the same box on this node.
     pub lock_wait: Duration,
+    /// How long `park` (and `rollback` of a running box) wait for the agent's turn to end.
+    pub park_wait: Duration,
     /// Processes and threads one box may have at once (its unit's `TasksMax`, and `RLIMIT_NPROC`
     /// of its own uid).
     pub tasks_max: u64,
@@ -218,6 +221,11 @@ impl Config {
             None => Duration::from_mins(2),
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LOCK_WAIT", v, "use a duration such as 2m or 30s"))?,
+        };
+        let park_wait = match src.get("BOX_PARK_WAIT") {
+            None => Duration::from_mins(2),
+            Some(v) => humantime::parse_duration(v)
+                .map_err(|_| bad_key("BOX_PARK_WAIT", v, "use a duration such as 2m or 30s"))?,
         };
         let tasks_max = match src.get("BOX_TASKS_MAX") {
             None => DEFAULT_TASKS_MAX,
@@ -343,6 +351,7 @@ impl Config {
             memory_max,
             lease_ttl,
             lock_wait,
+            park_wait,
             tasks_max,
             tmpfs_max,
             snapshot_add_max,
@@ -502,6 +511,7 @@ mod tests {
                 memory_max: Some("2G".into()),
                 lease_ttl: Duration::from_hours(3),
                 lock_wait: Duration::from_mins(2),
+                park_wait: Duration::from_mins(2),
                 tasks_max: 4096,
                 tmpfs_max: 2 << 30,
                 snapshot_add_max: None,

@@ -65,7 +65,7 @@ use plan::names::BoxName;
 #[allow(clippy::too_many_lines)]
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Cmd::Ls { json } => commands::ls::run(json),
+        Cmd::Ls { waiting, json } => commands::ls::run(waiting, json),
         Cmd::Track {
             name,
             path,
@@ -90,12 +90,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         ),
         Cmd::Attach { name } => commands::attach::run(&BoxName::new(name)?),
+        Cmd::Wait { name } => commands::wait::run(&BoxName::new(name)?),
         Cmd::Exec { name, command } => commands::exec::run(&BoxName::new(name)?, &command),
         Cmd::Park {
             name,
             accept_partial,
+            now,
             json,
-        } => commands::park::run(&BoxName::new(name)?, accept_partial, json),
+        } => commands::park::run(&BoxName::new(name)?, accept_partial, now, json),
         Cmd::Stop { name } => commands::stop::run(&BoxName::new(name)?),
         Cmd::Snapshot(args) => {
             let name = args.name.map(BoxName::new).transpose()?;
@@ -114,8 +116,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             snapshot,
             to,
             yes,
+            now,
             json,
-        } => commands::rollback::run(&BoxName::new(name)?, &snapshot, to.as_deref(), yes, json),
+        } => commands::rollback::run(
+            &BoxName::new(name)?,
+            &snapshot,
+            to.as_deref(),
+            commands::rollback::Asked { yes, now },
+            json,
+        ),
         Cmd::Status { json, deep } => commands::status::run(json, deep),
         Cmd::Cost { name, since, json } => {
             let name = name.map(BoxName::new).transpose()?;
@@ -136,6 +145,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Set { name, settings } => commands::set::run(&BoxName::new(name)?, &settings),
         Cmd::Probe => commands::probe::run(),
         Cmd::AgentWindow { agent, fresh } => commands::agent_window::run(&agent, fresh),
+        Cmd::Watch { name } => commands::watch::run(&BoxName::new(name)?),
+        Cmd::AgentState { agent, payload } => {
+            commands::agent_state::run(&agent, payload.as_deref());
+            Ok(())
+        }
         Cmd::Man { dir } => commands::completion::man(cli::command(), &dir),
         Cmd::Egress {
             name, apply: true, ..

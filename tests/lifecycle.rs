@@ -575,14 +575,17 @@ fn an_up_after_the_project_was_deleted_restores_it_without_an_empty_fork() {
 /// PATH) that note their arguments in the project and exit.
 #[test]
 fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
+    // Codex is told on its command line to report its turns (`plan::attention`).
+    const NOTIFY: &str = "notify=[\"/run/ag-box\",\"__agent-state\",\"codex\"]";
     let Some(host) = Host::new("resume") else {
         return;
     };
     let name = format!("resume-{}", std::process::id());
     let b = BoxTest::on(&host, &name);
     let proj = b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
-    let older = "0a1b2c3d-0000-4000-8000-00000000000a";
-    let newer = "0a1b2c3d-0000-4000-8000-00000000000b";
+    // The newer by its last write has the smaller name, and its times were set first.
+    let newer = "0a1b2c3d-0000-4000-8000-00000000000a";
+    let older = "0a1b2c3d-0000-4000-8000-00000000000b";
     Project::at(&format!(".claude/projects/{}", slug(&proj)))
         .file(&format!("{older}.jsonl"), "{}\n")
         .file(&format!("{newer}.jsonl"), "{}\n")
@@ -598,15 +601,16 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
         .ok()
         .stderr_has("agent=claude")
         .stderr_has("agent takes effect at the next 'ag-box up'");
-    // The box's own copies of the transcripts: the older written first, the subagent's last.
+    // The box's own copies of the transcripts: the newer written in February, the older in
+    // January (its times set last), the subagent's in March.
     let own = format!(
         "{}/homes/{name}/.claude/projects/{}",
         host.state_dir(),
         slug(&proj)
     );
     host.sh(&format!(
-        "touch -d '2026-01-01 00:00' {own}/{older}.jsonl
-         touch -d '2026-02-01 00:00' {own}/{newer}.jsonl
+        "touch -d '2026-02-01 00:00' {own}/{newer}.jsonl
+         touch -d '2026-01-01 00:00' {own}/{older}.jsonl
          touch -d '2026-03-01 00:00' {own}/agent-5f2e.jsonl"
     ))
     .ok();
@@ -643,19 +647,22 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
         "{}/homes/{name}/.codex/sessions/2026/12/01",
         host.state_dir()
     );
+    let codex_older = "01a23b81-b45a-75c3-a1b8-a49a092f81a0";
     Project::at(&day)
-        .file("rollout-1.jsonl", rollout(codex_id, &proj))
+        .file("rollout-0.jsonl", rollout(codex_id, &proj))
+        .file("rollout-1.jsonl", rollout(codex_older, &proj))
         .file("rollout-2.jsonl", rollout(older, &format!("{proj}-2")))
         .write_on(&host);
     host.sh(&format!(
-        "touch -d '2026-01-01 00:00' {day}/rollout-1.jsonl"
+        "touch -d '2026-01-02 00:00' {day}/rollout-0.jsonl
+         touch -d '2026-01-01 00:00' {day}/rollout-1.jsonl"
     ))
     .ok();
     b.park().ok();
     b.set(["agent=codex"]).ok();
     b.up().ok();
     ran(&format!(
-        "claude [--resume {newer}]\nclaude []\ncodex [resume {codex_id}]\n"
+        "claude [--resume {newer}]\nclaude []\ncodex [-c {NOTIFY} resume {codex_id}]\n"
     ));
     b.park().ok();
     b.set(["agent=none"])
@@ -665,8 +672,101 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     common::attach_and_type(&host, &name);
     assert_eq!(
         host.read(&runs),
-        format!("claude [--resume {newer}]\nclaude []\ncodex [resume {codex_id}]\n"),
+        format!("claude [--resume {newer}]\nclaude []\ncodex [-c {NOTIFY} resume {codex_id}]\n"),
         "agent=none started no agent"
     );
     b.park().ok();
+}
+
+/// The agent's state, as its hooks report it from inside the box (`ag-box __agent-state`, which
+/// Claude Code's hooks run): `ls` shows it, `wait` returns once the agent needs the operator,
+/// and `park` waits for a turn to end (`--now` does not). A box that plants a link or a fifo
+/// where its state file goes, or writes escape bytes into it, steers nothing.
+#[test]
+fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
+    let Some(host) = Host::new("attention") else {
+        return;
+    };
+    let name = format!("attention-{}", std::process::id());
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
+    b.track().ok();
+    b.up().ok();
+    let hook = |event: &str| {
+        b.exec_sh(&format!(
+            "printf '%s' '{event}' | /run/ag-box __agent-state claude && cat /run/box/$BOX_NAME/sock/agent-state.json"
+        ))
+        .ok()
+        .stdout()
+    };
+    let state = || b.row().unwrap()["agent_state"].clone();
+    // Mid-turn: shown, and not among the boxes that need the operator.
+    let written = hook(r#"{"hook_event_name":"UserPromptSubmit","prompt":"Fix the build"}"#);
+    assert!(written.contains(r#""state":"working""#), "{written}");
+    assert_eq!(state()["state"], "working");
+    assert_eq!(state()["agent"], "claude");
+    assert_eq!(state()["detail"], "Fix the build");
+    let waiting = b.ag(["ls", "--waiting"]).ok();
+    assert!(!waiting.stdout().contains(&name), "{}", waiting.stdout());
+    // Park waits for the turn, which a hook ends a second later.
+    b.exec_sh(
+        "(sleep 1; echo '{\"hook_event_name\":\"Stop\"}' | /run/ag-box __agent-state claude) >/dev/null 2>&1 &",
+    )
+    .ok();
+    b.park()
+        .env("BOX_PARK_WAIT", "60s")
+        .ok()
+        .stderr_has("claude is mid-turn; the park waits up to 1m for the turn to end")
+        .stderr_has("claude ended its turn");
+    // Mid-turn again: --now does not wait; with a short BOX_PARK_WAIT, park goes on after it.
+    b.up().ok();
+    hook(r#"{"hook_event_name":"PreToolUse","tool_name":"Bash"}"#);
+    b.park().arg("--now").ok().stderr_lacks("mid-turn");
+    b.up().ok();
+    hook(r#"{"hook_event_name":"PreToolUse","tool_name":"Bash"}"#);
+    b.park()
+        .env("BOX_PARK_WAIT", "1s")
+        .ok()
+        .stderr_has("claude is still mid-turn after 1s; the park goes on");
+    b.up().ok();
+    // A question, its text with escape bytes: `wait` returns at once and prints it escaped.
+    hook(
+        r#"{"hook_event_name":"Notification","notification_type":"permission_prompt","message":"Allow \u001b[2J rm?\nsecond line"}"#,
+    );
+    assert_eq!(state()["state"], "waiting");
+    common::assert_shape("ls", &b.ag(["ls", "--json"]).ok().json());
+    let waited = b.verb("wait", common::boxtest::NONE).ok();
+    assert_eq!(
+        waited.stdout(),
+        format!("{name} host claude waiting: Allow \\x1b[2J rm?\n")
+    );
+    let listed = b.ag(["ls", "--waiting"]).ok().stdout();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&name) && l.contains(" waiting ")),
+        "{listed}"
+    );
+    // A link planted at the state file, to a host file that reads as a state: not followed.
+    let lure = format!("{}/lure.json", host.base.display());
+    std::fs::write(
+        &lure,
+        r#"{"agent":"claude","state":"idle","since":1,"detail":"HOST-SECRET"}"#,
+    )
+    .unwrap();
+    b.exec_sh(&format!(
+        "cd /run/box/$BOX_NAME/sock && rm agent-state.json && ln -s {lure} agent-state.json && test -L agent-state.json"
+    ))
+    .ok();
+    let sock = host.host_path(&format!("/run/box/{name}/sock/agent-state.json"));
+    assert!(
+        std::fs::read_to_string(&sock).is_ok_and(|s| s.contains("HOST-SECRET")),
+        "a reader that follows links would have read the lure"
+    );
+    assert_eq!(state(), serde_json::Value::Null);
+    // A fifo there: read without waiting on it.
+    b.exec_sh("cd /run/box/$BOX_NAME/sock && rm agent-state.json && mkfifo agent-state.json && test -p agent-state.json")
+        .ok();
+    assert_eq!(state(), serde_json::Value::Null);
+    b.park().ok().stderr_lacks("mid-turn");
 }

@@ -64,7 +64,7 @@ impl Drop for StandIn<'_> {
 /// boxes), its onboarding flag and the projects it trusts (the node's `~/.claude.json`, seeded
 /// into each box); Codex by its global config (bound read-only into boxes), which trusts the
 /// projects too.
-fn configure(n: &Node) {
+fn configure(n: &Node) -> Configured<'_> {
     let trusted = [TUI_BOX, "agents-real"];
     let claude_projects: serde_json::Map<String, serde_json::Value> = trusted
         .iter()
@@ -116,6 +116,19 @@ experimental_bearer_token = \"standin\"
         ip = ip(n)
     ))
     .ok();
+    Configured(n)
+}
+
+/// Takes the CLIs off the boxes' PATH and Claude Code's settings off the node when the test
+/// ends: a box of another test whose agent is Claude Code (any box tracked with a Claude
+/// session) gets a shell, not a real Claude Code to type into.
+struct Configured<'a>(&'a Node);
+
+impl Drop for Configured<'_> {
+    fn drop(&mut self) {
+        self.0
+            .sh("rm -f /usr/local/bin/claude /usr/local/bin/codex /root/.claude/settings.json");
+    }
 }
 
 fn claude(n: &Node, name: &str, args: &str) -> String {
@@ -365,6 +378,7 @@ fn cost_on_b(b: &Node, name: &str, on_a_reported: &Usage) {
 #[test]
 fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
+    let mut configured = Vec::new();
     for n in [&c.a, &c.b] {
         if !n
             .sh(&format!(
@@ -376,7 +390,7 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
             common::missing("the agent CLIs (tests/rig.sh install)");
             return;
         }
-        configure(n);
+        configured.push(configure(n));
     }
     let name = "agents-real";
     c.parked_box(name);
@@ -537,6 +551,7 @@ const CODEX_READY: &str = "Ask Codex to do anything";
 #[test]
 fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
+    let mut configured = Vec::new();
     for n in [&c.a, &c.b] {
         if !n
             .sh(&format!(
@@ -548,7 +563,7 @@ fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() 
             common::missing("the agent CLIs (tests/rig.sh install)");
             return;
         }
-        configure(n);
+        configured.push(configure(n));
     }
     let name = TUI_BOX;
     c.parked_box(name);

@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,7 +74,12 @@ fn newest_here(agent: &Agent) -> Option<String> {
             rollouts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
             rollouts.iter().take(ROLLOUTS_READ).find_map(|(path, _)| {
                 let mut line = Vec::new();
-                let file = std::fs::File::open(path).ok()?;
+                // A link or fifo swapped in since the listing is not followed, nor waited on.
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                    .open(path)
+                    .ok()?;
                 BufReader::new(file.take(FIRST_LINE_MAX))
                     .read_until(b'\n', &mut line)
                     .ok()?;

@@ -1,5 +1,6 @@
 //! One thin file per verb: load, plan, print, execute.
 
+pub(crate) mod agent_state;
 pub(crate) mod agent_window;
 pub(crate) mod attach;
 pub(crate) mod completion;
@@ -23,7 +24,10 @@ pub(crate) mod snapshot;
 pub(crate) mod status;
 pub(crate) mod stop;
 pub(crate) mod track;
+pub(crate) mod turn;
 pub(crate) mod up;
+pub(crate) mod wait;
+pub(crate) mod watch;
 
 use anyhow::Result;
 

@@ -19,11 +19,14 @@ struct Parked<'a> {
     snapshot: &'a SnapshotId,
 }
 
-pub(crate) fn run(name: &BoxName, accept_partial: bool, json: bool) -> Result<()> {
+pub(crate) fn run(name: &BoxName, accept_partial: bool, now: bool, json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
-    ctx.tracked(name)?;
+    let meta = ctx.tracked(name)?.meta;
     require_tools(&["restic"])?;
     ctx.restic()?;
+    if !now {
+        super::turn::wait_for_turn(&ctx, &meta, "park");
+    }
     let snapshot = lifecycle::park::park(&ctx, name, accept_partial)?;
     if json {
         super::print_json(&Parked {

@@ -29,11 +29,19 @@ struct RolledBack<'a> {
     restored_to: Option<&'a Path>,
 }
 
+/// What the operator settled on the command line: go ahead without asking (`--yes`), without
+/// waiting for the agent's turn (`--now`).
+#[derive(Clone, Copy)]
+pub(crate) struct Asked {
+    pub yes: bool,
+    pub now: bool,
+}
+
 pub(crate) fn run(
     name: &BoxName,
     snapshot: &str,
     to: Option<&Path>,
-    yes: bool,
+    asked: Asked,
     json: bool,
 ) -> Result<()> {
     let done = |snapshot: &SnapshotId, undo: Option<&SnapshotId>, restored_to: Option<&Path>| {
@@ -88,8 +96,12 @@ pub(crate) fn run(
         );
         return done(&to.id, None, None);
     }
-    if here && ctx.runtime.is_active(&ctx.spec(&meta)) && !yes {
+    let running_here = here && ctx.runtime.is_active(&ctx.spec(&meta));
+    if running_here && !asked.yes {
         confirm_restart(name, &to.id)?;
+    }
+    if running_here && !asked.now {
+        super::turn::wait_for_turn(&ctx, &meta, "rollback");
     }
     let replaced = lifecycle::rollback::rollback(&ctx, name, &to)?;
     say!(

@@ -104,6 +104,7 @@ pub(crate) fn track(
         agent: agent.map(|a| a.name.to_string()),
         lease: None,
         last_snapshot: None,
+        attention: None,
         dropping: false,
         op: None,
     };

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::slices;
+use super::{attention, slices};
 
 /// How an agent goes back to the most recent conversation in the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,19 @@ pub(crate) struct Agent {
     pub start: &'static [&'static str],
     /// Back to the most recent conversation.
     pub resume: Resume,
+    /// How it tells ag-box what it is doing (`plan::attention`).
+    pub signals: Signals,
+}
+
+/// How an agent tells ag-box what it is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signals {
+    /// Claude Code's hooks, from the managed settings every box gets.
+    ClaudeHooks,
+    /// Codex's notify program, given on its command line (a turn done).
+    CodexNotify,
+    /// None ag-box hears yet.
+    Unheard,
 }
 
 /// Every agent ag-box knows. Resume commands as each agent's docs give them: Claude Code's
@@ -56,6 +69,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".claude",
         start: &["claude"],
         resume: Resume::Session(&["claude", "--resume"], Sessions::ClaudeProject),
+        signals: Signals::ClaudeHooks,
     },
     Agent {
         name: "codex",
@@ -63,6 +77,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".codex",
         start: &["codex"],
         resume: Resume::Session(&["codex", "resume"], Sessions::CodexRollouts),
+        signals: Signals::CodexNotify,
     },
     Agent {
         name: "gemini",
@@ -70,6 +85,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".gemini",
         start: &["gemini"],
         resume: Resume::Latest(&["gemini", "--resume", "latest"]),
+        signals: Signals::Unheard,
     },
     Agent {
         name: "grok",
@@ -77,6 +93,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".grok",
         start: &["grok"],
         resume: Resume::Latest(&["grok", "--resume"]),
+        signals: Signals::Unheard,
     },
     Agent {
         name: "opencode",
@@ -84,6 +101,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".local/share/opencode",
         start: &["opencode"],
         resume: Resume::Latest(&["opencode", "--continue"]),
+        signals: Signals::Unheard,
     },
 ];
 
@@ -186,13 +204,18 @@ impl Agent {
         }
     }
 
-    /// What the box's `main` window runs: a fresh conversation, or the most recent one.
+    /// What the box's `main` window runs: a fresh conversation, or the most recent one; an
+    /// agent told on its command line how to signal gets that first.
     pub(crate) fn window_command(&self, fresh: bool, session: Option<&str>) -> Vec<String> {
-        if fresh {
+        let mut command = if fresh {
             self.start.iter().map(|w| (*w).to_string()).collect()
         } else {
             self.resume_command(session)
+        };
+        if self.signals == Signals::CodexNotify {
+            command.splice(1..1, attention::codex_notify_args());
         }
+        command
     }
 
     /// What the box's tmux window runs to go back to the most recent conversation: the
@@ -300,6 +323,7 @@ mod tests {
 
     #[test]
     fn ag_box_finds_the_session_of_claude_code_and_codex_and_fresh_is_the_start_command() {
+        const NOTIFY: &str = "notify=[\"/run/ag-box\",\"__agent-state\",\"codex\"]";
         let (home, project) = (Path::new("/root"), Path::new("/root/my.app"));
         let dirs: Vec<(&str, Option<(Sessions, PathBuf)>)> = AGENTS
             .iter()
@@ -340,9 +364,9 @@ mod tests {
             [
                 vec!["claude"],
                 vec!["claude", "--resume", "0f3c0f3c"],
-                vec!["codex"],
-                vec!["codex", "resume", "01a23b81"],
-                vec!["codex"],
+                vec!["codex", "-c", NOTIFY],
+                vec!["codex", "-c", NOTIFY, "resume", "01a23b81"],
+                vec!["codex", "-c", NOTIFY],
             ]
         );
     }

@@ -35,6 +35,10 @@ use super::tmux;
 /// Where boxes' network namespaces are pinned (no box name starts with a dot).
 pub(crate) const NETNS_DIR: &str = "/run/box/.netns";
 
+/// Where Claude Code reads its managed settings (hooks among them): in a box, a dir of the
+/// box's run dir (`sys::attention`), bound over the node's.
+pub(crate) const CLAUDE_MANAGED_DIR: &str = "/etc/claude-code";
+
 /// Where the ag-box binary is inside every box.
 pub(crate) const BOX_EXE: &str = "/run/ag-box";
 
@@ -264,6 +268,10 @@ impl BoxSpec {
     pub(crate) fn group_file(&self) -> PathBuf {
         self.run_dir.join("group")
     }
+    /// Claude Code's managed settings as the box sees them (`sys::attention`).
+    pub(crate) fn claude_managed_dir(&self) -> PathBuf {
+        self.run_dir.join("claude-code")
+    }
     /// The bound on tasks the box started with, for `exec` to hold its commands to.
     pub(crate) fn tasks_file(&self) -> PathBuf {
         self.run_dir.join("tasks_max")
@@ -324,6 +332,10 @@ impl BoxSpec {
         m.push(Mount::RoBind {
             src: self.group_file(),
             dest: "/etc/group".into(),
+        });
+        m.push(Mount::RoBind {
+            src: self.claude_managed_dir(),
+            dest: CLAUDE_MANAGED_DIR.into(),
         });
         m.push(Mount::Tmpfs(self.home().to_path_buf()));
         m.extend(self.agent_home.binds(exists).into_iter().map(|b| {
@@ -582,6 +594,7 @@ mod tests {
                 "--ro-bind-try", "/nix", "/nix",
                 "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
                 "--ro-bind", "/run/box/demo/group", "/etc/group",
+                "--ro-bind", "/run/box/demo/claude-code", "/etc/claude-code",
                 "--size", "2147483648", "--tmpfs", "/root",
                 "--bind", &format!("{own}/.claude"), "/root/.claude",
                 "--bind", &format!("{own}/.codex"), "/root/.codex",

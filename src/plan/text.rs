@@ -76,6 +76,16 @@ pub(crate) fn count(n: usize, noun: &str) -> String {
     }
 }
 
+/// A span of seconds as a person reads an age: `42s`, `5m`, `3h`, `2d`.
+pub(crate) fn age(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86400),
+    }
+}
+
 /// Rows as lines of columns each as wide as its widest cell (two spaces apart; the last
 /// column is not padded).
 pub(crate) fn table(rows: &[Vec<String>]) -> Vec<String> {

@@ -20,6 +20,38 @@ pub(crate) fn unit_name(box_name: &str) -> String {
     format!("boxrun-{box_name}")
 }
 
+/// The hidden subcommand that publishes a box's agent state (`commands::watch`).
+pub(crate) const WATCH_SUBCOMMAND: &str = "__watch";
+
+/// The unit of a box's state watcher, bound to the box's unit.
+pub(crate) fn watch_unit_name(box_name: &str) -> String {
+    format!("boxwatch-{box_name}")
+}
+
+/// The transient service of a box's state watcher: stopped with the box, started again if it
+/// fails; it reads ag-box's config as the timers do (`$HOME/.config/box`, or the dirs named).
+pub(crate) fn watch_unit_argv(spec: &BoxSpec, env: &[(&str, String)]) -> Vec<String> {
+    let bound = format!("{}.service", unit_name(&spec.name));
+    let mut a = systemd_run_head(
+        &watch_unit_name(&spec.name),
+        &format!("ag-box {} agent state", spec.name),
+    );
+    for p in [
+        format!("BindsTo={bound}"),
+        format!("After={bound}"),
+        "Restart=on-failure".into(),
+        "RestartSec=5s".into(),
+        "NoNewPrivileges=yes".into(),
+    ] {
+        a.extend(["--property".into(), p]);
+    }
+    for (k, v) in env {
+        a.push(format!("--setenv={k}={v}"));
+    }
+    a.extend([s(&spec.exe), WATCH_SUBCOMMAND.into(), spec.name.clone()]);
+    a
+}
+
 /// The unit of a box's egress proxy, bound to the box's unit.
 pub(crate) fn proxy_unit_name(box_name: &str) -> String {
     format!("boxnet-{box_name}")

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
+use crate::plan::attention::{AgentState, Heard};
 use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::unit::valid_memory_max;
@@ -78,6 +79,10 @@ pub(crate) struct Meta {
     pub agent: Option<String>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
+    /// What its agent was last heard doing, as the node holding its lease published it; it
+    /// says nothing once the lease has moved on (`Meta::agent_state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Heard>,
     /// `drop` began: the box's snapshots are being deleted; nothing but `drop` acts on it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dropping: bool,
@@ -126,6 +131,7 @@ impl Meta {
             agent: None,
             lease: None,
             last_snapshot: None,
+            attention: None,
             dropping: false,
             op: None,
         }
@@ -187,6 +193,16 @@ impl Meta {
             uid: self.uid.unwrap_or(Ids::LEGACY.uid),
             gid: self.gid.unwrap_or(Ids::LEGACY.gid),
         }
+    }
+
+    /// What the box's agent is doing, as the node holding its lease last heard (None: nothing
+    /// heard under this lease, or nothing to believe).
+    pub(crate) fn agent_state(&self) -> Option<&AgentState> {
+        let (lease, heard) = (self.lease.as_ref()?, self.attention.as_ref()?);
+        (heard.node == lease.node
+            && heard.epoch == lease.epoch
+            && agents::plausible(&heard.state.agent))
+        .then_some(&heard.state)
     }
 
     /// The box's agent as `ls` and `set` show it: its name, or `none`.

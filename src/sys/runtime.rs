@@ -130,7 +130,49 @@ impl Runtime {
             }
             Runtime::Direct => spawn_supervisor(spec, &anchor, memory_max)?,
         }
-        self.wait_ready(spec, since)
+        self.wait_ready(spec, since)?;
+        if let Err(e) = self.start_watcher(spec) {
+            tracing::warn!(
+                "box '{}': its agent's state will not be published: {e:#}",
+                spec.name
+            );
+        }
+        Ok(())
+    }
+
+    /// The box's state watcher (`commands::watch`): a unit bound to the box's, or a detached
+    /// process that ends when the box does.
+    fn start_watcher(self, spec: &BoxSpec) -> Result<()> {
+        match self {
+            Runtime::Systemd => {
+                let name = unit::watch_unit_name(&spec.name);
+                stop_unit(&name)?;
+                let env: Vec<(&str, String)> = ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR"]
+                    .into_iter()
+                    .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
+                    .collect();
+                run_unit(&unit::watch_unit_argv(spec, &env), &name)
+            }
+            Runtime::Direct => {
+                let log_path = spec.run_dir.join("watch.log");
+                let log = fs::File::create(&log_path)
+                    .with_context(|| format!("creating {}", log_path.display()))?;
+                let mut c = Command::new(&spec.exe);
+                c.args([unit::WATCH_SUBCOMMAND, &spec.name])
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone()?)
+                    .stderr(log);
+                // SAFETY: setsid is async-signal-safe; it detaches the watcher from our session.
+                unsafe {
+                    c.pre_exec(|| {
+                        nix::unistd::setsid().map_err(std::io::Error::from)?;
+                        Ok(())
+                    });
+                }
+                c.spawn().context("starting the box's state watcher")?;
+                Ok(())
+            }
+        }
     }
 
     /// The box's tmux server lets the client user in and answers it: a client inside the box
@@ -292,6 +334,7 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
     if spec.egress.mode.isolated() {
         write_policy(spec)?;
     }
+    crate::sys::attention::write_claude_managed(spec)?;
     for (path, text) in [
         (
             spec.tmux_conf(),

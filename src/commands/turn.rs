@@ -1,0 +1,44 @@
+//! Before `park` or `rollback` stops a box running here: wait, up to `BOX_PARK_WAIT`, for its
+//! agent to finish the turn it is in (`plan::attention`), so that nothing is cut off mid-turn.
+//! Ctrl-C ends the wait, and the verb, which has changed nothing yet.
+
+use std::time::{Duration, Instant};
+
+use super::Ctx;
+use crate::plan::attention::State;
+use crate::store::meta::Meta;
+use crate::sys::attention;
+
+/// How often the state file is read while waiting.
+const POLL: Duration = Duration::from_millis(250);
+
+pub(crate) fn wait_for_turn(ctx: &Ctx, meta: &Meta, verb: &str) {
+    let spec = ctx.spec(meta);
+    let name = &meta.name;
+    let working = || attention::read(&spec).filter(|s| s.state == State::Working);
+    if !ctx.runtime.is_active(&spec) {
+        return;
+    }
+    let Some(now) = working() else {
+        return;
+    };
+    let limit = ctx.config.park_wait;
+    say!(
+        "box '{name}': {} is mid-turn; the {verb} waits up to {} for the turn to end ('--now' does not wait)",
+        now.agent,
+        humantime::format_duration(limit)
+    );
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        std::thread::sleep(POLL);
+        if working().is_none() {
+            say!("box '{name}': {} ended its turn", now.agent);
+            return;
+        }
+    }
+    tracing::warn!(
+        "box '{name}': {} is still mid-turn after {}; the {verb} goes on",
+        now.agent,
+        humantime::format_duration(limit)
+    );
+}

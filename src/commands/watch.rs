@@ -1,0 +1,84 @@
+//! `ag-box __watch <box>` (hidden): beside a box running on this node, for as long as it runs
+//! under the lease it started with. It reads the box's agent state file (`sys::attention`)
+//! every quarter second and, when it changes, publishes it in the box's record for `ls` and
+//! `wait` on every node. It writes only through conditional writes on the lease it started
+//! under, so it can never undo a lease change; on a store without them the state stays here.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::Ctx;
+use crate::plan::attention::{AgentState, Heard};
+use crate::plan::names::BoxName;
+use crate::store::meta::{Lease, Meta};
+use crate::store::{Step, update};
+use crate::sys::attention;
+
+const POLL: Duration = Duration::from_millis(250);
+/// How often it asks whether the box still runs (a process or two each time).
+const ALIVE_CHECK: Duration = Duration::from_secs(5);
+
+pub(crate) fn run(name: &BoxName) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let stored = ctx.tracked(name)?;
+    let Some(lease) = stored
+        .meta
+        .lease
+        .clone()
+        .filter(|l| l.node == ctx.config.node)
+    else {
+        return Ok(());
+    };
+    let spec = ctx.spec(&stored.meta);
+    let publish = ctx.conditional_writes().unwrap_or(false);
+    if !publish {
+        tracing::warn!(
+            "box '{name}': the store takes no conditional writes: its agent's state is shown on this node only"
+        );
+    }
+    let mut last: Option<AgentState> = None;
+    let mut checked = Instant::now();
+    loop {
+        std::thread::sleep(POLL);
+        if checked.elapsed() >= ALIVE_CHECK {
+            if !ctx.runtime.is_active(&spec) {
+                return Ok(());
+            }
+            checked = Instant::now();
+        }
+        let Some(now) = attention::read(&spec) else {
+            continue;
+        };
+        if last.as_ref() == Some(&now) {
+            continue;
+        }
+        last = Some(now.clone());
+        if publish {
+            match publish_state(&ctx, name, &lease, &now) {
+                Ok(true) => {}
+                // The lease moved on: this box is no longer this watcher's.
+                Ok(false) => return Ok(()),
+                Err(e) => tracing::warn!("box '{name}': publishing its agent's state: {e:#}"),
+            }
+        }
+    }
+}
+
+/// Write `state` into the record while it still holds `lease`; false when it no longer does.
+fn publish_state(ctx: &Ctx, name: &str, lease: &Lease, state: &AgentState) -> Result<bool> {
+    update(ctx.store.as_ref(), name, |m| match &m.lease {
+        Some(l) if l.node == lease.node && l.epoch == lease.epoch => Ok(Step::Write(
+            Meta {
+                attention: Some(Heard {
+                    node: lease.node.clone(),
+                    epoch: lease.epoch,
+                    state: state.clone(),
+                }),
+                ..m.clone()
+            },
+            true,
+        )),
+        _ => Ok(Step::Keep(false)),
+    })
+}

@@ -1,0 +1,268 @@
+//! What a box's agent is doing, as its own signals say (docs/design.md "Attention"): `working`
+//! (mid-turn), `waiting` (a permission prompt or a question for the operator) or `idle` (its
+//! turn done). Claude Code's hooks (in the managed settings ag-box binds into the box) and
+//! Codex's notify program run `ag-box __agent-state` inside the box, which writes the box's
+//! state file; root reads it back as untrusted data. Pure: the signals and the file are values.
+
+use serde::{Deserialize, Serialize};
+
+use super::sandbox::BOX_EXE;
+
+pub(crate) const CLAUDE_MANAGED_FILE: &str = "managed-settings.json";
+/// The state file, in the box's socket dir (the one dir of its run dir the box writes).
+pub(crate) const STATE_FILE: &str = "agent-state.json";
+/// At most this much of the file is read, and of a prompt's text kept.
+pub(crate) const STATE_MAX: u64 = 4096;
+const DETAIL_MAX: usize = 200;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum State {
+    Working,
+    Waiting,
+    Idle,
+}
+
+impl State {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            State::Working => "working",
+            State::Waiting => "waiting",
+            State::Idle => "idle",
+        }
+    }
+}
+
+/// The box's state file: which agent said what, since when (Unix seconds), and the first line
+/// of the question or prompt it waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AgentState {
+    pub agent: String,
+    pub state: State,
+    pub since: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A box's agent state as published in its record, by the node that holds its lease (at
+/// that epoch): for `ls` and `wait` on any node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Heard {
+    pub node: String,
+    pub epoch: u64,
+    #[serde(flatten)]
+    pub state: AgentState,
+}
+
+/// A state file as the box left it: None unless it is one, its agent a plausible name.
+pub(crate) fn parse(bytes: &[u8]) -> Option<AgentState> {
+    let s: AgentState = serde_json::from_slice(bytes).ok()?;
+    super::agents::plausible(&s.agent).then_some(s)
+}
+
+/// The first line of a message, at most [`DETAIL_MAX`] characters, none when empty.
+fn first_line(text: &str) -> Option<String> {
+    let line: String = text
+        .lines()
+        .next()?
+        .trim()
+        .chars()
+        .take(DETAIL_MAX)
+        .collect();
+    (!line.is_empty()).then_some(line)
+}
+
+/// The state a Claude Code hook's input (its JSON on stdin) says, with its message.
+pub(crate) fn from_claude_hook(input: &serde_json::Value) -> Option<(State, Option<String>)> {
+    let state = match input["hook_event_name"].as_str()? {
+        "UserPromptSubmit" | "PreToolUse" | "PostToolUse" => State::Working,
+        // A notification that the prompt has sat idle is no question.
+        "Notification" if input["notification_type"] == "idle_prompt" => State::Idle,
+        "Notification" => State::Waiting,
+        "Stop" | "SessionStart" | "SessionEnd" => State::Idle,
+        _ => return None,
+    };
+    let detail = match state {
+        State::Waiting => input["message"].as_str().and_then(first_line),
+        State::Working => input["prompt"].as_str().and_then(first_line),
+        State::Idle => None,
+    };
+    Some((state, detail))
+}
+
+/// The state Codex's notify program is told (its JSON as the last argument).
+pub(crate) fn from_codex_notify(input: &serde_json::Value) -> Option<(State, Option<String>)> {
+    match input["type"].as_str()? {
+        "agent-turn-complete" => Some((
+            State::Idle,
+            input["last-assistant-message"]
+                .as_str()
+                .and_then(first_line),
+        )),
+        _ => None,
+    }
+}
+
+/// The Claude Code events ag-box hears, each running `__agent-state claude`.
+const CLAUDE_EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "Notification",
+    "Stop",
+    "SessionEnd",
+];
+
+/// The managed settings a box's Claude Code reads: the node's own (if any) with ag-box's hooks
+/// added to theirs, so no setting of the operator's is lost and none is written to their files.
+pub(crate) fn claude_managed_settings(node: Option<serde_json::Value>) -> serde_json::Value {
+    let mut settings = match node {
+        Some(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| serde_json::json!({}));
+    if !hooks.is_object() {
+        *hooks = serde_json::json!({});
+    }
+    for event in CLAUDE_EVENTS {
+        let ours = serde_json::json!({"hooks": [{
+            "type": "command",
+            "command": format!("{BOX_EXE} __agent-state claude"),
+        }]});
+        match hooks.get_mut(*event) {
+            Some(serde_json::Value::Array(theirs)) => theirs.push(ours),
+            _ => {
+                hooks[*event] = serde_json::json!([ours]);
+            }
+        }
+    }
+    serde_json::Value::Object(settings)
+}
+
+/// The config override that makes Codex tell ag-box when a turn is done.
+pub(crate) fn codex_notify_args() -> [String; 2] {
+    [
+        "-c".to_string(),
+        format!("notify=[\"{BOX_EXE}\",\"__agent-state\",\"codex\"]"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn claude_hooks_say_working_waiting_and_idle() {
+        let said: Vec<Option<(State, Option<String>)>> = [
+            json!({"hook_event_name": "UserPromptSubmit", "prompt": "Fix the build\nplease"}),
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Bash"}),
+            json!({"hook_event_name": "Notification", "notification_type": "permission_prompt",
+                   "message": "Claude needs your permission to use Bash"}),
+            json!({"hook_event_name": "Notification", "message": ""}),
+            json!({"hook_event_name": "Notification", "notification_type": "idle_prompt",
+                   "message": "Claude is waiting for your input"}),
+            json!({"hook_event_name": "PostToolUse"}),
+            json!({"hook_event_name": "Stop", "last_assistant_message": "done"}),
+            json!({"hook_event_name": "SubagentStop"}),
+            json!({"prompt": "no event"}),
+        ]
+        .iter()
+        .map(from_claude_hook)
+        .collect();
+        assert_eq!(
+            said,
+            [
+                Some((State::Working, Some("Fix the build".into()))),
+                Some((State::Working, None)),
+                Some((
+                    State::Waiting,
+                    Some("Claude needs your permission to use Bash".into())
+                )),
+                Some((State::Waiting, None)),
+                Some((State::Idle, None)),
+                Some((State::Working, None)),
+                Some((State::Idle, None)),
+                None,
+                None,
+            ]
+        );
+        let long = "x".repeat(500);
+        assert_eq!(
+            from_claude_hook(&json!({"hook_event_name": "Notification", "message": long})),
+            Some((State::Waiting, Some("x".repeat(200))))
+        );
+    }
+
+    #[test]
+    fn codex_says_idle_when_its_turn_is_done() {
+        assert_eq!(
+            [
+                json!({"type": "agent-turn-complete", "last-assistant-message": "Done.\nMore"}),
+                json!({"type": "something-else"}),
+            ]
+            .iter()
+            .map(from_codex_notify)
+            .collect::<Vec<_>>(),
+            [Some((State::Idle, Some("Done.".into()))), None]
+        );
+        assert_eq!(
+            codex_notify_args(),
+            [
+                "-c".to_string(),
+                "notify=[\"/run/ag-box\",\"__agent-state\",\"codex\"]".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn the_state_file_is_read_as_untrusted_data() {
+        let ok = br#"{"agent":"claude","state":"waiting","since":1796294736,"detail":"Allow?"}"#;
+        assert_eq!(
+            parse(ok),
+            Some(AgentState {
+                agent: "claude".into(),
+                state: State::Waiting,
+                since: 1_796_294_736,
+                detail: Some("Allow?".into()),
+            })
+        );
+        for bad in [
+            &br#"{"agent":"claude","state":"asleep","since":1}"#[..],
+            br#"{"agent":"x\u001b[2J","state":"idle","since":1}"#,
+            br#"{"agent":"claude","state":"idle","since":-1}"#,
+            b"not json",
+        ] {
+            assert_eq!(parse(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn managed_settings_keep_the_nodes_own_and_add_the_hooks() {
+        let hook =
+            json!({"hooks": [{"type": "command", "command": "/run/ag-box __agent-state claude"}]});
+        let theirs = json!({"hooks": [{"type": "command", "command": "/usr/local/bin/audit"}]});
+        let node = json!({
+            "permissions": {"deny": ["Bash(curl:*)"]},
+            "hooks": {"Stop": [theirs.clone()]}
+        });
+        let merged = claude_managed_settings(Some(node));
+        let mut expected_hooks = serde_json::Map::new();
+        for event in CLAUDE_EVENTS {
+            expected_hooks.insert((*event).to_string(), json!([hook.clone()]));
+        }
+        expected_hooks.insert("Stop".into(), json!([theirs, hook.clone()]));
+        assert_eq!(
+            merged,
+            json!({"permissions": {"deny": ["Bash(curl:*)"]}, "hooks": expected_hooks})
+        );
+        assert_eq!(
+            claude_managed_settings(Some(json!("not an object")))["hooks"]["Stop"],
+            json!([hook])
+        );
+    }
+}
