@@ -16,6 +16,8 @@ const PORT: u16 = 18481;
 const HOMES: &str = "/var/lib/ag-box/homes";
 /// The box whose agents run in its `main` window, driven through a terminal.
 const TUI_BOX: &str = "agents-tui";
+/// The box whose agent's state is watched from the other node.
+const ATTENTION_BOX: &str = "agents-attn";
 const STOP: &str = "if [ -s /root/standin.pid ]; then kill $(cat /root/standin.pid) 2>/dev/null || true; fi; rm -f /root/standin.pid";
 
 /// The node's address on the rig's network.
@@ -65,7 +67,7 @@ impl Drop for StandIn<'_> {
 /// into each box); Codex by its global config (bound read-only into boxes), which trusts the
 /// projects too.
 fn configure(n: &Node) -> Configured<'_> {
-    let trusted = [TUI_BOX, "agents-real"];
+    let trusted = [TUI_BOX, ATTENTION_BOX, "agents-real"];
     let claude_projects: serde_json::Map<String, serde_json::Value> = trusted
         .iter()
         .map(|b| {
@@ -474,7 +476,12 @@ struct Terminal<'a> {
 
 impl<'a> Terminal<'a> {
     fn attach(n: &'a Node, name: &str) -> Terminal<'a> {
-        let server = format!("term-{name}");
+        // A server of its own: one being torn down does not take the next with it.
+        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let server = format!(
+            "term-{name}-{}",
+            COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         n.sh(&format!(
             "tmux -L {server} kill-server 2>/dev/null || true
              tmux -L {server} new-session -d -s t -x 200 -y 50 \
@@ -507,19 +514,21 @@ impl<'a> Terminal<'a> {
         }
     }
 
+    /// Sends keys as tmux names them (`Enter`, `C-c`, `-l <text>`).
+    fn send(&self, key: &str) {
+        self.n
+            .sh(&format!("tmux -L {} send-keys -t t {key}", self.server))
+            .ok();
+    }
+
     /// Types a line as a person would: the text, and once it shows, Enter. (Keys sent while a
     /// CLI still sets up its terminal can be lost: the caller first waits for its prompt. Codex
     /// 0.171 drops a `?` that ends a burst of keys into its empty prompt: none is typed there.)
     fn type_line(&self, text: &str) {
-        let send = |keys: &str| {
-            self.n
-                .sh(&format!("tmux -L {} send-keys -t t {keys}", self.server))
-                .ok();
-        };
-        send(&format!("-l '{text}'"));
+        self.send(&format!("-l '{text}'"));
         self.shows(text);
         std::thread::sleep(std::time::Duration::from_millis(300));
-        send("Enter");
+        self.send("Enter");
     }
 
     /// Detaches (`C-b d`): attach exits 0 and the box goes on.
@@ -619,4 +628,117 @@ fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() 
     t.shows("STANDIN-REPLY turns=1 last=Fresh for codex");
     t.detach();
     c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// The box's agent state as `ls --json` on a node shows it.
+fn state_on(n: &Node, name: &str) -> serde_json::Value {
+    let ls: serde_json::Value =
+        serde_json::from_str(&n.sh("ag-box ls --json").ok().stdout()).unwrap();
+    ls["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .map(|b| b["agent_state"].clone())
+        .unwrap_or_default()
+}
+
+/// Waits until `ls` on a node shows the box's agent in `state`; fails with what it showed.
+fn until_state(n: &Node, name: &str, state: &str) -> serde_json::Value {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = state_on(n, name);
+        if now["state"] == state {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "ls on {} never showed {name} {state}: {now}",
+            n.name
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Which box needs the operator, from another node: Claude Code in a box on A asks for a tool
+/// permission, and `ls` on B shows the box `waiting` (with the question), `ls --waiting` lists
+/// it and `wait` returns; the answer moves it to `working` (the stand-in holds the turn open),
+/// then `idle`. `park` waits for a turn the stand-in holds open, and `park --now` does not.
+#[test]
+fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
+    let Some(c) = Cluster::get() else { return };
+    let mut configured = Vec::new();
+    for n in [&c.a, &c.b] {
+        if !n.sh(&format!("test -x {AGENTS}/claude")).status.success() {
+            common::missing("the agent CLIs (tests/rig.sh install)");
+            return;
+        }
+        configured.push(configure(n));
+    }
+    let name = ATTENTION_BOX;
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box set {name} agent=claude network=allow allow={}",
+        standin_entries()
+    ))
+    .ok();
+    let _server = StandIn::start(&c.a);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let t = Terminal::attach(&c.a, name);
+    t.shows(CLAUDE_READY);
+    t.type_line("USE-TOOL HOLD-6 then answer");
+    t.shows("Do you want to proceed?");
+    let waiting = until_state(&c.b, name, "waiting");
+    assert_eq!(waiting["agent"], "claude", "{waiting}");
+    assert!(
+        waiting["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("permission")),
+        "{waiting}"
+    );
+    let listed = c.b.sh("ag-box ls --waiting").ok().stdout();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(name) && l.contains(" waiting ")),
+        "{listed}"
+    );
+    let waited = c.b.sh(&format!("ag-box wait {name}")).ok().stdout();
+    assert!(
+        waited.starts_with(&format!("{name} nodeA claude waiting: ")),
+        "{waited}"
+    );
+    // Yes (the first choice): the tool runs, and the stand-in holds the rest of the turn.
+    t.send("Enter");
+    until_state(&c.b, name, "working");
+    until_state(&c.b, name, "idle");
+    t.shows("STANDIN-REPLY turns=1 last=USE-TOOL HOLD-6 then answer");
+    c.a.sh(&format!("test -e /root/{name}/standin-tool-ran"))
+        .ok();
+
+    // A turn held open: park waits for it, and the answer is in what was parked.
+    t.type_line("HOLD-5 a long turn");
+    until_state(&c.a, name, "working");
+    let parked = c.a.sh(&format!("ag-box park {name} 2>&1")).ok().stdout();
+    assert!(
+        parked.contains("claude is mid-turn; the park waits up to 2m for the turn to end")
+            && parked.contains("claude ended its turn"),
+        "{parked}"
+    );
+    c.a.sh(&format!(
+        "grep -q 'STANDIN-REPLY turns=2 last=HOLD-5 a long turn' {HOMES}/{name}/.claude/projects/-root-{name}/*.jsonl"
+    ))
+    .ok();
+    // --now does not wait.
+    drop(t);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    let t = Terminal::attach(&c.a, name);
+    t.shows(CLAUDE_READY);
+    t.type_line("HOLD-30 cut off");
+    until_state(&c.a, name, "working");
+    let parked =
+        c.a.sh(&format!("ag-box park {name} --now 2>&1"))
+            .ok()
+            .stdout();
+    assert!(!parked.contains("mid-turn"), "{parked}");
 }

@@ -333,6 +333,7 @@ impl BoxSpec {
             src: self.group_file(),
             dest: "/etc/group".into(),
         });
+        // Over the node's dir, which the start makes when the node has none.
         m.push(Mount::RoBind {
             src: self.claude_managed_dir(),
             dest: CLAUDE_MANAGED_DIR.into(),

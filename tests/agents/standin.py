@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -96,6 +97,20 @@ def user_turns(messages, kinds):
         if real:
             turns.append(real[-1])
     return len(turns), (turns[-1] if turns else "")
+
+
+def hold_seconds(last):
+    """`HOLD-<n>` in the user's last text: the turn is held open n seconds before the answer."""
+    m = re.search(r"HOLD-(\d+)", last)
+    return min(int(m.group(1)), 120) if m else 0
+
+
+def after_tool(messages):
+    """Is the last message a tool's result (the turn goes on after a tool), not the user's text?"""
+    last = messages[-1] if messages else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
 def reply_text(turns, last):
@@ -270,6 +285,12 @@ class Handler(BaseHTTPRequestHandler):
         messages = body.get("messages", [])
         turns, last = user_turns(messages, ("text",))
         text = reply_text(turns, last)
+        # `USE-TOOL`: the answer to the user's text is a Bash tool call (Claude Code asks the
+        # user's permission for it); the answer after the tool's result is the usual text, held
+        # open `HOLD-<n>` seconds.
+        tool = "USE-TOOL" in last and not after_tool(messages)
+        if not tool:
+            time.sleep(hold_seconds(last))
         model = body.get("model") or "claude-standin"
         stream = bool(body.get("stream"))
         # What the request would have cost, as the real API reports it: input apart from the
@@ -290,6 +311,8 @@ class Handler(BaseHTTPRequestHandler):
         # A thinking block before the text: Claude Code writes one transcript line per block,
         # each with the response's usage.
         thinking = {"type": "thinking", "thinking": "Standing in.", "signature": "standin"}
+        if tool:
+            return self.tool_call(msg_id, model, usage, request_id, stream)
         if not stream:
             return self.send_json(200, {
                 "id": msg_id, "type": "message", "role": "assistant", "model": model,
@@ -318,6 +341,31 @@ class Handler(BaseHTTPRequestHandler):
         self.sse("message_delta", {"type": "message_delta",
                                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                                    "usage": {"output_tokens": out_tok}})
+        self.sse("message_stop", {"type": "message_stop"})
+        self.end_sse()
+
+    def tool_call(self, msg_id, model, usage, request_id, stream):
+        """One Bash tool call that changes a file: Claude Code asks before it runs it."""
+        call = {"type": "tool_use", "id": "toolu_standin_" + uuid.uuid4().hex[:12], "name": "Bash",
+                "input": {"command": "touch standin-tool-ran", "description": "Touch a file"}}
+        if not stream:
+            return self.send_json(200, {
+                "id": msg_id, "type": "message", "role": "assistant", "model": model,
+                "content": [call], "stop_reason": "tool_use", "stop_sequence": None,
+                "usage": usage}, request_id=request_id)
+        self.start_sse(request_id)
+        self.sse("message_start", {"type": "message_start", "message": {
+            "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": dict(usage, output_tokens=1)}})
+        self.sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": dict(call, input={})})
+        self.sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "input_json_delta",
+                                                   "partial_json": json.dumps(call["input"])}})
+        self.sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self.sse("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                   "usage": {"output_tokens": usage["output_tokens"]}})
         self.sse("message_stop", {"type": "message_stop"})
         self.end_sse()
 
