@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use crate::error::UserError;
 use crate::plan::egress::Mode;
 use crate::plan::globals::Role;
+use crate::plan::notify;
 use crate::plan::retention::Policy;
 use crate::plan::unit::valid_memory_max;
 
@@ -34,6 +35,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "BOX_KEEP_WEEKLY",
     "BOX_LOCK_WAIT",
     "BOX_PARK_WAIT",
+    "BOX_NOTIFY",
     "BOX_NETWORK",
     "BOX_TASKS_MAX",
     "BOX_TMPFS_MAX",
@@ -107,6 +109,8 @@ pub(crate) struct Config {
     pub lock_wait: Duration,
     /// How long `park` (and `rollback` of a running box) wait for the agent's turn to end.
     pub park_wait: Duration,
+    /// Where a box's agent state changes are pushed (`BOX_NOTIFY`).
+    pub notify: Option<notify::Target>,
     /// Processes and threads one box may have at once (its unit's `TasksMax`, and `RLIMIT_NPROC`
     /// of its own uid).
     pub tasks_max: u64,
@@ -227,6 +231,11 @@ impl Config {
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_PARK_WAIT", v, "use a duration such as 2m or 30s"))?,
         };
+        let notify = src
+            .get("BOX_NOTIFY")
+            .filter(|v| !v.is_empty())
+            .map(|v| notify::parse(v).map_err(|hint| bad_key("BOX_NOTIFY", v, hint)))
+            .transpose()?;
         let tasks_max = match src.get("BOX_TASKS_MAX") {
             None => DEFAULT_TASKS_MAX,
             Some(v) => v
@@ -352,6 +361,7 @@ impl Config {
             lease_ttl,
             lock_wait,
             park_wait,
+            notify,
             tasks_max,
             tmpfs_max,
             snapshot_add_max,
@@ -512,6 +522,7 @@ mod tests {
                 lease_ttl: Duration::from_hours(3),
                 lock_wait: Duration::from_mins(2),
                 park_wait: Duration::from_mins(2),
+                notify: None,
                 tasks_max: 4096,
                 tmpfs_max: 2 << 30,
                 snapshot_add_max: None,
@@ -536,6 +547,9 @@ mod tests {
             ("BOX_TMPFS_MAX", "big"),
             ("BOX_SNAPSHOT_ADD_MAX", "10K"),
             ("BOX_SNAPSHOT_ADD_MAX", "none"),
+            ("BOX_PARK_WAIT", "a while"),
+            ("BOX_NOTIFY", "tell-me"),
+            ("BOX_NOTIFY", "ntfy:my-topic"),
         ] {
             let e = Config::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(

@@ -691,6 +691,11 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
     let b = BoxTest::on(&host, &name);
     b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
     b.track().ok();
+    b.verb("wait", common::boxtest::NONE).cannot(
+        Exit::Failure,
+        "has no agent that reports its state (agent=none)",
+    );
+    b.set(["agent=claude"]).ok();
     b.up().ok();
     let hook = |event: &str| {
         b.exec_sh(&format!(
@@ -699,13 +704,21 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
         .ok()
         .stdout()
     };
+    // The box writing its state file itself, as any process in it may.
+    let hook_raw = |content: &str| {
+        b.exec_sh(&format!(
+            "printf '%s' '{content}' > /run/box/$BOX_NAME/sock/agent-state.json"
+        ))
+        .ok();
+    };
     let state = || b.row().unwrap()["agent_state"].clone();
     // Mid-turn: shown, and not among the boxes that need the operator.
     let written = hook(r#"{"hook_event_name":"UserPromptSubmit","prompt":"Fix the build"}"#);
     assert!(written.contains(r#""state":"working""#), "{written}");
     assert_eq!(state()["state"], "working");
     assert_eq!(state()["agent"], "claude");
-    assert_eq!(state()["detail"], "Fix the build");
+    // What was typed stays in the box.
+    assert_eq!(state()["detail"], serde_json::Value::Null);
     let waiting = b.ag(["ls", "--waiting"]).ok();
     assert!(!waiting.stdout().contains(&name), "{}", waiting.stdout());
     // Park waits for the turn, which a hook ends a second later.
@@ -728,10 +741,35 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
         .env("BOX_PARK_WAIT", "1s")
         .ok()
         .stderr_has("claude is still mid-turn after 1s; the park goes on");
-    b.up().ok();
+    // BOX_NOTIFY a program: it is told once of the change into waiting, its JSON on stdin.
+    let told = format!("{}/told.jsonl", host.base.display());
+    let tell = format!("{}/tell", host.base.display());
+    std::fs::write(&tell, format!("#!/bin/sh\ncat >> {told}\necho >> {told}\n")).unwrap();
+    std::fs::set_permissions(&tell, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    b.up().env("BOX_NOTIFY", &tell).ok();
     // A question, its text with escape bytes: `wait` returns at once and prints it escaped.
     hook(
         r#"{"hook_event_name":"Notification","notification_type":"permission_prompt","message":"Allow \u001b[2J rm?\nsecond line"}"#,
+    );
+    let notices = || {
+        std::fs::read_to_string(&told)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while notices().is_empty() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let since = notices().first().map(|n| n["since"].clone());
+    assert_eq!(
+        notices(),
+        [
+            serde_json::json!({"box": name, "node": "host", "agent": "claude", "state": "waiting",
+            "since": since, "question": "Allow \u{1b}[2J rm?",
+            "attach": format!("ag-box attach {name}")})
+        ]
     );
     assert_eq!(state()["state"], "waiting");
     common::assert_shape("ls", &b.ag(["ls", "--json"]).ok().json());
@@ -747,6 +785,10 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
             .any(|l| l.starts_with(&name) && l.contains(" waiting ")),
         "{listed}"
     );
+    assert_eq!(notices().len(), 1, "one notice per change: {:?}", notices());
+    // A `since` no clock can show, and a long detail: believed only within bounds.
+    hook_raw(r#"{"agent":"claude","state":"idle","since":253402300800}"#);
+    assert_eq!(state(), serde_json::Value::Null);
     // A link planted at the state file, to a host file that reads as a state: not followed.
     let lure = format!("{}/lure.json", host.base.display());
     std::fs::write(

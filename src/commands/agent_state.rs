@@ -45,9 +45,15 @@ fn record(agent: &str, payload: Option<&str>) -> Result<()> {
     };
     let name = BoxName::new(std::env::var("BOX_NAME").context("BOX_NAME is not set")?)?;
     let file: PathBuf = [RUN_ROOT, &name, "sock", STATE_FILE].iter().collect();
-    let since = SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    // In the same state since then: a tool call mid-turn changes nothing anyone is shown.
+    let before = std::fs::read(&file)
+        .ok()
+        .and_then(|b| attention::parse(&b))
+        .filter(|b| b.agent == agent && b.state == state);
+    let since = before.map_or(now, |b| b.since);
     let state = AgentState {
         agent: agent.to_string(),
         state,

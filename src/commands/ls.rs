@@ -61,10 +61,15 @@ pub(crate) fn run(waiting: bool, json: bool) -> Result<()> {
         .into_iter()
         .map(|meta| {
             let here = running.contains(&meta.name);
-            let state = if here {
-                attention::read(&ctx.spec(&meta))
-            } else {
-                meta.agent_state().cloned()
+            let held_here = meta
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.node == ctx.config.node);
+            // Held here but not running: stopped, whatever was published before.
+            let state = match (here, held_here) {
+                (true, _) => attention::read(&ctx.spec(&meta)),
+                (false, true) => None,
+                (false, false) => meta.agent_state().cloned(),
             };
             Row {
                 running_here: here,

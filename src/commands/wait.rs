@@ -8,6 +8,7 @@ use anyhow::Result;
 
 use super::Ctx;
 use crate::error::UserError;
+use crate::plan::agents::{self, Signals};
 use crate::plan::attention::{AgentState, State};
 use crate::plan::names::BoxName;
 use crate::plan::text;
@@ -19,6 +20,20 @@ const STORE_POLL: Duration = Duration::from_secs(2);
 
 pub(crate) fn run(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
+    let agent = ctx.tracked(name)?.meta.agent.clone();
+    match agent.as_deref().and_then(agents::named) {
+        Some(a) if a.signals != Signals::Unheard => {}
+        _ => {
+            return Err(UserError::failed(
+                format!(
+                    "box '{name}' has no agent that reports its state (agent={})",
+                    agent.as_deref().unwrap_or(agents::NONE)
+                ),
+                format!("Claude Code and Codex report theirs: 'ag-box set {name} agent=claude'"),
+            )
+            .into());
+        }
+    }
     let mut told = false;
     loop {
         let meta = ctx.tracked(name)?.meta;
@@ -30,7 +45,15 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             .into());
         };
         let spec = ctx.spec(&meta);
-        let here = lease.node == ctx.config.node && ctx.runtime.is_active(&spec);
+        let held_here = lease.node == ctx.config.node;
+        let here = held_here && ctx.runtime.is_active(&spec);
+        if held_here && !here {
+            return Err(UserError::failed(
+                format!("box '{name}' is not running on {}", lease.node),
+                format!("'ag-box up {name}' starts it again"),
+            )
+            .into());
+        }
         let state = if here {
             attention::read(&spec)
         } else {

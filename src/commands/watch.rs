@@ -1,7 +1,7 @@
 //! `ag-box __watch <box>` (hidden): beside a box running on this node, for as long as it runs
 //! under the lease it started with. It reads the box's agent state file (`sys::attention`)
 //! every quarter second and, when it changes, publishes it in the box's record for `ls` and
-//! `wait` on every node. It writes only through conditional writes on the lease it started
+//! `wait` on every node, and tells `BOX_NOTIFY` of a change into waiting or idle. It writes only through conditional writes on the lease it started
 //! under, so it can never undo a lease change; on a store without them the state stays here.
 
 use std::time::{Duration, Instant};
@@ -11,13 +11,17 @@ use anyhow::Result;
 use super::Ctx;
 use crate::plan::attention::{AgentState, Heard};
 use crate::plan::names::BoxName;
+use crate::plan::notify::{self, Notice, Target};
 use crate::store::meta::{Lease, Meta};
 use crate::store::{Step, update};
 use crate::sys::attention;
+use crate::sys::notify as sys_notify;
 
 const POLL: Duration = Duration::from_millis(250);
 /// How often it asks whether the box still runs (a process or two each time).
 const ALIVE_CHECK: Duration = Duration::from_secs(5);
+/// How soon a failed write of the record is tried again.
+const RETRY: Duration = Duration::from_secs(5);
 
 pub(crate) fn run(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
@@ -31,13 +35,26 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
         return Ok(());
     };
     let spec = ctx.spec(&stored.meta);
-    let publish = ctx.conditional_writes().unwrap_or(false);
-    if !publish {
-        tracing::warn!(
-            "box '{name}': the store takes no conditional writes: its agent's state is shown on this node only"
-        );
-    }
+    let publish = match ctx.conditional_writes() {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(
+                "box '{name}': the store takes no conditional writes: its agent's state is shown on this node only"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(
+                "box '{name}': cannot tell whether the store takes conditional writes ({e:#}): its agent's state is shown on this node only"
+            );
+            false
+        }
+    };
+    // What the file said last, and what the record holds; a failed write is tried again.
     let mut last: Option<AgentState> = None;
+    let mut published: Option<AgentState> = None;
+    let mut retry_at = Instant::now();
+    let mut sent: Option<u64> = None;
     let mut checked = Instant::now();
     loop {
         std::thread::sleep(POLL);
@@ -50,19 +67,37 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
         let Some(now) = attention::read(&spec) else {
             continue;
         };
-        if last.as_ref() == Some(&now) {
-            continue;
+        if last.as_ref() != Some(&now) {
+            if let Some(target) = &ctx.config.notify
+                && notify::due(last.as_ref(), &now, sent)
+            {
+                sent = Some(now.since);
+                tell(target, Notice::of(name, &lease.node, &now));
+            }
+            last = Some(now.clone());
         }
-        last = Some(now.clone());
-        if publish {
+        if publish && published.as_ref() != Some(&now) && Instant::now() >= retry_at {
             match publish_state(&ctx, name, &lease, &now) {
-                Ok(true) => {}
+                Ok(true) => published = Some(now),
                 // The lease moved on: this box is no longer this watcher's.
                 Ok(false) => return Ok(()),
-                Err(e) => tracing::warn!("box '{name}': publishing its agent's state: {e:#}"),
+                Err(e) => {
+                    tracing::warn!("box '{name}': publishing its agent's state: {e:#}");
+                    retry_at = Instant::now() + RETRY;
+                }
             }
         }
     }
+}
+
+/// Send a notice on a thread of its own: a slow or failing target never holds the watch up.
+fn tell(target: &Target, notice: Notice) {
+    let target = target.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = sys_notify::send(&target, &notice) {
+            tracing::warn!("box '{}': BOX_NOTIFY: {e:#}", notice.name);
+        }
+    });
 }
 
 /// Write `state` into the record while it still holds `lease`; false when it no longer does.

@@ -6,7 +6,8 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here};
 use crate::plan::names::BoxName;
-use crate::store::events;
+use crate::store::meta::Meta;
+use crate::store::{Step, events, update};
 
 pub(crate) fn stop(ctx: &Ctx, name: &BoxName) -> Result<()> {
     let _lock = ctx.lock(name, "stop")?;
@@ -16,6 +17,23 @@ pub(crate) fn stop(ctx: &Ctx, name: &BoxName) -> Result<()> {
         return Err(not_up_here(name).into());
     }
     ctx.runtime.stop(&spec)?;
+    // Its agent no longer does what its node last published: `ls` and `wait` elsewhere would
+    // believe it while the lease stays.
+    let cleared = update(ctx.store.as_ref(), name, |m| {
+        Ok(match &m.attention {
+            Some(_) => Step::Write(
+                Meta {
+                    attention: None,
+                    ..m.clone()
+                },
+                (),
+            ),
+            None => Step::Keep(()),
+        })
+    });
+    if let Err(e) = cleared {
+        tracing::warn!("box '{name}': clearing its agent's published state: {e:#}");
+    }
     ctx.record_event(
         name,
         events::Step {

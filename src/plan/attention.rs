@@ -54,10 +54,22 @@ pub(crate) struct Heard {
     pub state: AgentState,
 }
 
-/// A state file as the box left it: None unless it is one, its agent a plausible name.
+/// The latest `since` believed: the last second a timestamp can show (9999-12-31).
+const SINCE_MAX: u64 = 253_402_300_799;
+
+/// A state file as the box left it: None unless it is one, its agent a plausible name and its
+/// time one a clock can show; its detail cut to one line of [`DETAIL_MAX`] characters.
 pub(crate) fn parse(bytes: &[u8]) -> Option<AgentState> {
     let s: AgentState = serde_json::from_slice(bytes).ok()?;
-    super::agents::plausible(&s.agent).then_some(s)
+    believable(&s).then(|| AgentState {
+        detail: s.detail.as_deref().and_then(first_line),
+        ..s
+    })
+}
+
+/// A state worth showing, wherever it was read: a plausible agent, a time a clock can show.
+pub(crate) fn believable(s: &AgentState) -> bool {
+    super::agents::plausible(&s.agent) && s.since <= SINCE_MAX
 }
 
 /// The first line of a message, at most [`DETAIL_MAX`] characters, none when empty.
@@ -73,19 +85,25 @@ fn first_line(text: &str) -> Option<String> {
 }
 
 /// The state a Claude Code hook's input (its JSON on stdin) says, with its message.
+/// Only a question is kept with the state (it is what the operator is asked); what the user
+/// typed or the agent answered never leaves the box this way.
 pub(crate) fn from_claude_hook(input: &serde_json::Value) -> Option<(State, Option<String>)> {
     let state = match input["hook_event_name"].as_str()? {
         "UserPromptSubmit" | "PreToolUse" | "PostToolUse" => State::Working,
-        // A notification that the prompt has sat idle is no question.
+        // A notification that the prompt has sat idle is no question; a login that went
+        // through asks nothing.
         "Notification" if input["notification_type"] == "idle_prompt" => State::Idle,
+        "Notification" if input["notification_type"] == "auth_success" => return None,
         "Notification" => State::Waiting,
+        // A session starts anew after a compaction mid-turn too: only a start at the prompt
+        // says idle.
+        "SessionStart" if input["source"] == "compact" => return None,
         "Stop" | "SessionStart" | "SessionEnd" => State::Idle,
         _ => return None,
     };
     let detail = match state {
         State::Waiting => input["message"].as_str().and_then(first_line),
-        State::Working => input["prompt"].as_str().and_then(first_line),
-        State::Idle => None,
+        State::Working | State::Idle => None,
     };
     Some((state, detail))
 }
@@ -93,12 +111,7 @@ pub(crate) fn from_claude_hook(input: &serde_json::Value) -> Option<(State, Opti
 /// The state Codex's notify program is told (its JSON as the last argument).
 pub(crate) fn from_codex_notify(input: &serde_json::Value) -> Option<(State, Option<String>)> {
     match input["type"].as_str()? {
-        "agent-turn-complete" => Some((
-            State::Idle,
-            input["last-assistant-message"]
-                .as_str()
-                .and_then(first_line),
-        )),
+        "agent-turn-complete" => Some((State::Idle, None)),
         _ => None,
     }
 }
@@ -170,6 +183,9 @@ mod tests {
             json!({"hook_event_name": "Stop", "last_assistant_message": "done"}),
             json!({"hook_event_name": "SubagentStop"}),
             json!({"prompt": "no event"}),
+            json!({"hook_event_name": "SessionStart", "source": "compact"}),
+            json!({"hook_event_name": "SessionStart", "source": "resume"}),
+            json!({"hook_event_name": "Notification", "notification_type": "auth_success"}),
         ]
         .iter()
         .map(from_claude_hook)
@@ -177,7 +193,7 @@ mod tests {
         assert_eq!(
             said,
             [
-                Some((State::Working, Some("Fix the build".into()))),
+                Some((State::Working, None)),
                 Some((State::Working, None)),
                 Some((
                     State::Waiting,
@@ -188,6 +204,9 @@ mod tests {
                 Some((State::Working, None)),
                 Some((State::Idle, None)),
                 None,
+                None,
+                None,
+                Some((State::Idle, None)),
                 None,
             ]
         );
@@ -208,7 +227,7 @@ mod tests {
             .iter()
             .map(from_codex_notify)
             .collect::<Vec<_>>(),
-            [Some((State::Idle, Some("Done.".into()))), None]
+            [Some((State::Idle, None)), None]
         );
         assert_eq!(
             codex_notify_args(),
@@ -231,8 +250,19 @@ mod tests {
                 detail: Some("Allow?".into()),
             })
         );
+        // A detail cut to its first line, at most 200 characters.
+        let long = format!(
+            r#"{{"agent":"claude","state":"waiting","since":1,"detail":"{}\nmore"}}"#,
+            "q".repeat(300)
+        );
+        assert_eq!(
+            parse(long.as_bytes()).and_then(|s| s.detail),
+            Some("q".repeat(200))
+        );
         for bad in [
             &br#"{"agent":"claude","state":"asleep","since":1}"#[..],
+            br#"{"agent":"claude","state":"idle","since":253402300800}"#,
+            br#"{"agent":"claude","state":"idle","since":18446744073709551615}"#,
             br#"{"agent":"x\u001b[2J","state":"idle","since":1}"#,
             br#"{"agent":"claude","state":"idle","since":-1}"#,
             b"not json",

@@ -16,6 +16,7 @@ pub(crate) mod history;
 pub(crate) mod json;
 pub(crate) mod manual;
 pub(crate) mod names;
+pub(crate) mod notify;
 pub(crate) mod prices;
 pub(crate) mod project;
 pub(crate) mod restic;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
 use crate::plan::account::{self, Ids};
-use crate::plan::attention::{AgentState, Heard};
+use crate::plan::attention::{AgentState, Heard, believable};
 use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::unit::valid_memory_max;
@@ -81,7 +81,11 @@ pub(crate) struct Meta {
     pub last_snapshot: Option<SnapshotRef>,
     /// What its agent was last heard doing, as the node holding its lease published it; it
     /// says nothing once the lease has moved on (`Meta::agent_state`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
     pub attention: Option<Heard>,
     /// `drop` began: the box's snapshots are being deleted; nothing but `drop` acts on it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -90,6 +94,13 @@ pub(crate) struct Meta {
     /// re-read as ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
+}
+
+/// What a newer ag-box may write in a shape this one does not know (a state it added): read as
+/// nothing heard, never a reason to refuse the whole record.
+fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Heard>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,10 +210,8 @@ impl Meta {
     /// heard under this lease, or nothing to believe).
     pub(crate) fn agent_state(&self) -> Option<&AgentState> {
         let (lease, heard) = (self.lease.as_ref()?, self.attention.as_ref()?);
-        (heard.node == lease.node
-            && heard.epoch == lease.epoch
-            && agents::plausible(&heard.state.agent))
-        .then_some(&heard.state)
+        (heard.node == lease.node && heard.epoch == lease.epoch && believable(&heard.state))
+            .then_some(&heard.state)
     }
 
     /// The box's agent as `ls` and `set` show it: its name, or `none`.
@@ -289,10 +298,41 @@ impl Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::attention::State;
     use pretty_assertions::assert_eq;
 
     fn meta() -> Meta {
         Meta::sample("d")
+    }
+
+    #[test]
+    fn the_agents_state_is_believed_under_the_lease_that_published_it_and_never_refuses_a_record() {
+        let heard = |state: &str, epoch: u64| {
+            serde_json::json!({"node": "a", "epoch": epoch, "agent": "claude", "state": state,
+                "since": 1_796_294_736_u64})
+        };
+        let with = |attention: serde_json::Value, lease_epoch: u64| {
+            let mut v = serde_json::to_value(crate::store::lease::acquire(
+                &meta(),
+                "a",
+                std::time::SystemTime::UNIX_EPOCH,
+                std::time::Duration::from_mins(1),
+            ))
+            .unwrap();
+            v["lease"]["epoch"] = lease_epoch.into();
+            v["attention"] = attention;
+            parse("d", &serde_json::to_vec(&v).unwrap(), |m: &Meta| m).unwrap()
+        };
+        let states: Vec<Option<State>> = [
+            with(heard("waiting", 1), 1),
+            with(heard("waiting", 1), 2),
+            with(heard("asleep", 1), 1),
+            with(serde_json::json!("garbage"), 1),
+        ]
+        .iter()
+        .map(|m| m.agent_state().map(|s| s.state))
+        .collect();
+        assert_eq!(states, [Some(State::Waiting), None, None, None]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::atomic;
 use crate::plan::attention::{self, AgentState, CLAUDE_MANAGED_FILE};
@@ -29,33 +29,123 @@ pub(crate) fn read(spec: &BoxSpec) -> Option<AgentState> {
     }
 }
 
-/// Claude Code's managed settings dir as the box sees it: the node's own files, its settings
-/// with ag-box's hooks added. The node gets an empty `/etc/claude-code` to bind it over.
+/// Claude Code's managed settings dir as the box sees it: the node's own files (links
+/// followed: `/etc` is root's), its settings with ag-box's hooks added. The node gets an empty
+/// `/etc/claude-code` to bind it over. Whatever of the node's it cannot carry whole fails the
+/// start: a box never runs without the operator's managed policy.
 pub(crate) fn write_claude_managed(spec: &BoxSpec) -> Result<()> {
-    let node_dir = Path::new(CLAUDE_MANAGED_DIR);
+    carry(Path::new(CLAUDE_MANAGED_DIR), &spec.claude_managed_dir())
+}
+
+/// The node's managed dir `node_dir` into `ours`, with the hooks.
+fn carry(node_dir: &Path, ours: &Path) -> Result<()> {
     fs::create_dir_all(node_dir).with_context(|| format!("creating {}", node_dir.display()))?;
-    let ours = spec.claude_managed_dir();
-    fs::create_dir_all(&ours).with_context(|| format!("creating {}", ours.display()))?;
-    let mut node_settings = None;
-    for entry in
-        fs::read_dir(node_dir).with_context(|| format!("listing {}", node_dir.display()))?
-    {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if !meta.is_file() || meta.len() > NODE_FILE_MAX {
-            continue;
+    fs::create_dir_all(ours).with_context(|| format!("creating {}", ours.display()))?;
+    copy_dir(node_dir, ours, 0)?;
+    let node_file = node_dir.join(CLAUDE_MANAGED_FILE);
+    let node_settings = match fs::metadata(&node_file) {
+        Ok(meta) if meta.len() > NODE_FILE_MAX => {
+            bail!(
+                "{} is larger than {NODE_FILE_MAX} bytes",
+                node_file.display()
+            )
         }
-        let bytes = fs::read(entry.path())?;
-        if entry.file_name() == CLAUDE_MANAGED_FILE {
-            node_settings = serde_json::from_slice(&bytes).ok();
-        } else {
-            atomic::write(&ours.join(entry.file_name()), &bytes, 0o644)?;
-        }
-    }
+        Ok(_) => Some(
+            serde_json::from_slice(&fs::read(&node_file)?)
+                .with_context(|| format!("{} is not JSON", node_file.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", node_file.display())),
+    };
     let settings = attention::claude_managed_settings(node_settings);
     atomic::write(
         &ours.join(CLAUDE_MANAGED_FILE),
         &serde_json::to_vec_pretty(&settings)?,
         0o644,
     )
+}
+
+/// How deep the node's managed dir is copied.
+const DEPTH_MAX: usize = 3;
+
+/// The node's files and dirs below `from` into `to`, but its top managed settings file.
+fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<()> {
+    for entry in fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
+        let path = entry?.path();
+        if depth == 0 && path.file_name() == Some(CLAUDE_MANAGED_FILE.as_ref()) {
+            continue;
+        }
+        let meta = fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
+        let dest = to.join(path.file_name().unwrap_or_default());
+        if meta.is_dir() && depth < DEPTH_MAX {
+            fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
+            copy_dir(&path, &dest, depth + 1)?;
+        } else if meta.is_file() && meta.len() <= NODE_FILE_MAX {
+            fs::copy(&path, &dest).with_context(|| format!("copying {}", path.display()))?;
+        } else {
+            bail!(
+                "{} is not a file of at most {NODE_FILE_MAX} bytes in a dir at most {DEPTH_MAX} deep",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::path::PathBuf;
+
+    fn dirs(tag: &str) -> (PathBuf, PathBuf) {
+        let root = Path::new(crate::UNIT_TEST_DIR).join(format!("managed-{tag}"));
+        let _ = fs::remove_dir_all(&root);
+        let (node, ours) = (root.join("node"), root.join("ours"));
+        fs::create_dir_all(&node).unwrap();
+        (node, ours)
+    }
+
+    #[test]
+    fn the_nodes_files_are_carried_links_followed_with_the_hooks_added() {
+        let (node, ours) = dirs("carried");
+        let real = node.parent().unwrap().join("real-settings.json");
+        fs::write(&real, r#"{"permissions": {"deny": ["Bash(curl:*)"]}}"#).unwrap();
+        std::os::unix::fs::symlink(&real, node.join(CLAUDE_MANAGED_FILE)).unwrap();
+        fs::write(node.join("managed-mcp.json"), "{}").unwrap();
+        fs::create_dir_all(node.join("policies")).unwrap();
+        fs::write(node.join("policies/a.json"), "[1]").unwrap();
+        carry(&node, &ours).unwrap();
+        let settings: serde_json::Value =
+            serde_json::from_slice(&fs::read(ours.join(CLAUDE_MANAGED_FILE)).unwrap()).unwrap();
+        assert_eq!(
+            settings,
+            attention::claude_managed_settings(Some(
+                serde_json::json!({"permissions": {"deny": ["Bash(curl:*)"]}})
+            ))
+        );
+        assert_eq!(
+            (
+                fs::read_to_string(ours.join("managed-mcp.json")).unwrap(),
+                fs::read_to_string(ours.join("policies/a.json")).unwrap()
+            ),
+            ("{}".to_string(), "[1]".to_string())
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_carried_whole_fails_the_start() {
+        let (node, ours) = dirs("malformed");
+        fs::write(node.join(CLAUDE_MANAGED_FILE), "{ not json").unwrap();
+        let e = carry(&node, &ours).unwrap_err();
+        assert!(format!("{e:#}").contains("is not JSON"), "{e:#}");
+        let (node, ours) = dirs("fifo");
+        nix::unistd::mkfifo(
+            &node.join("pipe"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let e = carry(&node, &ours).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a file"), "{e:#}");
+    }
 }

@@ -15,6 +15,7 @@ pub(crate) mod host;
 pub(crate) mod interrupt;
 pub(crate) mod netns;
 pub(crate) mod nodes;
+pub(crate) mod notify;
 pub(crate) mod ports;
 pub(crate) mod privs;
 pub(crate) mod proxy;
