@@ -683,6 +683,7 @@ fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
     ))
     .ok();
     let _server = StandIn::start(&c.a);
+    let hook = Webhook::start(&c.a);
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
     let t = Terminal::attach(&c.a, name);
     t.shows(CLAUDE_READY);
@@ -707,6 +708,25 @@ fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
     assert!(
         waited.starts_with(&format!("{name} nodeA claude waiting: ")),
         "{waited}"
+    );
+    // The webhook was told once, with the question and the way there.
+    let told = hook.received();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        [
+            &told[0]["box"],
+            &told[0]["node"],
+            &told[0]["state"],
+            &told[0]["question"],
+            &told[0]["attach"]
+        ],
+        [
+            &serde_json::json!(name),
+            &serde_json::json!("nodeA"),
+            &serde_json::json!("waiting"),
+            &waiting["detail"],
+            &serde_json::json!(format!("ag-box attach {name}"))
+        ]
     );
     // Yes (the first choice): the tool runs, and the stand-in holds the rest of the turn.
     t.send("Enter");
@@ -741,4 +761,44 @@ fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
             .ok()
             .stdout();
     assert!(!parked.contains("mid-turn"), "{parked}");
+}
+
+/// A webhook on a node's loopback that keeps what it is sent (`tests/agents/webhook.py`),
+/// named in the node's `BOX_NOTIFY` while it lives.
+struct Webhook<'a>(&'a Node);
+
+const WEBHOOK_PORT: u16 = 18483;
+const WEBHOOK_STOP: &str = "if [ -s /root/webhook.pid ]; then kill $(cat /root/webhook.pid) 2>/dev/null || true; fi; rm -f /root/webhook.pid; sed -i '/^BOX_NOTIFY=/d' /root/.config/box/env";
+
+impl<'a> Webhook<'a> {
+    fn start(n: &'a Node) -> Webhook<'a> {
+        n.put_in_root("tests/agents/webhook.py", "webhook.py");
+        n.sh(&format!(
+            "{WEBHOOK_STOP}
+             setsid -f sh -c 'echo $$ > /root/webhook.pid; \
+               exec python3 /root/webhook.py {WEBHOOK_PORT} /root/webhook.log' </dev/null >/dev/null 2>&1
+             for i in $(seq 100); do curl -sf http://127.0.0.1:{WEBHOOK_PORT}/ >/dev/null && break; sleep 0.05; done
+             curl -sf http://127.0.0.1:{WEBHOOK_PORT}/ >/dev/null
+             echo BOX_NOTIFY=http://127.0.0.1:{WEBHOOK_PORT}/hook >> /root/.config/box/env"
+        ))
+        .ok();
+        Webhook(n)
+    }
+
+    /// What it was sent, one JSON document each.
+    fn received(&self) -> Vec<serde_json::Value> {
+        self.0
+            .sh("cat /root/webhook.log")
+            .ok()
+            .stdout()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Webhook<'_> {
+    fn drop(&mut self) {
+        self.0.sh(WEBHOOK_STOP);
+    }
 }
