@@ -121,6 +121,24 @@ experimental_bearer_token = \"standin\"
     Configured(n)
 }
 
+/// Both nodes configured (`configure`), or None when the rig lacks the CLIs (the test then
+/// fails as missing a prerequisite).
+fn configure_both(c: &Cluster) -> Option<[Configured<'_>; 2]> {
+    for n in [&c.a, &c.b] {
+        if !n
+            .sh(&format!(
+                "test -x {AGENTS}/claude && test -x {AGENTS}/codex"
+            ))
+            .status
+            .success()
+        {
+            common::missing("the agent CLIs (tests/rig.sh install)");
+            return None;
+        }
+    }
+    Some([configure(&c.a), configure(&c.b)])
+}
+
 /// Takes the CLIs off the boxes' PATH and Claude Code's settings off the node when the test
 /// ends: a box of another test whose agent is Claude Code (any box tracked with a Claude
 /// session) gets a shell, not a real Claude Code to type into.
@@ -380,20 +398,9 @@ fn cost_on_b(b: &Node, name: &str, on_a_reported: &Usage) {
 #[test]
 fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
-    let mut configured = Vec::new();
-    for n in [&c.a, &c.b] {
-        if !n
-            .sh(&format!(
-                "test -x {AGENTS}/claude && test -x {AGENTS}/codex"
-            ))
-            .status
-            .success()
-        {
-            common::missing("the agent CLIs (tests/rig.sh install)");
-            return;
-        }
-        configured.push(configure(n));
-    }
+    let Some(_configured) = configure_both(&c) else {
+        return;
+    };
     let name = "agents-real";
     c.parked_box(name);
     // Run by hand here, never in the box's window.
@@ -560,20 +567,9 @@ const CODEX_READY: &str = "Ask Codex to do anything";
 #[test]
 fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
-    let mut configured = Vec::new();
-    for n in [&c.a, &c.b] {
-        if !n
-            .sh(&format!(
-                "test -x {AGENTS}/claude && test -x {AGENTS}/codex"
-            ))
-            .status
-            .success()
-        {
-            common::missing("the agent CLIs (tests/rig.sh install)");
-            return;
-        }
-        configured.push(configure(n));
-    }
+    let Some(_configured) = configure_both(&c) else {
+        return;
+    };
     let name = TUI_BOX;
     c.parked_box(name);
     c.a.sh(&format!(
@@ -667,14 +663,9 @@ fn until_state(n: &Node, name: &str, state: &str) -> serde_json::Value {
 #[test]
 fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
     let Some(c) = Cluster::get() else { return };
-    let mut configured = Vec::new();
-    for n in [&c.a, &c.b] {
-        if !n.sh(&format!("test -x {AGENTS}/claude")).status.success() {
-            common::missing("the agent CLIs (tests/rig.sh install)");
-            return;
-        }
-        configured.push(configure(n));
-    }
+    let Some(_configured) = configure_both(&c) else {
+        return;
+    };
     let name = ATTENTION_BOX;
     c.parked_box(name);
     c.a.sh(&format!(
