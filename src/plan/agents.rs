@@ -7,7 +7,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{attention, slices};
+use super::sandbox::BOX_EXE;
+use super::slices;
 
 /// How an agent goes back to the most recent conversation in the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +157,14 @@ pub(crate) fn with_sessions(home: &Path, session_paths: &[PathBuf]) -> Option<&'
     }
 }
 
+/// The config override that makes Codex tell ag-box when a turn is done (`plan::attention`).
+fn codex_notify_args() -> [String; 2] {
+    [
+        "-c".to_string(),
+        format!("notify=[\"{BOX_EXE}\",\"__agent-state\",\"codex\"]"),
+    ]
+}
+
 /// Is this a session id ag-box may hand an agent (a transcript's name without `.jsonl`)? Hex
 /// digits and dashes, as Claude Code's UUIDs are: never an option, a path or a shell word.
 fn is_session_id(id: &str) -> bool {
@@ -213,7 +222,7 @@ impl Agent {
             self.resume_command(session)
         };
         if self.signals == Signals::CodexNotify {
-            command.splice(1..1, attention::codex_notify_args());
+            command.splice(1..1, codex_notify_args());
         }
         command
     }

@@ -155,14 +155,6 @@ pub(crate) fn claude_managed_settings(node: Option<serde_json::Value>) -> serde_
     serde_json::Value::Object(settings)
 }
 
-/// The config override that makes Codex tell ag-box when a turn is done.
-pub(crate) fn codex_notify_args() -> [String; 2] {
-    [
-        "-c".to_string(),
-        format!("notify=[\"{BOX_EXE}\",\"__agent-state\",\"codex\"]"),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,13 +220,6 @@ mod tests {
             .map(from_codex_notify)
             .collect::<Vec<_>>(),
             [Some((State::Idle, None)), None]
-        );
-        assert_eq!(
-            codex_notify_args(),
-            [
-                "-c".to_string(),
-                "notify=[\"/run/ag-box\",\"__agent-state\",\"codex\"]".to_string()
-            ]
         );
     }
 

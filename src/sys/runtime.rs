@@ -178,31 +178,7 @@ impl Runtime {
             }
         }
     }
-}
 
-/// Where the direct runtime keeps its watcher's pid, in the box's run dir (root's).
-const WATCH_PID: &str = "watch.pid";
-
-/// The direct runtime's watcher of the box, ended with it (it would notice within seconds;
-/// a quick `stop` and `up` must not leave two). Only a process that is that watcher.
-fn end_watcher(spec: &BoxSpec) {
-    let Some(pid) = fs::read_to_string(spec.run_dir.join(WATCH_PID))
-        .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok())
-    else {
-        return;
-    };
-    let ours = fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-        let words: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-        words.get(1) == Some(&unit::WATCH_SUBCOMMAND.as_bytes())
-            && words.get(2) == Some(&spec.name.as_bytes())
-    });
-    if ours {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
-}
-
-impl Runtime {
     /// The box's tmux server lets the client user in and answers it: a client inside the box
     /// (never one on the host: a box controls its server, and a server can make its clients
     /// write files and run commands). The error says what tmux said.
@@ -320,6 +296,28 @@ impl Runtime {
         }
         netns::remove(&spec.legacy_netns_pin())?;
         netns::remove(&spec.netns_pin())
+    }
+}
+
+/// Where the direct runtime keeps its watcher's pid, in the box's run dir (root's).
+const WATCH_PID: &str = "watch.pid";
+
+/// The direct runtime's watcher of the box, ended with it (it would notice within seconds;
+/// a quick `stop` and `up` must not leave two). Only a process that is that watcher.
+fn end_watcher(spec: &BoxSpec) {
+    let Some(pid) = fs::read_to_string(spec.run_dir.join(WATCH_PID))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let ours = fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        let words: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+        words.get(1) == Some(&unit::WATCH_SUBCOMMAND.as_bytes())
+            && words.get(2) == Some(&spec.name.as_bytes())
+    });
+    if ours {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
 }
 
