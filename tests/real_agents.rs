@@ -472,6 +472,36 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     );
     cost_on_b(&c.b, name, &on_a_reported);
     c.b.sh(&format!("ag-box park {name}")).ok();
+    tokens_by_snapshot(&c.b, name);
+}
+
+/// `history` on the node holding the box's transcripts puts every token `cost` counts in the
+/// span between snapshots it was written in: parked, the spans hold them all.
+fn tokens_by_snapshot(n: &Node, name: &str) {
+    let history: serde_json::Value =
+        serde_json::from_str(&n.sh(&format!("ag-box history {name} --json")).ok().stdout())
+            .unwrap();
+    let spans: Vec<u64> = history["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["tokens"].as_u64().unwrap())
+        .collect();
+    let total = &counted(n, name).1["total"];
+    let tokens: u64 = [
+        "input_tokens",
+        "output_tokens",
+        "cache_write_tokens",
+        "cache_read_tokens",
+    ]
+    .iter()
+    .map(|k| total[*k].as_u64().unwrap())
+    .sum();
+    assert_eq!(spans.iter().sum::<u64>(), tokens, "{history:#}");
+    assert!(
+        spans.iter().filter(|t| **t > 0).count() >= 2,
+        "the runs on A and on B fall in two spans: {history:#}"
+    );
 }
 
 /// `ag-box attach <box>` in a real terminal on a node (a pane of an outer tmux there), as a

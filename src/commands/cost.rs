@@ -48,7 +48,9 @@ pub(crate) fn run(name: Option<&BoxName>, since: Option<&str>, json: bool) -> Re
     for n in &names {
         let mut tally = Tally::new(since);
         let root = agent_home::root_for(&config.state_dir, n);
-        let warnings = match transcripts::read(n, &root, transcripts::LIMITS, &mut tally) {
+        let warnings = match transcripts::read(n, &root, transcripts::LIMITS, &mut |e| {
+            tally.add(e);
+        }) {
             Ok(w) => w,
             Err(e) => vec![format!("box '{n}': not read: {e:#}")],
         };

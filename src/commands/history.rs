@@ -5,10 +5,47 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION, require_tools};
-use crate::plan::history::{self, Entry};
+use crate::plan::agent_home;
+use crate::plan::cost::Intervals;
+use crate::plan::history::{self, Entry, SnapshotRow};
 use crate::plan::names::BoxName;
 use crate::plan::restic::box_tag;
 use crate::plan::snapshot_id::SnapshotId;
+use crate::sys::transcripts;
+
+/// The tokens of each span between snapshots, where this node holds the box's agent home (the
+/// transcripts as they stand here: a span whose lines are gone counts what is left).
+fn count_tokens(ctx: &Ctx, name: &BoxName, entries: &mut [Entry]) {
+    let root = agent_home::root_for(&ctx.config.state_dir, name);
+    if !root.is_dir() {
+        return;
+    }
+    let time = |s: &SnapshotRow| humantime::parse_rfc3339_weak(&s.time).ok();
+    let ends: Vec<_> = entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Snapshot(s) => time(s),
+            Entry::Event(_) => None,
+        })
+        .collect();
+    let mut spans = Intervals::new(ends);
+    match transcripts::read(name, &root, transcripts::LIMITS, &mut |e| spans.add(&e)) {
+        Ok(warnings) => {
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+        }
+        Err(e) => {
+            tracing::warn!("box '{name}': its transcripts were not read: {e:#}");
+            return;
+        }
+    }
+    for e in entries {
+        if let Entry::Snapshot(s) = e {
+            s.tokens = time(s).and_then(|t| spans.tokens_until(t));
+        }
+    }
+}
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -34,6 +71,7 @@ pub(crate) fn run(name: &BoxName, json: bool, with_events: bool) -> Result<()> {
         .collect();
     let latest = meta.last_snapshot.as_ref().map(|s| &s.id);
     let mut entries = history::entries(&snapshots, &events, latest);
+    count_tokens(&ctx, name, &mut entries);
     if !with_events {
         entries.retain(|e| matches!(e, Entry::Snapshot(_)));
     }
@@ -61,25 +99,27 @@ pub(crate) fn run(name: &BoxName, json: bool, with_events: bool) -> Result<()> {
         return Ok(());
     }
     out!(
-        "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  WHAT",
+        "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10} {:>10}  WHAT",
         "TIME",
         "NODE",
         "EPOCH",
         "SNAPSHOT",
         "FILES",
-        "ADDED"
+        "ADDED",
+        "TOKENS"
     );
     let dash = || "-".to_string();
     for e in &entries {
         match e {
             Entry::Snapshot(s) => out!(
-                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  {}{}",
+                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10} {:>10}  {}{}",
                 s.time,
                 s.node.as_deref().unwrap_or("-"),
                 s.epoch.map_or_else(dash, |e| e.to_string()),
                 s.id.short(),
                 s.files_added.map_or_else(dash, |f| f.to_string()),
                 s.bytes_added.map_or_else(dash, history::size),
+                s.tokens.map_or_else(dash, |t| t.to_string()),
                 if s.fork { "fork snapshot" } else { "snapshot" },
                 if s.latest {
                     " (latest: what 'up' restores)"
@@ -88,11 +128,12 @@ pub(crate) fn run(name: &BoxName, json: bool, with_events: bool) -> Result<()> {
                 }
             ),
             Entry::Event(ev) => out!(
-                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10}  {} by {}{}",
+                "{:<31} {:<10} {:>5} {:<9} {:>7} {:>10} {:>10}  {} by {}{}",
                 ev.time,
                 ev.node,
                 ev.epoch.map_or_else(dash, |e| e.to_string()),
                 ev.snapshot.as_ref().map_or("-", SnapshotId::short),
+                "",
                 "",
                 "",
                 ev.verb,

@@ -237,6 +237,52 @@ pub(crate) struct Counted {
 }
 
 /// What one box's transcripts add up to, by agent and model.
+/// Does this response count (once): usage of its own, a request not counted before?
+fn counts(seen: &mut HashSet<String>, e: &Entry) -> bool {
+    !e.usage.is_zero() && e.request.as_ref().is_none_or(|r| seen.insert(r.clone()))
+}
+
+/// The tokens (in, out, cache write and read together) of the responses written in each span
+/// between a box's snapshots: `ends` ascending, the first span from the beginning; what came
+/// after the last end, or has no time, is in none.
+#[derive(Debug)]
+pub(crate) struct Intervals {
+    ends: Vec<SystemTime>,
+    seen: HashSet<String>,
+    tokens: Vec<u64>,
+}
+
+impl Intervals {
+    pub(crate) fn new(mut ends: Vec<SystemTime>) -> Intervals {
+        ends.sort();
+        let tokens = vec![0; ends.len()];
+        Intervals {
+            ends,
+            seen: HashSet::new(),
+            tokens,
+        }
+    }
+
+    pub(crate) fn add(&mut self, e: &Entry) {
+        let Some(t) = e.time else {
+            return;
+        };
+        let at = self.ends.partition_point(|end| *end < t);
+        if at == self.ends.len() || !counts(&mut self.seen, e) {
+            return;
+        }
+        let u = &e.usage;
+        self.tokens[at] = [u.input, u.output, u.cache_write, u.cache_read]
+            .iter()
+            .fold(self.tokens[at], |sum, n| sum.saturating_add(*n));
+    }
+
+    /// The tokens of the span that ends at `end` (one of the ends given).
+    pub(crate) fn tokens_until(&self, end: SystemTime) -> Option<u64> {
+        self.ends.binary_search(&end).ok().map(|i| self.tokens[i])
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     since: Option<SystemTime>,
@@ -259,12 +305,7 @@ impl Tally {
         {
             return;
         }
-        if e.usage.is_zero() {
-            return;
-        }
-        if let Some(r) = e.request
-            && !self.seen.insert(r)
-        {
+        if !counts(&mut self.seen, &e) {
             return;
         }
         let mut key = (e.agent, e.model);
@@ -528,6 +569,46 @@ mod tests {
                 "cache_creation_input_tokens": u[2], "cache_read_input_tokens": u[3]}}
         })
         .to_string()
+    }
+
+    #[test]
+    fn tokens_fall_in_the_span_between_snapshots_they_were_written_in_once_each() {
+        use std::time::Duration;
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let entry = |time: Option<u64>, request: Option<&str>, input: u64| Entry {
+            agent: Agent::ClaudeCode,
+            model: "m".into(),
+            time: time.map(at),
+            request: request.map(str::to_string),
+            usage: Usage {
+                input,
+                output: 1,
+                cache_write: 10,
+                cache_read: 100,
+            },
+        };
+        // Snapshots at 100 and 200, given out of order.
+        let mut spans = Intervals::new(vec![at(200), at(100)]);
+        for e in [
+            entry(Some(50), Some("r1"), 1000),
+            // The same response's second line: counted once.
+            entry(Some(60), Some("r1"), 1000),
+            entry(Some(100), None, 2000),
+            entry(Some(150), Some("r2"), 3000),
+            // After the last snapshot, or without a time: in no span.
+            entry(Some(250), Some("r3"), 4000),
+            entry(None, Some("r4"), 5000),
+        ] {
+            spans.add(&e);
+        }
+        assert_eq!(
+            [
+                spans.tokens_until(at(100)),
+                spans.tokens_until(at(200)),
+                spans.tokens_until(at(150))
+            ],
+            [Some(1111 + 2111), Some(3111), None]
+        );
     }
 
     #[test]

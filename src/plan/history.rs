@@ -19,6 +19,9 @@ pub(crate) struct SnapshotRow {
     pub bytes_added: Option<u64>,
     /// The snapshot the box's record points to (what the next `up` restores).
     pub latest: bool,
+    /// The agents' tokens written since the snapshot before it, up to it (`plan::cost`); None
+    /// where this node holds no agent home of the box.
+    pub tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +71,7 @@ pub(crate) fn entries(
                 files_added: added.0,
                 bytes_added: added.1,
                 latest: latest == Some(&s.id),
+                tokens: None,
             })
         })
         .collect();
@@ -183,6 +187,7 @@ mod tests {
                     files_added: Some(4),
                     bytes_added: Some(4096),
                     latest: false,
+                    tokens: None,
                 }),
                 Entry::Event(park),
                 Entry::Event(taken),
@@ -195,6 +200,7 @@ mod tests {
                     files_added: Some(7),
                     bytes_added: Some(900),
                     latest: true,
+                    tokens: None,
                 }),
             ]
         );

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::plan::cost::{CodexRollout, Tally, claude_line};
+use crate::plan::cost::{CodexRollout, Entry, claude_line};
 use crate::plan::text::escaped;
 use crate::sys::box_tree::{Kind, Tree};
 
@@ -231,13 +231,13 @@ fn is_jsonl(name: &OsString) -> bool {
     Path::new(name).extension().is_some_and(|e| e == "jsonl")
 }
 
-/// Count every transcript in the agent home at `root` into `tally`; what could not be counted
-/// comes back as warnings (`box '<name>': ...`).
+/// Hand every response of every transcript in the agent home at `root` to `add` (a `Tally`, or
+/// `Intervals`); what could not be read comes back as warnings (`box '<name>': ...`).
 pub(crate) fn read(
     name: &str,
     root: &Path,
     limits: Limits,
-    tally: &mut Tally,
+    add: &mut dyn FnMut(Entry),
 ) -> Result<Vec<String>> {
     let tree = Tree::open(root)?;
     let mut r = Reader {
@@ -260,7 +260,7 @@ pub(crate) fn read(
                     rollout.line(line)
                 };
                 if let Some(e) = entry {
-                    tally.add(e);
+                    add(e);
                 }
             });
             if !went_on {
@@ -348,6 +348,7 @@ pub(crate) fn boxes_here(homes: &Path) -> Result<Vec<crate::plan::names::BoxName
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::cost::Tally;
     use crate::plan::cost::{Agent, Counted, Usage};
     use pretty_assertions::assert_eq;
     use std::fs;
@@ -428,7 +429,7 @@ mod tests {
 
     fn counted(root: &Path, limits: Limits) -> (Rows, Vec<String>) {
         let mut t = Tally::new(None);
-        let w = read("demo", root, limits, &mut t).unwrap();
+        let w = read("demo", root, limits, &mut |e| t.add(e)).unwrap();
         (t.rows().iter().map(|(k, c)| (k.clone(), *c)).collect(), w)
     }
 
