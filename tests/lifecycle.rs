@@ -812,3 +812,97 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
     assert_eq!(state(), serde_json::Value::Null);
     b.park().ok().stderr_lacks("mid-turn");
 }
+
+/// A process of the test's, ended with it.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `BOX_NOTIFY` an https webhook: the watcher posts the notice over TLS, trusting the server
+/// as the system's roots do (here a certificate of the test's own, named by `SSL_CERT_FILE`).
+#[test]
+fn box_notify_posts_to_an_https_webhook_over_tls() {
+    let Some(host) = Host::new("notify") else {
+        return;
+    };
+    let name = format!("notify-{}", std::process::id());
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
+    b.track().ok();
+    b.set(["agent=claude"]).ok();
+    let base = host.base.display().to_string();
+    // A CA of the test's own, and the webhook's certificate from it.
+    host.sh(&format!(
+        "cd {base}
+         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key \
+           -out ca.pem -days 1 -subj /CN=ag-box-test-ca 2>/dev/null
+         openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout key.pem \
+           -out leaf.csr -subj /CN=localhost 2>/dev/null
+         printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > leaf.ext
+         openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem \
+           -days 1 -extfile leaf.ext 2>/dev/null"
+    ))
+    .ok();
+    let port = "18484";
+    let log = format!("{base}/hook.log");
+    let webhook = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/webhook.py");
+    let server = std::process::Command::new("python3")
+        .arg(&webhook)
+        .args([
+            port,
+            &log,
+            &format!("{base}/cert.pem"),
+            &format!("{base}/key.pem"),
+        ])
+        .spawn()
+        .unwrap();
+    let _server = Killed(server);
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the webhook never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.up()
+        .env("BOX_NOTIFY", &format!("https://127.0.0.1:{port}/hook"))
+        .env("SSL_CERT_FILE", &format!("{base}/ca.pem"))
+        .ok();
+    b.exec_sh(
+        "printf '%s' '{\"hook_event_name\":\"Notification\",\"notification_type\":\"permission_prompt\",\"message\":\"May I?\"}' | /run/ag-box __agent-state claude",
+    )
+    .ok();
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let told = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if !text.is_empty() || std::time::Instant::now() >= end {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let told: Vec<serde_json::Value> = told
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        told.len(),
+        1,
+        "{told:?}; the watcher said: {}",
+        std::fs::read_to_string(format!("/run/box/{name}/watch.log")).unwrap_or_default()
+    );
+    assert_eq!(
+        (&told[0]["box"], &told[0]["state"], &told[0]["question"]),
+        (
+            &serde_json::json!(name),
+            &serde_json::json!("waiting"),
+            &serde_json::json!("May I?")
+        )
+    );
+    b.park().ok();
+}

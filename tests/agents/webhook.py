@@ -1,6 +1,7 @@
-"""webhook.py PORT LOG -- a webhook on 127.0.0.1 for tests: each POST body is appended to LOG
-as one line; GET answers 200 (ready)."""
+"""webhook.py PORT LOG [CERT KEY] -- a webhook on 127.0.0.1 for tests: each POST body is
+appended to LOG as one line; GET answers 200 (ready). With CERT and KEY it speaks TLS."""
 import http.server
+import ssl
 import sys
 
 PORT, LOG = int(sys.argv[1]), sys.argv[2]
@@ -23,4 +24,9 @@ class Hook(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer(("127.0.0.1", PORT), Hook).serve_forever()
+server = http.server.HTTPServer(("127.0.0.1", PORT), Hook)
+if len(sys.argv) == 5:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(sys.argv[3], sys.argv[4])
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
