@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::Ctx;
-use crate::plan::attention::{AgentState, Heard};
+use crate::plan::attention::{AgentState, Heard, State};
 use crate::plan::names::BoxName;
 use crate::plan::notify::{self, Notice, Target};
 use crate::store::meta::{Lease, Meta};
@@ -54,7 +54,7 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
     let mut last: Option<AgentState> = None;
     let mut published: Option<AgentState> = None;
     let mut retry_at = Instant::now();
-    let mut sent: Option<u64> = None;
+    let mut sent: Option<(State, u64)> = None;
     let mut checked = Instant::now();
     loop {
         std::thread::sleep(POLL);
@@ -71,7 +71,7 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             if let Some(target) = &ctx.config.notify
                 && notify::due(last.as_ref(), &now, sent)
             {
-                sent = Some(now.since);
+                sent = Some((now.state, now.since));
                 tell(target, Notice::of(name, &lease.node, &now));
             }
             last = Some(now.clone());

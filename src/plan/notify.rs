@@ -87,12 +87,21 @@ impl Notice {
 pub(crate) const MIN_GAP_SECS: u64 = 10;
 
 /// Is `now` worth a notification, after `before` (the state last seen) and the last one sent
-/// at `sent` (Unix seconds)? Only a change into waiting or idle, and not within
-/// [`MIN_GAP_SECS`] of the last.
-pub(crate) fn due(before: Option<&AgentState>, now: &AgentState, sent: Option<u64>) -> bool {
-    let into = matches!(now.state, State::Waiting | State::Idle)
-        && before.is_none_or(|b| b.state != now.state);
-    into && sent.is_none_or(|t| now.since >= t + MIN_GAP_SECS)
+/// (its state, at Unix seconds)? A question (a change into waiting), or a turn done (working
+/// into idle: an agent at its prompt as the box starts did nothing), and not the same kind of
+/// notice again within [`MIN_GAP_SECS`].
+pub(crate) fn due(
+    before: Option<&AgentState>,
+    now: &AgentState,
+    sent: Option<(State, u64)>,
+) -> bool {
+    let was = before.map(|b| b.state);
+    let into = match now.state {
+        State::Waiting => was != Some(State::Waiting),
+        State::Idle => was == Some(State::Working),
+        State::Working => false,
+    };
+    into && sent.is_none_or(|(state, at)| state != now.state || now.since >= at + MIN_GAP_SECS)
 }
 
 #[cfg(test)]
@@ -132,15 +141,34 @@ mod tests {
     }
 
     #[test]
-    fn only_a_change_into_waiting_or_idle_notifies_and_not_too_often() {
+    fn a_question_or_a_turn_done_notifies_and_not_too_often() {
         use State::{Idle, Waiting, Working};
         let cases = [
             (None, at(Waiting, 100), None, true),
-            (Some(at(Working, 90)), at(Waiting, 100), Some(50), true),
+            (
+                Some(at(Working, 90)),
+                at(Waiting, 100),
+                Some((Waiting, 50)),
+                true,
+            ),
             (Some(at(Waiting, 90)), at(Waiting, 100), None, false),
             (Some(at(Idle, 90)), at(Working, 100), None, false),
-            (Some(at(Working, 90)), at(Idle, 100), Some(95), false),
-            (Some(at(Working, 90)), at(Idle, 105), Some(95), true),
+            // The agent at its prompt as the box starts: nothing to say.
+            (None, at(Idle, 100), None, false),
+            (Some(at(Idle, 90)), at(Waiting, 100), Some((Idle, 95)), true),
+            (
+                Some(at(Working, 90)),
+                at(Idle, 100),
+                Some((Idle, 95)),
+                false,
+            ),
+            (
+                Some(at(Working, 90)),
+                at(Idle, 100),
+                Some((Waiting, 95)),
+                true,
+            ),
+            (Some(at(Working, 90)), at(Idle, 105), Some((Idle, 95)), true),
         ];
         let got: Vec<bool> = cases
             .iter()
