@@ -48,11 +48,12 @@ fn record(agent: &str, payload: Option<&str>) -> Result<()> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    // In the same state since then: a tool call mid-turn changes nothing anyone is shown.
+    // In the same state since then: a tool call mid-turn changes nothing anyone is shown. But
+    // each report of Codex's (it reports nothing but turns done) is a turn of its own.
     let before = std::fs::read(&file)
         .ok()
         .and_then(|b| attention::parse(&b))
-        .filter(|b| b.agent == agent && b.state == state);
+        .filter(|b| b.agent == agent && b.state == state && agent != "codex");
     let since = before.map_or(now, |b| b.since);
     let state = AgentState {
         agent: agent.to_string(),

@@ -4,6 +4,7 @@
 //! `wait` on every node, and tells `BOX_NOTIFY` of a change into waiting or idle. It writes only through conditional writes on the lease it started
 //! under, so it can never undo a lease change; on a store without them the state stays here.
 
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -54,7 +55,10 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
     let mut last: Option<AgentState> = None;
     let mut published: Option<AgentState> = None;
     let mut retry_at = Instant::now();
-    let mut sent: Option<(State, u64)> = None;
+    // A notice due but held back by the gap since the last, and the last sent (watcher's clock).
+    let mut pending: Option<AgentState> = None;
+    let mut sent: Option<(State, Instant)> = None;
+    let teller = ctx.config.notify.clone().map(teller);
     let mut checked = Instant::now();
     loop {
         std::thread::sleep(POLL);
@@ -68,13 +72,18 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             continue;
         };
         if last.as_ref() != Some(&now) {
-            if let Some(target) = &ctx.config.notify
-                && notify::due(last.as_ref(), &now, sent)
-            {
-                sent = Some((now.state, now.since));
-                tell(target, Notice::of(name, &lease.node, &now));
-            }
+            // A question answered, or a turn begun, before its notice went: no longer news.
+            pending = notify::news(last.as_ref(), &now).then(|| now.clone());
             last = Some(now.clone());
+        }
+        if let (Some(tx), Some(due)) = (&teller, &pending)
+            && notify::may_send(sent.map(|(s, at)| (s, at.elapsed())), due.state)
+        {
+            if tx.try_send(Notice::of(name, &lease.node, due)).is_err() {
+                tracing::warn!("box '{name}': BOX_NOTIFY is behind: a notice was dropped");
+            }
+            sent = Some((due.state, Instant::now()));
+            pending = None;
         }
         if publish && published.as_ref() != Some(&now) && Instant::now() >= retry_at {
             match publish_state(&ctx, name, &lease, &now) {
@@ -90,14 +99,18 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
     }
 }
 
-/// Send a notice on a thread of its own: a slow or failing target never holds the watch up.
-fn tell(target: &Target, notice: Notice) {
-    let target = target.clone();
+/// The thread that sends notices, one at a time, from a short queue: a slow or failing target
+/// never holds the watch up, and never gathers threads.
+fn teller(target: Target) -> SyncSender<Notice> {
+    let (tx, rx) = sync_channel::<Notice>(4);
     std::thread::spawn(move || {
-        if let Err(e) = sys_notify::send(&target, &notice) {
-            tracing::warn!("box '{}': BOX_NOTIFY: {e:#}", notice.name);
+        for notice in rx {
+            if let Err(e) = sys_notify::send(&target, &notice) {
+                tracing::warn!("box '{}': BOX_NOTIFY: {e:#}", notice.name);
+            }
         }
     });
+    tx
 }
 
 /// Write `state` into the record while it still holds `lease`; false when it no longer does.

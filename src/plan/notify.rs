@@ -3,6 +3,7 @@
 //! `sys::notify`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -83,25 +84,30 @@ impl Notice {
     }
 }
 
-/// At most one notification per box in this many seconds.
-pub(crate) const MIN_GAP_SECS: u64 = 10;
+/// The same kind of notice for one box at most once in this long.
+pub(crate) const SAME_GAP: Duration = Duration::from_secs(10);
+/// Any notice for one box at most once in this long.
+pub(crate) const ANY_GAP: Duration = Duration::from_secs(3);
 
-/// Is `now` worth a notification, after `before` (the state last seen) and the last one sent
-/// (its state, at Unix seconds)? A question (a change into waiting), or a turn done (working
-/// into idle: an agent at its prompt as the box starts did nothing), and not the same kind of
-/// notice again within [`MIN_GAP_SECS`].
-pub(crate) fn due(
-    before: Option<&AgentState>,
-    now: &AgentState,
-    sent: Option<(State, u64)>,
-) -> bool {
-    let was = before.map(|b| b.state);
-    let into = match now.state {
-        State::Waiting => was != Some(State::Waiting),
-        State::Idle => was == Some(State::Working),
-        State::Working => false,
-    };
-    into && sent.is_none_or(|(state, at)| state != now.state || now.since >= at + MIN_GAP_SECS)
+/// Is `now` news, after `before` (the state last seen)? A question (a change into waiting), or
+/// a turn done: working into idle, or a new idle report (Codex reports nothing else). An agent
+/// idle at its prompt as the box starts did nothing.
+pub(crate) fn news(before: Option<&AgentState>, now: &AgentState) -> bool {
+    match (before, now.state) {
+        (Some(b), State::Waiting) => b.state != State::Waiting,
+        (None, State::Waiting) => true,
+        (Some(b), State::Idle) => {
+            b.state == State::Working || (b.state == State::Idle && now.since > b.since)
+        }
+        (None, State::Idle) | (_, State::Working) => false,
+    }
+}
+
+/// May a notice of `kind` go now, the last one sent being of its kind so long ago (the
+/// watcher's own clock: a box sets the times in its state file, never this)? Held back, it
+/// waits for the gap, not dropped.
+pub(crate) fn may_send(last: Option<(State, Duration)>, kind: State) -> bool {
+    last.is_none_or(|(was, ago)| ago >= ANY_GAP && (was != kind || ago >= SAME_GAP))
 }
 
 #[cfg(test)]
@@ -141,41 +147,39 @@ mod tests {
     }
 
     #[test]
-    fn a_question_or_a_turn_done_notifies_and_not_too_often() {
+    fn a_question_or_a_turn_done_is_news_and_notices_keep_their_distance() {
         use State::{Idle, Waiting, Working};
-        let cases = [
-            (None, at(Waiting, 100), None, true),
-            (
-                Some(at(Working, 90)),
-                at(Waiting, 100),
-                Some((Waiting, 50)),
-                true,
-            ),
-            (Some(at(Waiting, 90)), at(Waiting, 100), None, false),
-            (Some(at(Idle, 90)), at(Working, 100), None, false),
-            // The agent at its prompt as the box starts: nothing to say.
-            (None, at(Idle, 100), None, false),
-            (Some(at(Idle, 90)), at(Waiting, 100), Some((Idle, 95)), true),
-            (
-                Some(at(Working, 90)),
-                at(Idle, 100),
-                Some((Idle, 95)),
-                false,
-            ),
-            (
-                Some(at(Working, 90)),
-                at(Idle, 100),
-                Some((Waiting, 95)),
-                true,
-            ),
-            (Some(at(Working, 90)), at(Idle, 105), Some((Idle, 95)), true),
-        ];
-        let got: Vec<bool> = cases
-            .iter()
-            .map(|(b, n, s, _)| due(b.as_ref(), n, *s))
-            .collect();
-        let want: Vec<bool> = cases.iter().map(|c| c.3).collect();
-        assert_eq!(got, want);
+        let news_of: Vec<bool> = [
+            (None, at(Waiting, 100)),
+            (Some(at(Working, 90)), at(Waiting, 100)),
+            (Some(at(Waiting, 90)), at(Waiting, 90)),
+            (Some(at(Idle, 90)), at(Working, 100)),
+            // The agent at its prompt as the box starts; the same idle again.
+            (None, at(Idle, 100)),
+            (Some(at(Idle, 100)), at(Idle, 100)),
+            (Some(at(Working, 90)), at(Idle, 100)),
+            // Codex's next turn done.
+            (Some(at(Idle, 90)), at(Idle, 100)),
+        ]
+        .iter()
+        .map(|(b, n)| news(b.as_ref(), n))
+        .collect();
+        assert_eq!(
+            news_of,
+            [true, true, false, false, false, false, true, true]
+        );
+        let secs = Duration::from_secs;
+        let may: Vec<bool> = [
+            (None, Waiting),
+            (Some((Idle, secs(1))), Waiting),
+            (Some((Idle, secs(4))), Waiting),
+            (Some((Waiting, secs(4))), Waiting),
+            (Some((Waiting, secs(11))), Waiting),
+        ]
+        .iter()
+        .map(|(last, kind)| may_send(*last, *kind))
+        .collect();
+        assert_eq!(may, [true, false, true, false, true]);
     }
 
     #[test]

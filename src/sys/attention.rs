@@ -81,7 +81,9 @@ fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<()> {
             fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
             copy_dir(&path, &dest, depth + 1)?;
         } else if meta.is_file() && meta.len() <= NODE_FILE_MAX {
-            fs::copy(&path, &dest).with_context(|| format!("copying {}", path.display()))?;
+            // Readable by the box user, whatever the node's mode.
+            let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            atomic::write(&dest, &bytes, 0o644)?;
         } else {
             bail!(
                 "{} is not a file of at most {NODE_FILE_MAX} bytes in a dir at most {DEPTH_MAX} deep",

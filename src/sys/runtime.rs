@@ -93,6 +93,8 @@ impl Runtime {
         let bwrap = cmd::require("bwrap")?;
         // The system clock: the unit's journal and the anchor's log are read from this time.
         let since = SystemTime::now();
+        // A watcher an earlier run left (a box that died unstopped) goes before its pid does.
+        end_watcher(spec);
         prepare_run_dir(spec, nix)?;
         match spec.netns() {
             Some(pin) => netns::create(&pin).map_err(|e| {
@@ -289,9 +291,9 @@ impl Runtime {
                         spec.name
                     );
                 }
+                end_watcher(spec);
                 end_what_runs_on(spec)?;
                 remove_box_cgroups(&spec.run_dir);
-                end_watcher(spec);
             }
         }
         netns::remove(&spec.legacy_netns_pin())?;
@@ -311,11 +313,17 @@ fn end_watcher(spec: &BoxSpec) {
     else {
         return;
     };
-    let ours = fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-        let words: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-        words.get(1) == Some(&unit::WATCH_SUBCOMMAND.as_bytes())
-            && words.get(2) == Some(&spec.name.as_bytes())
+    let proc_dir = format!("/proc/{pid}");
+    let root_owned = fs::metadata(&proc_dir).is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
     });
+    let ours = root_owned
+        && fs::read(format!("{proc_dir}/cmdline")).is_ok_and(|c| {
+            let words: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            words.get(1) == Some(&unit::WATCH_SUBCOMMAND.as_bytes())
+                && words.get(2) == Some(&spec.name.as_bytes())
+        });
     if ours {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
