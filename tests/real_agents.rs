@@ -504,6 +504,16 @@ fn tokens_by_snapshot(n: &Node, name: &str) {
     );
 }
 
+/// A parked box whose agent is Claude Code, reaching the stand-ins on A and B.
+fn claude_box(c: &Cluster, name: &str) {
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box set {name} agent=claude network=allow allow={}",
+        standin_entries()
+    ))
+    .ok();
+}
+
 /// `ag-box attach <box>` in a real terminal on a node (a pane of an outer tmux there), as a
 /// person sees and types into it.
 struct Terminal<'a> {
@@ -601,12 +611,7 @@ fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() 
         return;
     };
     let name = TUI_BOX;
-    c.parked_box(name);
-    c.a.sh(&format!(
-        "ag-box set {name} agent=claude network=allow allow={}",
-        standin_entries()
-    ))
-    .ok();
+    claude_box(&c, name);
     {
         let _server = StandIn::start(&c.a);
         c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
@@ -697,12 +702,7 @@ fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
         return;
     };
     let name = ATTENTION_BOX;
-    c.parked_box(name);
-    c.a.sh(&format!(
-        "ag-box set {name} agent=claude network=allow allow={}",
-        standin_entries()
-    ))
-    .ok();
+    claude_box(&c, name);
     let _server = StandIn::start(&c.a);
     let hook = Webhook::start(&c.a);
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();

@@ -11,7 +11,6 @@ use crate::plan::egress::Mode;
 use crate::plan::text;
 use crate::store::lease::{self, timestamp};
 use crate::store::meta::Meta;
-use crate::sys::attention;
 
 #[derive(Serialize)]
 struct Row {
@@ -61,16 +60,7 @@ pub(crate) fn run(waiting: bool, json: bool) -> Result<()> {
         .into_iter()
         .map(|meta| {
             let here = running.contains(&meta.name);
-            let held_here = meta
-                .lease
-                .as_ref()
-                .is_some_and(|l| l.node == ctx.config.node);
-            // Held here but not running: stopped, whatever was published before.
-            let state = match (here, held_here) {
-                (true, _) => attention::read(&ctx.spec(&meta)),
-                (false, true) => None,
-                (false, false) => meta.agent_state().cloned(),
-            };
+            let state = super::turn::state_seen(&ctx, &meta, here);
             Row {
                 running_here: here,
                 lease_stale: meta.lease.as_ref().is_some_and(|l| lease::is_stale(l, now)),

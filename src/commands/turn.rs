@@ -1,13 +1,29 @@
-//! Before `park` or `rollback` stops a box running here: wait, up to `BOX_PARK_WAIT`, for its
-//! agent to finish the turn it is in (`plan::attention`), so that nothing is cut off mid-turn.
-//! Ctrl-C ends the wait, and the verb, which has changed nothing yet.
+//! The agent's turn as this node sees it (`plan::attention`), for `ls` and `wait`; and before
+//! `park` or `rollback` stops a box running here, the wait, up to `BOX_PARK_WAIT`, for its agent
+//! to finish the turn it is in, so that nothing is cut off mid-turn. Ctrl-C ends the wait, and
+//! the verb, which has changed nothing yet.
 
 use std::time::{Duration, Instant};
 
 use super::Ctx;
-use crate::plan::attention::State;
+use crate::plan::attention::{AgentState, State};
 use crate::store::meta::Meta;
 use crate::sys::attention;
+
+/// What the box's agent is doing, as this node sees it: its state file when the box runs here
+/// (`running_here`); nothing when its lease is here but it is stopped, whatever was published
+/// before; else what the node holding it published.
+pub(crate) fn state_seen(ctx: &Ctx, meta: &Meta, running_here: bool) -> Option<AgentState> {
+    let held_here = meta
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.node == ctx.config.node);
+    match (running_here, held_here) {
+        (true, _) => attention::read(&ctx.spec(meta)),
+        (false, true) => None,
+        (false, false) => meta.agent_state().cloned(),
+    }
+}
 
 /// How often the state file is read while waiting.
 const POLL: Duration = Duration::from_millis(250);

@@ -12,7 +12,6 @@ use crate::plan::agents::{self, Signals};
 use crate::plan::attention::{AgentState, State};
 use crate::plan::names::BoxName;
 use crate::plan::text;
-use crate::sys::attention;
 
 /// How often the state file (here) or the record (elsewhere) is read again.
 const HERE_POLL: Duration = Duration::from_millis(250);
@@ -54,11 +53,7 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             )
             .into());
         }
-        let state = if here {
-            attention::read(&spec)
-        } else {
-            meta.agent_state().cloned()
-        };
+        let state = super::turn::state_seen(&ctx, &meta, here);
         if let Some(s) = state.as_ref().filter(|s| s.state != State::Working) {
             out!("{}", line(name, &lease.node, s));
             return Ok(());

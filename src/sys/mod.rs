@@ -1,6 +1,7 @@
 //! Everything that touches the world: processes, restic, systemd, tmux, files.
 
 pub(crate) mod agent_home;
+pub(crate) mod agent_sessions;
 pub(crate) mod attention;
 pub(crate) mod box_lock;
 pub(crate) mod box_tree;
