@@ -813,6 +813,63 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
     b.park().ok().stderr_lacks("mid-turn");
 }
 
+/// An agent whose own signals ag-box does not hear (Gemini CLI here, a stand-in on the node's
+/// `~/.local/bin`) is known by its window's terminal: output says `working`, a bell `waiting`
+/// (kept through the silence that follows, and through the prompt the bell comes with), output
+/// after that `working` again, and ten seconds of silence `idle`. Output in another window
+/// and a bell there say nothing.
+#[test]
+fn an_agent_without_signals_is_known_by_its_terminal() {
+    let Some(host) = Host::new("terminal") else {
+        return;
+    };
+    let name = format!("terminal-{}", std::process::id());
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("src/main.txt", "v1\n"));
+    // Works for two seconds, asks (a bell, with its prompt drawn after it), waits for the
+    // answer, works two seconds more, then sits quiet.
+    Project::at(".local/bin")
+        .executable(
+            "gemini",
+            "#!/bin/sh\n\
+             for i in 1 2 3 4 5 6 7 8 9 10; do echo thinking $i; sleep 0.2; done\n\
+             printf 'Allow rm? \\a'; sleep 0.3; echo '[y/n]'\n\
+             while [ ! -e .answer ]; do sleep 0.2; done\n\
+             for i in 1 2 3 4 5 6 7 8 9 10; do echo working $i; sleep 0.2; done\n\
+             echo done; exec sleep 1000\n",
+        )
+        .write_on(&host);
+    b.track().ok();
+    b.set(["agent=gemini"]).ok();
+    b.up().ok();
+    let state = || b.row().unwrap()["agent_state"]["state"].clone();
+    let until = |want: &str| {
+        common::boxtest::wait_for(
+            &format!("the box's agent {want}"),
+            Duration::from_secs(30),
+            || (state() == want).then_some(()),
+        );
+    };
+    until("working");
+    until("waiting");
+    assert_eq!(b.row().unwrap()["agent_state"]["agent"], "gemini");
+    let waited = b.verb("wait", common::boxtest::NONE).ok();
+    assert_eq!(waited.stdout(), format!("{name} host gemini waiting\n"));
+    // Longer than the silence that means idle after work: still waiting.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(state(), "waiting");
+    b.exec_sh("touch .answer").ok();
+    until("working");
+    until("idle");
+    // Another window's output and bell change nothing.
+    b.exec_sh(
+        "tmux -S /run/box/$BOX_NAME/sock/tmux.sock new-window -d 'echo other; printf \"\\a\"; sleep 100' && sleep 2",
+    )
+    .ok();
+    assert_eq!(state(), "idle");
+    b.park().ok().stderr_lacks("mid-turn");
+}
+
 /// A process of the test's, ended with it.
 struct Killed(std::process::Child);
 

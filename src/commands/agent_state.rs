@@ -1,6 +1,7 @@
 //! `ag-box __agent-state <agent> [payload]` (hidden): inside a box, as the box user, run by the
 //! agent's own signals (Claude Code's hooks, its event on stdin; Codex's notify program, its
-//! event as the last argument). It writes the box's state file (`plan::attention`) and nothing
+//! event as the last argument) or, for an agent without them, by its window's tmux monitor
+//! (the state as the last argument). It writes the box's state file (`plan::attention`) and nothing
 //! else: it prints nothing (a hook's output would reach the agent) and always exits 0 (a failed
 //! hook must not stop the agent).
 
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::lifecycle::RUN_ROOT;
+use crate::plan::agents::{self, Signals};
 use crate::plan::attention::{self, AgentState, STATE_FILE};
 use crate::plan::names::BoxName;
 
@@ -25,8 +27,11 @@ pub(crate) fn run(agent: &str, payload: Option<&str>) {
 }
 
 fn record(agent: &str, payload: Option<&str>) -> Result<()> {
-    let said = match agent {
-        "claude" => {
+    let Some(known) = agents::named(agent) else {
+        return Ok(());
+    };
+    let said = match known.signals {
+        Signals::ClaudeHooks => {
             let mut input = Vec::new();
             std::io::stdin()
                 .take(INPUT_MAX)
@@ -34,11 +39,11 @@ fn record(agent: &str, payload: Option<&str>) -> Result<()> {
                 .context("reading the hook's input")?;
             attention::from_claude_hook(&serde_json::from_slice(&input)?)
         }
-        "codex" => payload
+        Signals::CodexNotify => payload
             .map(serde_json::from_str)
             .transpose()?
             .and_then(|v| attention::from_codex_notify(&v)),
-        _ => None,
+        Signals::Terminal => payload.and_then(attention::from_terminal),
     };
     let Some((state, detail)) = said else {
         return Ok(());

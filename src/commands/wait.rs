@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::Ctx;
 use crate::error::UserError;
-use crate::plan::agents::{self, Signals};
+use crate::plan::agents;
 use crate::plan::attention::{AgentState, State};
 use crate::plan::names::BoxName;
 use crate::plan::text;
@@ -21,14 +21,21 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
     let ctx = Ctx::load()?;
     let agent = ctx.tracked(name)?.meta.agent.clone();
     match agent.as_deref().and_then(agents::named) {
-        Some(a) if a.signals != Signals::Unheard => {}
+        Some(_) => {}
         _ => {
             return Err(UserError::failed(
                 format!(
                     "box '{name}' has no agent that reports its state (agent={})",
                     agent.as_deref().unwrap_or(agents::NONE)
                 ),
-                format!("Claude Code and Codex report theirs: 'ag-box set {name} agent=claude'"),
+                format!(
+                    "name the box's agent, one of {}: 'ag-box set {name} agent=claude'",
+                    agents::AGENTS
+                        .iter()
+                        .map(|a| a.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             )
             .into());
         }

@@ -55,8 +55,9 @@ pub(crate) enum Signals {
     ClaudeHooks,
     /// Codex's notify program, given on its command line (a turn done).
     CodexNotify,
-    /// None ag-box hears yet.
-    Unheard,
+    /// None of its own that ag-box hears: its window's terminal tells (output, a bell,
+    /// silence; `plan::tmux`).
+    Terminal,
 }
 
 /// Every agent ag-box knows. Resume commands as each agent's docs give them: Claude Code's
@@ -86,7 +87,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".gemini",
         start: &["gemini"],
         resume: Resume::Latest(&["gemini", "--resume", "latest"]),
-        signals: Signals::Unheard,
+        signals: Signals::Terminal,
     },
     Agent {
         name: "grok",
@@ -94,7 +95,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".grok",
         start: &["grok"],
         resume: Resume::Latest(&["grok", "--resume"]),
-        signals: Signals::Unheard,
+        signals: Signals::Terminal,
     },
     Agent {
         name: "opencode",
@@ -102,7 +103,7 @@ pub(crate) const AGENTS: &[Agent] = &[
         home_dir: ".local/share/opencode",
         start: &["opencode"],
         resume: Resume::Latest(&["opencode", "--continue"]),
-        signals: Signals::Unheard,
+        signals: Signals::Terminal,
     },
 ];
 

@@ -116,6 +116,17 @@ pub(crate) fn from_codex_notify(input: &serde_json::Value) -> Option<(State, Opt
     }
 }
 
+/// The state an agent's terminal told (`plan::tmux`'s monitor names it).
+pub(crate) fn from_terminal(said: &str) -> Option<(State, Option<String>)> {
+    let state = match said {
+        "working" => State::Working,
+        "waiting" => State::Waiting,
+        "idle" => State::Idle,
+        _ => return None,
+    };
+    Some((state, None))
+}
+
 /// The Claude Code events ag-box hears, each running `__agent-state claude`.
 const CLAUDE_EVENTS: &[&str] = &[
     "SessionStart",
@@ -220,6 +231,20 @@ mod tests {
             .map(from_codex_notify)
             .collect::<Vec<_>>(),
             [Some((State::Idle, None)), None]
+        );
+    }
+
+    #[test]
+    fn a_terminal_says_the_state_it_names() {
+        assert_eq!(
+            ["working", "waiting", "idle", "quiet", ""].map(from_terminal),
+            [
+                Some((State::Working, None)),
+                Some((State::Waiting, None)),
+                Some((State::Idle, None)),
+                None,
+                None
+            ]
         );
     }
 

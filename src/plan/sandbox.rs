@@ -29,6 +29,7 @@ pub(crate) const INFO_FD: i32 = 3;
 
 use super::account::{self, Ids};
 use super::agent_home::{Access, AgentHome};
+use super::agents;
 use super::egress::{self, BoxPolicy};
 use super::tmux;
 
@@ -241,6 +242,17 @@ impl BoxSpec {
         } else {
             format!("{agent}; exec bash -l")
         })
+    }
+
+    /// The agent whose state the `main` window's terminal tells, for an agent without signals
+    /// of its own that ag-box hears.
+    pub(crate) fn monitored_agent(&self) -> Option<&'static str> {
+        let MainWindow::Agent { name, .. } = self.main else {
+            return None;
+        };
+        agents::named(name)
+            .filter(|a| a.signals == agents::Signals::Terminal)
+            .map(|a| a.name)
     }
 
     /// The box's local copy on this node: its project and its agent home.

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::account::CLIENT_USER;
+use super::sandbox::BOX_EXE;
 
 pub(crate) const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
 pub(crate) const BASE_FLAKE: &str = "/etc/base-flake";
@@ -10,20 +11,52 @@ pub(crate) const BASE_FLAKE: &str = "/etc/base-flake";
 /// Lets the client user in (it attaches from inside the box), sources the operator's inner
 /// config when present and creates session `main` in the project, its first window running
 /// `main` when given (the box's agent); a `nix` box's shells start inside the base flake's dev
-/// shell.
-pub(crate) fn server_conf(project: &Path, nix: bool, main: Option<&str>) -> String {
+/// shell. `monitored`: the agent whose state that window's terminal tells ([`monitor`]).
+pub(crate) fn server_conf(
+    project: &Path,
+    nix: bool,
+    main: Option<&str>,
+    monitored: Option<&str>,
+) -> String {
     let shell = if nix {
         format!("set -g default-command \"nix develop {BASE_FLAKE} --command bash\"\n")
     } else {
         String::new()
     };
     let command = main.map(|c| format!(" {}", quote(c))).unwrap_or_default();
+    let monitor = monitored.map(monitor).unwrap_or_default();
     format!(
         "# written by ag-box at each start\n\
          server-access -a {CLIENT_USER}\n\
          source-file -q {INNER_CONF}\n\
-         {shell}new-session -d -s main -c {}{command}\n",
+         {shell}new-session -d -s main -c {}{command}\n\
+         {monitor}",
         quote(&project.to_string_lossy())
+    )
+}
+
+/// Seconds without output after which an agent known by its terminal is taken to be idle.
+pub(crate) const QUIET_SECS: u32 = 10;
+
+/// The terminal fallback for an agent whose own signals ag-box does not hear (docs/design.md
+/// "Attention"): on the first window (marked `@ag-box-agent`), output says `working`, a bell
+/// `waiting` and [`QUIET_SECS`] of silence after work `idle`. A window option holds what was
+/// last said, so a spinner's every frame costs no process and only a change runs
+/// `__agent-state <agent> <state>`. The output that comes with a bell (the prompt drawn) is
+/// not an answer: a `waiting` window turns `working` only on output after a silence.
+/// `kill-session -C` re-arms the activity alert, which tmux fires once until it is cleared.
+fn monitor(agent: &str) -> String {
+    let tell = |state: &str| format!("run-shell -b \"{BOX_EXE} __agent-state {agent} {state}\"");
+    let (working, waiting, idle) = (tell("working"), tell("waiting"), tell("idle"));
+    format!(
+        "set -g activity-action any\n\
+         set -g silence-action any\n\
+         set -w -t main:^ @ag-box-agent {agent}\n\
+         set -w -t main:^ monitor-activity on\n\
+         set -w -t main:^ monitor-silence {QUIET_SECS}\n\
+         set-hook -g alert-activity {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{!=:#{{@ag-box-heard}},working}}}}\" {{ if -F \"#{{!=:#{{@ag-box-heard}},waiting}}\" {{ set -w @ag-box-heard working ; {working} }} }} }}\n\
+         set-hook -g alert-bell {{ if -F \"#{{@ag-box-agent}}\" {{ set -w @ag-box-heard waiting ; {waiting} }} }}\n\
+         set-hook -g alert-silence {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},working}}}}\" {{ set -w @ag-box-heard idle ; {idle} }} {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},waiting}}}}\" {{ set -w @ag-box-heard quiet }} }} ; kill-session -C }}\n"
     )
 }
 
@@ -88,7 +121,7 @@ mod tests {
     #[test]
     fn conf_creates_main_in_the_project() {
         assert_eq!(
-            server_conf(Path::new("/srv/my \"q\" $x"), false, None),
+            server_conf(Path::new("/srv/my \"q\" $x"), false, None, None),
             "# written by ag-box at each start\n\
              server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\
@@ -102,7 +135,8 @@ mod tests {
             server_conf(
                 Path::new("/root/p"),
                 false,
-                Some("/run/ag-box __agent claude; exec bash -l")
+                Some("/run/ag-box __agent claude; exec bash -l"),
+                None
             ),
             "# written by ag-box at each start\n\
              server-access -a ag-box-client\n\
@@ -112,9 +146,34 @@ mod tests {
     }
 
     #[test]
+    fn a_monitored_agents_window_tells_its_state_on_output_bell_and_silence() {
+        assert_eq!(
+            server_conf(
+                Path::new("/root/p"),
+                false,
+                Some("/run/ag-box __agent gemini; exec bash -l"),
+                Some("gemini")
+            ),
+            r##"# written by ag-box at each start
+server-access -a ag-box-client
+source-file -q /etc/box/tmux-inner.conf
+new-session -d -s main -c "/root/p" "/run/ag-box __agent gemini; exec bash -l"
+set -g activity-action any
+set -g silence-action any
+set -w -t main:^ @ag-box-agent gemini
+set -w -t main:^ monitor-activity on
+set -w -t main:^ monitor-silence 10
+set-hook -g alert-activity { if -F "#{&&:#{@ag-box-agent},#{!=:#{@ag-box-heard},working}}" { if -F "#{!=:#{@ag-box-heard},waiting}" { set -w @ag-box-heard working ; run-shell -b "/run/ag-box __agent-state gemini working" } } }
+set-hook -g alert-bell { if -F "#{@ag-box-agent}" { set -w @ag-box-heard waiting ; run-shell -b "/run/ag-box __agent-state gemini waiting" } }
+set-hook -g alert-silence { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},working}}" { set -w @ag-box-heard idle ; run-shell -b "/run/ag-box __agent-state gemini idle" } { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},waiting}}" { set -w @ag-box-heard quiet } } ; kill-session -C }
+"##
+        );
+    }
+
+    #[test]
     fn nix_boxes_start_shells_in_the_base_flake() {
         assert_eq!(
-            server_conf(Path::new("/root/p"), true, None),
+            server_conf(Path::new("/root/p"), true, None, None),
             "# written by ag-box at each start\n\
              server-access -a ag-box-client\n\
              source-file -q /etc/box/tmux-inner.conf\n\

@@ -382,7 +382,12 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
     for (path, text) in [
         (
             spec.tmux_conf(),
-            tmux_plan::server_conf(&spec.project, nix, spec.main_command(nix).as_deref()),
+            tmux_plan::server_conf(
+                &spec.project,
+                nix,
+                spec.main_command(nix).as_deref(),
+                spec.monitored_agent(),
+            ),
         ),
         (spec.passwd_file(), account::passwd(spec.ids, spec.home())),
         (spec.group_file(), account::group(spec.ids)),
