@@ -748,6 +748,29 @@ mod tests {
         }
     }
 
+    /// What Claude Code's Remote Control reaches from a box, read from Claude Code 2.1.197: its
+    /// bridge (`POST /v1/environments/bridge`) and session ingress (`wss://<api>/v1/
+    /// session_ingress/ws/<id>`, through the proxy) on the API host, and the sign-in it needs
+    /// (a claude.ai login, its token refreshed at platform.claude.com). The shipped list
+    /// admits them all, on 443.
+    #[test]
+    fn the_shipped_list_admits_claude_codes_remote_control() {
+        let (entries, bad) = parse_list(include_str!("../../egress-allow.txt"));
+        assert_eq!(bad, Vec::<String>::new());
+        let p = Policy {
+            mode: Mode::Allow,
+            entries,
+        };
+        let public = &["160.79.104.10"];
+        for host in ["api.anthropic.com", "platform.claude.com", "claude.ai"] {
+            assert_eq!(
+                decide(&p, host, 443, public),
+                allow(host, public),
+                "{host}:443"
+            );
+        }
+    }
+
     #[test]
     fn a_listed_name_that_resolves_to_a_special_address_is_refused_unless_the_address_is_listed() {
         let p = policy(
