@@ -592,9 +592,15 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
         .file("agent-5f2e.jsonl", "{}\n")
         .write_on(&host);
     let stand_in = |cli: &str| format!("#!/bin/sh\necho \"{cli} [$*]\" >> \"$PWD/.agent-runs\"\n");
+    // Gemini CLI's `--resume latest` fails when the project has no conversation yet.
+    let gemini = format!(
+        "{}case \"$*\" in *--resume*) [ -e .gemini-chat ] || exit 1;; esac\ntouch .gemini-chat\n",
+        stand_in("gemini")
+    );
     Project::at(".local/bin")
         .executable("claude", stand_in("claude"))
         .executable("codex", stand_in("codex"))
+        .executable("gemini", gemini)
         .write_on(&host);
     b.track().ok();
     b.set(["agent=claude"])
@@ -665,6 +671,21 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
         "claude [--resume {newer}]\nclaude []\ncodex [-c {NOTIFY} resume {codex_id}]\n"
     ));
     b.park().ok();
+    // An agent that finds its latest conversation itself, and fails at once without one: a new
+    // conversation starts; once there is one, it is resumed.
+    let codex_run = format!("codex [-c {NOTIFY} resume {codex_id}]\n");
+    b.set(["agent=gemini"]).ok();
+    b.up().ok();
+    ran(&format!(
+        "claude [--resume {newer}]\nclaude []\n{codex_run}gemini [--resume latest]\ngemini []\n"
+    ));
+    b.park().ok();
+    b.up().ok();
+    ran(&format!(
+        "claude [--resume {newer}]\nclaude []\n{codex_run}gemini [--resume latest]\ngemini []\n\
+         gemini [--resume latest]\n"
+    ));
+    b.park().ok();
     b.set(["agent=none"])
         .ok()
         .stderr_has("agent takes effect at the next 'ag-box up'");
@@ -672,7 +693,10 @@ fn a_box_with_an_agent_starts_it_back_in_its_newest_conversation() {
     common::attach_and_type(&host, &name);
     assert_eq!(
         host.read(&runs),
-        format!("claude [--resume {newer}]\nclaude []\ncodex [-c {NOTIFY} resume {codex_id}]\n"),
+        format!(
+            "claude [--resume {newer}]\nclaude []\n{codex_run}gemini [--resume latest]\n\
+             gemini []\ngemini [--resume latest]\n"
+        ),
         "agent=none started no agent"
     );
     b.park().ok();

@@ -1,16 +1,18 @@
 //! `ag-box __agent <agent> [--fresh]` (hidden): what a box's `main` tmux window runs first,
 //! inside the box as the box user. It finds the project's most recent conversation in the
 //! box's own agent home (no privilege: nothing root resolves), then becomes the agent resuming
-//! it (a new conversation with `--fresh`, or when there is none). The window's shell goes on
-//! when the agent exits.
+//! it (a new conversation with `--fresh`, or when there is none: an agent that finds its own
+//! latest conversation and fails at once for want of one is started afresh). The window's
+//! shell goes on when the agent exits.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use crate::error::{Code, UserError};
-use crate::plan::agents;
+use crate::plan::agents::{self, Resume};
 use crate::sys::agent_sessions;
 
 pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
@@ -29,11 +31,51 @@ pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
         say!("ag-box: resuming {} conversation {id}", agent.name);
     }
     let argv = agent.window_command(fresh, session.as_deref());
+    if fresh || !matches!(agent.resume, Resume::Latest(_)) {
+        return become_agent(&argv);
+    }
+    if resumed_nothing(&argv)? {
+        say!(
+            "ag-box: {} found no conversation to resume here; starting a new one",
+            agent.name
+        );
+        return become_agent(&agent.window_command(true, None));
+    }
+    Ok(())
+}
+
+/// A resume that fails sooner than this found no conversation (Gemini CLI's `--resume latest`
+/// stops with an error when the project has none); a later failure is the agent's own end.
+const NOTHING_TO_RESUME_WITHIN: Duration = Duration::from_secs(10);
+
+/// Runs an agent's own "latest" resume to its end: true when it failed at once (and a new
+/// conversation should start), false when it ran. Signals a
+/// terminal sends are noted, not obeyed, meanwhile, so that this process outlives a Ctrl-C the
+/// agent survives.
+fn resumed_nothing(argv: &[String]) -> Result<bool> {
+    let Some((program, rest)) = argv.split_first() else {
+        return Ok(false);
+    };
+    crate::sys::interrupt::arm();
+    let started = Instant::now();
+    let status = Command::new(program)
+        .args(rest)
+        .status()
+        .map_err(|e| cannot_start(program, &e))?;
+    Ok(!status.success() && started.elapsed() < NOTHING_TO_RESUME_WITHIN)
+}
+
+/// Becomes the agent: the window's process from here on.
+fn become_agent(argv: &[String]) -> Result<()> {
     let Some((program, rest)) = argv.split_first() else {
         return Ok(());
     };
     let failed = Command::new(program).args(rest).exec();
-    Err(UserError::new(
+    Err(cannot_start(program, &failed))
+}
+
+fn cannot_start(program: &str, failed: &std::io::Error) -> anyhow::Error {
+    UserError::new(
         Code::ToolMissing,
         format!("cannot start {program} in this box: {failed}"),
         format!(
@@ -41,5 +83,5 @@ pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
             std::env::var("BOX_NAME").unwrap_or_else(|_| "<box>".into())
         ),
     )
-    .into())
+    .into()
 }
