@@ -813,6 +813,22 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
     // A `since` no clock can show, and a long detail: believed only within bounds.
     hook_raw(r#"{"agent":"claude","state":"idle","since":253402300800}"#);
     assert_eq!(state(), serde_json::Value::Null);
+    // What the watcher published in the record for other nodes goes too.
+    let record = format!("{}/meta/{name}.json", host.state_dir());
+    let published = || {
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+        meta["attention"]["state"].clone()
+    };
+    common::boxtest::wait_for(
+        "the unbelievable state unpublished",
+        Duration::from_secs(10),
+        || (published() == serde_json::Value::Null).then_some(()),
+    );
+    hook(r#"{"hook_event_name":"Stop"}"#);
+    common::boxtest::wait_for("the state published", Duration::from_secs(10), || {
+        (published() == "idle").then_some(())
+    });
     // A link planted at the state file, to a host file that reads as a state: not followed.
     let lure = format!("{}/lure.json", host.base.display());
     std::fs::write(
@@ -830,6 +846,11 @@ fn the_agents_state_shows_in_ls_wait_returns_and_park_waits_for_the_turn() {
         "a reader that follows links would have read the lure"
     );
     assert_eq!(state(), serde_json::Value::Null);
+    common::boxtest::wait_for(
+        "the state unpublished once a link is planted",
+        Duration::from_secs(10),
+        || (published() == serde_json::Value::Null).then_some(()),
+    );
     // A fifo there: read without waiting on it.
     b.exec_sh("cd /run/box/$BOX_NAME/sock && rm agent-state.json && mkfifo agent-state.json && test -p agent-state.json")
         .ok();

@@ -68,13 +68,12 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             }
             checked = Instant::now();
         }
-        let Some(now) = attention::read(&spec) else {
-            continue;
-        };
-        if last.as_ref() != Some(&now) {
+        // Nothing believable there (none yet, or what the box planted): nothing is published.
+        let now = attention::read(&spec);
+        if let Some(said) = now.as_ref().filter(|s| last.as_ref() != Some(*s)) {
             // A question answered, or a turn begun, before its notice went: no longer news.
-            pending = notify::news(last.as_ref(), &now).then(|| now.clone());
-            last = Some(now.clone());
+            pending = notify::news(last.as_ref(), said).then(|| said.clone());
+            last = Some(said.clone());
         }
         if let (Some(tx), Some(due)) = (&teller, &pending)
             && notify::may_send(sent.map(|(s, at)| (s, at.elapsed())), due.state)
@@ -85,9 +84,9 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
             sent = Some((due.state, Instant::now()));
             pending = None;
         }
-        if publish && published.as_ref() != Some(&now) && Instant::now() >= retry_at {
-            match publish_state(&ctx, name, &lease, &now) {
-                Ok(true) => published = Some(now),
+        if publish && published != now && Instant::now() >= retry_at {
+            match publish_state(&ctx, name, &lease, now.as_ref()) {
+                Ok(true) => published = now,
                 // The lease moved on: this box is no longer this watcher's.
                 Ok(false) => return Ok(()),
                 Err(e) => {
@@ -113,15 +112,16 @@ fn teller(target: Target) -> SyncSender<Notice> {
     tx
 }
 
-/// Write `state` into the record while it still holds `lease`; false when it no longer does.
-fn publish_state(ctx: &Ctx, name: &str, lease: &Lease, state: &AgentState) -> Result<bool> {
+/// Write `state` (None: none known) into the record while it still holds `lease`; false when
+/// it no longer does.
+fn publish_state(ctx: &Ctx, name: &str, lease: &Lease, state: Option<&AgentState>) -> Result<bool> {
     update(ctx.store.as_ref(), name, |m| match &m.lease {
         Some(l) if l.node == lease.node && l.epoch == lease.epoch => Ok(Step::Write(
             Meta {
-                attention: Some(Heard {
+                attention: state.map(|s| Heard {
                     node: lease.node.clone(),
                     epoch: lease.epoch,
-                    state: state.clone(),
+                    state: s.clone(),
                 }),
                 ..m.clone()
             },
