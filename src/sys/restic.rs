@@ -757,7 +757,7 @@ impl Repo for Restic {
         Restic::ensure_repo(self)
     }
     fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
-        Restic::backup(self, &spec.name, &plan::backup_args(spec))
+        Restic::backup(self, &spec.name, &plan::backup_args(spec, self.version()))
     }
     fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
         use std::io::Write;
@@ -893,19 +893,38 @@ impl Progress {
         else {
             return;
         };
+        // Without its scanner (`--no-scan`) restic knows no total: what is done is shown.
+        let known_total = total_bytes > 0;
         if let Some(b) = &self.bar {
-            // A fraction in [0, 1], as a percentage.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            b.set_position((percent_done.clamp(0.0, 1.0) * 100.0) as u64);
+            if known_total {
+                // A fraction in [0, 1], as a percentage.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                b.set_position((percent_done.clamp(0.0, 1.0) * 100.0) as u64);
+            } else {
+                if let Ok(style) =
+                    ProgressStyle::with_template("{spinner} {prefix} {msg} {elapsed}")
+                {
+                    b.set_style(style);
+                }
+                b.set_message(format!("{files_done} files, {}", history::size(bytes_done)));
+            }
         } else if self.last_line.elapsed() >= line_every() {
             self.last_line = Instant::now();
-            say!(
-                "ag-box: {}: {:.0}% ({files_done} files, {} of {})",
-                self.label,
-                percent_done * 100.0,
-                history::size(bytes_done),
-                history::size(total_bytes)
-            );
+            if known_total {
+                say!(
+                    "ag-box: {}: {:.0}% ({files_done} files, {} of {})",
+                    self.label,
+                    percent_done * 100.0,
+                    history::size(bytes_done),
+                    history::size(total_bytes)
+                );
+            } else {
+                say!(
+                    "ag-box: {}: {files_done} files, {} so far",
+                    self.label,
+                    history::size(bytes_done)
+                );
+            }
         }
     }
 
