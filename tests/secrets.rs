@@ -146,6 +146,61 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     b.park().ok().stderr_lacks(unsaid);
 }
 
+/// A box is given the node's logins of its agent and gh's, and only those unless `creds=` names
+/// others: the other logins' files are nowhere in its HOME.
+#[test]
+fn a_box_sees_only_the_logins_it_is_given() {
+    let Some(host) = Host::new("creds") else {
+        return;
+    };
+    let name = format!("creds-{}", std::process::id());
+    Project::at(".claude")
+        .file(".credentials.json", "{\"t\":\"CLAUDE-TOKEN\"}\n")
+        .write_on(&host);
+    Project::at(".codex")
+        .file("auth.json", "{\"t\":\"CODEX-TOKEN\"}\n")
+        .write_on(&host);
+    Project::at(".config/gh")
+        .file("hosts.yml", "oauth_token: GH-TOKEN\n")
+        .write_on(&host);
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.set(["agent=claude"]).ok().stderr_has("creds=default");
+    // Every token the box can find anywhere in its HOME, by name.
+    let found = || {
+        let out = b
+            .exec_sh("grep -rhoa '[A-Z]*-TOKEN' ~ 2>/dev/null | sort -u")
+            .ok()
+            .stdout();
+        out.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    b.up().ok();
+    assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
+    b.park().ok();
+    b.set(["creds=all"])
+        .ok()
+        .stderr_has("creds=claude,codex,gemini,grok,opencode,gh");
+    b.up().ok();
+    assert_eq!(found(), ["CLAUDE-TOKEN", "CODEX-TOKEN", "GH-TOKEN"]);
+    b.park().ok();
+    b.set(["creds=codex"])
+        .ok()
+        .stderr_has("creds=codex")
+        .stderr_has("creds takes effect at the next 'ag-box up'");
+    b.up().ok();
+    assert_eq!(found(), ["CODEX-TOKEN"]);
+    b.park().ok();
+    b.set(["creds=none"]).ok().stderr_has("creds=none");
+    b.up().ok();
+    assert_eq!(found(), Vec::<String>::new());
+    b.set(["creds=ssh"]).cannot(
+        Exit::Usage,
+        "creds takes logins among claude, codex, gemini, grok, opencode, gh, or all, none or default",
+    );
+    b.park().ok();
+}
+
 /// What a box plants where a login belongs is never adopted: a link to a root-only file, a fifo,
 /// a file too big, a file that is no login; each refused in one line, the node left as it was.
 #[test]

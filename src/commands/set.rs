@@ -1,5 +1,5 @@
 //! `set <name> key=value...`: per-box settings (`memory_max`, nix, pin, uid, gid, network, allow,
-//! agent).
+//! agent, creds).
 //! The network policy applies to the running box at once; the rest at its next `up`.
 
 use anyhow::Result;
@@ -18,8 +18,13 @@ pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
     } else {
         meta.allow.join(",")
     };
+    let creds = match meta.creds.as_deref() {
+        None => "default".to_string(),
+        Some([]) => "none".to_string(),
+        Some(logins) => logins.join(","),
+    };
     say!(
-        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={}",
+        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={} creds={creds}",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,
         meta.pinned_node.as_deref().unwrap_or("none"),

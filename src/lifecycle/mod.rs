@@ -44,6 +44,7 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         agent_home: AgentHome {
             home: config.home.clone(),
             root: agent_home::root_for(&config.state_dir, &meta.name),
+            logins: agent_home::logins_for(meta.agent.as_deref(), meta.creds.as_deref()),
         },
         run_dir: Path::new(RUN_ROOT).join(&meta.name),
         merged_usr: host::merged_usr(),

@@ -102,6 +102,7 @@ pub(crate) fn track(
         network: Some(ctx.config.network),
         allow: vec![],
         agent: agent.map(|a| a.name.to_string()),
+        creds: None,
         lease: None,
         last_snapshot: None,
         attention: None,

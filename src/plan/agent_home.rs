@@ -30,6 +30,67 @@ pub(crate) const CREDENTIALS: &[&str] = &[
 /// `baseURL`): the box user's, to read the key, but read-only, so that no box can point the
 /// operator's own agent, or the next box, elsewhere.
 pub(crate) const KEYED_CONFIG: &[&str] = &[".grok/user-settings.json"];
+/// The node's logins a box may be given (`set creds=`), each the shared files it is: an
+/// agent's credentials (or its keyed config), and gh's config with its token.
+pub(crate) const LOGINS: &[(&str, &[&str])] = &[
+    ("claude", &[".claude/.credentials.json"]),
+    ("codex", &[".codex/auth.json"]),
+    (
+        "gemini",
+        &[".gemini/oauth_creds.json", ".gemini/google_accounts.json"],
+    ),
+    ("grok", &[".grok/user-settings.json"]),
+    ("opencode", &[".local/share/opencode/auth.json"]),
+    ("gh", &[".config/gh"]),
+];
+
+/// The logins a box is given: those its record names (`creds=`), or by default its agent's
+/// and gh's (a box without an agent, or with one this version does not know: every login).
+pub(crate) fn logins_for(agent: Option<&str>, creds: Option<&[String]>) -> Vec<&'static str> {
+    let all = LOGINS.iter().map(|(name, _)| *name);
+    match (creds, agent) {
+        (Some(named), _) => all.filter(|n| named.iter().any(|c| c == n)).collect(),
+        (None, Some(agent)) if LOGINS.iter().any(|(n, _)| *n == agent) => {
+            all.filter(|n| *n == agent || *n == "gh").collect()
+        }
+        (None, _) => all.collect(),
+    }
+}
+
+/// `creds=`: logins by name, comma-separated; `all`; `none` (no login); `default` (or
+/// nothing) for the default. Some(list) as the record keeps it; None for the default.
+pub(crate) fn parse_creds(value: &str) -> Result<Option<Vec<String>>, String> {
+    let names: Vec<&str> = LOGINS.iter().map(|(n, _)| *n).collect();
+    match value {
+        "" | "default" => Ok(None),
+        "all" => Ok(Some(names.iter().map(|n| (*n).to_string()).collect())),
+        "none" => Ok(Some(vec![])),
+        list => {
+            let mut out: Vec<String> = Vec::new();
+            for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                if !names.contains(&item) {
+                    return Err(format!(
+                        "creds takes logins among {}, or all, none or default",
+                        names.join(", ")
+                    ));
+                }
+                if !out.iter().any(|o| o == item) {
+                    out.push(item.to_string());
+                }
+            }
+            Ok(Some(out))
+        }
+    }
+}
+
+/// The login `rel` (a shared file of HOME) belongs to, if it is one.
+fn login_of(rel: &str) -> Option<&'static str> {
+    LOGINS
+        .iter()
+        .find(|(_, files)| files.contains(&rel))
+        .map(|(name, _)| *name)
+}
+
 /// Global config, shared per node, read-only inside a box.
 pub(crate) const GLOBAL_CONFIG: &[&str] = &[
     ".claude/CLAUDE.md",
@@ -76,6 +137,8 @@ pub(crate) struct AgentHome {
     pub home: PathBuf,
     /// `$BOX_STATE_DIR/homes/<name>`.
     pub root: PathBuf,
+    /// The node's logins the box is given ([`logins_for`]); the others' files are not bound.
+    pub logins: Vec<&'static str>,
 }
 
 pub(crate) fn root_for(state_dir: &Path, name: &str) -> PathBuf {
@@ -124,9 +187,11 @@ impl AgentHome {
             .chain(OWN_FILES)
             .map(|rel| own(rel))
             .collect();
+        let given = |rel: &&&str| login_of(rel).is_none_or(|l| self.logins.contains(&l));
         binds.extend(
             CREDENTIALS
                 .iter()
+                .filter(given)
                 .filter(|rel| node_has(&node(rel)))
                 .map(|rel| shared(rel, Access::ReadWrite)),
         );
@@ -134,6 +199,7 @@ impl AgentHome {
             KEYED_CONFIG
                 .iter()
                 .chain(GLOBAL_CONFIG)
+                .filter(given)
                 .filter(|rel| node_has(&node(rel)))
                 .map(|rel| shared(rel, Access::ReadOnly)),
         );
@@ -182,6 +248,7 @@ mod tests {
         AgentHome {
             home: "/root".into(),
             root: "/var/lib/ag-box/homes/demo".into(),
+            logins: logins_for(None, None),
         }
     }
 
@@ -215,6 +282,70 @@ mod tests {
             ]
         );
         assert_eq!(h.mount_points(&h.binds(|_| false)), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn a_box_is_given_its_agents_login_and_ghs_unless_its_record_names_others() {
+        let named = |list: &[&str]| list.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        let cases: Vec<Vec<&str>> = vec![
+            logins_for(Some("claude"), None),
+            logins_for(Some("codex"), None),
+            logins_for(None, None),
+            logins_for(Some("a-newer-agent"), None),
+            logins_for(Some("claude"), Some(&named(&["codex", "gemini"]))),
+            logins_for(Some("claude"), Some(&[])),
+        ];
+        assert_eq!(
+            cases,
+            vec![
+                vec!["claude", "gh"],
+                vec!["codex", "gh"],
+                vec!["claude", "codex", "gemini", "grok", "opencode", "gh"],
+                vec!["claude", "codex", "gemini", "grok", "opencode", "gh"],
+                vec!["codex", "gemini"],
+                vec![],
+            ]
+        );
+        assert_eq!(
+            ["claude, gh,claude", "all", "none", "default", "", "claude,ssh"].map(parse_creds),
+            [
+                Ok(Some(named(&["claude", "gh"]))),
+                Ok(Some(named(&["claude", "codex", "gemini", "grok", "opencode", "gh"]))),
+                Ok(Some(vec![])),
+                Ok(None),
+                Ok(None),
+                Err("creds takes logins among claude, codex, gemini, grok, opencode, gh, or all, none or default".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_logins_a_box_is_not_given_are_not_bound() {
+        let h = AgentHome {
+            logins: vec!["claude"],
+            ..home()
+        };
+        let present = [
+            "/root/.claude/.credentials.json",
+            "/root/.codex/auth.json",
+            "/root/.gemini/oauth_creds.json",
+            "/root/.grok/user-settings.json",
+            "/root/.config/gh",
+            "/root/.gitconfig",
+        ];
+        let shared: Vec<PathBuf> = h
+            .binds(|p| present.iter().any(|x| Path::new(x) == p))
+            .into_iter()
+            .filter(HomeBind::is_node_file)
+            .map(|b| b.dest)
+            .collect();
+        assert_eq!(
+            shared,
+            [
+                PathBuf::from("/root/.gitconfig"),
+                PathBuf::from("/root/.claude/.credentials.json")
+            ]
+        );
     }
 
     #[test]

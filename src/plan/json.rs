@@ -73,6 +73,7 @@ pub(crate) fn record_defaults() -> Vec<(&'static str, Value)> {
         ("network", Value::Null),
         ("allow", Value::Array(vec![])),
         ("agent", Value::Null),
+        ("creds", Value::Null),
         ("lease", Value::Null),
         ("last_snapshot", Value::Null),
         ("dropping", Value::Bool(false)),
@@ -138,7 +139,7 @@ mod tests {
             json!({
                 "version": 1, "name": "a", "path": "/p", "created_at": "t", "nix": false,
                 "pinned_node": null, "memory_max": null, "uid": null, "gid": null,
-                "network": null, "allow": [], "agent": null, "lease": null, "dropping": false,
+                "network": null, "allow": [], "agent": null, "creds": null, "lease": null, "dropping": false,
                 "op": null,
                 "last_snapshot": {"id": "abc", "at": "t", "node": "n", "epoch": 1, "paths": []},
             })

@@ -205,6 +205,7 @@ impl BoxSpec {
             agent_home: AgentHome {
                 home: "/root".into(),
                 root: "/var/lib/ag-box/homes/demo".into(),
+                logins: super::agent_home::logins_for(None, None),
             },
             run_dir: "/run/box/demo".into(),
             merged_usr: true,

@@ -10,7 +10,7 @@ use crate::plan::attention::{AgentState, Heard, believable};
 use crate::plan::egress::{self, Entry, Mode};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::unit::valid_memory_max;
-use crate::plan::{agents, names, project};
+use crate::plan::{agent_home, agents, names, project};
 
 pub(crate) const META_VERSION: u32 = 1;
 /// A record longer than this is not read.
@@ -77,6 +77,10 @@ pub(crate) struct Meta {
     /// does not know (a newer ag-box's) is kept as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// `creds=`: the node's logins the box is given (`plan::agent_home::LOGINS`); none: the
+    /// default, its agent's and gh's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creds: Option<Vec<String>>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
     /// What its agent was last heard doing, as the node holding its lease published it; it
@@ -140,6 +144,7 @@ impl Meta {
             network: None,
             allow: vec![],
             agent: None,
+            creds: None,
             lease: None,
             last_snapshot: None,
             attention: None,
@@ -233,7 +238,7 @@ impl Meta {
             )
         };
         let (key, value) = assignment.split_once('=').ok_or_else(|| {
-            bad("use key=value with key memory_max, nix, pin, uid, gid, network, allow or agent")
+            bad("use key=value with key memory_max, nix, pin, uid, gid, network, allow, agent or creds")
         })?;
         let none = value == "none" || value.is_empty();
         let mut next = self.clone();
@@ -278,6 +283,9 @@ impl Meta {
                     return Err(bad(&format!("at most {MAX_ALLOW_ENTRIES} entries per box")));
                 }
             }
+            "creds" => {
+                next.creds = agent_home::parse_creds(value).map_err(|hint| bad(&hint))?;
+            }
             "agent" => {
                 next.agent = agents::parse(value)
                     .map_err(|hint| bad(&hint))?
@@ -286,7 +294,8 @@ impl Meta {
             _ => {
                 return Err(bad(&format!(
                     "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>, \
-                     network=<allow|none|host>, allow=<entry>,<entry>..., agent=<{}>",
+                     network=<allow|none|host>, allow=<entry>,<entry>..., agent=<{}>, \
+                     creds=<login>,<login>...|all|none|default",
                     agents::choices().join("|")
                 )));
             }

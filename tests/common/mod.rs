@@ -633,6 +633,9 @@ fn of_type(t: &str, v: &serde_json::Value) -> bool {
         "number" => v.is_number(),
         "bool" => v.is_boolean(),
         "null" => v.is_null(),
+        "strings" => v
+            .as_array()
+            .is_some_and(|l| l.iter().all(serde_json::Value::is_string)),
         "any" => true,
         "id" => text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()),
         "time" => {
