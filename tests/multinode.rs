@@ -884,6 +884,8 @@ fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
         n.sh(&format!("rm -f {cred}")).ok();
     }
     c.parked_box(name);
+    // Whatever agent the box holds, it is given Gemini's login.
+    c.a.sh(&format!("ag-box set {name} creds=gemini")).ok();
     c.a.sh(&format!(
         "set -e; ag-box up {name} --node nodeA
          ag-box exec {name} -- sh -c 'echo {{\\\"refresh_token\\\":\\\"from-a-box\\\"}} > ~/.gemini/oauth_creds.json'"

@@ -603,7 +603,7 @@ const CODEX_READY: &str = "Ask Codex to do anything";
 /// What a person sees: a conversation with Claude Code started in the box's window on A goes
 /// on in the window on B after park and up, nothing typed but the next message; Codex, once the
 /// box's agent, resumes the conversation `codex exec` began (which its own `resume --last`
-/// skips); `up --fresh` starts a new one.
+/// skips), and its hooks say when it is mid-turn and done; `up --fresh` starts a new one.
 #[test]
 fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() {
     let Some(c) = Cluster::get() else { return };
@@ -647,6 +647,13 @@ fn the_agent_is_back_in_its_conversation_in_the_boxs_window_after_a_migration() 
     t.shows("STANDIN-REPLY turns=1 last=First for codex?");
     t.type_line("Second for codex");
     t.shows("STANDIN-REPLY turns=2 last=Second for codex");
+    // Codex's hooks, from the managed dir each box gets, tell its state: mid-turn (the
+    // stand-in holds the turn open), then done.
+    t.type_line("HOLD-5 Third for codex");
+    let working = until_state(&c.b, name, "working");
+    assert_eq!(working["agent"], "codex", "{working}");
+    t.shows("STANDIN-REPLY turns=3 last=HOLD-5 Third for codex");
+    until_state(&c.b, name, "idle");
     t.detach();
 
     c.b.sh(&format!(

@@ -1,6 +1,6 @@
 //! `ag-box __agent-state <agent> [payload]` (hidden): inside a box, as the box user, run by the
-//! agent's own signals (Claude Code's hooks, its event on stdin; Codex's notify program, its
-//! event as the last argument) or, for an agent without them, by its window's tmux monitor
+//! agent's own signals (Claude Code's and Codex's hooks, their event on stdin; Codex's notify
+//! program, its event as the last argument) or, for an agent without them, by its window's tmux monitor
 //! (the state as the last argument). It writes the box's state file (`plan::attention`) and nothing
 //! else: it prints nothing (a hook's output would reach the agent) and always exits 0 (a failed
 //! hook must not stop the agent).
@@ -17,6 +17,9 @@ use crate::plan::agents::{self, Signals};
 use crate::plan::attention::{self, AgentState, STATE_FILE};
 use crate::plan::names::BoxName;
 
+/// A turn done reported this soon after the state turned idle is the same turn's.
+const SAME_TURN_SECS: u64 = 5;
+
 /// At most this much of a hook's input is read.
 const INPUT_MAX: u64 = 1 << 20;
 
@@ -26,24 +29,28 @@ pub(crate) fn run(agent: &str, payload: Option<&str>) {
     }
 }
 
+/// A hook's input: its JSON on stdin.
+fn hook_input() -> Result<serde_json::Value> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .take(INPUT_MAX)
+        .read_to_end(&mut input)
+        .context("reading the hook's input")?;
+    Ok(serde_json::from_slice(&input)?)
+}
+
 fn record(agent: &str, payload: Option<&str>) -> Result<()> {
     let Some(known) = agents::named(agent) else {
         return Ok(());
     };
-    let said = match known.signals {
-        Signals::ClaudeHooks => {
-            let mut input = Vec::new();
-            std::io::stdin()
-                .take(INPUT_MAX)
-                .read_to_end(&mut input)
-                .context("reading the hook's input")?;
-            attention::from_claude_hook(&serde_json::from_slice(&input)?)
+    let said = match (known.signals, payload) {
+        (Signals::ClaudeHooks, _) => attention::from_claude_hook(&hook_input()?),
+        // Codex's notify program is told its event as an argument; its hooks, on stdin.
+        (Signals::CodexNotify, Some(event)) => {
+            attention::from_codex_notify(&serde_json::from_str(event)?)
         }
-        Signals::CodexNotify => payload
-            .map(serde_json::from_str)
-            .transpose()?
-            .and_then(|v| attention::from_codex_notify(&v)),
-        Signals::Terminal => payload.and_then(attention::from_terminal),
+        (Signals::CodexNotify, None) => attention::from_codex_hook(&hook_input()?),
+        (Signals::Terminal, said) => said.and_then(attention::from_terminal),
     };
     let Some((state, detail)) = said else {
         return Ok(());
@@ -54,11 +61,14 @@ fn record(agent: &str, payload: Option<&str>) -> Result<()> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     // In the same state since then: a tool call mid-turn changes nothing anyone is shown. But
-    // each report of Codex's (it reports nothing but turns done) is a turn of its own.
+    // a turn Codex's notify program reports done, other than the one its Stop hook just did, is
+    // a turn of its own (its hooks may not run: then it reports nothing else).
+    let notified = known.signals == Signals::CodexNotify && payload.is_some();
     let before = std::fs::read(&file)
         .ok()
         .and_then(|b| attention::parse(&b))
-        .filter(|b| b.agent == agent && b.state == state && agent != "codex");
+        .filter(|b| b.agent == agent && b.state == state)
+        .filter(|b| !notified || now.saturating_sub(b.since) <= SAME_TURN_SECS);
     let since = before.map_or(now, |b| b.since);
     let state = AgentState {
         agent: agent.to_string(),

@@ -8,7 +8,39 @@ use serde::{Deserialize, Serialize};
 
 use super::sandbox::BOX_EXE;
 
-pub(crate) const CLAUDE_MANAGED_FILE: &str = "managed-settings.json";
+/// A dir of managed settings an agent reads from the node's `/etc`: each start writes the box's
+/// own copy in its run dir (the node's files, the hooks added to its hooks file) and binds it
+/// read-only over the node's. The agent runs managed hooks without asking anyone to trust them.
+#[derive(Debug)]
+pub(crate) struct Managed {
+    /// The node's dir, which the box's copy is bound over.
+    pub node_dir: &'static str,
+    /// The copy's name in the box's run dir.
+    pub run_name: &'static str,
+    /// The file holding the hooks: JSON whose `hooks` maps each event to its groups.
+    pub file: &'static str,
+    /// The agent whose signals the hooks are (`__agent-state <agent>`).
+    pub agent: &'static str,
+    pub events: &'static [&'static str],
+}
+
+/// Claude Code's managed settings, and Codex's system hooks (Codex 0.124+).
+pub(crate) const MANAGED: &[Managed] = &[
+    Managed {
+        node_dir: "/etc/claude-code",
+        run_name: "claude-code",
+        file: "managed-settings.json",
+        agent: "claude",
+        events: CLAUDE_EVENTS,
+    },
+    Managed {
+        node_dir: "/etc/codex",
+        run_name: "codex",
+        file: "hooks.json",
+        agent: "codex",
+        events: CODEX_EVENTS,
+    },
+];
 /// The state file, in the box's socket dir (the one dir of its run dir the box writes).
 pub(crate) const STATE_FILE: &str = "agent-state.json";
 /// At most this much of the file is read, and of a prompt's text kept.
@@ -108,6 +140,25 @@ pub(crate) fn from_claude_hook(input: &serde_json::Value) -> Option<(State, Opti
     Some((state, detail))
 }
 
+/// The state a Codex hook's input (its JSON on stdin) says. Codex's hooks name events as
+/// Claude Code's do; its permission request carries no message, so the question is the tool's.
+pub(crate) fn from_codex_hook(input: &serde_json::Value) -> Option<(State, Option<String>)> {
+    let state = match input["hook_event_name"].as_str()? {
+        "UserPromptSubmit" | "PreToolUse" | "PostToolUse" => State::Working,
+        "PermissionRequest" => State::Waiting,
+        "SessionStart" if input["source"] == "compact" => return None,
+        "SessionStart" | "Stop" => State::Idle,
+        _ => return None,
+    };
+    let detail = match state {
+        State::Waiting => input["tool_name"]
+            .as_str()
+            .and_then(|tool| first_line(&format!("Codex asks to use {tool}"))),
+        State::Working | State::Idle => None,
+    };
+    Some((state, detail))
+}
+
 /// The state Codex's notify program is told (its JSON as the last argument).
 pub(crate) fn from_codex_notify(input: &serde_json::Value) -> Option<(State, Option<String>)> {
     match input["type"].as_str()? {
@@ -138,9 +189,19 @@ const CLAUDE_EVENTS: &[&str] = &[
     "SessionEnd",
 ];
 
-/// The managed settings a box's Claude Code reads: the node's own (if any) with ag-box's hooks
-/// added to theirs, so no setting of the operator's is lost and none is written to their files.
-pub(crate) fn claude_managed_settings(node: Option<serde_json::Value>) -> serde_json::Value {
+/// The Codex events ag-box hears, each running `__agent-state codex`.
+const CODEX_EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PostToolUse",
+    "Stop",
+];
+
+/// The managed file a box's agent reads: the node's own (if any) with ag-box's hooks added to
+/// theirs, so no setting of the operator's is lost and none is written to their files.
+pub(crate) fn with_hooks(managed: &Managed, node: Option<serde_json::Value>) -> serde_json::Value {
     let mut settings = match node {
         Some(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),
@@ -151,10 +212,10 @@ pub(crate) fn claude_managed_settings(node: Option<serde_json::Value>) -> serde_
     if !hooks.is_object() {
         *hooks = serde_json::json!({});
     }
-    for event in CLAUDE_EVENTS {
+    for event in managed.events {
         let ours = serde_json::json!({"hooks": [{
             "type": "command",
-            "command": format!("{BOX_EXE} __agent-state claude"),
+            "command": format!("{BOX_EXE} __agent-state {}", managed.agent),
         }]});
         match hooks.get_mut(*event) {
             Some(serde_json::Value::Array(theirs)) => theirs.push(ours),
@@ -217,6 +278,48 @@ mod tests {
         assert_eq!(
             from_claude_hook(&json!({"hook_event_name": "Notification", "message": long})),
             Some((State::Waiting, Some("x".repeat(200))))
+        );
+    }
+
+    #[test]
+    fn codex_hooks_say_working_waiting_and_idle_and_carry_no_text_typed() {
+        assert_eq!(
+            [
+                json!({"hook_event_name": "SessionStart", "source": "startup"}),
+                json!({"hook_event_name": "UserPromptSubmit", "prompt": "Fix it"}),
+                json!({"hook_event_name": "PreToolUse", "tool_name": "Bash"}),
+                json!({"hook_event_name": "PermissionRequest", "tool_name": "Bash",
+                       "tool_input": {"command": "rm -rf /tmp/x"}}),
+                json!({"hook_event_name": "PermissionRequest"}),
+                json!({"hook_event_name": "PostToolUse"}),
+                json!({"hook_event_name": "Stop", "last_assistant_message": "Done"}),
+                json!({"hook_event_name": "SessionStart", "source": "compact"}),
+                json!({"hook_event_name": "PreCompact"}),
+            ]
+            .iter()
+            .map(from_codex_hook)
+            .collect::<Vec<_>>(),
+            [
+                Some((State::Idle, None)),
+                Some((State::Working, None)),
+                Some((State::Working, None)),
+                Some((State::Waiting, Some("Codex asks to use Bash".into()))),
+                Some((State::Waiting, None)),
+                Some((State::Working, None)),
+                Some((State::Idle, None)),
+                None,
+                None,
+            ]
+        );
+        let codex = with_hooks(&MANAGED[1], None);
+        let hook =
+            json!([{"hooks": [{"type": "command", "command": "/run/ag-box __agent-state codex"}]}]);
+        assert_eq!(
+            codex,
+            json!({"hooks": {
+                "SessionStart": hook, "UserPromptSubmit": hook, "PreToolUse": hook,
+                "PermissionRequest": hook, "PostToolUse": hook, "Stop": hook,
+            }})
         );
     }
 
@@ -290,7 +393,7 @@ mod tests {
             "permissions": {"deny": ["Bash(curl:*)"]},
             "hooks": {"Stop": [theirs.clone()]}
         });
-        let merged = claude_managed_settings(Some(node));
+        let merged = with_hooks(&MANAGED[0], Some(node));
         let mut expected_hooks = serde_json::Map::new();
         for event in CLAUDE_EVENTS {
             expected_hooks.insert((*event).to_string(), json!([hook.clone()]));
@@ -301,7 +404,7 @@ mod tests {
             json!({"permissions": {"deny": ["Bash(curl:*)"]}, "hooks": expected_hooks})
         );
         assert_eq!(
-            claude_managed_settings(Some(json!("not an object")))["hooks"]["Stop"],
+            with_hooks(&MANAGED[0], Some(json!("not an object")))["hooks"]["Stop"],
             json!([hook])
         );
     }

@@ -30,15 +30,12 @@ pub(crate) const INFO_FD: i32 = 3;
 use super::account::{self, Ids};
 use super::agent_home::{Access, AgentHome};
 use super::agents;
+use super::attention::{MANAGED, Managed};
 use super::egress::{self, BoxPolicy};
 use super::tmux;
 
 /// Where boxes' network namespaces are pinned (no box name starts with a dot).
 pub(crate) const NETNS_DIR: &str = "/run/box/.netns";
-
-/// Where Claude Code reads its managed settings (hooks among them): in a box, a dir of the
-/// box's run dir (`sys::attention`), bound over the node's.
-pub(crate) const CLAUDE_MANAGED_DIR: &str = "/etc/claude-code";
 
 /// Where the ag-box binary is inside every box.
 pub(crate) const BOX_EXE: &str = "/run/ag-box";
@@ -281,9 +278,9 @@ impl BoxSpec {
     pub(crate) fn group_file(&self) -> PathBuf {
         self.run_dir.join("group")
     }
-    /// Claude Code's managed settings as the box sees them (`sys::attention`).
-    pub(crate) fn claude_managed_dir(&self) -> PathBuf {
-        self.run_dir.join("claude-code")
+    /// An agent's managed settings as the box sees them (`sys::attention`).
+    pub(crate) fn managed_dir(&self, managed: &Managed) -> PathBuf {
+        self.run_dir.join(managed.run_name)
     }
     /// The bound on tasks the box started with, for `exec` to hold its commands to.
     pub(crate) fn tasks_file(&self) -> PathBuf {
@@ -346,11 +343,11 @@ impl BoxSpec {
             src: self.group_file(),
             dest: "/etc/group".into(),
         });
-        // Over the node's dir, which the start makes when the node has none.
-        m.push(Mount::RoBind {
-            src: self.claude_managed_dir(),
-            dest: CLAUDE_MANAGED_DIR.into(),
-        });
+        // Over the node's dirs, which the start makes when the node has none.
+        m.extend(MANAGED.iter().map(|managed| Mount::RoBind {
+            src: self.managed_dir(managed),
+            dest: managed.node_dir.into(),
+        }));
         m.push(Mount::Tmpfs(self.home().to_path_buf()));
         m.extend(self.agent_home.binds(exists).into_iter().map(|b| {
             match (b.access, b.is_node_file()) {
@@ -609,6 +606,7 @@ mod tests {
                 "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
                 "--ro-bind", "/run/box/demo/group", "/etc/group",
                 "--ro-bind", "/run/box/demo/claude-code", "/etc/claude-code",
+                "--ro-bind", "/run/box/demo/codex", "/etc/codex",
                 "--size", "2147483648", "--tmpfs", "/root",
                 "--bind", &format!("{own}/.claude"), "/root/.claude",
                 "--bind", &format!("{own}/.codex"), "/root/.codex",

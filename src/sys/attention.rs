@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::atomic;
-use crate::plan::attention::{self, AgentState, CLAUDE_MANAGED_FILE};
-use crate::plan::sandbox::{BoxSpec, CLAUDE_MANAGED_DIR};
+use crate::plan::attention::{self, AgentState, Managed};
+use crate::plan::sandbox::BoxSpec;
 use crate::sys::box_tree::Tree;
 
 /// At most this much of a node's own managed file is copied into the box's.
@@ -29,20 +29,24 @@ pub(crate) fn read(spec: &BoxSpec) -> Option<AgentState> {
     }
 }
 
-/// Claude Code's managed settings dir as the box sees it: the node's own files (links
-/// followed: `/etc` is root's), its settings with ag-box's hooks added. The node gets an empty
-/// `/etc/claude-code` to bind it over. Whatever of the node's it cannot carry whole fails the
-/// start: a box never runs without the operator's managed policy.
-pub(crate) fn write_claude_managed(spec: &BoxSpec) -> Result<()> {
-    carry(Path::new(CLAUDE_MANAGED_DIR), &spec.claude_managed_dir())
+/// An agent's managed dir as the box sees it (`plan::attention::MANAGED`): the node's own files
+/// (links followed: `/etc` is root's), its hooks file with ag-box's hooks added. The node gets
+/// an empty dir to bind it over. Whatever of the node's it cannot carry whole fails the start:
+/// a box never runs without the operator's managed policy.
+pub(crate) fn write_managed(spec: &BoxSpec, managed: &Managed) -> Result<()> {
+    carry(
+        managed,
+        Path::new(managed.node_dir),
+        &spec.managed_dir(managed),
+    )
 }
 
 /// The node's managed dir `node_dir` into `ours`, with the hooks.
-fn carry(node_dir: &Path, ours: &Path) -> Result<()> {
+fn carry(managed: &Managed, node_dir: &Path, ours: &Path) -> Result<()> {
     fs::create_dir_all(node_dir).with_context(|| format!("creating {}", node_dir.display()))?;
     fs::create_dir_all(ours).with_context(|| format!("creating {}", ours.display()))?;
-    copy_dir(node_dir, ours, 0)?;
-    let node_file = node_dir.join(CLAUDE_MANAGED_FILE);
+    copy_dir(node_dir, ours, managed.file, 0)?;
+    let node_file = node_dir.join(managed.file);
     let node_settings = match fs::metadata(&node_file) {
         Ok(meta) if meta.len() > NODE_FILE_MAX => {
             bail!(
@@ -57,9 +61,9 @@ fn carry(node_dir: &Path, ours: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("reading {}", node_file.display())),
     };
-    let settings = attention::claude_managed_settings(node_settings);
+    let settings = attention::with_hooks(managed, node_settings);
     atomic::write(
-        &ours.join(CLAUDE_MANAGED_FILE),
+        &ours.join(managed.file),
         &serde_json::to_vec_pretty(&settings)?,
         0o644,
     )
@@ -68,18 +72,18 @@ fn carry(node_dir: &Path, ours: &Path) -> Result<()> {
 /// How deep the node's managed dir is copied.
 const DEPTH_MAX: usize = 3;
 
-/// The node's files and dirs below `from` into `to`, but its top managed settings file.
-fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<()> {
+/// The node's files and dirs below `from` into `to`, but its top hooks file `skip`.
+fn copy_dir(from: &Path, to: &Path, skip: &str, depth: usize) -> Result<()> {
     for entry in fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
         let path = entry?.path();
-        if depth == 0 && path.file_name() == Some(CLAUDE_MANAGED_FILE.as_ref()) {
+        if depth == 0 && path.file_name() == Some(skip.as_ref()) {
             continue;
         }
         let meta = fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
         let dest = to.join(path.file_name().unwrap_or_default());
         if meta.is_dir() && depth < DEPTH_MAX {
             fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
-            copy_dir(&path, &dest, depth + 1)?;
+            copy_dir(&path, &dest, skip, depth + 1)?;
         } else if meta.is_file() && meta.len() <= NODE_FILE_MAX {
             // Readable by the box user, whatever the node's mode.
             let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -97,8 +101,11 @@ fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::attention::MANAGED;
     use pretty_assertions::assert_eq;
     use std::path::PathBuf;
+
+    const CLAUDE_FILE: &str = "managed-settings.json";
 
     fn dirs(tag: &str) -> (PathBuf, PathBuf) {
         let root = Path::new(crate::UNIT_TEST_DIR).join(format!("managed-{tag}"));
@@ -113,18 +120,19 @@ mod tests {
         let (node, ours) = dirs("carried");
         let real = node.parent().unwrap().join("real-settings.json");
         fs::write(&real, r#"{"permissions": {"deny": ["Bash(curl:*)"]}}"#).unwrap();
-        std::os::unix::fs::symlink(&real, node.join(CLAUDE_MANAGED_FILE)).unwrap();
+        std::os::unix::fs::symlink(&real, node.join(CLAUDE_FILE)).unwrap();
         fs::write(node.join("managed-mcp.json"), "{}").unwrap();
         fs::create_dir_all(node.join("policies")).unwrap();
         fs::write(node.join("policies/a.json"), "[1]").unwrap();
-        carry(&node, &ours).unwrap();
+        carry(&MANAGED[0], &node, &ours).unwrap();
         let settings: serde_json::Value =
-            serde_json::from_slice(&fs::read(ours.join(CLAUDE_MANAGED_FILE)).unwrap()).unwrap();
+            serde_json::from_slice(&fs::read(ours.join(CLAUDE_FILE)).unwrap()).unwrap();
         assert_eq!(
             settings,
-            attention::claude_managed_settings(Some(
-                serde_json::json!({"permissions": {"deny": ["Bash(curl:*)"]}})
-            ))
+            attention::with_hooks(
+                &MANAGED[0],
+                Some(serde_json::json!({"permissions": {"deny": ["Bash(curl:*)"]}}))
+            )
         );
         assert_eq!(
             (
@@ -138,8 +146,8 @@ mod tests {
     #[test]
     fn what_cannot_be_carried_whole_fails_the_start() {
         let (node, ours) = dirs("malformed");
-        fs::write(node.join(CLAUDE_MANAGED_FILE), "{ not json").unwrap();
-        let e = carry(&node, &ours).unwrap_err();
+        fs::write(node.join(CLAUDE_FILE), "{ not json").unwrap();
+        let e = carry(&MANAGED[0], &node, &ours).unwrap_err();
         assert!(format!("{e:#}").contains("is not JSON"), "{e:#}");
         let (node, ours) = dirs("fifo");
         nix::unistd::mkfifo(
@@ -147,7 +155,7 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
-        let e = carry(&node, &ours).unwrap_err();
+        let e = carry(&MANAGED[0], &node, &ours).unwrap_err();
         assert!(format!("{e:#}").contains("is not a file"), "{e:#}");
     }
 }

@@ -370,15 +370,20 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
     if spec.egress.mode.isolated() {
         write_policy(spec)?;
     }
-    crate::sys::attention::write_claude_managed(spec).map_err(|e| {
-        e.context(UserError::failed(
-            format!(
-                "box '{}': cannot carry the node's Claude Code managed settings into it",
-                spec.name
-            ),
-            "fix what the line above names in /etc/claude-code (ag-box binds each box's copy over it)",
-        ))
-    })?;
+    for managed in crate::plan::attention::MANAGED {
+        crate::sys::attention::write_managed(spec, managed).map_err(|e| {
+            e.context(UserError::failed(
+                format!(
+                    "box '{}': cannot carry the node's {} into it",
+                    spec.name, managed.node_dir
+                ),
+                format!(
+                    "fix what the line above names in {} (ag-box binds each box's copy over it)",
+                    managed.node_dir
+                ),
+            ))
+        })?;
+    }
     for (path, text) in [
         (
             spec.tmux_conf(),

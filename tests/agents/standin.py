@@ -376,6 +376,7 @@ class Handler(BaseHTTPRequestHandler):
             items = [{"type": "message", "role": "user", "content": items}]
         turns, last = user_turns(items, ("input_text", "text"))
         text = reply_text(turns, last)
+        time.sleep(hold_seconds(last))
         model = body.get("model") or "gpt-standin"
         stream = bool(body.get("stream"))
         in_tok = approx_tokens(items) + approx_tokens(body.get("instructions", ""))
