@@ -881,7 +881,7 @@ fn an_agent_without_signals_is_known_by_its_terminal() {
              printf 'Allow rm? \\a'; sleep 0.3; echo '[y/n]'\n\
              while [ ! -e .answer ]; do sleep 0.2; done\n\
              for i in 1 2 3 4 5 6 7 8 9 10; do echo working $i; sleep 0.2; done\n\
-             echo done; exec sleep 1000\n",
+             echo done; while :; do [ -e .chatter ] && echo tick; sleep 0.3; done\n",
         )
         .write_on(&host);
     b.track().ok();
@@ -912,7 +912,24 @@ fn an_agent_without_signals_is_known_by_its_terminal() {
     )
     .ok();
     assert_eq!(state(), "idle");
-    b.park().ok().stderr_lacks("mid-turn");
+    // Someone attached sees the agent write: no bell of the monitor's rings in their terminal
+    // (a terminal of its own here, whose bell flag says whether one rang).
+    b.exec_sh("touch .chatter").ok();
+    let rung = host
+        .sh(&format!(
+            "o=bell-{name}; tmux -L $o kill-server 2>/dev/null || true
+             tmux -L $o new-session -d -s $o -x 120 -y 30 'ag-box attach {name}'
+             for i in $(seq 100); do tmux -L $o capture-pane -p -t $o | grep -q tick && break; sleep 0.1; done
+             tmux -L $o capture-pane -p -t $o | grep -q tick
+             sleep 3
+             tmux -L $o display -p -t $o '#{{window_bell_flag}}'
+             tmux -L $o kill-server"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(rung, "0\n", "a bell rang in the attached terminal");
+    b.exec_sh("rm .chatter").ok();
+    b.park().ok();
 }
 
 /// A process of the test's, ended with it.

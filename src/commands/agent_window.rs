@@ -49,7 +49,8 @@ pub(crate) fn run(agent: &str, fresh: bool) -> Result<()> {
 const NOTHING_TO_RESUME_WITHIN: Duration = Duration::from_secs(10);
 
 /// Runs an agent's own "latest" resume to its end: true when it failed at once (and a new
-/// conversation should start), false when it ran. Signals a
+/// conversation should start), false when it ran. An agent ended by a signal (Ctrl-C, its
+/// window closed) did not fail for want of a conversation. Signals a
 /// terminal sends are noted, not obeyed, meanwhile, so that this process outlives a Ctrl-C the
 /// agent survives.
 fn resumed_nothing(argv: &[String]) -> Result<bool> {
@@ -62,7 +63,10 @@ fn resumed_nothing(argv: &[String]) -> Result<bool> {
         .args(rest)
         .status()
         .map_err(|e| cannot_start(program, &e))?;
-    Ok(!status.success() && started.elapsed() < NOTHING_TO_RESUME_WITHIN)
+    let signalled = crate::sys::interrupt::check("a new conversation").is_err();
+    Ok(status.code().is_some_and(|c| c != 0)
+        && !signalled
+        && started.elapsed() < NOTHING_TO_RESUME_WITHIN)
 }
 
 /// Becomes the agent: the window's process from here on.

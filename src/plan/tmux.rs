@@ -45,18 +45,23 @@ pub(crate) const QUIET_SECS: u32 = 10;
 /// `__agent-state <agent> <state>`. The output that comes with a bell (the prompt drawn) is
 /// not an answer: a `waiting` window turns `working` only on output after a silence.
 /// `kill-session -C` re-arms the activity alert, which tmux fires once until it is cleared.
+/// tmux rings every attached client's bell with each activity alert, many a second for the
+/// window in view: so output and silence are watched only while nobody is attached (whoever
+/// is sees the agent). Hooks are appended, never replacing the operator's own.
 fn monitor(agent: &str) -> String {
     let tell = |state: &str| format!("run-shell -b \"{BOX_EXE} __agent-state {agent} {state}\"");
     let (working, waiting, idle) = (tell("working"), tell("waiting"), tell("idle"));
     format!(
         "set -g activity-action any\n\
          set -g silence-action any\n\
+         set-hook -ga client-attached {{ set -g activity-action none ; set -g silence-action none }}\n\
+         set-hook -ga client-detached {{ if -F \"#{{==:#{{session_attached}},0}}\" {{ set -g activity-action any ; set -g silence-action any }} }}\n\
          set -w -t main:^ @ag-box-agent {agent}\n\
          set -w -t main:^ monitor-activity on\n\
          set -w -t main:^ monitor-silence {QUIET_SECS}\n\
-         set-hook -g alert-activity {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{!=:#{{@ag-box-heard}},working}}}}\" {{ if -F \"#{{!=:#{{@ag-box-heard}},waiting}}\" {{ set -w @ag-box-heard working ; {working} }} }} }}\n\
-         set-hook -g alert-bell {{ if -F \"#{{@ag-box-agent}}\" {{ set -w @ag-box-heard waiting ; {waiting} }} }}\n\
-         set-hook -g alert-silence {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},working}}}}\" {{ set -w @ag-box-heard idle ; {idle} }} {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},waiting}}}}\" {{ set -w @ag-box-heard quiet }} }} ; kill-session -C }}\n"
+         set-hook -ga alert-activity {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{!=:#{{@ag-box-heard}},working}}}}\" {{ if -F \"#{{!=:#{{@ag-box-heard}},waiting}}\" {{ set -w @ag-box-heard working ; {working} }} }} }}\n\
+         set-hook -ga alert-bell {{ if -F \"#{{@ag-box-agent}}\" {{ set -w @ag-box-heard waiting ; {waiting} }} }}\n\
+         set-hook -ga alert-silence {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},working}}}}\" {{ set -w @ag-box-heard idle ; {idle} }} {{ if -F \"#{{&&:#{{@ag-box-agent}},#{{==:#{{@ag-box-heard}},waiting}}}}\" {{ set -w @ag-box-heard quiet }} }} ; kill-session -C }}\n"
     )
 }
 
@@ -160,12 +165,14 @@ source-file -q /etc/box/tmux-inner.conf
 new-session -d -s main -c "/root/p" "/run/ag-box __agent gemini; exec bash -l"
 set -g activity-action any
 set -g silence-action any
+set-hook -ga client-attached { set -g activity-action none ; set -g silence-action none }
+set-hook -ga client-detached { if -F "#{==:#{session_attached},0}" { set -g activity-action any ; set -g silence-action any } }
 set -w -t main:^ @ag-box-agent gemini
 set -w -t main:^ monitor-activity on
 set -w -t main:^ monitor-silence 10
-set-hook -g alert-activity { if -F "#{&&:#{@ag-box-agent},#{!=:#{@ag-box-heard},working}}" { if -F "#{!=:#{@ag-box-heard},waiting}" { set -w @ag-box-heard working ; run-shell -b "/run/ag-box __agent-state gemini working" } } }
-set-hook -g alert-bell { if -F "#{@ag-box-agent}" { set -w @ag-box-heard waiting ; run-shell -b "/run/ag-box __agent-state gemini waiting" } }
-set-hook -g alert-silence { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},working}}" { set -w @ag-box-heard idle ; run-shell -b "/run/ag-box __agent-state gemini idle" } { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},waiting}}" { set -w @ag-box-heard quiet } } ; kill-session -C }
+set-hook -ga alert-activity { if -F "#{&&:#{@ag-box-agent},#{!=:#{@ag-box-heard},working}}" { if -F "#{!=:#{@ag-box-heard},waiting}" { set -w @ag-box-heard working ; run-shell -b "/run/ag-box __agent-state gemini working" } } }
+set-hook -ga alert-bell { if -F "#{@ag-box-agent}" { set -w @ag-box-heard waiting ; run-shell -b "/run/ag-box __agent-state gemini waiting" } }
+set-hook -ga alert-silence { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},working}}" { set -w @ag-box-heard idle ; run-shell -b "/run/ag-box __agent-state gemini idle" } { if -F "#{&&:#{@ag-box-agent},#{==:#{@ag-box-heard},waiting}}" { set -w @ag-box-heard quiet } } ; kill-session -C }
 "##
         );
     }

@@ -3,6 +3,7 @@
 //! read back as untrusted data.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -54,6 +55,15 @@ fn carry(managed: &Managed, node_dir: &Path, ours: &Path) -> Result<()> {
                 node_file.display()
             )
         }
+        // The box's agent reads the file with ag-box's hooks: it may hold nothing the node
+        // keeps from its other users.
+        Ok(meta) if meta.permissions().mode() & 0o004 == 0 => {
+            bail!(
+                "{} is not readable by others (mode {:o}): a box's agent reads it with ag-box's hooks added; make it mode 644, its secrets kept elsewhere",
+                node_file.display(),
+                meta.permissions().mode() & 0o7777
+            )
+        }
         Ok(_) => Some(
             serde_json::from_slice(&fs::read(&node_file)?)
                 .with_context(|| format!("{} is not JSON", node_file.display()))?,
@@ -85,9 +95,9 @@ fn copy_dir(from: &Path, to: &Path, skip: &str, depth: usize) -> Result<()> {
             fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
             copy_dir(&path, &dest, skip, depth + 1)?;
         } else if meta.is_file() && meta.len() <= NODE_FILE_MAX {
-            // Readable by the box user, whatever the node's mode.
+            // As readable as on the node: a file its other users cannot read stays root's.
             let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            atomic::write(&dest, &bytes, 0o644)?;
+            atomic::write(&dest, &bytes, meta.permissions().mode() & 0o644)?;
         } else {
             bail!(
                 "{} is not a file of at most {NODE_FILE_MAX} bytes in a dir at most {DEPTH_MAX} deep",
@@ -140,6 +150,35 @@ mod tests {
                 fs::read_to_string(ours.join("policies/a.json")).unwrap()
             ),
             ("{}".to_string(), "[1]".to_string())
+        );
+    }
+
+    #[test]
+    fn the_nodes_files_stay_as_readable_as_they_were() {
+        let (node, ours) = dirs("modes");
+        let secret = node.join("requirements.toml");
+        fs::write(&secret, "token = \"root-only\"").unwrap();
+        fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::write(node.join("config.toml"), "model = \"x\"").unwrap();
+        fs::set_permissions(node.join("config.toml"), fs::Permissions::from_mode(0o644)).unwrap();
+        carry(&MANAGED[1], &node, &ours).unwrap();
+        let mode = |f: &str| fs::metadata(ours.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (
+                mode("requirements.toml"),
+                mode("config.toml"),
+                mode("hooks.json")
+            ),
+            (0o600, 0o644, 0o644)
+        );
+        // A hooks file the node keeps from its other users is not handed to a box.
+        let hooks = node.join("hooks.json");
+        fs::write(&hooks, r#"{"hooks": {}}"#).unwrap();
+        fs::set_permissions(&hooks, fs::Permissions::from_mode(0o600)).unwrap();
+        let e = carry(&MANAGED[1], &node, &ours).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is not readable by others (mode 600)"),
+            "{e:#}"
         );
     }
 

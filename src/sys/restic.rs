@@ -849,6 +849,10 @@ pub(crate) fn short(id: &str) -> &str {
 
 /// A long restic run's progress: a bar on a terminal; otherwise (the journal, a timer, a pipe)
 /// one line every [`line_every`] at most.
+/// The progress bar, with a total known; and what is done so far, without one.
+const BAR: &str = "{spinner} {prefix} [{bar:30}] {pos}% {elapsed}";
+const COUNTER: &str = "{spinner} {prefix} {msg} {elapsed}";
+
 struct Progress {
     label: String,
     bar: Option<ProgressBar>,
@@ -869,8 +873,7 @@ impl Progress {
         let bar = host::stderr_is_terminal().then(|| {
             let bar = ProgressBar::new(100);
             let style =
-                ProgressStyle::with_template("{spinner} {prefix} [{bar:30}] {pos}% {elapsed}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+                ProgressStyle::with_template(BAR).unwrap_or_else(|_| ProgressStyle::default_bar());
             bar.set_style(style);
             bar.set_prefix(label.clone());
             bar.enable_steady_tick(Duration::from_millis(200));
@@ -896,16 +899,16 @@ impl Progress {
         // Without its scanner (`--no-scan`) restic knows no total: what is done is shown.
         let known_total = total_bytes > 0;
         if let Some(b) = &self.bar {
+            // A scanner may count the total only after the first messages: the bar comes back.
+            let template = if known_total { BAR } else { COUNTER };
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                b.set_style(style);
+            }
             if known_total {
                 // A fraction in [0, 1], as a percentage.
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 b.set_position((percent_done.clamp(0.0, 1.0) * 100.0) as u64);
             } else {
-                if let Ok(style) =
-                    ProgressStyle::with_template("{spinner} {prefix} {msg} {elapsed}")
-                {
-                    b.set_style(style);
-                }
                 b.set_message(format!("{files_done} files, {}", history::size(bytes_done)));
             }
         } else if self.last_line.elapsed() >= line_every() {
