@@ -147,7 +147,8 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
 }
 
 /// A box is given the node's logins of its agent and gh's, and only those unless `creds=` names
-/// others: the other logins' files are nowhere in its HOME.
+/// others: the other logins' files are nowhere in its HOME. The API key Claude Code once kept in
+/// `~/.claude.json` never reaches a box's own copy of it.
 #[test]
 fn a_box_sees_only_the_logins_it_is_given() {
     let Some(host) = Host::new("creds") else {
@@ -163,6 +164,11 @@ fn a_box_sees_only_the_logins_it_is_given() {
     Project::at(".config/gh")
         .file("hosts.yml", "oauth_token: GH-TOKEN\n")
         .write_on(&host);
+    // The API key Claude Code once kept in ~/.claude.json, which seeds each box's own.
+    host.write(
+        &format!("{}/.claude.json", host.home()),
+        "{\"primaryApiKey\":\"APIKEY-TOKEN\",\"hasCompletedOnboarding\":true}\n",
+    );
     let b = BoxTest::on(&host, &name);
     b.write(&Project::new(&name).file("f", "x\n"));
     b.track().ok();
@@ -177,6 +183,8 @@ fn a_box_sees_only_the_logins_it_is_given() {
     };
     b.up().ok();
     assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
+    b.exec_sh("grep -q hasCompletedOnboarding ~/.claude.json")
+        .ok();
     b.park().ok();
     b.set(["creds=all"])
         .ok()

@@ -91,6 +91,15 @@ fn login_of(rel: &str) -> Option<&'static str> {
         .map(|(name, _)| *name)
 }
 
+/// What of the node's `~/.claude.json` seeds a box's own: all but the API key Claude Code kept
+/// there (`primaryApiKey`), which no box is given that way and no snapshot may carry. None when
+/// it is no JSON object (the box starts with an empty one).
+pub(crate) fn seed_claude_json(node: &[u8]) -> Option<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(node).ok()?;
+    v.as_object_mut()?.remove("primaryApiKey");
+    serde_json::to_vec_pretty(&v).ok()
+}
+
 /// Global config, shared per node, read-only inside a box.
 pub(crate) const GLOBAL_CONFIG: &[&str] = &[
     ".claude/CLAUDE.md",
@@ -317,6 +326,20 @@ mod tests {
                 Err("creds takes logins among claude, codex, gemini, grok, opencode, gh, or all, none or default".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_boxs_claude_json_is_the_nodes_without_its_api_key() {
+        let seeded = |node: &str| {
+            seed_claude_json(node.as_bytes())
+                .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap())
+        };
+        assert_eq!(
+            seeded(r#"{"primaryApiKey": "sk-ant-1", "hasCompletedOnboarding": true}"#),
+            Some(serde_json::json!({"hasCompletedOnboarding": true}))
+        );
+        assert_eq!(seeded("[1]"), None);
+        assert_eq!(seeded("not json"), None);
     }
 
     #[test]

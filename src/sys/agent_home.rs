@@ -8,6 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::atomic;
 use crate::plan::account::{self, Ids};
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::box_tree::{Entry, Tree};
@@ -28,7 +29,16 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
         let n = import_sessions(Path::new("/"), spec.home(), &spec.project, &staging)?;
         let claude_json = spec.home().join(".claude.json");
         if claude_json.is_file() {
-            copy(&claude_json, &staging.join(".claude.json"))?;
+            let node = fs::read(&claude_json)
+                .with_context(|| format!("reading {}", claude_json.display()))?;
+            match crate::plan::agent_home::seed_claude_json(&node) {
+                Some(seed) => atomic::write(&staging.join(".claude.json"), &seed, 0o600)?,
+                None => tracing::warn!(
+                    "{} is not a JSON object: box '{}' starts with an empty one",
+                    claude_json.display(),
+                    spec.name
+                ),
+            }
         }
         if n > 0 {
             say!(
