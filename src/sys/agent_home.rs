@@ -31,13 +31,14 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
         if claude_json.is_file() {
             let node = fs::read(&claude_json)
                 .with_context(|| format!("reading {}", claude_json.display()))?;
-            match crate::plan::agent_home::seed_claude_json(&node) {
-                Some(seed) => atomic::write(&staging.join(".claude.json"), &seed, 0o600)?,
-                None => tracing::warn!(
+            if let Some(seed) = crate::plan::agent_home::seed_claude_json(&node) {
+                atomic::write(&staging.join(".claude.json"), &seed, 0o600)?;
+            } else {
+                tracing::warn!(
                     "{} is not a JSON object: box '{}' starts with an empty one",
                     claude_json.display(),
                     spec.name
-                ),
+                );
             }
         }
         if n > 0 {
