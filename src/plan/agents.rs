@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::sandbox::BOX_EXE;
+use super::box_exe::BOX_EXE;
 use super::slices;
 
 /// How an agent goes back to the most recent conversation in the project.

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sandbox::BOX_EXE;
+use super::box_exe::BOX_EXE;
 
 /// A dir of managed settings an agent reads from the node's `/etc`: each start writes the box's
 /// own copy in its run dir (the node's files, the hooks added to its hooks file) and binds it

@@ -31,14 +31,12 @@ use super::account::{self, Ids};
 use super::agent_home::{Access, AgentHome};
 use super::agents;
 use super::attention::{MANAGED, Managed};
+use super::box_exe::BOX_EXE;
 use super::egress::{self, BoxPolicy};
 use super::tmux;
 
 /// Where boxes' network namespaces are pinned (no box name starts with a dot).
 pub(crate) const NETNS_DIR: &str = "/run/box/.netns";
-
-/// Where the ag-box binary is inside every box.
-pub(crate) const BOX_EXE: &str = "/run/ag-box";
 
 /// What a box is made of, as seen from the host.
 #[derive(Debug, Clone, PartialEq)]

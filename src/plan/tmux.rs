@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::account::CLIENT_USER;
-use super::sandbox::BOX_EXE;
+use super::box_exe::BOX_EXE;
 
 pub(crate) const INNER_CONF: &str = "/etc/box/tmux-inner.conf";
 pub(crate) const BASE_FLAKE: &str = "/etc/base-flake";
