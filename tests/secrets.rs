@@ -169,6 +169,10 @@ fn a_box_sees_only_the_logins_it_is_given() {
         &format!("{}/.claude.json", host.home()),
         "{\"primaryApiKey\":\"APIKEY-TOKEN\",\"hasCompletedOnboarding\":true}\n",
     );
+    // The node's ~/.local, which every box sees, without OpenCode's store yet.
+    Project::at(".local/bin")
+        .file("README", "x\n")
+        .write_on(&host);
     let b = BoxTest::on(&host, &name);
     b.write(&Project::new(&name).file("f", "x\n"));
     b.track().ok();
@@ -185,12 +189,22 @@ fn a_box_sees_only_the_logins_it_is_given() {
     assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
     b.exec_sh("grep -q hasCompletedOnboarding ~/.claude.json")
         .ok();
+    // An OpenCode login made on the node while the box runs does not show in it either.
+    host.write(
+        &format!("{}/.local/share/opencode/auth.json", host.home()),
+        "{\"t\":\"OPENCODE-TOKEN\"}\n",
+    );
+    b.exec_sh("test -d ~/.local/bin").ok();
+    assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
     b.park().ok();
     b.set(["creds=all"])
         .ok()
         .stderr_has("creds=claude,codex,gemini,grok,opencode,gh");
     b.up().ok();
-    assert_eq!(found(), ["CLAUDE-TOKEN", "CODEX-TOKEN", "GH-TOKEN"]);
+    assert_eq!(
+        found(),
+        ["CLAUDE-TOKEN", "CODEX-TOKEN", "GH-TOKEN", "OPENCODE-TOKEN"]
+    );
     b.park().ok();
     b.set(["creds=codex"])
         .ok()

@@ -68,6 +68,7 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     for rel in crate::plan::agent_home::OWN_FILES {
         tree.ensure(Path::new(rel), Entry::File(b"{}\n"), 0o644, spec.ids)?;
     }
+    cover_opencode_store(spec.home())?;
     let binds = ah.binds(std::path::Path::exists);
     for point in ah.mount_points(&binds) {
         let rel = point.strip_prefix(&ah.root).unwrap_or(&point);
@@ -105,6 +106,19 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
 
 /// A login file's largest size (a token file is a few KiB).
 const LOGIN_MAX: u64 = 1 << 20;
+
+/// Every box sees the node's `~/.local` (CLIs and their libraries), where OpenCode keeps its
+/// login: the box's own OpenCode store is bound over `~/.local/share/opencode`, which needs
+/// that dir on the node. Made (empty, root's) when the node has `~/.local` without it, so a
+/// login made on the node later never shows in a box that is not given it.
+fn cover_opencode_store(home: &Path) -> Result<()> {
+    let store = home.join(".local/share/opencode");
+    if home.join(".local").is_dir() && fs::symlink_metadata(&store).is_err() {
+        fs::create_dir_all(&store).with_context(|| format!("creating {}", store.display()))?;
+        fs::set_permissions(&store, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
 
 /// Logins made inside the box: a credential file (`plan::agent_home::CREDENTIALS`) in its own
 /// agent home where the node has none, so nothing was bound over it. No snapshot carries them.
