@@ -107,8 +107,8 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
 /// A login file's largest size (a token file is a few KiB).
 const LOGIN_MAX: u64 = 1 << 20;
 
-/// Every box sees the node's `~/.local` (CLIs and their libraries), where OpenCode keeps its
-/// login: the box's own OpenCode store is bound over `~/.local/share/opencode`, which needs
+/// Every box sees the node's `~/.local` (CLIs and their libraries), where `OpenCode` keeps its
+/// login: the box's own `OpenCode` store is bound over `~/.local/share/opencode`, which needs
 /// that dir on the node. Made (empty, root's) when the node has `~/.local` without it, so a
 /// login made on the node later never shows in a box that is not given it.
 fn cover_opencode_store(home: &Path) -> Result<()> {
