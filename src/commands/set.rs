@@ -18,17 +18,13 @@ pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
     } else {
         meta.allow.join(",")
     };
-    let creds = match meta.creds.as_deref() {
-        None => "default".to_string(),
-        Some([]) => "none".to_string(),
-        Some(logins) => logins.join(","),
-    };
     say!(
-        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={} creds={creds}",
+        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={} creds={}",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,
         meta.pinned_node.as_deref().unwrap_or("none"),
         meta.agent_label(),
+        meta.creds_label(),
     );
     let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
     let egress_changed = assignments.iter().any(|a| is_egress(&a));

@@ -30,11 +30,7 @@ pub(crate) fn run(name: &BoxName) -> Result<()> {
                 ),
                 format!(
                     "name the box's agent, one of {}: 'ag-box set {name} agent=claude'",
-                    agents::AGENTS
-                        .iter()
-                        .map(|a| a.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    agents::names().join(", ")
                 ),
             )
             .into());

@@ -121,15 +121,19 @@ pub(crate) fn parse(value: &str) -> Result<Option<&'static Agent>, String> {
     if value.is_empty() || value == NONE {
         return Ok(None);
     }
-    named(value).map(Some).ok_or_else(|| {
-        let names: Vec<&str> = AGENTS.iter().map(|a| a.name).collect();
-        format!("agent takes {} or {NONE}", names.join(", "))
-    })
+    named(value)
+        .map(Some)
+        .ok_or_else(|| format!("agent takes {} or {NONE}", names().join(", ")))
+}
+
+/// Every agent's name, in the table's order.
+pub(crate) fn names() -> Vec<&'static str> {
+    AGENTS.iter().map(|a| a.name).collect()
 }
 
 /// What `--agent` and `agent=` take: each agent's name, then `none`.
 pub(crate) fn choices() -> Vec<&'static str> {
-    AGENTS.iter().map(|a| a.name).chain([NONE]).collect()
+    names().into_iter().chain([NONE]).collect()
 }
 
 /// A name a record may hold: this version's agents, and any a newer ag-box adds (kept and

@@ -224,6 +224,15 @@ impl Meta {
         self.agent.as_deref().unwrap_or(agents::NONE)
     }
 
+    /// `creds=` as `set` shows it: the logins named, `none`, or `default`.
+    pub(crate) fn creds_label(&self) -> String {
+        match self.creds.as_deref() {
+            None => "default".to_string(),
+            Some([]) => "none".to_string(),
+            Some(logins) => logins.join(","),
+        }
+    }
+
     /// The box's network mode: the record's, else the node's default.
     pub(crate) fn network(&self, default: Mode) -> Mode {
         self.network.unwrap_or(default)

@@ -847,15 +847,17 @@ pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
-/// A long restic run's progress: a bar on a terminal; otherwise (the journal, a timer, a pipe)
-/// one line every [`line_every`] at most.
 /// The progress bar, with a total known; and what is done so far, without one.
 const BAR: &str = "{spinner} {prefix} [{bar:30}] {pos}% {elapsed}";
 const COUNTER: &str = "{spinner} {prefix} {msg} {elapsed}";
 
+/// A long restic run's progress: a bar on a terminal; otherwise (the journal, a timer, a pipe)
+/// one line every [`line_every`] at most.
 struct Progress {
     label: String,
     bar: Option<ProgressBar>,
+    /// Whether the bar shows a total now (None: as it was made, with [`BAR`]).
+    totalled: Option<bool>,
     last_line: Instant,
 }
 
@@ -882,6 +884,7 @@ impl Progress {
         Progress {
             label,
             bar,
+            totalled: None,
             last_line: Instant::now(),
         }
     }
@@ -900,9 +903,12 @@ impl Progress {
         let known_total = total_bytes > 0;
         if let Some(b) = &self.bar {
             // A scanner may count the total only after the first messages: the bar comes back.
-            let template = if known_total { BAR } else { COUNTER };
-            if let Ok(style) = ProgressStyle::with_template(template) {
-                b.set_style(style);
+            if self.totalled != Some(known_total) {
+                let template = if known_total { BAR } else { COUNTER };
+                if let Ok(style) = ProgressStyle::with_template(template) {
+                    b.set_style(style);
+                }
+                self.totalled = Some(known_total);
             }
             if known_total {
                 // A fraction in [0, 1], as a percentage.
