@@ -326,6 +326,9 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     /// Beside a box running here: publishes its agent's state
     #[command(name = "__watch", hide = true)]
     Watch { name: String },
+    /// After a quick park: the whole snapshot of the parked copy, in the changes' place
+    #[command(name = "__finish-park", hide = true)]
+    FinishPark { name: String },
     /// Inside a box: what the agent's hook or notify program says of its state
     #[command(name = "__agent-state", hide = true)]
     AgentState {

@@ -40,6 +40,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "BOX_TASKS_MAX",
     "BOX_TMPFS_MAX",
     "BOX_SNAPSHOT_ADD_MAX",
+    "BOX_QUICK_PARK",
 ];
 
 /// A box's default bound on its processes and threads: room for an agent, its language
@@ -119,6 +120,10 @@ pub(crate) struct Config {
     /// Bytes of changed files one snapshot of a box may read in (`BOX_SNAPSHOT_ADD_MAX`); None:
     /// no bound.
     pub snapshot_add_max: Option<u64>,
+    /// A park saves only what changed and the whole snapshot follows (`BOX_QUICK_PARK`, on
+    /// unless `false`): off while a node of the cluster runs an ag-box before it, which refuses
+    /// a record whose latest is such changes.
+    pub quick_park: bool,
     pub retention: Policy,
     pub runtime: RuntimeChoice,
     pub nodes: Vec<NodeEntry>,
@@ -280,6 +285,11 @@ impl Config {
                     })?,
             ),
         };
+        let quick_park = match src.get("BOX_QUICK_PARK") {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => return Err(bad_key("BOX_QUICK_PARK", v, "use true or false")),
+        };
         let memory_max = Some(
             src.get("BOX_MEMORY_MAX")
                 .unwrap_or(DEFAULT_MEMORY_MAX)
@@ -373,6 +383,7 @@ impl Config {
             tasks_max,
             tmpfs_max,
             snapshot_add_max,
+            quick_park,
             retention,
             runtime,
             nodes: src.nodes.clone(),
@@ -534,6 +545,7 @@ mod tests {
                 tasks_max: 4096,
                 tmpfs_max: 2 << 30,
                 snapshot_add_max: None,
+                quick_park: true,
                 retention: Policy::DEFAULT,
                 runtime: RuntimeChoice::Direct,
                 nodes: vec![],

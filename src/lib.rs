@@ -146,6 +146,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Probe => commands::probe::run(),
         Cmd::AgentWindow { agent, fresh } => commands::agent_window::run(&agent, fresh),
         Cmd::Watch { name } => commands::watch::run(&BoxName::new(name)?),
+        Cmd::FinishPark { name } => {
+            lifecycle::finish::run(&lifecycle::Ctx::load()?, &BoxName::new(name)?)
+        }
         Cmd::AgentState { agent, payload } => {
             commands::agent_state::run(&agent, payload.as_deref());
             Ok(())

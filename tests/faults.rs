@@ -194,17 +194,25 @@ fn a_delta_restore_cut_off_is_finished_by_the_next_up_without_a_fork() {
 fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
     let Some(c) = Cluster::get() else { return };
     let name = "cut-park";
-    for point in [
-        "park.after-snapshot",
-        "park.after-stop",
-        "park.before-release",
+    // A quick park (what changed alone, then release), and one that saves the box whole.
+    for (quick, point) in [
+        ("true", "park.after-stop"),
+        ("true", "park.after-changes"),
+        ("true", "park.before-release"),
+        ("false", "park.after-snapshot"),
+        ("false", "park.after-stop"),
+        ("false", "park.before-release"),
     ] {
         c.parked_box(name);
         c.a.sh(&format!(
             "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo {point} > late.txt'"
         ))
         .ok();
-        cut_at(&c.a, point, &format!("ag-box park {name}"));
+        cut_at(
+            &c.a,
+            point,
+            &format!("BOX_QUICK_PARK={quick} ag-box park {name}"),
+        );
         assert_eq!(c.holder(name).as_deref(), Some("nodeA"), "{point}");
         c.a.sh(&format!("ag-box park {name}")).ok();
         assert_eq!(c.holder(name), None, "{point}");

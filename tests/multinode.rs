@@ -776,8 +776,14 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     c.b.sh(&format!(
         "set -e; chmod 751 /root
          ag-box exec {name} -- sh -c 'echo v3 > src/main.txt; ln src/main.txt hard.txt; chmod 640 kept.txt; chmod 750 src'
-         ag-box park {name}; chmod {root_mode} /root
-         curl -sf -X DELETE --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/agent-boxes/deltas/{name}.changes.json"
+         ag-box park {name}; chmod {root_mode} /root"
+    ))
+    .ok();
+    // Once B's whole snapshot took the place of its changes (until then, they are the box's
+    // latest and the pointer to them is all there is).
+    common::whole_snapshot_done(&c.b, name);
+    c.b.sh(&format!(
+        "curl -sf -X DELETE --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/agent-boxes/deltas/{name}.changes.json"
     ))
     .ok();
     let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
@@ -913,4 +919,90 @@ fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
     for n in c.all() {
         n.sh(&format!("rm -f {cred}")).ok();
     }
+}
+
+#[test]
+fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "quick";
+    c.parked_box(name);
+    let latest = || common::box_row(&c.a, name).unwrap()["last_snapshot"].clone();
+    let first = latest()["id"].as_str().unwrap().to_string();
+    let finished = |n: &Node| common::whole_snapshot_done(n, name);
+    // A's copy is the box's first snapshot (track kept its manifest): its park saves only
+    // what changed, and frees the node.
+    let park = c.a.sh(&format!(
+        "set -e; ag-box up {name} --node nodeA
+         ag-box exec {name} -- sh -c 'echo v2 > src/main.txt; echo new > added.txt'
+         ag-box park {name}"
+    ));
+    assert!(
+        park.ok()
+            .stderr()
+            .contains(&format!("what changed since snapshot {}", &first[..8])),
+        "{}",
+        park.stderr()
+    );
+    let changes = latest();
+    assert_eq!(changes["on"]["id"], first.as_str(), "{changes}");
+    assert_eq!(c.holder(name), None);
+    // B, without a copy, restores the whole snapshot and writes the changes over it, while A
+    // may still be taking the whole one.
+    let up_b = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    assert!(
+        up_b.ok().stderr().contains("as nodeA published them"),
+        "{}",
+        up_b.stderr()
+    );
+    assert_eq!(
+        c.b.sh(&format!("cd /root/{name}; cat src/main.txt added.txt"))
+            .ok()
+            .stdout(),
+        "v2\nnew\n"
+    );
+    // A's whole snapshot takes the changes' place, B holding the lease meanwhile.
+    finished(&c.a);
+    let whole = latest();
+    assert_eq!(
+        (whole["on"].clone(), whole["same_as"].clone()),
+        (serde_json::Value::Null, changes["id"].clone()),
+        "{whole}"
+    );
+    assert_eq!(c.holder(name).as_deref(), Some("nodeB"));
+    let listed = c.a.sh(&format!(
+        "{RESTIC_ENV}; restic ls --no-lock {} /root/{name}/added.txt",
+        whole["id"].as_str().unwrap()
+    ));
+    assert!(
+        listed.ok().stdout().contains("added.txt"),
+        "{}",
+        listed.stdout()
+    );
+    // B's copy, equal to the changes, is the box's latest: parked unchanged, it stays so.
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    assert_eq!(latest(), whole);
+    // Changed on B and parked: changes over that whole snapshot; B's next up ends the whole
+    // snapshot under way (it never waits for it), and its next park saves the box whole.
+    c.b.sh(&format!(
+        "set -e; ag-box up {name} --node nodeB
+         ag-box exec {name} -- sh -c 'echo v3 > src/main.txt'
+         ag-box park {name}"
+    ))
+    .ok();
+    assert_eq!(latest()["on"]["id"], whole["id"]);
+    let again = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    assert!(!again.ok().stderr().contains("busy"), "{}", again.stderr());
+    finished(&c.b);
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    // Whole either way: saved by this park, or by the whole snapshot had it ended first.
+    let last = latest();
+    assert_eq!(last["on"], serde_json::Value::Null, "{last}");
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v3\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }

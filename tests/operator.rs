@@ -41,6 +41,7 @@ fn history_shows_snapshots_and_a_force_take_over_from_both_nodes() {
     a.park().cannot(Exit::LeaseHeld, "taken over");
     b.exec_sh("echo b > b.txt").ok();
     b.park().ok();
+    common::whole_snapshot_done(&c.b, name);
 
     let (ha, hb) = (history(&a), history(&b));
     assert_eq!(ha, hb, "the same history from both nodes");
@@ -52,8 +53,9 @@ fn history_shows_snapshots_and_a_force_take_over_from_both_nodes() {
     assert_eq!(
         seen,
         [
-            "park",
+            // B's quick park, then the whole snapshot that took its changes' place
             "snapshot",
+            "park",
             "fork",
             "take-over",
             "up",

@@ -472,6 +472,7 @@ fn claude_code_and_codex_run_in_a_non_root_box_and_resume_after_a_migration() {
     );
     cost_on_b(&c.b, name, &on_a_reported);
     c.b.sh(&format!("ag-box park {name}")).ok();
+    common::whole_snapshot_done(&c.b, name);
     tokens_by_snapshot(&c.b, name);
 }
 

@@ -42,10 +42,11 @@ pub(crate) fn run(name: &BoxName, snapshots: &[String], json: bool) -> Result<()
     let id_of = |prefix: &str| find_snapshot(&listed, name, prefix).map(|s| s.id.clone());
     let from = match snapshots.first() {
         Some(prefix) => id_of(prefix)?,
+        // A quick park's changes are no whole tree: the snapshot they lie on is compared.
         None => meta
             .last_snapshot
             .as_ref()
-            .map(|s| s.id.clone())
+            .map(|s| s.whole().id.clone())
             .ok_or_else(|| {
                 UserError::failed(
                     format!("box '{name}' has no snapshot yet"),

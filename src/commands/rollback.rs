@@ -76,12 +76,14 @@ pub(crate) fn run(
             .and_then(|e| e.parse().ok())
             .unwrap_or(0),
         paths: target.paths.clone(),
+        on: None,
+        same_as: None,
     };
     let here = meta
         .lease
         .as_ref()
         .is_some_and(|l| l.node == ctx.config.node);
-    let at_latest = meta.last_snapshot.as_ref().is_some_and(|l| l.id == to.id);
+    let at_latest = meta.last_snapshot.as_ref().is_some_and(|l| l.names(&to.id));
     let parked = meta.lease.is_none();
     if at_latest && (parked || (here && lifecycle::snapshot::unchanged_since_latest(&ctx, &meta)?))
     {

@@ -7,6 +7,7 @@
 
 mod context;
 pub(crate) mod drop;
+pub(crate) mod finish;
 pub(crate) mod park;
 pub(crate) mod prune;
 pub(crate) mod rollback;

@@ -3,15 +3,18 @@
 
 use anyhow::Result;
 
-use super::{Ctx, not_up_here, snapshot};
+use super::{Ctx, not_up_here, snapshot, up};
 use crate::error::{Code, UserError};
+use crate::plan::delta::{Manifest, PublishedRef, QUICK_TO};
 use crate::plan::names::BoxName;
+use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
+use crate::store::lease::timestamp;
 use crate::store::lease::{self, LeaseLost};
-use crate::store::meta::SnapshotRef;
+use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, events, update_from};
-use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState};
-use crate::sys::{agent_home, crash, digest};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, Relation};
+use crate::sys::{agent_home, crash, digest, working_copy};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
 /// the lease.
@@ -19,7 +22,7 @@ use crate::sys::{agent_home, crash, digest};
 // One sequence, read top to bottom; each step names its failure and crash point.
 #[allow(clippy::too_many_lines)]
 pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<SnapshotId> {
-    let _lock = ctx.lock(name, "park")?;
+    let lock = ctx.lock(name, "park")?;
     let stored = ctx.tracked(name)?;
     let meta = &stored.meta;
     let here = ctx.config.node.clone();
@@ -35,8 +38,15 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     if !running && snapshot::is_behind(copy.state(), meta) {
         return release_behind(ctx, &stored, &mut copy);
     }
-    // If this fails the lease stays ours and the box keeps running, untouched. The manifest
-    // the copy had at its last snapshot here is read meanwhile (megabytes of JSON).
+    if !accept_partial && let Some(id) = park_quickly(ctx, &stored, &mut copy, running)? {
+        return Ok(id);
+    }
+    // A quick park that did not apply may have stopped the box.
+    let stopped_quick = running && !ctx.runtime.is_active(&spec);
+    let running = running && !stopped_quick;
+    // If this fails the lease stays ours and the box keeps running, untouched (started again,
+    // when the quick park stopped it). The manifest the copy had at its last snapshot here is
+    // read meanwhile (megabytes of JSON).
     let state_dir = &ctx.config.state_dir;
     let (taken, kept_manifest) = std::thread::scope(|s| {
         let kept = s.spawn(|| CopyManifest::load(state_dir, name));
@@ -45,6 +55,20 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
             kept.join().ok().flatten(),
         )
     });
+    let taken = match taken {
+        Err(e) if stopped_quick => {
+            drop(lock);
+            return Err(match up::up_here(ctx, name, up::How::default()) {
+                Ok(()) => e.context(format!(
+                    "box '{name}' keeps running: its snapshot failed ('ag-box stop {name}' stops it without one; the lease and the copy stay here; stopped for a quick park, it was started again)"
+                )),
+                Err(again) => e.context(format!(
+                    "box '{name}' is stopped, its snapshot failed, and starting it again failed too ({again:#}); nothing is lost: the lease and the copy stay here"
+                )),
+            });
+        }
+        taken => taken,
+    };
     let mut taken = taken.map_err(|e| {
         if running {
             e.context(format!(
@@ -108,20 +132,28 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
         copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &snapshot.id).into());
     }
+    parked(ctx, &spec, epoch, &snapshot.id, None);
+    say!(
+        "parked box '{name}' (snapshot {}); this node is free of it",
+        snapshot.id.short()
+    );
+    Ok(snapshot.id)
+}
+
+/// The park is done: its event, and a word on a login made inside the box.
+fn parked(ctx: &Ctx, spec: &BoxSpec, epoch: u64, id: &SnapshotId, detail: Option<String>) {
+    let name = &spec.name;
     ctx.record_event(
         name,
         events::Step {
             verb: "park",
             epoch: Some(epoch),
-            snapshot: Some(&snapshot.id),
+            snapshot: Some(id),
+            detail,
             ..Default::default()
         },
     );
-    say!(
-        "parked box '{name}' (snapshot {}); this node is free of it",
-        snapshot.id.short()
-    );
-    match agent_home::own_logins(&spec) {
+    match agent_home::own_logins(spec) {
         Ok(logins) if !logins.is_empty() => tracing::warn!(
             "box '{name}' holds a login made inside it (~/{}) that no snapshot carries: it stays on this node; 'ag-box globals adopt {name}' makes it this node's",
             logins.join(", ~/")
@@ -129,7 +161,176 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
         Ok(_) => {}
         Err(e) => tracing::debug!("box '{name}': looking for logins made inside it: {e:#}"),
     }
-    Ok(snapshot.id)
+}
+
+/// What changed since the manifest `kept`, saved and published for the next node (the list
+/// it holds names `QUICK_TO`, the bucket's pointer the changes snapshot itself); None (with a
+/// word) when that cannot be done, and the park goes the usual way.
+fn save_quick(
+    ctx: &Ctx,
+    spec: &BoxSpec,
+    kept: &CopyManifest,
+    manifest: &Manifest,
+) -> Option<PublishedRef> {
+    let name = &spec.name;
+    let quick = SnapshotId::from(QUICK_TO);
+    let saved =
+        snapshot::save_changes(ctx, spec, &quick, Some(kept), Some(manifest)).and_then(|p| {
+            let Some(mut p) = p else { return Ok(None) };
+            p.to = p.snapshot.clone();
+            ctx.store.put_delta(name, Some(&p))?;
+            Ok(Some(p))
+        });
+    saved.unwrap_or_else(|e| {
+        tracing::warn!("box '{name}': a quick park failed ({e:#}); parking it the usual way");
+        None
+    })
+}
+
+/// What a quick park of the copy starts from, when one applies: the box's latest (a whole
+/// snapshot the copy equals, as this node last saved or restored it), the copy's relation to
+/// it, and the lease epoch held.
+fn quick_parkable<'m>(
+    ctx: &Ctx,
+    meta: &'m Meta,
+    copy: &CopyState,
+    spec: &BoxSpec,
+) -> Result<Option<(&'m SnapshotRef, Equal, u64)>> {
+    let (Some(latest), Relation::Equals(equal), Some(epoch)) =
+        (&meta.last_snapshot, &copy.relation, copy.epoch)
+    else {
+        return Ok(None);
+    };
+    let here = &ctx.config.node;
+    let holding = meta
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.node == *here && l.epoch == epoch);
+    let applies = ctx.config.quick_park
+        && latest.on.is_none()
+        && latest.names(&equal.snapshot)
+        && holding
+        && ctx.config.snapshot_add_max.is_none()
+        && snapshot::partial_before(meta, copy).is_none()
+        && !working_copy::excludes(spec)?.unfollowed;
+    Ok(applies.then(|| (latest, equal.clone(), epoch)))
+}
+
+/// A quick park: the box is stopped, only what changed since the whole snapshot its copy
+/// equals is saved (one small snapshot instead of a walk of the whole tree by restic), and the
+/// lease released with the box's latest as those changes over that snapshot
+/// (`SnapshotRef::on`); the whole snapshot follows beside the command (`finish`). A copy
+/// without what it needs (its manifest as of that snapshot, a latest that is whole, a copy
+/// that equals it, every name UTF-8, no path-shaped exclude, no `BOX_SNAPSHOT_ADD_MAX`), or
+/// a node where `BOX_QUICK_PARK=false`, parks the usual way: None, with the box as it was, or stopped.
+fn park_quickly(
+    ctx: &Ctx,
+    stored: &Stored,
+    copy: &mut CopyJournal,
+    running: bool,
+) -> Result<Option<SnapshotId>> {
+    let meta = &stored.meta;
+    let name = &meta.name;
+    let here = &ctx.config.node;
+    let spec = ctx.spec(meta);
+    let Some((latest, equal, epoch)) = quick_parkable(ctx, meta, copy.state(), &spec)? else {
+        return Ok(None);
+    };
+    // The manifest kept as the copy last equalled the snapshot, read while the box stops.
+    let state_dir = &ctx.config.state_dir;
+    let (kept, stopped) = std::thread::scope(|s| {
+        let kept = s.spawn(|| CopyManifest::load(state_dir, name));
+        let stopped = if running {
+            ctx.runtime.stop(&spec)
+        } else {
+            Ok(())
+        };
+        (kept.join().ok().flatten(), stopped)
+    });
+    stopped?;
+    crash::point("park.after-stop");
+    let Some(mut kept) = kept.filter(|k| latest.names(&k.snapshot)) else {
+        return Ok(None);
+    };
+    // What it leads from is named as the record names it (a copy equal to changes a whole
+    // snapshot replaced kept their name).
+    kept.snapshot = latest.id.clone();
+    let began = snapshot::unix_nanos(std::time::SystemTime::now());
+    let (digest, manifest) = digest::walk(&spec.local_copy())?;
+    tracing::debug!("box '{name}': walked its stopped copy");
+    let Some(manifest) = manifest else {
+        return Ok(None);
+    };
+    if equal.still(&digest) {
+        // Nothing changed: the latest stays what it is.
+        if let Some(lost) = release(ctx, stored.clone(), epoch, None, copy)? {
+            copy.record(|c| *c = CopyState::default())?;
+            return Err(taken_over(name, lost, &latest.id).into());
+        }
+        parked(ctx, &spec, epoch, &latest.id, None);
+        say!(
+            "parked box '{name}': unchanged since snapshot {}; this node is free of it",
+            latest.id.short()
+        );
+        return Ok(Some(latest.id.clone()));
+    }
+    let whole = latest.whole().clone();
+    let Some(published) = save_quick(ctx, &spec, &kept, &manifest) else {
+        return Ok(None);
+    };
+    crash::point("park.after-changes");
+    let changes = SnapshotRef {
+        id: published.snapshot.clone(),
+        at: timestamp(ctx.now()),
+        node: here.clone(),
+        epoch,
+        paths: spec
+            .local_copy()
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect(),
+        on: Some(Box::new(whole.clone())),
+        same_as: None,
+    };
+    crash::point("park.before-release");
+    let had_files = snapshot::project_has_files(meta).ok();
+    if let Some(lost) = release(ctx, stored.clone(), epoch, Some(&changes), copy)? {
+        copy.record(|c| *c = CopyState::default())?;
+        return Err(taken_over(name, lost, &changes.id).into());
+    }
+    copy.record(|c| {
+        let now = Equal {
+            snapshot: changes.id.clone(),
+            paths: changes.paths.clone(),
+            digest: Some(digest),
+            running_digest: None,
+            restored: equal.restored,
+        };
+        c.saved(now, had_files, began);
+    })?;
+    snapshot::keep_manifest(ctx, name, &changes.id, Some(manifest));
+    parked(
+        ctx,
+        &spec,
+        epoch,
+        &changes.id,
+        Some(format!(
+            "quick: what changed since snapshot {}; its whole snapshot follows",
+            whole.id.short()
+        )),
+    );
+    say!(
+        "parked box '{name}' (snapshot {}: what changed since snapshot {}); this node is free of it",
+        changes.id.short(),
+        whole.id.short()
+    );
+    let log = state_dir.join("local/finish").join(format!("{name}.log"));
+    if let Err(e) = ctx.runtime.finish_later(&spec, &log) {
+        tracing::warn!(
+            "box '{name}': its whole snapshot was not started ({e:#}); its next park takes one"
+        );
+    }
+    Ok(Some(changes.id))
 }
 
 /// Park a stopped copy that is not the box's latest (`snapshot::is_behind`): nothing of it is

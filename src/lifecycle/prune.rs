@@ -5,10 +5,12 @@
 use anyhow::Result;
 
 use super::Ctx;
+use crate::plan::delta::QUICK_TO;
 use crate::plan::restic::{FORK_TAG, GLOBALS_TAG, SnapshotInfo, box_tag, changes_tag};
 use crate::plan::retention::{self, Reason, Snap};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::events;
+use crate::store::meta::SnapshotRef;
 use crate::sys::crash;
 
 /// What the retention keys keep and forget of one box (or of the globals).
@@ -43,14 +45,15 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
     let all = ctx.repo.snapshots()?;
     let records = ctx.store.list()?;
     let boxes: Vec<String> = records.iter().map(|m| m.name.clone()).collect();
-    let mut sources: Vec<(String, String, Option<String>, Option<SnapshotId>)> = records
+    // Each box's latest: the whole snapshot it is or lies on, and the changes that lead to it.
+    let mut sources: Vec<(String, String, Option<String>, Option<SnapshotRef>)> = records
         .into_iter()
         .map(|m| {
             (
                 m.name.clone(),
                 box_tag(&m.name),
                 Some(changes_tag(&m.name)),
-                m.last_snapshot.map(|s| s.id),
+                m.last_snapshot,
             )
         })
         .collect();
@@ -60,7 +63,8 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
     };
     let groups = sources
         .into_iter()
-        .map(|(label, tag, changes, pinned)| {
+        .map(|(label, tag, changes, latest)| {
+            let pinned = latest.as_ref().map(|l| l.whole().id.clone());
             let own = snaps(&tagged(&tag));
             let mut kept = match changes {
                 Some(_) => {
@@ -73,15 +77,23 @@ pub(crate) fn plan(ctx: &Ctx) -> Result<Plan> {
                     .iter()
                     .find(|s| pinned.as_ref() == Some(&s.id))
                     .map(|s| s.time);
-                // Each with the snapshot it leads to (one without is forgotten with the rest).
+                // Each with the state it leads to (one without is forgotten with the rest): a
+                // quick park's changes are that state themselves.
                 let leading: Vec<(Snap, SnapshotId)> = tagged(changes)
                     .into_iter()
                     .filter_map(|i| {
-                        let to = SnapshotId::from(i.tag("to").unwrap_or_default());
+                        let to = match i.tag("to").unwrap_or_default() {
+                            QUICK_TO => i.id.clone(),
+                            to => SnapshotId::from(to),
+                        };
                         Some((snaps(&[i]).pop()?, to))
                     })
                     .collect();
-                let c = retention::changes_plan(&leading, pinned.as_ref(), latest_time);
+                let c = retention::changes_plan(
+                    &leading,
+                    latest.as_ref().map(SnapshotRef::published_as),
+                    latest_time,
+                );
                 kept.keep.extend(c.keep);
                 kept.forget.extend(c.forget);
             }
@@ -107,7 +119,11 @@ pub(crate) fn execute(ctx: &Ctx, plan: &Plan) -> Result<()> {
         .store
         .list()?
         .into_iter()
-        .filter_map(|m| m.last_snapshot.map(|s| s.id))
+        .filter_map(|m| m.last_snapshot)
+        .flat_map(|s| {
+            let whole = s.whole().id.clone();
+            [Some(s.id), Some(whole), s.same_as].into_iter().flatten()
+        })
         .collect();
     let forget: Vec<SnapshotId> = plan
         .forget()

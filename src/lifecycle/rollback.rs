@@ -23,6 +23,21 @@ pub(crate) fn rollback(ctx: &Ctx, name: &BoxName, to: &SnapshotRef) -> Result<Op
     let meta = &stored.meta;
     let here = ctx.config.node.clone();
     let replaced = match &meta.lease {
+        None if let Some(latest) = meta.last_snapshot.as_ref().filter(|s| s.on.is_some()) => {
+            // The state it would replace is no snapshot a rollback can name, to undo it.
+            return Err(UserError::failed(
+                format!(
+                    "box '{name}': its latest is what a quick park on {} saved (snapshot {}), and its whole snapshot is not taken yet; it is not rolled back",
+                    latest.node,
+                    latest.id.short()
+                ),
+                format!(
+                    "try again in a minute ({} takes it after the park), or run 'ag-box up {name}' first: a box up here is saved whole before it is rolled back",
+                    latest.node
+                ),
+            )
+            .into());
+        }
         None => {
             let replaced = meta.last_snapshot.clone().map(|s| s.id);
             point_back(ctx, name, to, None)?;

@@ -115,10 +115,11 @@ pub(crate) fn publish_changes(
     keep_manifest(ctx, name, to, after);
 }
 
-/// A snapshot of the paths that changed from `before` to `after` (snapshot `to`), holding the
-/// list of them ([`Published`]) too; None when nothing can be said (no manifest of either, or
+/// A snapshot of the paths that changed from `before` to `after` (snapshot `to`, or
+/// `delta::QUICK_TO` for a quick park's, which is that state itself), holding the list of them
+/// ([`Published`]) too; None when nothing can be said (no manifest of either, or
 /// more changes than a published delta names).
-fn save_changes(
+pub(crate) fn save_changes(
     ctx: &Ctx,
     spec: &BoxSpec,
     to: &SnapshotId,
@@ -201,20 +202,19 @@ pub(crate) fn keep_as_fork(
     epoch: u64,
     copy: &CopyState,
 ) -> Result<SnapshotId> {
-    let equal = copy.equal();
     let spec = backup_spec(
         ctx,
         &ctx.spec(meta),
         epoch,
         true,
-        equal.map(|e| e.snapshot.clone()),
-        equal.is_some_and(|e| e.restored),
+        copy.parent(meta.last_snapshot.as_ref()),
+        copy.equal().is_some_and(|e| e.restored),
     );
     Ok(ctx.repo.backup(&spec)?.id)
 }
 
 /// Whether the project holds anything; an unreadable one is named.
-fn project_has_files(meta: &Meta) -> Result<bool, String> {
+pub(crate) fn project_has_files(meta: &Meta) -> Result<bool, String> {
     std::fs::read_dir(&meta.path)
         .map(|mut entries| entries.next().is_some())
         .map_err(|e| {
@@ -227,7 +227,7 @@ fn project_has_files(meta: &Meta) -> Result<bool, String> {
 
 /// Why a snapshot of the box's files now would be partial, before taking it: an unreadable
 /// project, or an empty one that held files when this node last saw it equal a snapshot.
-fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
+pub(crate) fn partial_before(meta: &Meta, copy: &CopyState) -> Option<String> {
     match project_has_files(meta) {
         Err(why) => Some(why),
         Ok(true) => None,
@@ -408,13 +408,30 @@ fn refuse_foreign_owners(
 /// Snapshot the box's local files and renew its lease (or record a fork). A partial snapshot
 /// (unreadable files, a missing or emptied project) never becomes the box's latest unless
 /// `accept_partial`.
-// One sequence, read top to bottom; each step names its failure and crash point.
-#[allow(clippy::too_many_lines)]
 pub(crate) fn take(
     ctx: &Ctx,
     stored: &Stored,
     journal: &mut CopyJournal,
     accept_partial: bool,
+) -> Result<Taken> {
+    take_keeping(ctx, stored, journal, accept_partial, false)
+}
+
+/// A box's first snapshot (`track`, of its stopped copy), which also keeps the copy's
+/// manifest as of it: the box's first park can then save only what changed since.
+pub(crate) fn take_first(ctx: &Ctx, stored: &Stored, journal: &mut CopyJournal) -> Result<Taken> {
+    take_keeping(ctx, stored, journal, false, true)
+}
+
+/// [`take`]; `keep`: the manifest of a stopped copy is kept as the snapshot's.
+// One sequence, read top to bottom; each step names its failure and crash point.
+#[allow(clippy::too_many_lines)]
+fn take_keeping(
+    ctx: &Ctx,
+    stored: &Stored,
+    journal: &mut CopyJournal,
+    accept_partial: bool,
+    keep: bool,
 ) -> Result<Taken> {
     let meta = &stored.meta;
     let node = &ctx.config.node;
@@ -470,10 +487,12 @@ pub(crate) fn take(
     }
     // The system clock, not the world's: it is compared with the files' ctimes.
     let began = unix_nanos(SystemTime::now());
-    // The manifest only where a bound asks what changed.
-    let (digest_before, manifest) = match ctx.config.snapshot_add_max {
-        Some(_) => digest::walk(&roots)?,
-        None => (digest::of(&roots)?, None),
+    // The manifest only where a bound asks what changed, or it is kept.
+    let keep = keep && !running;
+    let (digest_before, manifest) = if keep || ctx.config.snapshot_add_max.is_some() {
+        digest::walk(&roots)?
+    } else {
+        (digest::of(&roots)?, None)
     };
     tracing::debug!("box '{}': walked its copy", meta.name);
     if holding && let Some(last) = unchanged_since_last(meta, &copy, &digest_before) {
@@ -490,10 +509,7 @@ pub(crate) fn take(
     }
     // A stopped box does not change while it is saved: what is saved is what the digest says.
     let digest = (!running).then(|| digest_before.clone());
-    let parent = copy
-        .equal()
-        .map(|e| e.snapshot.clone())
-        .or_else(|| meta.last_snapshot.as_ref().map(|s| s.id.clone()));
+    let parent = copy.parent(meta.last_snapshot.as_ref());
     // (A box's first snapshot, at `track`, is the whole of it.)
     if let Some(bound) = ctx.config.snapshot_add_max
         && meta.last_snapshot.is_some()
@@ -501,9 +517,9 @@ pub(crate) fn take(
     {
         refuse_above_bound(ctx, &meta.name, &copy, manifest.as_ref(), bound)?;
     }
-    // Tens of megabytes on a big tree, needed no more: not held through the backup and the walks
-    // after it.
-    drop(manifest);
+    // Tens of megabytes on a big tree, needed no more unless kept: not held through the backup
+    // and the walks after it.
+    let manifest = manifest.filter(|_| keep);
     let restored = copy.equal().is_some_and(|e| e.restored);
     let spec = backup_spec(ctx, &box_spec, epoch, !holding, parent, restored);
     let paths = spec.paths.clone();
@@ -531,6 +547,8 @@ pub(crate) fn take(
         node: node.clone(),
         epoch,
         paths: paths.clone(),
+        on: None,
+        same_as: None,
     };
     let (forked, record) = if holding {
         let ttl = ctx.config.lease_ttl;
@@ -586,6 +604,9 @@ pub(crate) fn take(
             c.saved(equal, had_files, began);
         }
     })?;
+    if keep && forked.is_none() {
+        keep_manifest(ctx, &meta.name, &snapshot.id, manifest);
+    }
     Ok(Taken {
         snapshot,
         forked,
@@ -617,10 +638,11 @@ pub(crate) fn unix_nanos(t: SystemTime) -> i64 {
 
 /// The box's last snapshot, when this copy is still what it saved: the copy equals it (as
 /// restored, or saved stopped), or is what it was as that snapshot of it running began.
+/// A quick park's changes are never kept as the latest by a snapshot: it takes the whole one.
 fn unchanged_since_last(meta: &Meta, copy: &CopyState, now: &str) -> Option<SnapshotRef> {
-    let last = meta.last_snapshot.as_ref()?;
+    let last = meta.last_snapshot.as_ref().filter(|s| s.on.is_none())?;
     copy.equal()
-        .is_some_and(|e| e.snapshot == last.id && e.still(now))
+        .is_some_and(|e| last.names(&e.snapshot) && e.still(now))
         .then(|| last.clone())
 }
 

@@ -44,6 +44,8 @@ struct FakeRuntime {
     fail_start: Cell<bool>,
     /// A file the box writes as it is stopped (an agent saving its session).
     written_on_stop: RefCell<Option<PathBuf>>,
+    /// The boxes whose quick park asked for the whole snapshot to follow.
+    finish_later: RefCell<Vec<String>>,
 }
 
 impl BoxRuntime for FakeRuntime {
@@ -73,6 +75,10 @@ impl BoxRuntime for FakeRuntime {
     }
     fn pause(&self, _: &BoxSpec) -> Result<Option<Paused>> {
         Ok(None)
+    }
+    fn finish_later(&self, spec: &BoxSpec, _: &Path) -> Result<()> {
+        self.finish_later.borrow_mut().push(spec.name.clone());
+        Ok(())
     }
 }
 
@@ -515,6 +521,13 @@ impl Node {
         }
     }
 
+    /// A node whose parks take the whole snapshot (`BOX_QUICK_PARK=false`).
+    fn whole_parks() -> Node {
+        let mut n = Node::new();
+        n.ctx.config.quick_park = false;
+        n
+    }
+
     /// The box's latest snapshot (as the record names it) holds `text` at `file`.
     fn latest_holds(&self, file: &str, text: &str) {
         let latest = self.meta().last_snapshot.expect("a latest snapshot").id;
@@ -672,6 +685,8 @@ impl Node {
             node: "there".into(),
             epoch: 7,
             paths: vec![self.project()],
+            on: None,
+            same_as: None,
         };
         update(self.store.as_ref(), "demo", |m| {
             Ok(Step::Write(
@@ -904,7 +919,7 @@ fn a_box_that_ran_here_starts_as_it_is() {
 
 #[test]
 fn a_partial_snapshot_leaves_the_lease_and_the_box_as_they_were() {
-    let n = Node::new();
+    let n = Node::whole_parks();
     n.parked();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     // Changed since its last snapshot (an unchanged box takes none).
@@ -1133,7 +1148,7 @@ fn a_copy_equal_to_a_snapshot_gets_only_what_changed() {
 
 #[test]
 fn a_park_publishes_what_changed_since_the_restore_in_a_snapshot_of_its_own() {
-    let n = Node::new();
+    let n = Node::whole_parks();
     n.parked();
     n.changed_elsewhere();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
@@ -1606,7 +1621,7 @@ fn without_restic_017_or_a_record_of_the_paths_the_restore_goes_through_staging(
 
 #[test]
 fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
-    let n = Node::new();
+    let n = Node::whole_parks();
     n.parked();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("g.txt", "new");
@@ -1636,7 +1651,7 @@ fn park_takes_one_snapshot_unless_the_box_wrote_meanwhile() {
 
 #[test]
 fn up_and_park_each_read_the_record_once_and_write_on_the_version_they_read() {
-    let n = Node::new();
+    let n = Node::whole_parks();
     n.parked();
     let up = |n: &Node| {
         n.store
@@ -1710,6 +1725,7 @@ fn a_rollback_of_a_parked_box_is_what_the_next_up_restores() {
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     park::park(n.ctx(), &named("demo"), false).unwrap();
+    super::finish::finish(n.ctx(), &named("demo")).unwrap();
     let second = n.meta().last_snapshot.unwrap().id;
     let replaced = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap();
     assert_eq!(replaced, Some(second));
@@ -1821,7 +1837,7 @@ fn a_half_restored_copy_held_here_can_be_rolled_back() {
 
 #[test]
 fn a_snapshot_a_record_comes_to_name_after_the_prune_plan_is_not_forgotten() {
-    let mut n = Node::new();
+    let mut n = Node::whole_parks();
     n.ctx.config.retention = crate::plan::retention::Policy {
         last: 1,
         daily: 0,
@@ -2201,4 +2217,314 @@ fn set_changes_the_agent_and_refuses_an_unknown_one_without_touching_the_record(
     assert_eq!(n.meta().agent.as_deref(), Some("codex"));
     assert_eq!(set("agent=none").unwrap().agent, None);
     assert_eq!(n.meta().agent, None);
+}
+
+/// A quick park's record, as the park left it: its changes snapshot over `whole`.
+fn changes_over(n: &Node, whole: &SnapshotRef) -> SnapshotRef {
+    let latest = n.meta().last_snapshot.expect("a latest");
+    assert_eq!(
+        latest.on.as_deref(),
+        Some(whole),
+        "changes over the whole one"
+    );
+    assert_eq!(latest.same_as, None);
+    assert!(n.repo.changes.borrow().contains(&latest.id.to_string()));
+    latest
+}
+
+/// Names in the tree snapshot `id` holds of the project.
+fn names_in(n: &Node, id: &SnapshotId) -> Vec<String> {
+    let held = n.repo.tree(id).join(n.project().strip_prefix("/").unwrap());
+    let mut names: Vec<String> = fs::read_dir(&held)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_quick_park_saves_only_what_changed_and_the_whole_snapshot_then_takes_its_place() {
+    let n = Node::new();
+    n.write_first("old.txt", "to be removed");
+    n.parked();
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    n.write("g.txt", "new");
+    fs::remove_file(n.project().join("old.txt")).unwrap();
+    let backups = n.repo.next.get();
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    assert_eq!(n.repo.next.get(), backups, "no whole snapshot in the park");
+    assert_eq!(n.meta().lease, None);
+    let changes = changes_over(&n, &whole);
+    assert_eq!(names_in(&n, &changes.id), ["f.txt", "g.txt"]);
+    assert_eq!(n.meta().version, crate::store::meta::META_VERSION_CHANGES);
+    assert_eq!(*n.runtime.finish_later.borrow(), ["demo"]);
+    assert_eq!(n.equals(), Some(changes.id.to_string()));
+    let (r, published) = n.published();
+    assert_eq!(
+        (r.from, r.to, r.snapshot),
+        (whole.id.clone(), changes.id.clone(), changes.id.clone())
+    );
+    assert_eq!(
+        published,
+        Published {
+            from: whole.id.clone(),
+            to: crate::plan::delta::QUICK_TO.into(),
+            fetch: vec![n.project().join("f.txt"), n.project().join("g.txt")],
+            remove: vec![n.project().join("old.txt")],
+            dirs: vec![],
+        }
+    );
+
+    // The whole snapshot follows, and takes the changes' place.
+    let finished = super::finish::finish(n.ctx(), &named("demo")).unwrap();
+    let super::finish::Finished::Replaced(t) = finished else {
+        panic!("{finished:?}");
+    };
+    let latest = n.meta().last_snapshot.unwrap();
+    assert_eq!(
+        latest,
+        SnapshotRef {
+            id: t.clone(),
+            on: None,
+            same_as: Some(changes.id.clone()),
+            ..changes.clone()
+        }
+    );
+    assert_eq!(n.meta().version, crate::store::meta::META_VERSION);
+    assert_eq!(names_in(&n, &t), ["f.txt", "g.txt"]);
+    let spec = n.repo.last_backup.borrow().clone().unwrap();
+    assert_eq!(spec.parent, Some(whole.id.clone()));
+    // This copy, and its manifest, are the whole snapshot's now.
+    assert_eq!(n.equals(), Some(t.to_string()));
+    let kept = crate::sys::copy_state::CopyManifest::load(&n.ctx.config.state_dir, "demo");
+    assert_eq!(kept.map(|k| k.snapshot), Some(t.clone()));
+    // Done once: a second run finds nothing to do.
+    assert_eq!(
+        super::finish::finish(n.ctx(), &named("demo")).unwrap(),
+        super::finish::Finished::Moot("its latest is a whole snapshot")
+    );
+    // The copy equal to the changes is the latest: it starts as it is.
+    let restores = n.repo.restored.borrow().len();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    assert_eq!(n.repo.restored.borrow().len(), restores);
+    assert!(n.repo.forks.borrow().is_empty());
+    // Its next quick park lies on the whole snapshot.
+    n.write("f.txt", "v3");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let next = n.meta().last_snapshot.unwrap();
+    assert_eq!(next.on.as_deref().map(|w| &w.id), Some(&t));
+    assert_eq!(names_in(&n, &next.id), ["f.txt"]);
+}
+
+#[test]
+fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_gets_both() {
+    let n = Node::new();
+    n.parked();
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    n.write("g.txt", "new");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let changes = changes_over(&n, &whole);
+    // As a node whose copy is the whole snapshot sees it (its copy, its own state).
+    let as_whole = || {
+        let project = n.project();
+        fs::remove_dir_all(&project).unwrap();
+        cp(
+            &n.repo
+                .tree(&whole.id)
+                .join(project.strip_prefix("/").unwrap()),
+            &project,
+        );
+        let digest = crate::sys::digest::of(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
+        CopyState::journal(&n.ctx.config.state_dir, "demo")
+            .unwrap()
+            .record(|c| {
+                *c = CopyState::default();
+                c.restored(&whole.id, vec![project.clone()], Some(true));
+                c.walked(digest);
+            })
+            .unwrap();
+    };
+    as_whole();
+    assert_eq!(n.read("g.txt"), None);
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    assert_eq!(
+        (n.read("f.txt").as_deref(), n.read("g.txt").as_deref()),
+        (Some("v2"), Some("new"))
+    );
+    assert_eq!(*n.repo.restored.borrow(), [changes.id.to_string()]);
+    assert_eq!(n.equals(), Some(changes.id.to_string()));
+    assert!(n.repo.forks.borrow().is_empty());
+
+    // A node without a copy: the whole snapshot, then the changes over it.
+    n.runtime.active.borrow_mut().clear();
+    n.set_lease(None);
+    fs::remove_dir_all(n.project()).unwrap();
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| *c = CopyState::default())
+        .unwrap();
+    n.repo.restored.borrow_mut().clear();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    assert_eq!(
+        (n.read("f.txt").as_deref(), n.read("g.txt").as_deref()),
+        (Some("v2"), Some("new"))
+    );
+    assert_eq!(
+        *n.repo.restored.borrow(),
+        [whole.id.to_string(), changes.id.to_string()]
+    );
+    assert_eq!(n.equals(), Some(changes.id.to_string()));
+    // Parked unchanged, it is saved whole: changes are never kept as a latest but by a park.
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let latest = n.meta().last_snapshot.unwrap();
+    assert_eq!((latest.on, latest.same_as), (None, None));
+    n.latest_holds("g.txt", "new");
+    n.latest_holds("f.txt", "v2");
+}
+
+#[test]
+fn a_box_whose_changes_cannot_be_written_stays_stopped_and_says_where_its_latest_is() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    fs::remove_dir_all(n.project()).unwrap();
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| *c = CopyState::default())
+        .unwrap();
+    // What the park published is gone from the bucket.
+    n.store.put_delta("demo", None).unwrap();
+    let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
+    let shown = format!("{e:#}");
+    assert!(
+        shown.contains("its latest is what a quick park on here saved over snapshot")
+            && shown.contains("run 'ag-box up demo' on here"),
+        "{shown}"
+    );
+    assert!(!n.runtime.active.borrow().contains("demo"));
+    assert_eq!(n.meta().lease, None, "the lease was handed back");
+}
+
+#[test]
+fn a_whole_snapshot_is_not_put_in_place_of_changes_the_record_no_longer_names() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    // The copy here changed by hand since the park: it is not the changes any more.
+    n.write("f.txt", "edited on the node");
+    let backups = n.repo.next.get();
+    assert_eq!(
+        super::finish::finish(n.ctx(), &named("demo")).unwrap(),
+        super::finish::Finished::Moot("the copy here changed since the park")
+    );
+    n.write("f.txt", "v2");
+    // Another node ran the box and parked it whole meanwhile.
+    n.parked_elsewhere();
+    assert_eq!(
+        super::finish::finish(n.ctx(), &named("demo")).unwrap(),
+        super::finish::Finished::Moot("its latest is a whole snapshot")
+    );
+    assert_eq!(n.repo.next.get(), backups, "no snapshot taken");
+    assert_eq!(n.meta().last_snapshot.unwrap().id.as_str(), "other");
+}
+
+#[test]
+fn a_box_parked_again_before_its_whole_snapshot_is_saved_whole_on_the_one_under_its_changes() {
+    let n = Node::new();
+    n.parked();
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    changes_over(&n, &whole);
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v3");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let latest = n.meta().last_snapshot.unwrap();
+    assert_eq!(
+        (latest.on, latest.same_as),
+        (None, None),
+        "changes never lie on changes"
+    );
+    assert_eq!(
+        n.repo.last_backup.borrow().as_ref().unwrap().parent,
+        Some(whole.id)
+    );
+    n.latest_holds("f.txt", "v3");
+}
+
+#[test]
+fn prune_keeps_a_quick_parks_changes_and_the_snapshot_under_them() {
+    let mut n = Node::new();
+    n.ctx.config.retention = crate::plan::retention::Policy {
+        last: 1,
+        daily: 0,
+        weekly: 0,
+    };
+    n.parked();
+    for text in ["v2", "v3"] {
+        up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+        n.write("f.txt", text);
+        park::park(n.ctx(), &named("demo"), false).unwrap();
+        super::finish::finish(n.ctx(), &named("demo")).unwrap();
+    }
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v4");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let changes = changes_over(&n, &whole);
+    let later = || SystemTime::now() + std::time::Duration::from_hours(24);
+    let ctx = n.ctx_at(later);
+    let plan = prune::plan(&ctx).unwrap();
+    let forget = plan.forget();
+    assert!(!forget.is_empty(), "the older states go");
+    assert!(!forget.contains(&changes.id), "{forget:?}");
+    assert!(!forget.contains(&whole.id), "{forget:?}");
+    prune::execute(&ctx, &plan).unwrap();
+    fs::remove_dir_all(n.project()).unwrap();
+    CopyState::journal(&n.ctx.config.state_dir, "demo")
+        .unwrap()
+        .record(|c| *c = CopyState::default())
+        .unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    assert_eq!(n.read("f.txt").as_deref(), Some("v4"));
+}
+
+#[test]
+fn a_parked_box_is_rolled_back_only_once_its_changes_are_saved_whole() {
+    let n = Node::new();
+    n.parked();
+    let first = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let changes = changes_over(&n, &first);
+    let e = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("its whole snapshot is not taken yet; it is not rolled back"),
+        "{e:#}"
+    );
+    assert_eq!(n.meta().last_snapshot, Some(changes.clone()));
+    // Up here, it is saved whole first, and that is what the rollback replaced.
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    let replaced = rollback::rollback(n.ctx(), &named("demo"), &first)
+        .unwrap()
+        .expect("the state replaced is a snapshot");
+    assert!(!n.repo.changes.borrow().contains(&replaced.to_string()));
+    assert_eq!(
+        n.repo
+            .file(&replaced, &n.project().join("f.txt"))
+            .as_deref(),
+        Some("v2")
+    );
+    assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
 }

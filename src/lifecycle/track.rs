@@ -128,7 +128,7 @@ pub(crate) fn track(
     let taken = agent_home::ensure(&spec)
         .and_then(|()| agent_home::reown_project(&spec))
         .and_then(|()| ctx.tracked(name))
-        .and_then(|stored| snapshot::take(ctx, &stored, &mut copy, false));
+        .and_then(|stored| snapshot::take_first(ctx, &stored, &mut copy));
     let taken = match taken {
         Ok(t) => t,
         Err(e) => {

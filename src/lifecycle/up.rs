@@ -10,6 +10,7 @@ use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta, PublishedRef};
 use crate::plan::names::BoxName;
+use crate::plan::restic::CHANGES_KEY;
 use crate::plan::sandbox::MainWindow;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
@@ -304,6 +305,12 @@ fn prepare_and_start(
             if clear_stale {
                 copy.record(CopyState::clear_stale)?;
             }
+            if let Some(l) = latest.filter(|l| l.on.is_none())
+                && let Some(changes) = &l.same_as
+            {
+                // Equal to the changes a whole snapshot replaced: equal to it.
+                copy.record(|c| c.replaced(changes, &l.id))?;
+            }
             None
         }
         CopyPlan::Missing => {
@@ -371,7 +378,7 @@ fn prepare_and_start(
 
 /// What the plan reads of the copy's relation to the box's snapshots.
 fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
-    let current = latest.is_some_and(|s| copy.is_current(&s.id));
+    let current = latest.is_some_and(|s| copy.is_current(s));
     match copy.relation {
         Relation::Unknown => Known::Nothing,
         Relation::Equals(_) => Known::Equals { current },
@@ -380,11 +387,63 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
     }
 }
 
-/// Bring this node's copy to snapshot `s` by the cheapest way open (`plan::up::shortcuts`:
-/// write what changed since `equals`, the snapshot the copy is known to equal, or let restic
-/// 0.17+ restore in place), else restore into a staging dir and swap. Returns the paths now in
-/// place.
+/// Bring this node's copy to the box's latest, `s`. A quick park's changes are written over
+/// the whole snapshot they lie on, once the copy is that snapshot (brought to it first when
+/// it is not). Returns the paths now in place.
 fn restore_copy(
+    ctx: &Ctx,
+    meta: &Meta,
+    copy: &mut CopyJournal,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+    equals: Option<&SnapshotId>,
+) -> Result<Vec<PathBuf>> {
+    let Some(whole) = s.on.as_deref() else {
+        return restore_whole(ctx, meta, copy, s, roots, equals);
+    };
+    let name = &meta.name;
+    if full_restore_asked() || !equals.is_some_and(|e| whole.names(e)) {
+        let paths = restore_whole(ctx, meta, copy, whole, roots, equals)?;
+        let had_files = std::fs::read_dir(&meta.path)
+            .ok()
+            .map(|mut e| e.next().is_some());
+        copy.record(|c| c.restored(&whole.id, paths, had_files))?;
+        crash::point("up.after-whole");
+    }
+    let staged = published_from(ctx, meta, &whole.id, s, roots).and_then(|p| {
+        stage_published(ctx, meta, &whole.id, s, roots, &p).map(|(dir, delta)| Staged {
+            dir,
+            delta,
+            published: true,
+        })
+    });
+    if let Some(staged) = staged
+        && restore_changes(meta, copy, s, roots, &whole.id, &staged)?
+    {
+        return Ok(s.paths.clone());
+    }
+    Err(UserError::failed(
+        format!(
+            "box '{name}': its latest is what a quick park on {} saved over snapshot {} (changes snapshot {}), and they could not be written here; the copy holds snapshot {} or part of the changes, nothing unsaved",
+            s.node,
+            whole.id.short(),
+            s.id.short(),
+            whole.id.short()
+        ),
+        format!(
+            "run 'ag-box up {name}' on {} (whose copy is the latest), or 'ag-box rollback {name} {} --to <dir>' to see that snapshot",
+            s.node,
+            whole.id.short()
+        ),
+    )
+    .into())
+}
+
+/// Bring this node's copy to whole snapshot `s` by the cheapest way open
+/// (`plan::up::shortcuts`: write what changed since `equals`, the snapshot the copy is known
+/// to equal, or let restic 0.17+ restore in place), else restore into a staging dir and swap.
+/// Returns the paths now in place.
+fn restore_whole(
     ctx: &Ctx,
     meta: &Meta,
     copy: &mut CopyJournal,
@@ -397,8 +456,7 @@ fn restore_copy(
     let shortcuts = plan::shortcuts(RestoreFacts {
         equals_a_snapshot: equals.is_some(),
         published: published.is_some(),
-        // AG_BOX_FULL_RESTORE=1: a copy the operator distrusts is replaced whole.
-        full: std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1"),
+        full: full_restore_asked(),
         fits_roots: fits_roots(s, roots),
         restores_in_place: ctx.repo.restores_in_place(),
     });
@@ -463,6 +521,11 @@ fn restore_copy(
         agent_home::restored_paths(staging, &spec)
     })
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
+}
+
+/// `AG_BOX_FULL_RESTORE=1`: a copy the operator distrusts is replaced whole.
+fn full_restore_asked() -> bool {
+    std::env::var_os("AG_BOX_FULL_RESTORE").is_some_and(|v| v == "1")
 }
 
 /// What changed from the snapshot the copy equals, restored into a staging dir, and where it
@@ -559,7 +622,9 @@ fn published_from(
             return None;
         }
     };
-    published.leads(from, &s.id, roots).then_some(published)
+    published
+        .leads(from, s.published_as(), roots)
+        .then_some(published)
 }
 
 /// The changes snapshot `published` names, restored into a staging dir, and the list of what
@@ -579,7 +644,7 @@ fn stage_published(
         .restore(&published.snapshot, &staging)
         .and_then(|()| restore::read_published(&staging, &published.list))
         .and_then(|list| {
-            delta::usable(&list, from, &s.id, roots)
+            delta::usable(&list, from, &published.list_to(), roots)
                 .context("its list names another snapshot, or paths outside the box")
         });
     match staged {
@@ -604,6 +669,11 @@ fn stage_listed(
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
+    if is_changes(ctx, from) {
+        // A quick park's changes hold only what changed: restic's diff from them lists the
+        // rest of the box as removed.
+        return None;
+    }
     let listed = match ctx.repo.changes(from, &s.id) {
         Ok((changes, listed)) => delta::plan(&changes, roots)
             .and_then(|d| delta::with_attrs(d, &listed, roots, &restore::mode_and_owner)),
@@ -631,6 +701,22 @@ fn stage_listed(
             );
             discard(&staging);
             None
+        }
+    }
+}
+
+/// Whether snapshot `id` is a changes snapshot (or cannot be told apart from one).
+fn is_changes(ctx: &Ctx, id: &SnapshotId) -> bool {
+    match ctx.repo.snapshots() {
+        Ok(all) => all.iter().find(|i| i.id == *id).is_none_or(|i| {
+            i.tags.iter().any(|t| {
+                t.strip_prefix(CHANGES_KEY)
+                    .is_some_and(|r| r.starts_with(':'))
+            })
+        }),
+        Err(e) => {
+            tracing::warn!("could not list the repository's snapshots: {e:#}");
+            true
         }
     }
 }

@@ -362,6 +362,26 @@ fn plain(path: &Path) -> bool {
         .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
+/// What a quick park's list names as its `to`: it lies in the changes snapshot that is the
+/// box's new state, whose id is not known while the list is written.
+pub(crate) const QUICK_TO: &str = "quick-park";
+
+impl PublishedRef {
+    /// A quick park's: its changes snapshot is the state it leads to.
+    pub(crate) fn is_quick(&self) -> bool {
+        self.snapshot == self.to
+    }
+
+    /// What its list must name as `to`.
+    pub(crate) fn list_to(&self) -> SnapshotId {
+        if self.is_quick() {
+            SnapshotId::from(QUICK_TO)
+        } else {
+            self.to.clone()
+        }
+    }
+}
+
 impl Published {
     pub(crate) fn new(from: SnapshotId, to: SnapshotId, delta: Delta) -> Published {
         Published {

@@ -85,7 +85,17 @@ pub(crate) fn record_defaults() -> Vec<(&'static str, Value)> {
 pub(crate) fn record(mut v: Value) -> Value {
     fill(&mut v, &record_defaults());
     if let Some(snapshot) = v.get_mut("last_snapshot").filter(|s| s.is_object()) {
-        fill(snapshot, &[("paths", Value::Array(vec![]))]);
+        fill(
+            snapshot,
+            &[
+                ("paths", Value::Array(vec![])),
+                ("on", Value::Null),
+                ("same_as", Value::Null),
+            ],
+        );
+        if let Some(on) = snapshot.get_mut("on").filter(|s| s.is_object()) {
+            fill(on, &[("paths", Value::Array(vec![]))]);
+        }
     }
     v
 }
@@ -141,7 +151,8 @@ mod tests {
                 "pinned_node": null, "memory_max": null, "uid": null, "gid": null,
                 "network": null, "allow": [], "agent": null, "creds": null, "lease": null, "dropping": false,
                 "op": null,
-                "last_snapshot": {"id": "abc", "at": "t", "node": "n", "epoch": 1, "paths": []},
+                "last_snapshot": {"id": "abc", "at": "t", "node": "n", "epoch": 1, "paths": [],
+                    "on": null, "same_as": null},
             })
         );
         assert_eq!(

@@ -52,6 +52,27 @@ pub(crate) fn watch_unit_argv(spec: &BoxSpec, env: &[(&str, String)]) -> Vec<Str
     a
 }
 
+/// The hidden verb that takes a quick park's whole snapshot (`lifecycle::finish`).
+pub(crate) const FINISH_SUBCOMMAND: &str = "__finish-park";
+
+pub(crate) fn finish_unit_name(box_name: &str) -> String {
+    format!("boxfinish-{box_name}")
+}
+
+/// The transient service that takes a quick park's whole snapshot once the command that
+/// parked the box has ended; it reads ag-box's config as the timers do.
+pub(crate) fn finish_unit_argv(spec: &BoxSpec, env: &[(&str, String)]) -> Vec<String> {
+    let mut a = systemd_run_head(
+        &finish_unit_name(&spec.name),
+        &format!("ag-box {} whole snapshot after a quick park", spec.name),
+    );
+    for (k, v) in env {
+        a.push(format!("--setenv={k}={v}"));
+    }
+    a.extend([s(&spec.exe), FINISH_SUBCOMMAND.into(), spec.name.clone()]);
+    a
+}
+
 /// The unit of a box's egress proxy, bound to the box's unit.
 pub(crate) fn proxy_unit_name(box_name: &str) -> String {
     format!("boxnet-{box_name}")

@@ -143,6 +143,8 @@ mod tests {
             node: "a".into(),
             epoch,
             paths: vec![],
+            on: None,
+            same_as: None,
         }
     }
 

@@ -13,6 +13,11 @@ use crate::plan::unit::valid_memory_max;
 use crate::plan::{agent_home, agents, names, project};
 
 pub(crate) const META_VERSION: u32 = 1;
+/// The version of a record whose latest is a quick park's changes ([`SnapshotRef::on`]): an
+/// ag-box before them would restore the changes alone as the whole box, so it must refuse
+/// such a record ("unknown version"); once the whole snapshot replaces them, the record is a
+/// [`META_VERSION`] one again.
+pub(crate) const META_VERSION_CHANGES: u32 = 2;
 /// A record longer than this is not read.
 pub(crate) const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// A box's own allow-list entries at most.
@@ -125,6 +130,33 @@ pub(crate) struct SnapshotRef {
     /// The paths it holds (records made before them: unknown, restored through a staging dir).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathBuf>,
+    /// A quick park's changes: the box's latest is `on`, a whole snapshot, with what this one
+    /// holds written over it (the list in it says which paths, and which are removed), until
+    /// the parking node's whole snapshot of the same files replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<Box<SnapshotRef>>,
+    /// The quick park's changes this whole snapshot replaced: a copy equal to them equals it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<SnapshotId>,
+}
+
+impl SnapshotRef {
+    /// Whether a copy equal to snapshot `id` is this state of the box: it is this snapshot,
+    /// or the changes this whole one replaced.
+    pub(crate) fn names(&self, id: &SnapshotId) -> bool {
+        self.id == *id || self.same_as.as_ref() == Some(id)
+    }
+
+    /// The id a published delta leading to this state names as its `to`: the quick park's
+    /// changes this whole snapshot replaced, else its own.
+    pub(crate) fn published_as(&self) -> &SnapshotId {
+        self.same_as.as_ref().unwrap_or(&self.id)
+    }
+
+    /// The whole snapshot this state is, or is built on (a quick park's `on`).
+    pub(crate) fn whole(&self) -> &SnapshotRef {
+        self.on.as_deref().unwrap_or(self)
+    }
 }
 
 impl Meta {
@@ -155,8 +187,13 @@ impl Meta {
 
     /// Why this record, stored under `key`, must not be acted on (None: it may).
     pub(crate) fn problem(&self, key: &str) -> Option<String> {
-        if self.version != META_VERSION {
+        if self.version != self.wire_version() {
             return Some(format!("unknown version {}", self.version));
+        }
+        if let Some(on) = self.last_snapshot.as_ref().and_then(|s| s.on.as_deref())
+            && on.on.is_some()
+        {
+            return Some("its latest is changes over changes".into());
         }
         if self.name != key {
             return Some(format!("it names box '{}'", self.name));
@@ -201,6 +238,16 @@ impl Meta {
             return Some("invalid node name".into());
         }
         None
+    }
+
+    /// The version this record is written as: [`META_VERSION_CHANGES`] while its latest is a
+    /// quick park's changes, else [`META_VERSION`].
+    pub(crate) fn wire_version(&self) -> u32 {
+        if self.last_snapshot.as_ref().is_some_and(|s| s.on.is_some()) {
+            META_VERSION_CHANGES
+        } else {
+            META_VERSION
+        }
     }
 
     /// The box user's ids: the record's (those of a record from before ids: the legacy 1000).
@@ -318,6 +365,56 @@ mod tests {
     use super::*;
     use crate::plan::attention::State;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_record_whose_latest_is_changes_is_of_a_version_older_ag_boxes_refuse() {
+        let snap = |id: &str| SnapshotRef {
+            id: id.into(),
+            at: "t".into(),
+            node: "a".into(),
+            epoch: 1,
+            paths: vec![],
+            on: None,
+            same_as: None,
+        };
+        let mut m = meta();
+        m.last_snapshot = Some(SnapshotRef {
+            on: Some(Box::new(snap("whole"))),
+            ..snap("changes")
+        });
+        assert_eq!(m.wire_version(), META_VERSION_CHANGES);
+        assert_eq!(m.problem("d"), Some("unknown version 1".into()));
+        m.version = m.wire_version();
+        assert_eq!(m.problem("d"), None);
+        // Changes over a whole snapshot that replaced changes: the name is kept.
+        m.last_snapshot = Some(SnapshotRef {
+            on: Some(Box::new(SnapshotRef {
+                same_as: Some("older".into()),
+                ..snap("whole")
+            })),
+            ..snap("changes")
+        });
+        assert_eq!(m.problem("d"), None);
+        // Never changes over changes.
+        m.last_snapshot = Some(SnapshotRef {
+            on: Some(Box::new(SnapshotRef {
+                on: Some(Box::new(snap("whole"))),
+                ..snap("older")
+            })),
+            ..snap("changes")
+        });
+        assert_eq!(
+            m.problem("d"),
+            Some("its latest is changes over changes".into())
+        );
+        // Once whole again, the version every ag-box reads.
+        m.last_snapshot = Some(SnapshotRef {
+            same_as: Some("changes".into()),
+            ..snap("whole")
+        });
+        assert_eq!(m.wire_version(), META_VERSION);
+        assert_eq!(m.problem("d"), Some("unknown version 2".into()));
+    }
 
     fn meta() -> Meta {
         Meta::sample("d")

@@ -163,6 +163,7 @@ fn landed(store: &dyn Records, name: &str, op: &str) -> Option<Stored> {
 pub(crate) fn create(store: &dyn Records, mut meta: Meta) -> Result<Option<Meta>> {
     let op = op_id();
     meta.op = Some(op.clone());
+    meta.version = meta.wire_version();
     match store.put(&meta, None) {
         Ok(Cas::Written(_)) => Ok(Some(meta)),
         Ok(Cas::Conflict) | Err(_) if landed(store, &meta.name, &op).is_some() => Ok(Some(meta)),
@@ -223,6 +224,7 @@ pub(crate) fn update_record<T>(
             Step::Write(mut next, out) => {
                 let op = op_id();
                 next.op = Some(op.clone());
+                next.version = next.wire_version();
                 match store.put(&next, Some(&stored.version)) {
                     Ok(Cas::Written(Some(version))) => {
                         return Ok((

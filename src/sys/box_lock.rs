@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use crate::error::UserError;
+use crate::plan::unit::FINISH_SUBCOMMAND;
 use crate::store::lease::timestamp;
 
 pub(crate) struct BoxLock {
@@ -49,6 +52,10 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
             Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
+                if !said && verb != FINISH_VERB && end_finisher(name, &holder) {
+                    // It lets go of the lock in a moment: nothing to tell.
+                    said = true;
+                }
                 let holder = if holder.trim().is_empty() {
                     "another process".to_string()
                 } else {
@@ -75,6 +82,35 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
             }
         }
     }
+}
+
+/// The verb of a quick park's whole snapshot (`lifecycle::finish`): every other command on the
+/// box ends it (the box's next park saves it whole instead), so none waits for it.
+pub(crate) const FINISH_VERB: &str = "finish-park";
+
+/// Ask the finisher that `holder` names to end (SIGTERM: it passes it on to its restic, which
+/// removes its repository lock, and the box lock goes with the process). Only a process that
+/// is a finisher of this very box: the text may be a holder's that has since ended.
+/// True when it was one, and was asked.
+fn end_finisher(name: &str, holder: &str) -> bool {
+    let Some(pid) = holder
+        .strip_prefix(&format!("'ag-box {FINISH_VERB}' (pid "))
+        .and_then(|rest| rest.split_once(')'))
+        .and_then(|(pid, _)| pid.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    if !(args.contains(&FINISH_SUBCOMMAND.as_bytes()) && args.contains(&name.as_bytes())) {
+        return false;
+    }
+    tracing::info!(
+        "box '{name}': ending the whole snapshot after its quick park (pid {pid}); its next park takes one"
+    );
+    kill(Pid::from_raw(pid), Signal::SIGTERM).is_ok()
 }
 
 #[cfg(test)]

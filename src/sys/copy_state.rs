@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::atomic;
 use crate::plan::delta::Manifest;
 use crate::plan::snapshot_id::SnapshotId;
-use crate::store::meta::Lease;
+use crate::store::meta::{Lease, SnapshotRef};
 
 /// Changed only through a [`CopyJournal`]'s steps, named for the transitions they are.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,10 +271,21 @@ impl CopyState {
         }
     }
 
-    /// The local copy is current for `snapshot` and still all there.
-    pub(crate) fn is_current(&self, snapshot: &SnapshotId) -> bool {
+    /// The local copy is current for `latest` (it equals it, or the changes it replaced) and
+    /// still all there.
+    pub(crate) fn is_current(&self, latest: &SnapshotRef) -> bool {
         self.equal()
-            .is_some_and(|e| e.snapshot == *snapshot && e.paths.iter().all(|p| p.exists()))
+            .is_some_and(|e| latest.names(&e.snapshot) && e.paths.iter().all(|p| p.exists()))
+    }
+
+    /// The whole snapshot a backup of the copy takes as its parent: the one the copy equals,
+    /// or, when that is a quick park's changes, the whole one they are (or lie over) in `latest`.
+    pub(crate) fn parent(&self, latest: Option<&SnapshotRef>) -> Option<SnapshotId> {
+        match (self.equal(), latest) {
+            (Some(e), Some(l)) if l.names(&e.snapshot) => Some(l.whole().id.clone()),
+            (Some(e), _) => Some(e.snapshot.clone()),
+            (None, l) => l.map(|l| l.whole().id.clone()),
+        }
     }
 
     /// A snapshot of the copy (`equal`) became the box's latest; a stale copy stays so until
@@ -336,6 +347,16 @@ impl CopyState {
     pub(crate) fn walked(&mut self, digest: String) {
         if let Relation::Equals(e) | Relation::Stale(e) = &mut self.relation {
             e.digest = Some(digest);
+        }
+    }
+
+    /// A whole snapshot `to` took the place of quick park changes `from` the copy equals: it
+    /// equals `to` (which restic can diff against).
+    pub(crate) fn replaced(&mut self, from: &SnapshotId, to: &SnapshotId) {
+        if let Relation::Equals(e) | Relation::Stale(e) = &mut self.relation
+            && e.snapshot == *from
+        {
+            e.snapshot = to.clone();
         }
     }
 

@@ -41,6 +41,9 @@ pub(crate) trait BoxRuntime {
     /// Pause the running box's processes until the guard is dropped; None where they cannot
     /// be paused here.
     fn pause(&self, spec: &BoxSpec) -> Result<Option<Paused>>;
+    /// Start `ag-box __finish-park <box>` beside this command, to outlive it (`log`: where a
+    /// detached one writes).
+    fn finish_later(&self, spec: &BoxSpec, log: &Path) -> Result<()>;
 }
 
 /// The snapshot repository (`sys::restic::Restic`).

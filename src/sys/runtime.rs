@@ -149,11 +149,7 @@ impl Runtime {
             Runtime::Systemd => {
                 let name = unit::watch_unit_name(&spec.name);
                 stop_unit(&name)?;
-                let env: Vec<(&str, String)> = ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR"]
-                    .into_iter()
-                    .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
-                    .collect();
-                run_unit(&unit::watch_unit_argv(spec, &env), &name)
+                run_unit(&unit::watch_unit_argv(spec, &config_env()), &name)
             }
             Runtime::Direct => {
                 let log_path = spec.run_dir.join("watch.log");
@@ -177,6 +173,40 @@ impl Runtime {
                     child.id().to_string().as_bytes(),
                     0o600,
                 )
+            }
+        }
+    }
+
+    /// A quick park's finisher (`lifecycle::finish`): a transient unit, or a detached process.
+    fn finish_later(self, spec: &BoxSpec, log: &Path) -> Result<()> {
+        match self {
+            Runtime::Systemd => {
+                let name = unit::finish_unit_name(&spec.name);
+                stop_unit(&name)?;
+                run_unit(&unit::finish_unit_argv(spec, &config_env()), &name)
+            }
+            Runtime::Direct => {
+                if let Some(dir) = log.parent() {
+                    fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                let out =
+                    fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+                let mut c = Command::new(&spec.exe);
+                c.args([unit::FINISH_SUBCOMMAND, &spec.name])
+                    .stdin(Stdio::null())
+                    .stdout(out.try_clone()?)
+                    .stderr(out);
+                // SAFETY: setsid is async-signal-safe; it detaches the finisher from our session.
+                unsafe {
+                    c.pre_exec(|| {
+                        nix::unistd::setsid().map_err(std::io::Error::from)?;
+                        Ok(())
+                    });
+                }
+                c.spawn()
+                    .context("starting the whole snapshot after the quick park")?;
+                Ok(())
             }
         }
     }
@@ -327,6 +357,14 @@ fn end_watcher(spec: &BoxSpec) {
     if ours {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
+}
+
+/// What a unit of ag-box's own needs to read this node's config as this command does.
+fn config_env() -> Vec<(&'static str, String)> {
+    ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
+        .collect()
 }
 
 fn run_unit(argv: &[String], unit: &str) -> Result<()> {
@@ -894,6 +932,9 @@ impl crate::sys::ports::BoxRuntime for Runtime {
     }
     fn stop(&self, spec: &BoxSpec) -> Result<()> {
         Runtime::stop(*self, spec)
+    }
+    fn finish_later(&self, spec: &BoxSpec, log: &Path) -> Result<()> {
+        Runtime::finish_later(*self, spec, log)
     }
     fn pause(&self, spec: &BoxSpec) -> Result<Option<freezer::Paused>> {
         // Opening the sandbox also undoes a pause an ag-box killed mid-snapshot left.

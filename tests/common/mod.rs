@@ -362,6 +362,18 @@ pub(crate) fn lock_keys(listed: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// Wait until the whole snapshot a quick park of `name` on `t` left to follow has ended (its
+/// unit on a systemd node, its process on the bare host).
+pub(crate) fn whole_snapshot_done(t: &dyn Target, name: &str) {
+    t.sh(&format!(
+        "for i in $(seq 600); do
+           systemctl is-active -q boxfinish-{name} 2>/dev/null || pgrep -f -- '__finish-park {name}$' >/dev/null || exit 0
+           sleep 0.1
+         done; exit 1"
+    ))
+    .ok();
+}
+
 /// A box's row of `ag-box ls --json` on a target.
 pub(crate) fn box_row(t: &dyn Target, name: &str) -> Option<serde_json::Value> {
     let ls = t.sh("ag-box ls --json").ok().stdout();
