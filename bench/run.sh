@@ -9,6 +9,9 @@
 #  - The second migration, nodeB -> nodeA after a 1% change, with nodeA holding its older copy
 #    (only what B published as changed is fetched), beside rsync of the delta; re-`up` on a node
 #    whose copy is current.
+#  - Each park is quick (docs/design.md "Quick park"): the whole snapshot that follows it on the
+#    parking node is timed on a row of its own, and the next step waits for it (on machines of
+#    their own, the other node's steps would not share its cores).
 #  - At the default size only: `ls` and `status` with 200 records (bench/store.sh) and
 #    `snapshot --active` of 10 boxes against the largest alone, on a loopback store and on one
 #    50 ms away (bench/snapshot-active.sh).

@@ -692,7 +692,7 @@ fn a_prune_or_a_globals_pull_cut_off_is_finished_by_the_next_one() {
     ))
     .ok();
     c.b.sh(&format!(
-        "echo '{{\"v\":0}}' > {cred}; rm -f /root/.gitconfig"
+        "mkdir -p /root/.claude && echo '{{\"v\":0}}' > {cred}; rm -f /root/.gitconfig"
     ))
     .ok();
     cut_at(&c.b, "globals.mid-pull", "ag-box globals pull");

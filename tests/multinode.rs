@@ -981,8 +981,7 @@ fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
     // B's copy, equal to the changes, is the box's latest: parked unchanged, it stays so.
     c.b.sh(&format!("ag-box park {name}")).ok();
     assert_eq!(latest(), whole);
-    // Changed on B and parked: changes over that whole snapshot; B's next up ends the whole
-    // snapshot under way (it never waits for it), and its next park saves the box whole.
+    // Changed on B and parked: changes over that whole snapshot.
     c.b.sh(&format!(
         "set -e; ag-box up {name} --node nodeB
          ag-box exec {name} -- sh -c 'echo v3 > src/main.txt'
@@ -990,6 +989,35 @@ fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
     ))
     .ok();
     assert_eq!(latest()["on"]["id"], whole["id"]);
+    finished(&c.b);
+    // A's copy is that whole snapshot: it gets only the changes (fetched while its copy is
+    // walked) and walks only them again, which a park right after finds unchanged.
+    let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    assert!(
+        up_a.ok().stderr().contains("as nodeB published them"),
+        "{}",
+        up_a.stderr()
+    );
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v3\n"
+    );
+    let park_a = c.a.sh(&format!("ag-box park {name}"));
+    assert!(
+        park_a.ok().stderr().contains("unchanged since snapshot"),
+        "{}",
+        park_a.stderr()
+    );
+    // B's next up right after a quick park ends the whole snapshot under way (it never waits
+    // for it), and its next park saves the box whole.
+    c.b.sh(&format!(
+        "set -e; ag-box up {name} --node nodeB
+         ag-box exec {name} -- sh -c 'echo v4 > src/main.txt'
+         ag-box park {name}"
+    ))
+    .ok();
     let again = c.b.sh(&format!("ag-box up {name} --node nodeB"));
     assert!(!again.ok().stderr().contains("busy"), "{}", again.stderr());
     finished(&c.b);
@@ -1002,7 +1030,7 @@ fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
         c.a.sh(&format!("cat /root/{name}/src/main.txt"))
             .ok()
             .stdout(),
-        "v3\n"
+        "v4\n"
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
 }

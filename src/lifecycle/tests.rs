@@ -2339,7 +2339,14 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
                 .join(project.strip_prefix("/").unwrap()),
             &project,
         );
-        let digest = crate::sys::digest::of(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
+        let (digest, manifest) =
+            crate::sys::digest::walk(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
+        crate::sys::copy_state::CopyManifest {
+            snapshot: whole.id.clone(),
+            entries: manifest.unwrap(),
+        }
+        .save(&n.ctx.config.state_dir, "demo")
+        .unwrap();
         CopyState::journal(&n.ctx.config.state_dir, "demo")
             .unwrap()
             .record(|c| {
@@ -2359,6 +2366,13 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
     assert_eq!(*n.repo.restored.borrow(), [changes.id.to_string()]);
     assert_eq!(n.equals(), Some(changes.id.to_string()));
     assert!(n.repo.forks.borrow().is_empty());
+    // What was walked of it (only what changed, over the manifest it had) is what a walk of
+    // all of it finds.
+    let (digest, manifest) =
+        crate::sys::digest::walk(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
+    assert_eq!(n.copy().equal().unwrap().digest, Some(digest));
+    let kept = crate::sys::copy_state::CopyManifest::load(&n.ctx.config.state_dir, "demo").unwrap();
+    assert_eq!(Some(kept.entries), manifest);
 
     // A node without a copy: the whole snapshot, then the changes over it.
     n.runtime.active.borrow_mut().clear();

@@ -127,7 +127,7 @@ pub(crate) fn track(
     let spec = ctx.spec(&meta);
     let taken = agent_home::ensure(&spec)
         .and_then(|()| agent_home::reown_project(&spec))
-        .and_then(|()| ctx.tracked(name))
+        .and_then(|_| ctx.tracked(name))
         .and_then(|stored| snapshot::take_first(ctx, &stored, &mut copy));
     let taken = match taken {
         Ok(t) => t,

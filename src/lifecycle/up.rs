@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
-use crate::plan::delta::{self, Delta, PublishedRef};
+use crate::plan::delta::{self, Delta, Manifest, PublishedRef};
 use crate::plan::names::BoxName;
 use crate::plan::restic::CHANGES_KEY;
 use crate::plan::sandbox::MainWindow;
@@ -336,26 +336,30 @@ fn prepare_and_start(
                     s.id.short()
                 );
             }
-            let equals = if keep {
-                keep_local_work(ctx, meta, copy.state(), copy_epoch.unwrap_or(epoch))?
-            } else {
-                None
-            };
-            crash::point("up.after-fork");
-            interrupt::check("the restore")?;
-            let paths = restore_copy(ctx, meta, copy, s, &roots, equals.as_ref())?;
-            let had_files = std::fs::read_dir(&meta.path)
-                .ok()
-                .map(|mut e| e.next().is_some());
-            copy.record(|c| c.restored(&s.id, paths, had_files))?;
-            Some(s)
+            let over = restore_for_up(
+                ctx,
+                meta,
+                copy,
+                s,
+                &roots,
+                keep.then_some(copy_epoch.unwrap_or(epoch)),
+            )?;
+            Some((s, over))
         }
     };
     agent_home::ensure(&spec)?;
-    agent_home::reown_project(&spec)?;
-    if let Some(s) = restored {
-        // As restored (and made ready): what the copy is when it equals that snapshot.
-        let (digest, manifest) = digest::walk(&roots)?;
+    let reowned = agent_home::reown_project(&spec)?;
+    if let Some((s, over)) = restored {
+        // As restored (and made ready): what the copy is when it equals that snapshot. Where
+        // only what changed was written, that is walked (and the agent home, which `ensure`
+        // may touch), over the manifest the copy had.
+        let (digest, manifest) = match over {
+            Some((kept, before, mut written)) if !reowned => {
+                written.push(spec.agent_home.root.clone());
+                digest::walk_changed(&roots, kept, &before, &written)?
+            }
+            _ => digest::walk(&roots)?,
+        };
         tracing::debug!("box '{}': walked its restored copy", meta.name);
         // Its files' ctimes are the restore's: none of them is new to the snapshot.
         let began = snapshot::unix_nanos(SystemTime::now());
@@ -376,6 +380,88 @@ fn prepare_and_start(
     ctx.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
 }
 
+/// Restore `s` over this node's copy for `up`, keeping what may be unsaved in it first (as of
+/// lease epoch `keep`, when it may hold any). Where only what changed was written over it:
+/// the manifest the copy had, its digest then, and the paths written.
+fn restore_for_up(
+    ctx: &Ctx,
+    meta: &Meta,
+    copy: &mut CopyJournal,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+    keep: Option<u64>,
+) -> Result<Option<(Manifest, String, Vec<PathBuf>)>> {
+    let state_dir = &ctx.config.state_dir;
+    let mut kept = None;
+    let (equals, before, mut prestaged) = if let Some(epoch) = keep {
+        // The copy is walked while what changed is fetched beside it, from the snapshot the
+        // copy was last known to equal (used only if the walk says it still does); then the
+        // manifest kept of the copy is read, for a walk of only what that restore changes.
+        let guess = published_guess(ctx, meta, copy.state(), s, roots);
+        let walking = {
+            let roots = roots.to_vec();
+            let read_kept = guess
+                .is_some()
+                .then(|| (state_dir.clone(), meta.name.clone()));
+            std::thread::spawn(move || {
+                let digest = digest::of(&roots);
+                let kept = read_kept.and_then(|(dir, name)| CopyManifest::load(&dir, &name));
+                (digest, kept)
+            })
+        };
+        let prestaged = guess.map(|(from, p)| Prestaged {
+            staged: stage_published(ctx, meta, &from, s, roots, &p).map(|(dir, delta)| Staged {
+                dir,
+                delta,
+                published: true,
+            }),
+            from,
+        });
+        let walked = || {
+            let (digest, read) = walking
+                .join()
+                .map_err(|_| anyhow::anyhow!("the walk of the copy panicked"))?;
+            kept = read;
+            digest
+        };
+        let found = keep_local_work(ctx, meta, copy.state(), epoch, walked);
+        let (equals, before) = found
+            .inspect_err(|_| discard_prestaged(prestaged.as_ref()))?
+            .map_or((None, None), |(e, d)| (Some(e), d));
+        // Not what the copy equals after all: gone before anything else is staged.
+        let from = match (s.on.as_deref(), &equals) {
+            (Some(whole), Some(e)) if whole.names(e) => Some(&whole.id),
+            (Some(_), _) => None,
+            (None, e) => e.as_ref(),
+        };
+        let prestaged = prestaged.filter(|p| {
+            let serves = Some(&p.from) == from;
+            if !serves {
+                discard_prestaged(Some(p));
+            }
+            serves
+        });
+        (equals, before, prestaged)
+    } else {
+        (None, None, None)
+    };
+    crash::point("up.after-fork");
+    let brought = interrupt::check("the restore")
+        .and_then(|()| restore_copy(ctx, meta, copy, s, roots, equals.as_ref(), &mut prestaged));
+    discard_prestaged(prestaged.as_ref());
+    let brought = brought?;
+    let had_files = std::fs::read_dir(&meta.path)
+        .ok()
+        .map(|mut e| e.next().is_some());
+    copy.record(|c| c.restored(&s.id, brought.paths.clone(), had_files))?;
+    Ok(match (brought.over, before, kept) {
+        (Some((from, written)), Some(before), Some(kept)) if kept.snapshot == from => {
+            Some((kept.entries, before, written))
+        }
+        _ => None,
+    })
+}
+
 /// What the plan reads of the copy's relation to the box's snapshots.
 fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
     let current = latest.is_some_and(|s| copy.is_current(s));
@@ -384,6 +470,35 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
         Relation::Equals(_) => Known::Equals { current },
         Relation::Stale(_) => Known::Stale { current },
         Relation::Restoring { .. } => Known::Restoring,
+    }
+}
+
+/// What a restore left in place: the paths the snapshot holds, and, when only what changed
+/// was written over a copy equal to a snapshot, which one and the paths written (the rest of
+/// the copy is as it was).
+struct Brought {
+    paths: Vec<PathBuf>,
+    over: Option<(SnapshotId, Vec<PathBuf>)>,
+}
+
+impl Brought {
+    fn whole(paths: Vec<PathBuf>) -> Brought {
+        Brought { paths, over: None }
+    }
+
+    /// `delta` written over a copy equal to `from`.
+    fn over(s: &SnapshotRef, from: &SnapshotId, delta: &Delta) -> Brought {
+        let written = delta
+            .fetch
+            .iter()
+            .chain(&delta.remove)
+            .chain(delta.dirs.iter().map(|d| &d.path))
+            .cloned()
+            .collect();
+        Brought {
+            paths: s.paths.clone(),
+            over: Some((from.clone(), written)),
+        }
     }
 }
 
@@ -397,30 +512,31 @@ fn restore_copy(
     s: &SnapshotRef,
     roots: &[PathBuf],
     equals: Option<&SnapshotId>,
-) -> Result<Vec<PathBuf>> {
+    prestaged: &mut Option<Prestaged>,
+) -> Result<Brought> {
     let Some(whole) = s.on.as_deref() else {
-        return restore_whole(ctx, meta, copy, s, roots, equals);
+        return restore_whole(ctx, meta, copy, s, roots, equals, prestaged);
     };
     let name = &meta.name;
+    let mut whole_restored = false;
     if full_restore_asked() || !equals.is_some_and(|e| whole.names(e)) {
-        let paths = restore_whole(ctx, meta, copy, whole, roots, equals)?;
+        let paths = restore_whole(ctx, meta, copy, whole, roots, equals, &mut None)?.paths;
+        whole_restored = true;
         let had_files = std::fs::read_dir(&meta.path)
             .ok()
             .map(|mut e| e.next().is_some());
         copy.record(|c| c.restored(&whole.id, paths, had_files))?;
         crash::point("up.after-whole");
     }
-    let staged = published_from(ctx, meta, &whole.id, s, roots).and_then(|p| {
-        stage_published(ctx, meta, &whole.id, s, roots, &p).map(|(dir, delta)| Staged {
-            dir,
-            delta,
-            published: true,
-        })
-    });
+    let staged = published_staged(ctx, meta, &whole.id, s, roots, prestaged);
     if let Some(staged) = staged
         && restore_changes(meta, copy, s, roots, &whole.id, &staged)?
     {
-        return Ok(s.paths.clone());
+        return Ok(if whole_restored {
+            Brought::whole(s.paths.clone())
+        } else {
+            Brought::over(s, &whole.id, &staged.delta)
+        });
     }
     Err(UserError::failed(
         format!(
@@ -450,7 +566,8 @@ fn restore_whole(
     s: &SnapshotRef,
     roots: &[PathBuf],
     equals: Option<&SnapshotId>,
-) -> Result<Vec<PathBuf>> {
+    prestaged: &mut Option<Prestaged>,
+) -> Result<Brought> {
     let name = &meta.name;
     let published = equals.and_then(|from| published_from(ctx, meta, from, s, roots));
     let shortcuts = plan::shortcuts(RestoreFacts {
@@ -462,12 +579,8 @@ fn restore_whole(
     });
     for way in shortcuts {
         let staged = match (way, equals, &published) {
-            (Shortcut::Published, Some(from), Some(p)) => {
-                stage_published(ctx, meta, from, s, roots, p).map(|(dir, delta)| Staged {
-                    dir,
-                    delta,
-                    published: true,
-                })
+            (Shortcut::Published, Some(from), Some(_)) => {
+                published_staged(ctx, meta, from, s, roots, prestaged)
             }
             (Shortcut::Listed, Some(from), _) => {
                 stage_listed(ctx, meta, from, s, roots).map(|(dir, delta)| Staged {
@@ -486,7 +599,7 @@ fn restore_whole(
                 );
                 copy.record(|c| c.begin_restore(&s.id))?;
                 match restore_over(ctx, meta, s) {
-                    Ok(()) => return Ok(s.paths.clone()),
+                    Ok(()) => return Ok(Brought::whole(s.paths.clone())),
                     // A tree restic cannot bring over in place (a dir that became a link, say)
                     // is restored whole: the copy held nothing unsaved before this restore began.
                     Err(e) => {
@@ -506,7 +619,7 @@ fn restore_whole(
         if let (Some(staged), Some(from)) = (staged, equals)
             && restore_changes(meta, copy, s, roots, from, &staged)?
         {
-            return Ok(s.paths.clone());
+            return Ok(Brought::over(s, from, &staged.delta));
         }
     }
     say!(
@@ -520,6 +633,7 @@ fn restore_whole(
     restore::restore_in_place(ctx.repo.as_ref(), &s.id, &meta.path, &journal, &|staging| {
         agent_home::restored_paths(staging, &spec)
     })
+    .map(Brought::whole)
     .with_context(|| format!("the box stays stopped, and the next 'ag-box up {name}' finishes it"))
 }
 
@@ -595,6 +709,66 @@ fn staging(meta: &Meta) -> Option<PathBuf> {
 fn discard(staging: &Path) {
     if let Err(e) = restore::remove_any(staging) {
         tracing::warn!("removing {}: {e}", staging.display());
+    }
+}
+
+/// What changed up to the box's latest as its parking node published it, restored into a
+/// staging dir while the copy is walked, from `from`: the snapshot the copy was last known to
+/// equal (or, for changes over a whole snapshot, that one).
+struct Prestaged {
+    from: SnapshotId,
+    /// None: staged, and found not to serve.
+    staged: Option<Staged>,
+}
+
+/// What the box's parking node published as changed since the snapshot the copy was last
+/// known to equal (or, for changes over a whole snapshot, that one), to fetch while the copy is
+/// walked; None where nothing was published from there.
+fn published_guess(
+    ctx: &Ctx,
+    meta: &Meta,
+    copy: &CopyState,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+) -> Option<(SnapshotId, PublishedRef)> {
+    if full_restore_asked() {
+        return None;
+    }
+    let guess = &copy.equal()?.snapshot;
+    let from = match s.on.as_deref() {
+        Some(whole) if whole.names(guess) => whole.id.clone(),
+        Some(_) => return None,
+        None => guess.clone(),
+    };
+    let p = published_from(ctx, meta, &from, s, roots)?;
+    Some((from, p))
+}
+
+/// What changed since `from` as published, staged: fetched beforehand (or found not to serve
+/// then), else now.
+fn published_staged(
+    ctx: &Ctx,
+    meta: &Meta,
+    from: &SnapshotId,
+    s: &SnapshotRef,
+    roots: &[PathBuf],
+    prestaged: &mut Option<Prestaged>,
+) -> Option<Staged> {
+    if let Some(p) = prestaged.take_if(|p| p.from == *from) {
+        return p.staged;
+    }
+    let p = published_from(ctx, meta, from, s, roots)?;
+    stage_published(ctx, meta, from, s, roots, &p).map(|(dir, delta)| Staged {
+        dir,
+        delta,
+        published: true,
+    })
+}
+
+/// What was fetched beforehand and not used.
+fn discard_prestaged(prestaged: Option<&Prestaged>) {
+    if let Some(staged) = prestaged.and_then(|p| p.staged.as_ref()) {
+        discard(&staged.dir);
     }
 }
 
@@ -742,13 +916,15 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
-/// Returns the snapshot the copy now equals (None: there is no copy).
+/// Returns the snapshot the copy now equals (None: there is no copy), with the copy's digest
+/// when it was found equal to it as this node last saw it.
 fn keep_local_work(
     ctx: &Ctx,
     meta: &Meta,
     copy: &CopyState,
     epoch: u64,
-) -> Result<Option<SnapshotId>> {
+    walked: impl FnOnce() -> Result<String>,
+) -> Result<Option<(SnapshotId, Option<String>)>> {
     let roots = ctx.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
@@ -765,10 +941,10 @@ fn keep_local_work(
         return Ok(None);
     }
     // As last saved stopped or restored, or as the last snapshot of it running began.
-    let now = digest::of(&roots)?;
+    let now = walked()?;
     tracing::debug!("box '{}': walked its copy", meta.name);
     if let Some(e) = copy.equal().filter(|e| e.still(&now)) {
-        return Ok(Some(e.snapshot.clone()));
+        return Ok(Some((e.snapshot.clone(), Some(now))));
     }
     ctx.repo.ensure_repo()?;
     let id = snapshot::keep_as_fork(ctx, meta, epoch, copy).with_context(|| {
@@ -782,7 +958,7 @@ fn keep_local_work(
         meta.name,
         id.short()
     );
-    Ok(Some(id))
+    Ok(Some((id, None)))
 }
 
 /// Whether the agent home at `root` is entry for entry as the manifest this node kept at the

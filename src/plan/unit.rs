@@ -334,6 +334,24 @@ mod tests {
     }
 
     #[test]
+    #[rustfmt::skip]
+    fn the_whole_snapshot_after_a_quick_park_runs_in_a_unit_of_its_own_with_this_commands_env() {
+        let env = [("HOME", "/root".to_string()), ("PATH", "/opt/box/bin:/usr/bin".to_string())];
+        assert_eq!(
+            finish_unit_argv(&spec(), &env),
+            [
+                "systemd-run", "--unit", "boxfinish-demo",
+                "--description", "ag-box demo whole snapshot after a quick park",
+                "--collect", "--quiet",
+                "--setenv=HOME=/root", "--setenv=PATH=/opt/box/bin:/usr/bin",
+                "/opt/box/bin/ag-box", "__finish-park", "demo",
+            ]
+        );
+        // The verb the unit runs is one the CLI knows.
+        assert!(crate::cli::command().find_subcommand(FINISH_SUBCOMMAND).is_some());
+    }
+
+    #[test]
     fn no_memory_max_means_no_property() {
         let argv = systemd_run_argv(&spec(), None, &[], &["a".to_string()]);
         assert!(!argv.iter().any(|a| a.starts_with("MemoryMax")));

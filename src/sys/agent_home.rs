@@ -203,7 +203,8 @@ pub(crate) fn adopt_logins(spec: &BoxSpec) -> Result<Vec<(&'static str, Adopted)
 }
 
 /// A project not owned by the box user (made by root, or a changed uid) becomes its own.
-pub(crate) fn reown_project(spec: &BoxSpec) -> Result<()> {
+/// True when it handed the project over.
+pub(crate) fn reown_project(spec: &BoxSpec) -> Result<bool> {
     let owner = fs::metadata(&spec.project)
         .with_context(|| format!("reading {}", spec.project.display()))?
         .uid();
@@ -216,8 +217,9 @@ pub(crate) fn reown_project(spec: &BoxSpec) -> Result<()> {
             spec.ids.gid
         );
         privs::give_tree(&spec.project, spec.ids)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The project's sessions under `from_root` (the node's `/`, or an old snapshot's tree) copied

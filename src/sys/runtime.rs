@@ -359,9 +359,10 @@ fn end_watcher(spec: &BoxSpec) {
     }
 }
 
-/// What a unit of ag-box's own needs to read this node's config as this command does.
+/// What a unit of ag-box's own needs to read this node's config, and find its tools (restic
+/// above all: the one that parked the box), as this command does.
 fn config_env() -> Vec<(&'static str, String)> {
-    ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR"]
+    ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"]
         .into_iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
         .collect()
