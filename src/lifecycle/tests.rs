@@ -521,6 +521,15 @@ impl Node {
         }
     }
 
+    /// As a node that never held the box sees it: no copy, nothing known of one.
+    fn without_a_copy(&self) {
+        fs::remove_dir_all(self.project()).unwrap();
+        CopyState::journal(&self.ctx.config.state_dir, "demo")
+            .unwrap()
+            .record(|c| *c = CopyState::default())
+            .unwrap();
+    }
+
     /// A node whose parks take the whole snapshot (`BOX_QUICK_PARK=false`).
     fn whole_parks() -> Node {
         let mut n = Node::new();
@@ -2377,11 +2386,7 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
     // A node without a copy: the whole snapshot, then the changes over it.
     n.runtime.active.borrow_mut().clear();
     n.set_lease(None);
-    fs::remove_dir_all(n.project()).unwrap();
-    CopyState::journal(&n.ctx.config.state_dir, "demo")
-        .unwrap()
-        .record(|c| *c = CopyState::default())
-        .unwrap();
+    n.without_a_copy();
     n.repo.restored.borrow_mut().clear();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(
@@ -2408,11 +2413,7 @@ fn a_box_whose_changes_cannot_be_written_stays_stopped_and_says_where_its_latest
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     n.write("f.txt", "v2");
     park::park(n.ctx(), &named("demo"), false).unwrap();
-    fs::remove_dir_all(n.project()).unwrap();
-    CopyState::journal(&n.ctx.config.state_dir, "demo")
-        .unwrap()
-        .record(|c| *c = CopyState::default())
-        .unwrap();
+    n.without_a_copy();
     // What the park published is gone from the bucket.
     n.store.put_delta("demo", None).unwrap();
     let e = up::up_here(n.ctx(), &named("demo"), How::default()).unwrap_err();
@@ -2504,11 +2505,7 @@ fn prune_keeps_a_quick_parks_changes_and_the_snapshot_under_them() {
     assert!(!forget.contains(&changes.id), "{forget:?}");
     assert!(!forget.contains(&whole.id), "{forget:?}");
     prune::execute(&ctx, &plan).unwrap();
-    fs::remove_dir_all(n.project()).unwrap();
-    CopyState::journal(&n.ctx.config.state_dir, "demo")
-        .unwrap()
-        .record(|c| *c = CopyState::default())
-        .unwrap();
+    n.without_a_copy();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
     assert_eq!(n.read("f.txt").as_deref(), Some("v4"));
 }
