@@ -93,8 +93,9 @@ pub(crate) fn finish(ctx: &Ctx, name: &BoxName) -> Result<Finished> {
             _ => Step::Keep(false),
         })
     });
-    if !matches!(replaced, Ok(true)) {
+    if matches!(replaced, Ok(false)) {
         // A snapshot no record names (the box moved on, or is dropped) is no state of it.
+        // (After an error the write may have landed: then it is kept.)
         if let Err(e) = ctx.repo.forget(std::slice::from_ref(&id)) {
             tracing::warn!("box '{name}': forgetting snapshot {}: {e:#}", id.short());
         }
@@ -104,7 +105,7 @@ pub(crate) fn finish(ctx: &Ctx, name: &BoxName) -> Result<Finished> {
     }
     // This copy, and the manifest kept of it, are the whole snapshot's now.
     let state_dir = &ctx.config.state_dir;
-    CopyState::journal(state_dir, name)?.record(|c| c.replaced(&latest.id, &id))?;
+    CopyState::journal(state_dir, name)?.record(|c| c.replaced(&latest.id, &id, true))?;
     if let Some(kept) = CopyManifest::load(state_dir, name).filter(|k| k.snapshot == latest.id) {
         super::snapshot::keep_manifest(ctx, name, &id, Some(kept.entries));
     }

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use super::{Ctx, not_up_here, snapshot, up};
 use crate::error::{Code, UserError};
-use crate::plan::delta::{Manifest, PublishedRef, QUICK_TO};
+use crate::plan::delta::{self, Manifest, PublishedRef, QUICK_TO};
 use crate::plan::names::BoxName;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
@@ -163,6 +163,22 @@ fn parked(ctx: &Ctx, spec: &BoxSpec, epoch: u64, id: &SnapshotId, detail: Option
     }
 }
 
+/// Stop the box (when `running`), reading meanwhile the manifest kept as its copy last
+/// equalled a snapshot here.
+fn stop_reading_manifest(ctx: &Ctx, spec: &BoxSpec, running: bool) -> Result<Option<CopyManifest>> {
+    let state_dir = &ctx.config.state_dir;
+    let (kept, stopped) = std::thread::scope(|s| {
+        let kept = s.spawn(|| CopyManifest::load(state_dir, &spec.name));
+        let stopped = if running {
+            ctx.runtime.stop(spec)
+        } else {
+            Ok(())
+        };
+        (kept.join().ok().flatten(), stopped)
+    });
+    stopped.map(|()| kept)
+}
+
 /// What changed since the manifest `kept`, saved and published for the next node (the list
 /// it holds names `QUICK_TO`, the bucket's pointer the changes snapshot itself); None (with a
 /// word) when that cannot be done, and the park goes the usual way.
@@ -236,18 +252,7 @@ fn park_quickly(
     let Some((latest, equal, epoch)) = quick_parkable(ctx, meta, copy.state(), &spec)? else {
         return Ok(None);
     };
-    // The manifest kept as the copy last equalled the snapshot, read while the box stops.
-    let state_dir = &ctx.config.state_dir;
-    let (kept, stopped) = std::thread::scope(|s| {
-        let kept = s.spawn(|| CopyManifest::load(state_dir, name));
-        let stopped = if running {
-            ctx.runtime.stop(&spec)
-        } else {
-            Ok(())
-        };
-        (kept.join().ok().flatten(), stopped)
-    });
-    stopped?;
+    let kept = stop_reading_manifest(ctx, &spec, running)?;
     crash::point("park.after-stop");
     let Some(mut kept) = kept.filter(|k| latest.names(&k.snapshot)) else {
         return Ok(None);
@@ -295,16 +300,22 @@ fn park_quickly(
     crash::point("park.before-release");
     let had_files = snapshot::project_has_files(meta).ok();
     if let Some(lost) = release(ctx, stored.clone(), epoch, Some(&changes), copy)? {
+        // The changes alone are no state a rollback can bring back: the copy is kept whole.
+        let fork = snapshot::keep_as_fork(ctx, meta, epoch, copy.state())?;
         copy.record(|c| *c = CopyState::default())?;
-        return Err(taken_over(name, lost, &changes.id).into());
+        return Err(taken_over(name, lost, &fork).into());
     }
+    // The whole snapshot that follows judges files by size and time alone (as the first one
+    // after a restore does) unless a change kept them: then it reads every file.
+    let restored =
+        equal.restored && !delta::changed_keeping_size_and_time(&kept.entries, &manifest);
     copy.record(|c| {
         let now = Equal {
             snapshot: changes.id.clone(),
             paths: changes.paths.clone(),
             digest: Some(digest),
             running_digest: None,
-            restored: equal.restored,
+            restored,
         };
         c.saved(now, had_files, began);
     })?;
@@ -324,7 +335,11 @@ fn park_quickly(
         changes.id.short(),
         whole.id.short()
     );
-    let log = state_dir.join("local/finish").join(format!("{name}.log"));
+    let log = ctx
+        .config
+        .state_dir
+        .join("local/finish")
+        .join(format!("{name}.log"));
     if let Err(e) = ctx.runtime.finish_later(&spec, &log) {
         tracing::warn!(
             "box '{name}': its whole snapshot was not started ({e:#}); its next park takes one"

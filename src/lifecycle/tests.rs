@@ -46,6 +46,8 @@ struct FakeRuntime {
     written_on_stop: RefCell<Option<PathBuf>>,
     /// The boxes whose quick park asked for the whole snapshot to follow.
     finish_later: RefCell<Vec<String>>,
+    /// What happens elsewhere while the box stops (another node takes its lease).
+    meanwhile_on_stop: RefCell<Option<Box<dyn Fn()>>>,
 }
 
 impl BoxRuntime for FakeRuntime {
@@ -66,10 +68,12 @@ impl BoxRuntime for FakeRuntime {
         Ok(())
     }
     fn stop(&self, spec: &BoxSpec) -> Result<()> {
-        if self.active.borrow_mut().remove(&spec.name)
-            && let Some(f) = self.written_on_stop.borrow().as_ref()
-        {
+        let was_active = self.active.borrow_mut().remove(&spec.name);
+        if was_active && let Some(f) = self.written_on_stop.borrow().as_ref() {
             fs::write(f, "saved while stopping")?;
+        }
+        if was_active && let Some(meanwhile) = self.meanwhile_on_stop.borrow().as_ref() {
+            meanwhile();
         }
         Ok(())
     }
@@ -2538,4 +2542,46 @@ fn a_parked_box_is_rolled_back_only_once_its_changes_are_saved_whole() {
         Some("v2")
     );
     assert_eq!(n.read("f.txt").as_deref(), Some("v1"));
+}
+
+#[test]
+fn a_quick_park_whose_lease_is_taken_meanwhile_keeps_the_copy_whole_as_a_fork() {
+    let n = Node::new();
+    n.parked();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    let store = n.store.clone();
+    *n.runtime.meanwhile_on_stop.borrow_mut() = Some(Box::new(move || {
+        update(store.as_ref(), "demo", |m| {
+            Ok(Step::Write(
+                Meta {
+                    lease: Some(lease_of("there", 9)),
+                    ..m.clone()
+                },
+                (),
+            ))
+        })
+        .unwrap();
+    }));
+    let e = park::park(n.ctx(), &named("demo"), false).unwrap_err();
+    assert_eq!(code(&e), Some(Code::LeaseHeld), "{e:#}");
+    let fork = n
+        .repo
+        .forks
+        .borrow()
+        .last()
+        .cloned()
+        .expect("a fork snapshot");
+    assert_eq!(
+        n.repo.file(&fork, &n.project().join("f.txt")).as_deref(),
+        Some("v2")
+    );
+    assert!(
+        format!("{e:#}").contains(&format!("kept this node's files as snapshot {fork}")),
+        "{e:#}"
+    );
+    assert_eq!(
+        n.meta().lease.map(|l| (l.node, l.epoch)),
+        Some(("there".to_string(), 9))
+    );
 }

@@ -309,7 +309,7 @@ fn prepare_and_start(
                 && let Some(changes) = &l.same_as
             {
                 // Equal to the changes a whole snapshot replaced: equal to it.
-                copy.record(|c| c.replaced(changes, &l.id))?;
+                copy.record(|c| c.replaced(changes, &l.id, false))?;
             }
             None
         }
@@ -731,7 +731,8 @@ fn published_guess(
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(SnapshotId, PublishedRef)> {
-    if full_restore_asked() {
+    // Staged inside the project (a mount point), it would change what the walk reads.
+    if full_restore_asked() || restore::stages_inside(&meta.path) {
         return None;
     }
     let guess = &copy.equal()?.snapshot;

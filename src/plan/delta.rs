@@ -311,6 +311,24 @@ pub(crate) fn bytes_changed_since(now: &Manifest, since: i64) -> u64 {
         .sum()
 }
 
+/// Whether a file of `after` changed from `before` with its size and modification time kept
+/// (written with `touch -r`, `cp -p`, `tar x`, or only its mode or owner changed): a backup
+/// that judges files by size and time alone (restic's `--ignore-inode`) would keep its old
+/// contents.
+pub(crate) fn changed_keeping_size_and_time(before: &Manifest, after: &Manifest) -> bool {
+    after.iter().any(|(path, now)| {
+        now.starts_with('f')
+            && before
+                .get(path)
+                .is_some_and(|was| was != now && judged(was).eq(judged(now)))
+    })
+}
+
+/// A manifest line's kind, size and modification time: its first three fields.
+fn judged(line: &str) -> impl Iterator<Item = &str> {
+    line.splitn(4, '\0').take(3)
+}
+
 /// What a node publishes as it parks: its copy went from snapshot `from` to `to` by `delta`.
 /// It travels as a file in the snapshot of the changed paths ([`PublishedRef::list`]), so the
 /// bucket learns no more of the box than restic's own snapshots tell it.
@@ -517,6 +535,32 @@ fn pattern(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_file_changed_with_its_size_and_time_kept_is_told_from_one_changed_otherwise() {
+        // As `sys::digest` writes a line: kind, size, mtime, ctime, inode, mode, owner, target.
+        let line = |kind: &str, size: &str, mtime: &str, ctime: &str| {
+            [kind, size, mtime, ctime, "12", "100644", "1000:1000", ""].join("\0")
+        };
+        let before: Manifest = [
+            ("/p/a".to_string(), line("f", "3", "1.0", "1.0")),
+            ("/p/d".to_string(), line("d", "0", "1.0", "1.0")),
+        ]
+        .into();
+        let with = |path: &str, l: String| -> Manifest {
+            let mut m = before.clone();
+            m.insert(path.into(), l);
+            m
+        };
+        assert!(!changed_keeping_size_and_time(&before, &before));
+        let changed = |l: String| changed_keeping_size_and_time(&before, &with("/p/a", l));
+        assert!(!changed(line("f", "4", "1.0", "2.0")));
+        assert!(!changed(line("f", "3", "2.0", "2.0")));
+        assert!(changed(line("f", "3", "1.0", "2.0")));
+        // A dir's times say nothing of a file's contents.
+        let dir = with("/p/d", line("d", "0", "1.0", "2.0"));
+        assert!(!changed_keeping_size_and_time(&before, &dir));
+    }
+
     use super::*;
     use pretty_assertions::assert_eq;
 

@@ -27,6 +27,7 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
     let path = dir.join(format!("{name}.lock"));
     let deadline = Instant::now() + wait;
     let mut said = false;
+    let mut ended: Option<String> = None;
     loop {
         let file = OpenOptions::new()
             .create(true)
@@ -52,7 +53,12 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
             Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
-                if !said && verb != FINISH_VERB && end_finisher(name, &holder) {
+                // Asked once per holder: one may take over from another while this waits.
+                if ENDS_FINISHER.contains(&verb)
+                    && ended.as_deref() != Some(holder.as_str())
+                    && end_finisher(name, &holder)
+                {
+                    ended = Some(holder.clone());
                     // It lets go of the lock in a moment: nothing to tell.
                     said = true;
                 }
@@ -84,9 +90,13 @@ pub(crate) fn acquire(state_dir: &Path, name: &str, verb: &str, wait: Duration) 
     }
 }
 
-/// The verb of a quick park's whole snapshot (`lifecycle::finish`): every other command on the
-/// box ends it (the box's next park saves it whole instead), so none waits for it.
+/// The verb of a quick park's whole snapshot (`lifecycle::finish`).
 pub(crate) const FINISH_VERB: &str = "finish-park";
+
+/// The commands that end a quick park's whole snapshot rather than wait for it: those that
+/// want the box now (the box's next park saves it whole instead). The others wait the few
+/// seconds it takes, and then find the box's latest whole.
+const ENDS_FINISHER: [&str; 2] = ["up", "drop"];
 
 /// Ask the finisher that `holder` names to end (SIGTERM: it passes it on to its restic, which
 /// removes its repository lock, and the box lock goes with the process). Only a process that

@@ -351,12 +351,14 @@ impl CopyState {
     }
 
     /// A whole snapshot `to` took the place of quick park changes `from` the copy equals: it
-    /// equals `to` (which restic can diff against).
-    pub(crate) fn replaced(&mut self, from: &SnapshotId, to: &SnapshotId) {
+    /// equals `to` (which restic can diff against). `read`: restic read this copy for it, so
+    /// its files' inodes are those `to` recorded.
+    pub(crate) fn replaced(&mut self, from: &SnapshotId, to: &SnapshotId, read: bool) {
         if let Relation::Equals(e) | Relation::Stale(e) = &mut self.relation
             && e.snapshot == *from
         {
             e.snapshot = to.clone();
+            e.restored &= !read;
         }
     }
 

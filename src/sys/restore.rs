@@ -191,8 +191,14 @@ fn show(p: &Path) -> String {
 
 /// Where a restore stages its tree: inside a project that is a mount point (so it keeps its
 /// filesystem), else beside it.
+/// The staging dir beside `anchor` lies inside it (a mount point: a rename out of it would
+/// cross filesystems).
+pub(crate) fn stages_inside(anchor: &Path) -> bool {
+    host::is_mount_point(anchor)
+}
+
 fn staging_for(anchor: &Path) -> PathBuf {
-    if host::is_mount_point(anchor) {
+    if stages_inside(anchor) {
         anchor.join(INSIDE_RESTORE)
     } else {
         sibling(anchor, "restore")
