@@ -152,22 +152,12 @@ impl Runtime {
                 run_unit(&unit::watch_unit_argv(spec, &config_env()), &name)
             }
             Runtime::Direct => {
-                let log_path = spec.run_dir.join("watch.log");
-                let log = fs::File::create(&log_path)
-                    .with_context(|| format!("creating {}", log_path.display()))?;
-                let mut c = Command::new(&spec.exe);
-                c.args([unit::WATCH_SUBCOMMAND, &spec.name])
-                    .stdin(Stdio::null())
-                    .stdout(log.try_clone()?)
-                    .stderr(log);
-                // SAFETY: setsid is async-signal-safe; it detaches the watcher from our session.
-                unsafe {
-                    c.pre_exec(|| {
-                        nix::unistd::setsid().map_err(std::io::Error::from)?;
-                        Ok(())
-                    });
-                }
-                let child = c.spawn().context("starting the box's state watcher")?;
+                let child = spawn_detached(
+                    spec,
+                    unit::WATCH_SUBCOMMAND,
+                    &spec.run_dir.join("watch.log"),
+                )
+                .context("starting the box's state watcher")?;
                 atomic::write(
                     &spec.run_dir.join(WATCH_PID),
                     child.id().to_string().as_bytes(),
@@ -190,21 +180,7 @@ impl Runtime {
                     fs::create_dir_all(dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
                 }
-                let out =
-                    fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-                let mut c = Command::new(&spec.exe);
-                c.args([unit::FINISH_SUBCOMMAND, &spec.name])
-                    .stdin(Stdio::null())
-                    .stdout(out.try_clone()?)
-                    .stderr(out);
-                // SAFETY: setsid is async-signal-safe; it detaches the finisher from our session.
-                unsafe {
-                    c.pre_exec(|| {
-                        nix::unistd::setsid().map_err(std::io::Error::from)?;
-                        Ok(())
-                    });
-                }
-                c.spawn()
+                spawn_detached(spec, unit::FINISH_SUBCOMMAND, log)
                     .context("starting the whole snapshot after the quick park")?;
                 Ok(())
             }
@@ -357,6 +333,24 @@ fn end_watcher(spec: &BoxSpec) {
     if ours {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
+}
+
+/// `ag-box <verb> <box>` in a session of its own (it outlives this command), writing to `log`.
+fn spawn_detached(spec: &BoxSpec, verb: &str, log: &Path) -> Result<std::process::Child> {
+    let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut c = Command::new(&spec.exe);
+    c.args([verb, spec.name.as_str()])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    // SAFETY: setsid is async-signal-safe; it detaches the child from our session.
+    unsafe {
+        c.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    Ok(c.spawn()?)
 }
 
 /// What a unit of ag-box's own needs to read this node's config, and find its tools (restic
