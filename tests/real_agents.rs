@@ -775,7 +775,7 @@ fn the_agents_state_reaches_the_other_node_and_park_waits_for_its_turn() {
         "{parked}"
     );
     c.a.sh(&format!(
-        "grep -q 'STANDIN-REPLY turns=2 last=HOLD-5 a long turn' {HOMES}/{name}/.claude/projects/-root-{name}/*.jsonl"
+        "grep -q 'STANDIN-REPLY turns=2 last=HOLD-5 a long turn' {HOMES}/{name}/.claude/projects/-root-{name}/*.jsonl || {{ tail -c 3000 {HOMES}/{name}/.claude/projects/-root-{name}/*.jsonl >&2; exit 1; }}"
     ))
     .ok();
     // --now does not wait.

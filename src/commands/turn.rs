@@ -3,10 +3,11 @@
 //! to finish the turn it is in, so that nothing is cut off mid-turn. Ctrl-C ends the wait, and
 //! the verb, which has changed nothing yet.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Ctx;
 use crate::plan::attention::{AgentState, State};
+use crate::plan::sandbox::BoxSpec;
 use crate::store::meta::Meta;
 use crate::sys::attention;
 
@@ -36,6 +37,7 @@ pub(crate) fn wait_for_turn(ctx: &Ctx, meta: &Meta, verb: &str) {
         return;
     }
     let Some(now) = working() else {
+        settle(&spec);
         return;
     };
     let limit = ctx.config.park_wait;
@@ -49,6 +51,7 @@ pub(crate) fn wait_for_turn(ctx: &Ctx, meta: &Meta, verb: &str) {
         std::thread::sleep(POLL);
         if working().is_none() {
             say!("box '{name}': {} ended its turn", now.agent);
+            settle(&spec);
             return;
         }
     }
@@ -57,4 +60,22 @@ pub(crate) fn wait_for_turn(ctx: &Ctx, meta: &Meta, verb: &str) {
         now.agent,
         humantime::format_duration(limit)
     );
+}
+
+/// An agent writes the last of a turn (Claude Code: its transcript's answer) just after it says
+/// the turn ended; a box stopped in that moment loses it (seen: one park in two). A turn that
+/// ended less than this ago is given the rest, at most this long whatever the box's file says.
+const SETTLE: Duration = Duration::from_secs(2);
+
+fn settle(spec: &BoxSpec) {
+    let Some(idle) = attention::read(spec).filter(|s| s.state == State::Idle) else {
+        return;
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let ago = Duration::from_secs(now.saturating_sub(idle.since));
+    if let Some(rest) = SETTLE.checked_sub(ago).filter(|r| !r.is_zero()) {
+        std::thread::sleep(rest);
+    }
 }
