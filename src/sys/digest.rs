@@ -494,6 +494,50 @@ mod tests {
         );
     }
 
+    /// What a box planted at the paths a restore wrote is read as what it is: a link is a link
+    /// (never followed out of the copy), an odd name a name.
+    #[test]
+    fn a_walk_of_what_changed_reads_planted_links_as_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        let outside = dir.path().join("outside");
+        fs::create_dir_all(outside.join("deep")).unwrap();
+        fs::write(outside.join("deep/secret"), "root's").unwrap();
+        for d in ["a/x", "b"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+            fs::write(root.join(d).join("f"), d).unwrap();
+        }
+        let roots = vec![root.clone()];
+        let (before, kept) = walk(&roots).unwrap();
+        // A changed dir, and the dir above a changed file, now links out; a changed name
+        // holds escape bytes and a newline.
+        fs::remove_dir_all(root.join("a/x")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a/x")).unwrap();
+        fs::remove_dir_all(root.join("b")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("b")).unwrap();
+        let odd = root.join("c\x1b]52;c;\n");
+        fs::write(&odd, "odd").unwrap();
+        let changed = [root.join("a/x"), root.join("b/f"), odd];
+        let got = walk_changed(&roots, kept.unwrap(), &before, &changed).unwrap();
+        assert_eq!(got, walk(&roots).unwrap());
+        let manifest = got.1.unwrap();
+        let outside_text = outside.display().to_string();
+        assert!(
+            manifest.keys().all(|p| !p.starts_with(&outside_text)
+                && !p.ends_with("secret")
+                && !p.starts_with(&root.join("b/").display().to_string())),
+            "{manifest:?}"
+        );
+        assert_eq!(
+            [
+                manifest[&root.join("a/x").display().to_string()].starts_with('l'),
+                manifest[&root.join("b").display().to_string()].starts_with('l'),
+            ],
+            [true, true],
+            "{manifest:?}"
+        );
+    }
+
     #[test]
     fn threads_see_what_one_walk_sees() {
         let dir = tempfile::tempdir().unwrap();
