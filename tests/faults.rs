@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Checked, Cluster, Host, Node, Target, assert_code};
+use common::{Checked, Cluster, Host, Node, Target, assert_code, box_row, whole_snapshot_done};
 
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
     RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
@@ -224,6 +224,63 @@ fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
         );
         c.b.sh(&format!("ag-box park {name}")).ok();
     }
+}
+
+/// A quick park's whole snapshot cut off after its backup: the record keeps naming the changes
+/// over the snapshot before them, and another node gets them; that node's `up` cut off between
+/// the snapshot before them and the changes is finished by the next `up`, without a fork.
+#[test]
+fn a_quick_parks_whole_snapshot_or_an_up_of_its_changes_cut_off_loses_nothing() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-finish";
+    c.parked_box(name);
+    whole_snapshot_done(&c.a, name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo quick > late.txt'"
+    ))
+    .ok();
+    let parked =
+        c.a.sh_env(
+            &[("AG_BOX_CRASH_AT", "finish.after-backup")],
+            &format!("ag-box park {name} 2>&1"),
+        )
+        .ok()
+        .stdout();
+    assert!(parked.contains("what changed since snapshot"), "{parked}");
+    whole_snapshot_done(&c.a, name);
+    let finisher =
+        c.a.sh(&format!("journalctl -q -u boxfinish-{name} --no-pager"))
+            .ok()
+            .stdout();
+    assert!(
+        finisher.contains("crash point finish.after-backup"),
+        "{finisher}"
+    );
+    let latest = box_row(&c.b, name).unwrap()["last_snapshot"].clone();
+    assert!(latest["on"]["id"].is_string(), "{latest}");
+    assert_eq!(latest["same_as"], serde_json::Value::Null, "{latest}");
+    // B has no copy: the snapshot before the changes first, cut off there.
+    cut_at(
+        &c.b,
+        "up.after-whole",
+        &format!("ag-box up {name} --node nodeB"),
+    );
+    assert_eq!(c.holder(name).as_deref(), Some("nodeB"));
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+        "quick\n"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    whole_snapshot_done(&c.b, name);
+    assert_eq!(fork_files(&c.b, name), "");
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+        "quick\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    whole_snapshot_done(&c.a, name);
 }
 
 #[test]

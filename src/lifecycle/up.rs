@@ -525,7 +525,14 @@ fn restore_copy(
         let had_files = std::fs::read_dir(&meta.path)
             .ok()
             .map(|mut e| e.next().is_some());
-        copy.record(|c| c.restored(&whole.id, paths, had_files))?;
+        // Walked: an `up` cut off before the changes are written finds the copy equal to the
+        // snapshot they lie on, not work of its own to keep as a fork.
+        let (digest, manifest) = digest::walk(roots)?;
+        copy.record(|c| {
+            c.restored(&whole.id, paths, had_files);
+            c.walked(digest);
+        })?;
+        snapshot::keep_manifest(ctx, name, &whole.id, manifest);
         crash::point("up.after-whole");
     }
     let staged = published_staged(ctx, meta, &whole.id, s, roots, prestaged);

@@ -119,10 +119,13 @@ pub(crate) struct ChangesSpec {
 
 impl ChangesSpec {
     /// `restic backup` of the paths listed in `list` (NUL-separated: any name is a name).
+    /// `--force`: no parent is looked for (a changes snapshot with the very same paths hardly
+    /// ever exists, and the search reads every snapshot the repository lists).
     pub(crate) fn args(&self, list: &Path) -> Vec<String> {
         let mut a: Vec<String> = vec![
             "backup".into(),
             "--json".into(),
+            "--force".into(),
             "--host".into(),
             CHANGES_HOST.into(),
             "--tag".into(),
@@ -500,7 +503,7 @@ mod tests {
         assert_eq!(
             spec.args(Path::new("/var/lib/ag-box/changes.list")),
             [
-                "backup", "--json", "--host", "ag-box-changes",
+                "backup", "--json", "--force", "--host", "ag-box-changes",
                 "--tag", "changes:demo", "--tag", "from:aaa", "--tag", "to:bbb", "--tag", "node:nodeB",
                 "--exclude", ".auth-secret",
                 "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",

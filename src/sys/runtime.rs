@@ -173,7 +173,7 @@ impl Runtime {
             Runtime::Systemd => {
                 let name = unit::finish_unit_name(&spec.name);
                 stop_unit(&name)?;
-                run_unit(&unit::finish_unit_argv(spec, &config_env()), &name)
+                run_unit(&unit::finish_unit_argv(spec, &finisher_env()), &name)
             }
             Runtime::Direct => {
                 if let Some(dir) = log.parent() {
@@ -360,6 +360,20 @@ fn config_env() -> Vec<(&'static str, String)> {
         .into_iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
         .collect()
+}
+
+/// [`config_env`], and under test the crash points, which the finisher's unit has to reach as
+/// its detached process does (`sys::crash`).
+fn finisher_env() -> Vec<(&'static str, String)> {
+    let mut env = config_env();
+    if cfg!(feature = "crash-points") {
+        env.extend(
+            ["AG_BOX_CRASH_AT", "AG_BOX_PAUSE_AT"]
+                .into_iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k, v))),
+        );
+    }
+    env
 }
 
 fn run_unit(argv: &[String], unit: &str) -> Result<()> {
