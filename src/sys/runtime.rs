@@ -356,10 +356,7 @@ fn spawn_detached(spec: &BoxSpec, verb: &str, log: &Path) -> Result<std::process
 /// What a unit of ag-box's own needs to read this node's config, and find its tools (restic
 /// above all: the one that parked the box), as this command does.
 fn config_env() -> Vec<(&'static str, String)> {
-    ["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"]
-        .into_iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
-        .collect()
+    set_of(&["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"])
 }
 
 /// [`config_env`], and under test the crash points, which the finisher's unit has to reach as
@@ -367,13 +364,16 @@ fn config_env() -> Vec<(&'static str, String)> {
 fn finisher_env() -> Vec<(&'static str, String)> {
     let mut env = config_env();
     if cfg!(feature = "crash-points") {
-        env.extend(
-            ["AG_BOX_CRASH_AT", "AG_BOX_PAUSE_AT"]
-                .into_iter()
-                .filter_map(|k| std::env::var(k).ok().map(|v| (k, v))),
-        );
+        env.extend(set_of(&["AG_BOX_CRASH_AT", "AG_BOX_PAUSE_AT"]));
     }
     env
+}
+
+/// Those of `keys` set in this command's environment, with their values.
+fn set_of(keys: &[&'static str]) -> Vec<(&'static str, String)> {
+    keys.iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v)))
+        .collect()
 }
 
 fn run_unit(argv: &[String], unit: &str) -> Result<()> {
