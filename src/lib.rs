@@ -183,6 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => sys::proxy::run(sys::proxy::Paths {
             policy: plan::egress::policy_file(&run_dir),
             log: plan::egress::log_file(&run_dir),
+            broker: plan::broker::file(&run_dir),
             box_name,
             netns,
             node_list,

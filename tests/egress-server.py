@@ -3,7 +3,7 @@
 
 usage: egress-server.py ADDR HTTP_PORT [HTTPS_PORT CERT KEY]
 Every GET answers 200 with "hello from ADDR:PORT\n" (or N bytes with ?size=N, or "host H\n" with
-the request's Host header for /host); HTTP/1.1 keep-alive.
+the request's Host header for /host, "auth A\n" with its Authorization header for /auth); HTTP/1.1 keep-alive.
 """
 import ssl
 import sys
@@ -21,6 +21,8 @@ class Handler(BaseHTTPRequestHandler):
             body = b"x" * int(q["size"][0])
         elif urlparse(self.path).path == "/host":
             body = f"host {self.headers.get('Host')}\n".encode()
+        elif urlparse(self.path).path == "/auth":
+            body = f"auth {self.headers.get('Authorization')}\n".encode()
         else:
             host, port = self.server.server_address[:2]
             body = f"hello from {host}:{port}\n".encode()

@@ -147,7 +147,8 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
 }
 
 /// A box is given the node's logins of its agent and gh's, and only those unless `creds=` names
-/// others: the other logins' files are nowhere in its HOME. The API key Claude Code once kept in
+/// others: the other logins' files are nowhere in its HOME. gh's token is the broker's: the box
+/// sees a placeholder of its shape (tests/broker.rs). The API key Claude Code once kept in
 /// `~/.claude.json` never reaches a box's own copy of it.
 #[test]
 fn a_box_sees_only_the_logins_it_is_given() {
@@ -185,8 +186,21 @@ fn a_box_sees_only_the_logins_it_is_given() {
             .stdout();
         out.lines().map(str::to_string).collect::<Vec<_>>()
     };
+    // gh's login as the box sees it: a placeholder of the token's shape.
+    let gh_shown = || {
+        let text = b.exec_sh("cat ~/.config/gh/hosts.yml").ok().stdout();
+        let token = text
+            .trim()
+            .strip_prefix("oauth_token: GH-")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            token.len() == 5 && token.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{text}"
+        );
+    };
     b.up().ok();
-    assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
+    assert_eq!(found(), ["CLAUDE-TOKEN"]);
+    gh_shown();
     b.exec_sh("grep -q hasCompletedOnboarding ~/.claude.json")
         .ok();
     // An OpenCode login made on the node while the box runs does not show in it either.
@@ -195,16 +209,14 @@ fn a_box_sees_only_the_logins_it_is_given() {
         "{\"t\":\"OPENCODE-TOKEN\"}\n",
     );
     b.exec_sh("test -d ~/.local/bin").ok();
-    assert_eq!(found(), ["CLAUDE-TOKEN", "GH-TOKEN"]);
+    assert_eq!(found(), ["CLAUDE-TOKEN"]);
     b.park().ok();
     b.set(["creds=all"])
         .ok()
         .stderr_has("creds=claude,codex,gemini,grok,opencode,gh");
     b.up().ok();
-    assert_eq!(
-        found(),
-        ["CLAUDE-TOKEN", "CODEX-TOKEN", "GH-TOKEN", "OPENCODE-TOKEN"]
-    );
+    assert_eq!(found(), ["CLAUDE-TOKEN", "CODEX-TOKEN", "OPENCODE-TOKEN"]);
+    gh_shown();
     b.park().ok();
     b.set(["creds=codex"])
         .ok()
@@ -212,6 +224,7 @@ fn a_box_sees_only_the_logins_it_is_given() {
         .stderr_has("creds takes effect at the next 'ag-box up'");
     b.up().ok();
     assert_eq!(found(), ["CODEX-TOKEN"]);
+    b.exec_sh("test ! -e ~/.config/gh").ok();
     b.park().ok();
     b.set(["creds=none"]).ok().stderr_has("creds=none");
     b.up().ok();

@@ -67,6 +67,7 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
                 name: a.name,
                 fresh: false,
             }),
+        node_ca: config.state_dir.join("ca"),
     }
 }
 

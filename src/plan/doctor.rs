@@ -250,6 +250,54 @@ pub(crate) fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -
     }
 }
 
+/// The node's CA for the credential broker, as found in `dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CaFound {
+    /// Not made yet (the first start of a box that needs it makes it).
+    Absent,
+    /// Made for the hosts of this version's rules, its key root's alone.
+    Ready,
+    /// Made for other hosts (an older ag-box): made anew at the next start that needs it.
+    OtherHosts,
+    /// Its key is readable by others than root (the mode's group and other bits).
+    KeyOpen(u32),
+}
+
+pub(crate) fn broker_ca(dir: &str, found: CaFound, system_bundle: bool) -> Check {
+    const CHECK: &str = "credential broker CA";
+    let bundle = if system_bundle {
+        String::new()
+    } else {
+        format!(
+            "; no {} here, so only clients that read SSL_CERT_FILE and the like trust it",
+            super::sandbox::SYSTEM_CA_BUNDLE
+        )
+    };
+    match found {
+        CaFound::KeyOpen(mode) => fail(
+            CHECK,
+            format!(
+                "{dir}/ca-key.pem is readable by others (mode {mode:03o}): boxes refuse to start"
+            ),
+            format!("rm -r {dir} (the next box start makes a new CA)"),
+        ),
+        _ if !bundle.is_empty() => warn(
+            CHECK,
+            format!("{dir}{bundle}"),
+            "install the ca-certificates package",
+        ),
+        CaFound::Absent => ok(
+            CHECK,
+            format!("{dir}: not made yet (the first start of a box given gh makes it)"),
+        ),
+        CaFound::Ready => ok(CHECK, format!("{dir}: ready, key root's alone")),
+        CaFound::OtherHosts => ok(
+            CHECK,
+            format!("{dir}: made for other hosts; the next box start makes it anew"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +378,36 @@ mod tests {
             config_file("/n", 1000, 0o600, 0, true).fix.as_deref(),
             Some("chown 0 /n")
         );
+    }
+
+    #[test]
+    fn the_broker_ca_is_private_and_trusted_by_the_system_bundle() {
+        let d = "/var/lib/ag-box/ca";
+        assert_eq!(
+            broker_ca(d, CaFound::Ready, true),
+            ok(
+                "credential broker CA",
+                "/var/lib/ag-box/ca: ready, key root's alone"
+            )
+        );
+        assert_eq!(
+            broker_ca(d, CaFound::KeyOpen(0o644), true),
+            fail(
+                "credential broker CA",
+                "/var/lib/ag-box/ca/ca-key.pem is readable by others (mode 644): boxes refuse to start",
+                "rm -r /var/lib/ag-box/ca (the next box start makes a new CA)"
+            )
+        );
+        assert_eq!(
+            broker_ca(d, CaFound::Absent, false),
+            warn(
+                "credential broker CA",
+                "/var/lib/ag-box/ca; no /etc/ssl/certs/ca-certificates.crt here, so only clients that read SSL_CERT_FILE and the like trust it",
+                "install the ca-certificates package"
+            )
+        );
+        assert_eq!(broker_ca(d, CaFound::OtherHosts, true).status, Status::Ok);
+        assert_eq!(broker_ca(d, CaFound::Absent, true).status, Status::Ok);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub(crate) mod agent_home;
 pub(crate) mod agents;
 pub(crate) mod attention;
 pub(crate) mod box_exe;
+pub(crate) mod broker;
 pub(crate) mod cost;
 pub(crate) mod delta;
 pub(crate) mod diff;

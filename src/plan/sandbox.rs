@@ -32,6 +32,7 @@ use super::agent_home::{Access, AgentHome};
 use super::agents;
 use super::attention::{MANAGED, Managed};
 use super::box_exe::BOX_EXE;
+use super::broker;
 use super::egress::{self, BoxPolicy};
 use super::tmux;
 
@@ -60,7 +61,13 @@ pub(crate) struct BoxSpec {
     pub egress: BoxPolicy,
     /// What the `main` tmux window runs as the box starts.
     pub main: MainWindow,
+    /// This node's CA for the credential broker (`$BOX_STATE_DIR/ca`).
+    pub node_ca: PathBuf,
 }
+
+/// The system's CA bundle (Debian's path), which a box whose proxy stands in for a login sees
+/// with the node's CA added, and every TLS client in it is pointed at.
+pub(crate) const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// What a box's `main` tmux window runs as the box starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +224,7 @@ impl BoxSpec {
                 allow: vec![],
             },
             main: MainWindow::Shell,
+            node_ca: "/var/lib/ag-box/ca".into(),
         }
     }
 
@@ -298,6 +306,25 @@ impl BoxSpec {
     pub(crate) fn netns(&self) -> Option<PathBuf> {
         self.egress.mode.isolated().then(|| self.netns_pin())
     }
+    /// The logins this box's proxy stands in for (`plan::broker`).
+    pub(crate) fn broker_rules(&self) -> Vec<broker::Rule> {
+        broker::rules_for(&self.agent_home.logins, self.egress.mode.isolated())
+    }
+    /// What the box sees of the broker (read-only): login copies and the CA bundle.
+    pub(crate) fn broker_dir(&self) -> PathBuf {
+        self.run_dir.join("broker")
+    }
+    /// The copy of `login`'s files the box sees.
+    pub(crate) fn broker_copy(&self, login: &str) -> PathBuf {
+        self.broker_dir().join(login)
+    }
+    pub(crate) fn ca_bundle(&self) -> PathBuf {
+        self.broker_dir().join("ca-bundle.pem")
+    }
+    /// What the proxy reads (root's alone): the tokens, rules and certificate.
+    pub(crate) fn broker_file(&self) -> PathBuf {
+        broker::file(&self.run_dir)
+    }
     pub(crate) fn egress_policy_file(&self) -> PathBuf {
         egress::policy_file(&self.run_dir)
     }
@@ -341,6 +368,27 @@ impl BoxSpec {
             src: self.group_file(),
             dest: "/etc/group".into(),
         });
+        let brokered = self.broker_rules();
+        if !brokered.is_empty() {
+            m.push(Mount::RoBind {
+                src: self.ca_bundle(),
+                dest: broker::BOX_CA_BUNDLE.into(),
+            });
+            // For the clients that read the system's bundle whatever the environment says.
+            if exists(Path::new(SYSTEM_CA_BUNDLE)) {
+                m.push(Mount::RoBind {
+                    src: self.ca_bundle(),
+                    dest: SYSTEM_CA_BUNDLE.into(),
+                });
+            }
+        }
+        let copied: Vec<(PathBuf, PathBuf)> = brokered
+            .iter()
+            .filter_map(|r| {
+                let rel = broker::copied(&r.login)?;
+                Some((self.agent_home.home.join(rel), self.broker_copy(&r.login)))
+            })
+            .collect();
         // Over the node's dirs, which the start makes when the node has none.
         m.extend(MANAGED.iter().map(|managed| Mount::RoBind {
             src: self.managed_dir(managed),
@@ -348,6 +396,13 @@ impl BoxSpec {
         }));
         m.push(Mount::Tmpfs(self.home().to_path_buf()));
         m.extend(self.agent_home.binds(exists).into_iter().map(|b| {
+            if let Some((dest, src)) = copied.iter().find(|(dest, _)| *dest == b.dest) {
+                // What the broker stands in for: its copy with placeholders, never the node's.
+                return Mount::RoBind {
+                    src: src.clone(),
+                    dest: dest.clone(),
+                };
+            }
             match (b.access, b.is_node_file()) {
                 // The operator's tools rewrite these at any time (some by removing and
                 // writing anew): one gone at the start leaves the box without it, not down.
@@ -403,6 +458,12 @@ impl BoxSpec {
                 .mode
                 .isolated()
                 .then(egress::proxy_env)
+                .into_iter()
+                .flatten(),
+        )
+        .chain(
+            (!self.broker_rules().is_empty())
+                .then(broker::ca_env)
                 .into_iter()
                 .flatten(),
         )
@@ -603,6 +664,8 @@ mod tests {
                 "--ro-bind-try", "/nix", "/nix",
                 "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
                 "--ro-bind", "/run/box/demo/group", "/etc/group",
+                "--dir", "/run",
+                "--ro-bind", "/run/box/demo/broker/ca-bundle.pem", "/run/ag-box-ca.pem",
                 "--ro-bind", "/run/box/demo/claude-code", "/etc/claude-code",
                 "--ro-bind", "/run/box/demo/codex", "/etc/codex",
                 "--size", "2147483648", "--tmpfs", "/root",
@@ -615,7 +678,6 @@ mod tests {
                 "--dir", "/root/.local/share",
                 "--bind", &format!("{own}/.local/share/opencode"), "/root/.local/share/opencode",
                 "--bind", "/root/demo", "/root/demo",
-                "--dir", "/run",
                 "--dir", "/run/box",
                 "--dir", "/run/box/demo",
                 "--bind", "/run/box/demo/sock", "/run/box/demo/sock",
@@ -636,6 +698,10 @@ mod tests {
                 "--setenv", "NO_PROXY", "localhost,127.0.0.1,::1",
                 "--setenv", "no_proxy", "localhost,127.0.0.1,::1",
                 "--setenv", "NODE_USE_ENV_PROXY", "1",
+                "--setenv", "SSL_CERT_FILE", "/run/ag-box-ca.pem",
+                "--setenv", "NODE_EXTRA_CA_CERTS", "/run/ag-box-ca.pem",
+                "--setenv", "REQUESTS_CA_BUNDLE", "/run/ag-box-ca.pem",
+                "--setenv", "GIT_SSL_CAINFO", "/run/ag-box-ca.pem",
                 "--chdir", "/root/demo", "--",
                 "/run/ag-box", "__become", "--uid", "1000", "--gid", "1000",
                 "--group", "2000065535", "--tasks", "4096",
@@ -746,6 +812,72 @@ mod tests {
                 "--bind-try /root/.claude/.credentials.json /root/.claude/.credentials.json",
                 "--ro-bind-try /root/.claude/settings.json /root/.claude/settings.json",
             ])
+        );
+    }
+
+    #[test]
+    fn a_brokered_login_is_seen_as_its_copy_and_the_node_ca_is_trusted() {
+        let present = ["/root/.config/gh", SYSTEM_CA_BUNDLE];
+        let exists = |p: &Path| present.iter().any(|x| Path::new(x) == p);
+        let brokered = |m: &Mount| {
+            m.dest().starts_with("/root/.config/gh")
+                || m.dest() == Path::new(SYSTEM_CA_BUNDLE)
+                || m.dest() == Path::new(broker::BOX_CA_BUNDLE)
+        };
+        let bundle = "/run/box/demo/broker/ca-bundle.pem";
+        let guarded = spec();
+        assert_eq!(
+            guarded
+                .mounts(exists)
+                .into_iter()
+                .filter(brokered)
+                .collect::<Vec<_>>(),
+            vec![
+                Mount::RoBind {
+                    src: bundle.into(),
+                    dest: broker::BOX_CA_BUNDLE.into()
+                },
+                Mount::RoBind {
+                    src: bundle.into(),
+                    dest: SYSTEM_CA_BUNDLE.into()
+                },
+                Mount::RoBind {
+                    src: "/run/box/demo/broker/gh".into(),
+                    dest: "/root/.config/gh".into()
+                },
+            ]
+        );
+        assert!(
+            guarded
+                .env()
+                .contains(&("SSL_CERT_FILE".into(), broker::BOX_CA_BUNDLE.into()))
+        );
+        // On the host's network there is no proxy to stand in: the node's own files.
+        let host = BoxSpec {
+            egress: BoxPolicy {
+                mode: egress::Mode::Host,
+                allow: vec![],
+            },
+            ..spec()
+        };
+        assert_eq!(
+            host.mounts(exists)
+                .into_iter()
+                .filter(brokered)
+                .collect::<Vec<_>>(),
+            vec![Mount::RoBindTry("/root/.config/gh".into())]
+        );
+        assert!(!host.env().iter().any(|(k, _)| k == "SSL_CERT_FILE"));
+        // A box not given gh sees none of it, and needs no CA.
+        let mut without = spec();
+        without.agent_home.logins = vec!["claude"];
+        assert_eq!(
+            without
+                .mounts(exists)
+                .into_iter()
+                .filter(brokered)
+                .collect::<Vec<_>>(),
+            vec![]
         );
     }
 

@@ -417,6 +417,15 @@ fn prepare_run_dir(spec: &BoxSpec, nix: bool) -> Result<()> {
     if spec.egress.mode.isolated() {
         write_policy(spec)?;
     }
+    crate::sys::broker::prepare(spec).map_err(|e| {
+        e.context(UserError::failed(
+            format!("box '{}': cannot prepare its credential broker", spec.name),
+            format!(
+                "fix what the line above names, or give the box its logins unbrokered on the host's network: 'ag-box set {} network=host'",
+                spec.name
+            ),
+        ))
+    })?;
     for managed in crate::plan::attention::MANAGED {
         crate::sys::attention::write_managed(spec, managed).map_err(|e| {
             e.context(UserError::failed(

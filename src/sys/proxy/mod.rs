@@ -27,6 +27,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+mod broker;
+
 use crate::plan::egress::{self, BoxPolicy, Decision, Host, Lookup, Policy};
 use crate::sys::egress_log::{self, Record};
 use crate::sys::{netns, privs};
@@ -61,12 +63,15 @@ pub(crate) struct Paths {
     pub policy: PathBuf,
     pub log: PathBuf,
     pub node_list: PathBuf,
+    /// What the box's start left for the credential broker (none: nothing to stand in for).
+    pub broker: PathBuf,
 }
 
 pub(crate) fn run(paths: Paths) -> Result<()> {
     let listener = netns::listen(&paths.netns, egress::PROXY_PORT)?;
     listener.set_nonblocking(true)?;
     let log = egress_log::Writer::open(&paths.log)?;
+    let broker = broker::Broker::load(&paths.broker)?.map(Arc::new);
     // Joining the namespace was the last thing that needed a capability.
     privs::drop_capabilities()?;
     let state = Arc::new(State {
@@ -77,6 +82,7 @@ pub(crate) fn run(paths: Paths) -> Result<()> {
             cache: Mutex::new(None),
         },
         log,
+        broker,
     });
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -92,6 +98,7 @@ struct State {
     box_name: String,
     policy: PolicySource,
     log: egress_log::Writer,
+    broker: Option<Arc<broker::Broker>>,
 }
 
 /// A file's identity and version: a rewrite by rename changes the inode.
@@ -353,8 +360,18 @@ async fn handle(
         Ok(d) => d,
         Err(reason) => return Ok(attempt.refuse(&reason)),
     };
+    let broker = attempt.state.broker.clone();
     if req.method() != Method::CONNECT {
+        if let Some(reason) = broker
+            .as_ref()
+            .and_then(|b| b.refuses_plain(&req, &attempt.host, port))
+        {
+            return Ok(attempt.refuse(&reason));
+        }
         return Ok(forward(req, attempt, rule, &addrs, reuse).await);
+    }
+    if let Some(b) = broker.filter(|b| b.terminates(&attempt.host, port)) {
+        return Ok(broker::terminate(req, attempt, rule, addrs, b, slot));
     }
     let mut upstream = match dial(&addrs).await {
         Ok(s) => Counted::new(s),
@@ -631,6 +648,10 @@ mod tests {
 
     impl Proxy {
         fn start(policy: &str) -> Proxy {
+            Proxy::start_with(policy, None)
+        }
+
+        fn start_with(policy: &str, broker: Option<broker::Broker>) -> Proxy {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("egress.json"), policy).unwrap();
             let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -644,6 +665,7 @@ mod tests {
                     cache: Mutex::new(None),
                 },
                 log: egress_log::Writer::open(&dir.path().join("egress.log")).unwrap(),
+                broker: broker.map(Arc::new),
             });
             std::thread::spawn(move || {
                 tokio::runtime::Builder::new_current_thread()
@@ -832,5 +854,240 @@ mod tests {
             None,
         );
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+
+    /// A TLS server for `localhost` (its certificate by a CA of its own, returned as roots)
+    /// that answers every request with the request's head as received.
+    fn tls_upstream() -> (u16, rustls::RootCertStore) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![cert.der().clone()],
+                    rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+                )
+                .unwrap(),
+        );
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, s.unwrap());
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && tls.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    head.len()
+                );
+                let _ = tls.write_all(reply.as_bytes());
+                let _ = tls.write_all(&head);
+                let _ = tls.flush();
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        (port, roots)
+    }
+
+    const REAL: &str = "gho_REALTOKENREALTOKENREALTOKENREALTOKEN";
+    const SHOWN: &str = "gho_placeholderplaceholderplaceholder12";
+
+    /// A proxy whose broker stands in for gh on `localhost:port` (upstream trusted by `roots`),
+    /// and the node CA's certificate the box trusts.
+    fn brokered_proxy(
+        port: u16,
+        roots: rustls::RootCertStore,
+    ) -> (Proxy, String, tempfile::TempDir) {
+        use crate::plan::broker::{BrokerFile, Rule, Secret};
+        let ca_dir = tempfile::tempdir().unwrap();
+        let hosts = vec!["localhost".to_string()];
+        let ca = crate::sys::node_ca::ensure(&ca_dir.path().join("ca"), &hosts).unwrap();
+        let (cert_pem, key_pem) = ca.issue(&hosts, &hosts).unwrap();
+        let file = BrokerFile {
+            rules: vec![Rule {
+                login: "gh".into(),
+                hosts: hosts.clone(),
+            }],
+            secrets: vec![
+                Secret {
+                    login: "gh".into(),
+                    placeholder: SHOWN.into(),
+                    real: REAL.into(),
+                },
+                Secret {
+                    login: "codex".into(),
+                    placeholder: "sk-codexplaceholder".into(),
+                    real: "sk-codexreal".into(),
+                },
+            ],
+            cert_pem,
+            key_pem,
+            port,
+        };
+        let proxy = Proxy::start_with(
+            &policy(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]),
+            Some(broker::Broker::new(file, roots).unwrap()),
+        );
+        (proxy, ca.cert_pem.clone(), ca_dir)
+    }
+
+    /// Through `proxy`: CONNECT localhost:port, TLS trusting `ca_pem`, then `requests` in turn
+    /// on that connection; what came back (everything after the CONNECT's answer).
+    fn through_tls(proxy: &Proxy, port: u16, ca_pem: &str, request: &str) -> String {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let config = Arc::new(
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        let mut s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(
+            format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(config, name).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, s);
+        tls.write_all(request.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let _ = tls.read_to_end(&mut got);
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[test]
+    fn a_ruled_host_gets_the_real_token_where_the_box_sent_its_placeholder() {
+        let (port, roots) = tls_upstream();
+        let (proxy, ca_pem, _ca) = brokered_proxy(port, roots);
+        let got = through_tls(
+            &proxy,
+            port,
+            &ca_pem,
+            &format!(
+                "GET /user HTTP/1.1\r\nHost: localhost\r\nAuthorization: token {SHOWN}\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        assert!(
+            got.contains(&format!("authorization: token {REAL}")),
+            "{got}"
+        );
+        assert!(!got.contains(SHOWN), "{got}");
+        // One line per request served through the broker (the CONNECT is logged only when
+        // it fails).
+        let log = proxy.log(1);
+        let brokered = log.iter().find(|r| r.method == "GET").unwrap();
+        assert_eq!(
+            (brokered.allowed, brokered.rule.as_deref()),
+            (
+                true,
+                Some(format!("localhost:{port} (token put in by the broker)").as_str())
+            )
+        );
+    }
+
+    #[test]
+    fn a_placeholder_where_its_token_does_not_go_is_refused() {
+        let (port, roots) = tls_upstream();
+        let (proxy, ca_pem, _ca) = brokered_proxy(port, roots);
+        // Another login's placeholder on this ruled host; this login's where a server would
+        // keep it (a path it writes to), not as the credential.
+        let refused = |request: &str| {
+            let got = through_tls(&proxy, port, &ca_pem, request);
+            assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+            got
+        };
+        let got = refused(
+            "GET / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk-codexplaceholder\r\nConnection: close\r\n\r\n",
+        );
+        assert!(
+            got.contains("a placeholder of the codex login went to localhost; this box may not use that login"),
+            "{got}"
+        );
+        let got = refused(&format!(
+            "PUT /repos/a/b/contents/{SHOWN} HTTP/1.1\r\nHost: localhost\r\nAuthorization: token {SHOWN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ));
+        assert!(got.contains("in the request's URL"), "{got}");
+        let got = refused(&format!(
+            "GET / HTTP/1.1\r\nHost: localhost\r\nX-Note: {SHOWN}\r\nConnection: close\r\n\r\n"
+        ));
+        assert!(got.contains("in its x-note header"), "{got}");
+        // Plain HTTP to a listed host: no token goes there.
+        let (plain, received) = upstream();
+        let (proxy, _, _ca) = brokered_proxy(port, rustls::RootCertStore::empty());
+        let file = proxy.dir.path().join("egress.json");
+        crate::atomic::write(
+            &file,
+            policy(&[format!("127.0.0.1:{plain}")]).as_bytes(),
+            0o600,
+        )
+        .unwrap();
+        let answer = proxy.exchange(
+            &format!("GET http://127.0.0.1:{plain}/?t={SHOWN} HTTP/1.1\r\nHost: 127.0.0.1:{plain}\r\nConnection: close\r\n\r\n"),
+            None,
+        );
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(
+            answer.contains("a placeholder of the gh login went to 127.0.0.1"),
+            "{answer}"
+        );
+        assert!(
+            received.try_recv().is_err(),
+            "the request reached the server"
+        );
+    }
+
+    #[test]
+    fn a_host_without_a_rule_is_tunnelled_not_terminated() {
+        let (port, received) = upstream();
+        let (tls_port, roots) = tls_upstream();
+        let (proxy, _, _ca) = brokered_proxy(tls_port, roots);
+        let file = proxy.dir.path().join("egress.json");
+        crate::atomic::write(
+            &file,
+            policy(&[format!("127.0.0.1:{port}")]).as_bytes(),
+            0o600,
+        )
+        .unwrap();
+        let answer = proxy.exchange(
+            &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"),
+            Some(format!("RAW {SHOWN}").as_bytes()),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("RAW-ECHO"), "{answer}");
+        // The tunnel's bytes pass as they are: the proxy does not look into them.
+        assert_eq!(received.recv().unwrap(), format!("RAW {SHOWN}"));
     }
 }

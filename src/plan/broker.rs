@@ -1,0 +1,448 @@
+//! The credential broker's rules and rewrites (docs/design.md "Credential broker"): which of
+//! the node's logins a box's proxy stands in for, the placeholders a box sees in place of their
+//! tokens, and how a request gets the real token back, on that login's own hosts only.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A login whose token the broker keeps out of boxes, and the hosts that token is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Rule {
+    pub login: String,
+    pub hosts: Vec<String>,
+}
+
+/// A brokered login: the part of HOME the box sees a copy of (with placeholders), and the
+/// hosts (HTTPS, port [`TLS_PORT`]) its token is for.
+pub(crate) struct LoginRule {
+    pub login: &'static str,
+    pub copied: &'static str,
+    pub hosts: &'static [&'static str],
+}
+
+/// The brokered logins: data, one row per login.
+pub(crate) const RULES: &[LoginRule] = &[LoginRule {
+    login: "gh",
+    copied: ".config/gh",
+    hosts: &["github.com", "api.github.com"],
+}];
+
+/// Where a box sees the bundle of CAs it trusts (the system's and the node's), which the
+/// variables of [`ca_env`] name.
+pub(crate) const BOX_CA_BUNDLE: &str = "/run/ag-box-ca.pem";
+
+/// The variables that point TLS clients at a CA bundle (curl and OpenSSL, Go, Node, Python,
+/// git), in a box whose proxy stands in for a login.
+pub(crate) fn ca_env() -> Vec<(String, String)> {
+    [
+        "SSL_CERT_FILE",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), BOX_CA_BUNDLE.to_string()))
+    .collect()
+}
+
+/// The part of HOME the box sees a brokered copy of for `login`, if it is one.
+pub(crate) fn copied(login: &str) -> Option<&'static str> {
+    RULES.iter().find(|r| r.login == login).map(|r| r.copied)
+}
+
+/// The file a box's proxy reads, in the box's run dir.
+pub(crate) fn file(run_dir: &std::path::Path) -> std::path::PathBuf {
+    run_dir.join("broker.json")
+}
+
+/// The port a ruled host is terminated on; a CONNECT to any other port is tunnelled.
+pub(crate) const TLS_PORT: u16 = 443;
+
+/// Every host of [`RULES`]: all the node's CA may ever vouch for (its name constraints).
+pub(crate) fn ruled_hosts() -> Vec<String> {
+    RULES
+        .iter()
+        .flat_map(|r| r.hosts.iter().map(|h| (*h).to_string()))
+        .collect()
+}
+
+/// The rules for the logins a box is given, when it has a proxy to stand in for them (a box
+/// on the host's network has none, and sees the real files).
+pub(crate) fn rules_for(logins: &[&str], isolated: bool) -> Vec<Rule> {
+    if !isolated {
+        return vec![];
+    }
+    RULES
+        .iter()
+        .filter(|r| logins.contains(&r.login))
+        .map(|r| Rule {
+            login: r.login.to_string(),
+            hosts: r.hosts.iter().map(|h| (*h).to_string()).collect(),
+        })
+        .collect()
+}
+
+/// One token a box sees as a placeholder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Secret {
+    pub login: String,
+    pub placeholder: String,
+    pub real: String,
+}
+
+/// What a box's proxy reads from the box's run dir (root's alone): the rules, the tokens, and
+/// the certificate (by the node's CA) it shows for the ruled hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BrokerFile {
+    pub rules: Vec<Rule>,
+    pub secrets: Vec<Secret>,
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// The port ruled hosts are terminated on ([`TLS_PORT`]).
+    pub port: u16,
+}
+
+const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/// The placeholder of token `real`: its shape (length, and its prefix up to the last `_` or
+/// `-` of its first 16 characters, as `gho_` or `github_pat_`), the rest letters and digits
+/// drawn from `key` (a node secret), the box's name, the login and the token, so that no two
+/// boxes, and no token, share one.
+pub(crate) fn placeholder(real: &str, key: &[u8], box_name: &str, login: &str) -> String {
+    let head = real
+        .char_indices()
+        .take(16)
+        .filter(|(_, c)| *c == '_' || *c == '-')
+        .last()
+        .map_or(0, |(i, _)| i + 1);
+    let prefix = &real[..head];
+    let wanted = real.chars().count().saturating_sub(prefix.chars().count());
+    let mut out = prefix.to_string();
+    let mut round = 0u32;
+    while out.len() < prefix.len() + wanted {
+        let block = Sha256::new()
+            .chain_update(key)
+            .chain_update([0])
+            .chain_update(box_name)
+            .chain_update([0])
+            .chain_update(login)
+            .chain_update([0])
+            .chain_update(real)
+            .chain_update(round.to_be_bytes())
+            .finalize();
+        out.extend(
+            block
+                .iter()
+                .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+                .take(prefix.len() + wanted - out.len()),
+        );
+        round += 1;
+    }
+    out
+}
+
+/// The token of the placeholder `shown`, when its login's rule names `host`; Err: the reason
+/// the request is refused.
+fn token_for<'s>(secret: &'s Secret, host: &str, rules: &[Rule]) -> Result<&'s str, String> {
+    let Some(rule) = rules.iter().find(|r| r.login == secret.login) else {
+        return Err(format!(
+            "a placeholder of the {} login went to {host}; this box may not use that login",
+            secret.login
+        ));
+    };
+    if !rule.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+        return Err(format!(
+            "a placeholder of the {} login went to {host}; its token is for {} only",
+            secret.login,
+            rule.hosts.join(", ")
+        ));
+    }
+    Ok(&secret.real)
+}
+
+/// A header of a request to `host` as it goes there. The token goes in one place only: as the
+/// whole credential of `Authorization` (`token P`, `Bearer P`), or as the password of a
+/// `Basic` one, where `P` is its login's placeholder and that login's rule names `host`; so a
+/// box cannot have it written anywhere a server would keep or show it (a path, another
+/// header, a user name). Ok(None): sent as it is; Err: the request is refused, and why.
+pub(crate) fn header_for(
+    name: &str,
+    value: &[u8],
+    host: &str,
+    rules: &[Rule],
+    secrets: &[Secret],
+) -> Result<Option<Vec<u8>>, String> {
+    let text = String::from_utf8_lossy(value);
+    if name.eq_ignore_ascii_case("authorization")
+        && let Some((scheme, credential)) = text.split_once(' ')
+    {
+        let credential = credential.trim();
+        if scheme.eq_ignore_ascii_case("basic")
+            && let Ok(decoded) = STANDARD.decode(credential)
+            && let Ok(pair) = String::from_utf8(decoded)
+            && let Some((user, password)) = pair.split_once(':')
+            && let Some(secret) = secrets.iter().find(|s| s.placeholder == password)
+            && placeholder_in(user.as_bytes(), secrets).is_none()
+        {
+            let real = token_for(secret, host, rules)?;
+            let pair = format!("{user}:{real}");
+            return Ok(Some(
+                format!("{scheme} {}", STANDARD.encode(pair)).into_bytes(),
+            ));
+        }
+        if let Some(secret) = secrets.iter().find(|s| s.placeholder == credential) {
+            let real = token_for(secret, host, rules)?;
+            return Ok(Some(format!("{scheme} {real}").into_bytes()));
+        }
+    }
+    match placeholder_in(value, secrets) {
+        Some(login) => Err(format!(
+            "a placeholder of the {login} login went to {host} in its {name} header; the broker puts a token in only as an Authorization header's credential"
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The login of a placeholder in `value` (as it is, or in a `Basic` credential), if any.
+pub(crate) fn placeholder_in<'s>(value: &[u8], secrets: &'s [Secret]) -> Option<&'s str> {
+    let text = String::from_utf8_lossy(value);
+    let decoded = text
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .and_then(|(_, encoded)| STANDARD.decode(encoded.trim()).ok())
+        .map(|d| String::from_utf8_lossy(&d).into_owned())
+        .unwrap_or_default();
+    secrets
+        .iter()
+        .find(|s| text.contains(&s.placeholder) || decoded.contains(&s.placeholder))
+        .map(|s| s.login.as_str())
+}
+
+/// The refusal of a request whose target (path and query) holds a placeholder: no token goes
+/// in a URL.
+pub(crate) fn refuses_target(target: &str, host: &str, secrets: &[Secret]) -> Option<String> {
+    placeholder_in(target.as_bytes(), secrets).map(|login| {
+        format!(
+            "a placeholder of the {login} login went to {host} in the request's URL; the broker puts a token in only as an Authorization header's credential"
+        )
+    })
+}
+
+/// gh's `hosts.yml` with each `oauth_token:` value replaced by `placeholder(value)`, and the
+/// tokens found (line by line: gh writes one key per line, a value plain or quoted).
+pub(crate) fn gh_hosts_placeheld(
+    text: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> (String, Vec<String>) {
+    let mut found = Vec::new();
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let ending = &line[body.len()..];
+        let indent = body.len() - body.trim_start().len();
+        let rest = &body[indent..];
+        let Some(value) = rest.strip_prefix("oauth_token:") else {
+            out.push_str(line);
+            continue;
+        };
+        let value = value.trim();
+        let (quote, token) = match value.chars().next() {
+            Some(q @ ('"' | '\'')) if value.len() >= 2 && value.ends_with(q) => {
+                (Some(q), &value[1..value.len() - 1])
+            }
+            _ => (None, value),
+        };
+        if token.is_empty() {
+            out.push_str(line);
+            continue;
+        }
+        let shown = placeholder(token);
+        found.push(token.to_string());
+        let q = quote.map(String::from).unwrap_or_default();
+        for part in [&body[..indent], "oauth_token: ", &q, &shown, &q, ending] {
+            out.push_str(part);
+        }
+    }
+    (out, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    const REAL: &str = "gho_REALREALREALREALREALREALREALREAL1234";
+
+    fn gh() -> (Vec<Rule>, Vec<Secret>) {
+        (
+            rules_for(&["claude", "gh"], true),
+            vec![Secret {
+                login: "gh".into(),
+                placeholder: "gho_placeholder".into(),
+                real: REAL.into(),
+            }],
+        )
+    }
+
+    #[test]
+    fn only_a_box_with_its_own_network_and_the_login_has_rules() {
+        assert_eq!(
+            rules_for(&["claude", "gh"], true),
+            vec![Rule {
+                login: "gh".into(),
+                hosts: vec!["github.com".into(), "api.github.com".into()],
+            }]
+        );
+        assert_eq!(rules_for(&["claude", "gh"], false), vec![]);
+        assert_eq!(rules_for(&["claude"], true), vec![]);
+        assert_eq!(ruled_hosts(), ["github.com", "api.github.com"]);
+    }
+
+    #[test]
+    fn a_placeholder_keeps_the_tokens_shape_and_differs_per_box_and_key() {
+        let p = placeholder(REAL, b"key", "demo", "gh");
+        assert_eq!(p.len(), REAL.len());
+        assert!(p.starts_with("gho_") && p[4..].chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(p, REAL);
+        assert_eq!(p, placeholder(REAL, b"key", "demo", "gh"));
+        assert_ne!(p, placeholder(REAL, b"key", "other", "gh"));
+        assert_ne!(p, placeholder(REAL, b"another key", "demo", "gh"));
+        let pat =
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP";
+        let q = placeholder(pat, b"key", "demo", "gh");
+        assert_eq!((q.len(), &q[..11]), (pat.len(), "github_pat_"));
+        // Longer than one hash's worth.
+        let long = "x".repeat(100);
+        assert_eq!(placeholder(&long, b"k", "b", "gh").len(), 100);
+    }
+
+    #[test]
+    fn the_token_goes_in_as_the_authorization_credential_on_its_own_hosts() {
+        let (rules, secrets) = gh();
+        let on = |name: &str, v: &str, host| {
+            header_for(name, v.as_bytes(), host, &rules, &secrets)
+                .map(|o| o.map(|b| String::from_utf8(b).unwrap()))
+        };
+        assert_eq!(
+            on("Authorization", "token gho_placeholder", "api.github.com"),
+            Ok(Some(format!("token {REAL}")))
+        );
+        assert_eq!(
+            on("authorization", "Bearer gho_placeholder", "API.GitHub.com"),
+            Ok(Some(format!("Bearer {REAL}")))
+        );
+        let basic = format!(
+            "Basic {}",
+            STANDARD.encode("x-access-token:gho_placeholder")
+        );
+        let real_basic = format!(
+            "Basic {}",
+            STANDARD.encode(format!("x-access-token:{REAL}"))
+        );
+        assert_eq!(
+            on("Authorization", &basic, "github.com"),
+            Ok(Some(real_basic))
+        );
+        assert_eq!(
+            on("Authorization", "Bearer something-else", "github.com"),
+            Ok(None)
+        );
+        assert_eq!(on("Accept-Encoding", "gzip", "github.com"), Ok(None));
+    }
+
+    #[test]
+    fn a_placeholder_anywhere_else_refuses_the_request() {
+        let (rules, secrets) = gh();
+        let on = |name: &str, v: &str, host| {
+            header_for(name, v.as_bytes(), host, &rules, &secrets)
+                .map(|o| o.map(|b| String::from_utf8(b).unwrap()))
+        };
+        let elsewhere = "a placeholder of the gh login went to api.anthropic.com; its token is for github.com, api.github.com only";
+        assert_eq!(
+            on(
+                "Authorization",
+                "Bearer gho_placeholder",
+                "api.anthropic.com"
+            ),
+            Err(elsewhere.into())
+        );
+        let basic = format!("Basic {}", STANDARD.encode("x:gho_placeholder"));
+        assert_eq!(
+            on("Authorization", &basic, "api.anthropic.com"),
+            Err(elsewhere.into())
+        );
+        let only_auth = |name: &str| {
+            Err(format!(
+                "a placeholder of the gh login went to github.com in its {name} header; the broker puts a token in only as an Authorization header's credential"
+            ))
+        };
+        // Where a server would keep or show it: another header, a user name, beside other text.
+        assert_eq!(
+            on("X-Note", "gho_placeholder", "github.com"),
+            only_auth("X-Note")
+        );
+        let as_user = format!("Basic {}", STANDARD.encode("gho_placeholder:x"));
+        assert_eq!(
+            on("Authorization", &as_user, "github.com"),
+            only_auth("Authorization")
+        );
+        let both = format!(
+            "Basic {}",
+            STANDARD.encode("gho_placeholder:gho_placeholder")
+        );
+        assert_eq!(
+            on("Authorization", &both, "github.com"),
+            only_auth("Authorization")
+        );
+        assert_eq!(
+            on(
+                "Authorization",
+                "token gho_placeholder,gho_placeholder",
+                "github.com"
+            ),
+            only_auth("Authorization")
+        );
+        assert_eq!(
+            refuses_target("/repos/a/b/contents/gho_placeholder", "github.com", &secrets),
+            Some("a placeholder of the gh login went to github.com in the request's URL; the broker puts a token in only as an Authorization header's credential".into())
+        );
+        assert_eq!(refuses_target("/user", "github.com", &secrets), None);
+        // A login the box may not use (no rule for it) goes nowhere.
+        assert_eq!(
+            header_for(
+                "Authorization",
+                b"token gho_placeholder",
+                "github.com",
+                &[],
+                &secrets
+            ),
+            Err(
+                "a placeholder of the gh login went to github.com; this box may not use that login"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_placeholder_is_found_as_it_is_or_in_basic() {
+        let (_, secrets) = gh();
+        let basic = format!("Basic {}", STANDARD.encode("u:gho_placeholder"));
+        assert_eq!(placeholder_in(basic.as_bytes(), &secrets), Some("gh"));
+        assert_eq!(placeholder_in(b"x gho_placeholder y", &secrets), Some("gh"));
+        assert_eq!(placeholder_in(b"Basic !!notbase64", &secrets), None);
+        assert_eq!(placeholder_in(b"gho_other", &secrets), None);
+    }
+
+    #[test]
+    fn gh_hosts_tokens_are_replaced_in_place_plain_or_quoted() {
+        let text = "github.com:\n    users:\n        octo:\n            oauth_token: gho_AAA\n    oauth_token: \"gho_BBB\"\n    user: octo\n    git_protocol: https\nghe.example:\n    oauth_token: 'gho_CCC'\r\n    oauth_token:\n";
+        let (out, found) = gh_hosts_placeheld(text, |t| format!("P{}", t.len()));
+        assert_eq!(
+            out,
+            "github.com:\n    users:\n        octo:\n            oauth_token: P7\n    oauth_token: \"P7\"\n    user: octo\n    git_protocol: https\nghe.example:\n    oauth_token: 'P7'\r\n    oauth_token:\n"
+        );
+        assert_eq!(found, ["gho_AAA", "gho_BBB", "gho_CCC"]);
+    }
+}

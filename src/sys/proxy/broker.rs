@@ -1,0 +1,294 @@
+//! The proxy as the box's credential broker: for a host whose login the box is given
+//! (`plan::broker`), a CONNECT is answered by the proxy itself, TLS ended with the certificate
+//! the box's start issued from the node's CA, and each request sent on over TLS to the real
+//! host with the login's placeholders replaced by its token, on that login's hosts only.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::{
+    Attempt, Body, Counted, Counters, HEADER_TIMEOUT, LoggedBody, MAX_BUF, answer, dial,
+    strip_hop_by_hop,
+};
+use crate::plan::broker::{self, BrokerFile};
+use crate::plan::egress;
+
+/// What the box's start left for its proxy, ready to serve.
+pub(super) struct Broker {
+    file: BrokerFile,
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+impl Broker {
+    /// The broker of the box's run dir; None when the box has no login to stand in for.
+    pub(super) fn load(path: &Path) -> Result<Option<Broker>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let file: BrokerFile = serde_json::from_slice(&bytes)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        let mut roots = RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        for e in &native.errors {
+            tracing::warn!("reading the system's CA certificates: {e}");
+        }
+        roots.add_parsable_certificates(native.certs);
+        Broker::new(file, roots).map(Some)
+    }
+
+    /// `file`'s broker, trusting `roots` for the real hosts.
+    pub(super) fn new(file: BrokerFile, roots: RootCertStore) -> Result<Broker> {
+        let chain = CertificateDer::pem_slice_iter(file.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .context("the broker's certificate")?;
+        let key = PrivateKeyDer::from_pem_slice(file.key_pem.as_bytes())
+            .context("the broker's certificate key")?;
+        let mut server = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .context("the broker's certificate")?;
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut client = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Broker {
+            file,
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        })
+    }
+
+    /// A CONNECT to `host:port` is answered here (a ruled host), not tunnelled.
+    pub(super) fn terminates(&self, host: &str, port: u16) -> bool {
+        port == self.file.port
+            && self
+                .file
+                .rules
+                .iter()
+                .any(|r| r.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+    }
+
+    /// Plain HTTP carries no token: the refusal of a request that holds a placeholder.
+    pub(super) fn refuses_plain(
+        &self,
+        req: &Request<Incoming>,
+        host: &str,
+        port: u16,
+    ) -> Option<String> {
+        let target = req.uri().to_string();
+        let login = std::iter::once(target.as_bytes())
+            .chain(req.headers().values().map(HeaderValue::as_bytes))
+            .find_map(|v| broker::placeholder_in(v, &self.file.secrets))?;
+        Some(format!(
+            "a placeholder of the {login} login went to {host}:{port} over plain HTTP; its token goes only over HTTPS to its own hosts"
+        ))
+    }
+}
+
+/// One terminated connection: where its requests go, and the upstream they share.
+struct Terminated {
+    attempt: Attempt,
+    rule: String,
+    addrs: Vec<SocketAddr>,
+    broker: Arc<Broker>,
+    upstream: tokio::sync::Mutex<Option<(SendRequest<Incoming>, Counters)>>,
+}
+
+/// Answer a CONNECT to a ruled host: TLS ended here, each request served by [`brokered`].
+pub(super) fn terminate(
+    req: Request<Incoming>,
+    attempt: Attempt,
+    rule: String,
+    addrs: Vec<SocketAddr>,
+    broker: Arc<Broker>,
+    slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+) -> Response<Body> {
+    tokio::spawn(async move {
+        let _slot = slot;
+        let client = match hyper::upgrade::on(req).await {
+            Ok(c) => c,
+            Err(e) => {
+                attempt.log(Ok(&rule), Some(format!("upgrade: {e}")), (0, 0));
+                return;
+            }
+        };
+        let accepted =
+            tokio::time::timeout(HEADER_TIMEOUT, broker.acceptor.accept(TokioIo::new(client)))
+                .await;
+        let tls = match accepted {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                attempt.log(Ok(&rule), Some(format!("TLS from the box: {e}")), (0, 0));
+                return;
+            }
+            Err(_) => {
+                attempt.log(
+                    Ok(&rule),
+                    Some("TLS from the box: timed out".into()),
+                    (0, 0),
+                );
+                return;
+            }
+        };
+        let conn = Arc::new(Terminated {
+            attempt,
+            rule,
+            addrs,
+            broker,
+            upstream: tokio::sync::Mutex::new(None),
+        });
+        let service = hyper::service::service_fn(move |req| brokered(req, conn.clone()));
+        let served = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(MAX_BUF)
+            .serve_connection(TokioIo::new(tls), service)
+            .await;
+        if let Err(e) = served {
+            tracing::debug!("brokered connection: {e}");
+        }
+    });
+    Response::new(super::text_body(String::new()))
+}
+
+/// One request of a terminated connection: placeholders put back (or the request refused),
+/// sent on to the real host, the answer streamed back and logged when it ends.
+async fn brokered(
+    mut req: Request<Incoming>,
+    conn: Arc<Terminated>,
+) -> Result<Response<Body>, Infallible> {
+    let base = &conn.attempt;
+    let attempt = Attempt {
+        state: base.state.clone(),
+        host: base.host.clone(),
+        port: base.port,
+        method: req.method().to_string(),
+    };
+    let host = attempt.host.as_str();
+    let file = &conn.broker.file;
+    let mut put_in = false;
+    for (name, value) in req.headers_mut().iter_mut() {
+        match broker::header_for(
+            name.as_str(),
+            value.as_bytes(),
+            host,
+            &file.rules,
+            &file.secrets,
+        ) {
+            Ok(None) => {}
+            Ok(Some(real)) => match HeaderValue::from_bytes(&real) {
+                Ok(v) => {
+                    *value = v;
+                    put_in = true;
+                }
+                Err(_) => return Ok(attempt.refuse("a token does not fit in a header")),
+            },
+            Err(reason) => return Ok(attempt.refuse(&reason)),
+        }
+    }
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    if let Some(reason) = broker::refuses_target(&target, host, &file.secrets) {
+        return Ok(attempt.refuse(&reason));
+    }
+    // Origin form, whatever form the box used.
+    *req.uri_mut() = target.parse().unwrap_or_default();
+    strip_hop_by_hop(req.headers_mut());
+    if let Ok(v) = HeaderValue::from_str(&egress::host_header(host, attempt.port)) {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    let rule = if put_in {
+        format!("{} (token put in by the broker)", conn.rule)
+    } else {
+        format!("{} (through the broker)", conn.rule)
+    };
+    let mut upstream = conn.upstream.lock().await;
+    let ready = match upstream.take() {
+        Some((mut sender, bytes)) if !sender.is_closed() => {
+            sender.ready().await.is_ok().then_some((sender, bytes))
+        }
+        _ => None,
+    };
+    let (mut sender, bytes) = match ready {
+        Some(u) => u,
+        None => match connect(&conn, host).await {
+            Ok(u) => u,
+            Err(e) => return Ok(attempt.unreachable(&rule, &e)),
+        },
+    };
+    let before = bytes.get();
+    let counted = bytes.clone();
+    let since = move || {
+        let now = counted.get();
+        (now.0 - before.0, now.1 - before.1)
+    };
+    match sender.send_request(req).await {
+        Ok(mut resp) => {
+            *upstream = Some((sender, bytes));
+            strip_hop_by_hop(resp.headers_mut());
+            Ok(resp.map(|inner| {
+                http_body_util::BodyExt::boxed(LoggedBody {
+                    inner,
+                    error: None,
+                    on_end: Some(Box::new(move |error| {
+                        attempt.log(Ok(&rule), error, since());
+                    })),
+                })
+            }))
+        }
+        Err(e) => {
+            attempt.log(Ok(&rule), Some(format!("exchange: {e}")), since());
+            Ok(answer(StatusCode::BAD_GATEWAY, &format!("{e}")))
+        }
+    }
+}
+
+/// A TLS connection to the real host, its certificate checked against the system's CAs.
+async fn connect(
+    conn: &Terminated,
+    host: &str,
+) -> Result<(SendRequest<Incoming>, Counters), String> {
+    let stream = Counted::new(
+        dial(&conn.addrs)
+            .await
+            .map_err(|e| format!("connecting: {e}"))?,
+    );
+    let bytes = stream.counters();
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("server name: {e}"))?;
+    let tls = conn
+        .broker
+        .connector
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("TLS to {host}: {e}"))?;
+    let (sender, link) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = link.await {
+            tracing::debug!("brokered upstream: {e}");
+        }
+    });
+    Ok((sender, bytes))
+}

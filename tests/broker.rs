@@ -1,0 +1,291 @@
+//! The credential broker on the rig: a box on node A given gh sees a placeholder where the
+//! node's token is, and its proxy puts the token back only in requests to GitHub's hosts. A
+//! stand-in for api.github.com and github.com runs over TLS on node C, with a certificate
+//! from a test CA node A trusts as it would a real host's (its system bundle); node A's
+//! /etc/hosts sends both names there. Traffic goes only to the rig's own addresses.
+// A test is one scenario told top to bottom; splitting it would hide the story.
+#![allow(clippy::too_many_lines)]
+
+mod common;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use common::{Checked, Cluster, Node, Target};
+
+/// The node's real gh token (as `gh auth login` writes it into hosts.yml).
+const REAL: &str = "gho_RigRealTokenRigRealTokenRigRealTo12";
+/// Plain HTTP on node B, listed: no token may go there.
+const PLAIN: &str = "10.200.0.2:8085";
+/// The system bundle node A trusts, and the files the test changes there.
+const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// What the test changes on the nodes, put back when dropped (pass or fail).
+struct Stage<'a> {
+    c: &'a Cluster,
+}
+
+impl Drop for Stage<'_> {
+    fn drop(&mut self) {
+        self.c.a.sh(&format!(
+            "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
+                 sed -i '/github.com/d' /etc/hosts
+                 rm -rf /root/.config/gh
+                 [ ! -d /root/broker-saved-gh ] || mv /root/broker-saved-gh /root/.config/gh"
+        ));
+        self.c
+            .c
+            .sh("systemctl stop broker-standin 2>/dev/null || true");
+        self.c
+            .b
+            .sh("systemctl stop broker-plain 2>/dev/null || true");
+    }
+}
+
+fn inside(n: &Node, name: &str, line: &str) -> std::process::Output {
+    let quoted = line.replace('\'', r"'\''");
+    n.sh(&format!("ag-box exec {name} -- bash -c '{quoted}'"))
+}
+
+/// The stand-in GitHub on node C (TLS, a test CA's certificate) and a plain server on node B;
+/// node A trusts the test CA, sends GitHub's names to node C, and holds a gh login.
+fn stage(c: &Cluster) -> Stage<'_> {
+    let stage = Stage { c };
+    c.c.put_in_root("tests/egress-server.py", "egress-server.py");
+    c.c.sh(
+        "set -e; systemctl stop broker-standin 2>/dev/null || true; cd /root
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout test-ca.key -out test-ca.pem -days 2 \
+           -subj /CN=rig-test-ca -addext basicConstraints=critical,CA:TRUE \
+           -addext keyUsage=critical,keyCertSign 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout gh.key -out gh.csr -subj /CN=api.github.com 2>/dev/null
+         printf 'subjectAltName=DNS:api.github.com,DNS:github.com\\nextendedKeyUsage=serverAuth\\n' > gh.ext
+         openssl x509 -req -in gh.csr -CA test-ca.pem -CAkey test-ca.key -CAcreateserial \
+           -out gh.pem -days 2 -extfile gh.ext 2>/dev/null
+         systemd-run --unit broker-standin --quiet python3 /root/egress-server.py 10.200.0.3 8084 443 /root/gh.pem /root/gh.key",
+    )
+    .ok();
+    c.b.put_in_root("tests/egress-server.py", "egress-server.py");
+    c.b.sh("systemctl stop broker-plain 2>/dev/null || true
+         systemd-run --unit broker-plain --quiet python3 /root/egress-server.py 10.200.0.2 8085")
+        .ok();
+    let test_ca = c.c.read("/root/test-ca.pem");
+    c.a.write("/root/test-ca.pem", &test_ca);
+    c.a.sh(&format!(
+        "set -e
+         [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
+         cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
+         sed -i '/github.com/d' /etc/hosts
+         echo '10.200.0.3 api.github.com github.com' >> /etc/hosts
+         [ ! -d /root/.config/gh ] || [ -d /root/broker-saved-gh ] || mv /root/.config/gh /root/broker-saved-gh
+         rm -rf /root/.config/gh; mkdir -p /root/.config/gh
+         printf 'github.com:\\n    users:\\n        octo:\\n            oauth_token: {REAL}\\n    oauth_token: {REAL}\\n    user: octo\\n    git_protocol: https\\n' > /root/.config/gh/hosts.yml
+         printf 'version: \"1\"\\ngit_protocol: https\\n' > /root/.config/gh/config.yml
+         chmod 600 /root/.config/gh/hosts.yml
+         for i in $(seq 100); do curl -sf https://api.github.com/ >/dev/null && curl -sf http://{PLAIN}/ >/dev/null && exit 0; sleep 0.1; done
+         echo 'the stand-ins do not answer' >&2; exit 1"
+    ))
+    .ok();
+    stage
+}
+
+/// A box on node A with the policy of this test: GitHub's names (and the private address they
+/// have on the rig, which a name alone does not admit), and the plain server.
+fn box_up(c: &Cluster, name: &str, creds: &str) {
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} network=allow allow=api.github.com:443,github.com:443,10.200.0.3:443,{PLAIN} creds={creds}
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+}
+
+/// The issuer of the certificate a client in the box is shown for api.github.com.
+fn issuer(c: &Cluster, name: &str) -> String {
+    let out = inside(
+        &c.a,
+        name,
+        "curl -sS -m 10 -o /dev/null -v https://api.github.com/ 2>&1 | grep -i '^\\*  *issuer:'",
+    );
+    out.ok();
+    out.stdout().trim().to_string()
+}
+
+#[test]
+fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage(&c);
+    let name = "broker-gh";
+    box_up(&c, name, "gh");
+
+    // The box's gh login holds a placeholder of the token's shape, and nothing in the box's
+    // view (files, environments and command lines of its processes) holds the real one.
+    let hosts = inside(&c.a, name, "cat ~/.config/gh/hosts.yml");
+    hosts.ok();
+    let shown = hosts
+        .stdout()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("oauth_token: ").map(str::to_string))
+        .expect("a token line in the box's hosts.yml");
+    assert_eq!(shown.len(), REAL.len(), "{shown}");
+    assert!(shown.starts_with("gho_") && shown != REAL, "{shown}");
+    assert_eq!(
+        inside(&c.a, name, "cat ~/.config/gh/config.yml").stdout(),
+        "version: \"1\"\ngit_protocol: https\n"
+    );
+    // The token is put together in the box's shell, so that no command line holds it whole.
+    let (head, tail) = REAL.split_at(10);
+    let search = inside(
+        &c.a,
+        name,
+        &format!(
+            "r=\"{head}\"\"{tail}\"
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n\" \"$r\") / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n\" \"$r\") || true
+             grep -rlsF {shown} ~/.config/gh"
+        ),
+    );
+    assert_eq!(
+        search.stdout(),
+        "0\n/root/.config/gh/hosts.yml\n",
+        "the real token is readable in the box: {}",
+        search.stderr()
+    );
+
+    // curl (through the system bundle) and Python (through SSL_CERT_FILE) trust the node's CA
+    // for GitHub's hosts; the stand-in receives the real token, never the placeholder.
+    let got = inside(
+        &c.a,
+        name,
+        &format!("curl -sS -m 10 https://api.github.com/auth -H 'Authorization: token {shown}'"),
+    );
+    assert_eq!(
+        got.stdout(),
+        format!("auth token {REAL}\n"),
+        "{}",
+        got.stderr()
+    );
+    let got = inside(
+        &c.a,
+        name,
+        &format!("curl -sS -m 10 -u x-access-token:{shown} https://github.com/auth"),
+    );
+    assert_eq!(
+        got.stdout(),
+        format!(
+            "auth Basic {}\n",
+            STANDARD.encode(format!("x-access-token:{REAL}"))
+        ),
+        "{}",
+        got.stderr()
+    );
+    let got = inside(
+        &c.a,
+        name,
+        &format!(
+            "python3 -c 'import urllib.request as u; print(u.urlopen(u.Request(\"https://api.github.com/auth\", headers={{\"Authorization\": \"Bearer {shown}\"}}), timeout=10).read().decode(), end=\"\")'"
+        ),
+    );
+    assert_eq!(
+        got.stdout(),
+        format!("auth Bearer {REAL}\n"),
+        "{}",
+        got.stderr()
+    );
+    assert!(
+        issuer(&c, name).contains("ag-box node CA"),
+        "{}",
+        issuer(&c, name)
+    );
+
+    // Put where GitHub would keep it (a file's path in a repository), it is refused.
+    let got = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 -i -X PUT https://api.github.com/repos/a/b/contents/{shown} -H 'Authorization: token {shown}' -d x"
+        ),
+    );
+    // (The CONNECT's own answer comes first.)
+    let out = got.stdout();
+    assert!(out.contains("\r\n\r\nHTTP/1.1 403 Forbidden"), "{out}");
+    assert!(
+        out.contains("placeholder of the gh login went to api.github.com in the request's URL"),
+        "{out}"
+    );
+
+    // The placeholder sent over plain HTTP to a listed host is refused, and said why.
+    let got = inside(
+        &c.a,
+        name,
+        &format!("curl -sS -m 10 -i http://{PLAIN}/auth -H 'Authorization: token {shown}'"),
+    );
+    let out = got.stdout();
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(
+        out.contains("a placeholder of the gh login went to 10.200.0.2:8085 over plain HTTP"),
+        "{out}"
+    );
+    // Without the placeholder the same request passes: the refusal was the broker's.
+    let got = inside(&c.a, name, &format!("curl -sS -m 10 http://{PLAIN}/auth"));
+    assert_eq!(got.stdout(), "auth None\n");
+
+    // Each brokered request is a line of the box's egress log.
+    let log =
+        c.a.sh(&format!("ag-box egress {name} --json --last 100"))
+            .ok()
+            .stdout();
+    let v: serde_json::Value = serde_json::from_str(&log).unwrap();
+    let decisions = v["decisions"].as_array().unwrap();
+    assert!(
+        decisions.iter().any(|d| d["host"] == "api.github.com"
+            && d["method"] == "GET"
+            && d["rule"]
+                .as_str()
+                .is_some_and(|r| r.ends_with("(token put in by the broker)"))),
+        "{log}"
+    );
+    assert!(
+        decisions.iter().any(|d| d["host"] == "10.200.0.2"
+            && d["allowed"] == false
+            && d["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("placeholder of the gh login"))),
+        "{log}"
+    );
+    // doctor checks the node's CA the start made.
+    let doctor = c.a.sh("ag-box doctor --json || true").stdout();
+    let v: serde_json::Value = serde_json::from_str(&doctor).unwrap();
+    let ca = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|ch| ch["check"] == "credential broker CA")
+        .cloned();
+    assert_eq!(
+        ca,
+        Some(serde_json::json!({
+            "check": "credential broker CA",
+            "status": "ok",
+            "detail": "/var/lib/ag-box/ca: ready, key root's alone",
+            "fix": null
+        }))
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+
+    // A box not given gh sees none of it, and its TLS to GitHub is the stand-in's own, end to
+    // end (tunnelled: the broker does not stand in where it has nothing to put in).
+    let other = "broker-none";
+    box_up(&c, other, "none");
+    let gh = inside(
+        &c.a,
+        other,
+        "test -e ~/.config/gh && echo present || echo absent",
+    );
+    assert_eq!(gh.stdout(), "absent\n");
+    assert!(
+        issuer(&c, other).contains("rig-test-ca"),
+        "{}",
+        issuer(&c, other)
+    );
+    c.a.sh(&format!("ag-box park {other}")).ok();
+}
