@@ -304,6 +304,14 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         #[arg(long, conflicts_with_all = ["json", "follow"])]
         apply: bool,
     },
+    /// The node's logins the credential broker stands in for: their accounts, the hosts their
+    /// tokens go to, the boxes that may use them, and the node's CA
+    #[command(after_help = "Example: ag-box creds")]
+    Creds {
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
+    },
     /// Is this node set up right? Tools, runtime, config files, store, clock, repository and
     /// its locks, the other nodes, timers, TIOCSTI, free space, agent CLIs; each failure with
     /// its fix

@@ -132,6 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
+        Cmd::Creds { json } => commands::creds::run(json),
         Cmd::Globals { action } => commands::globals::run(match action {
             cli::GlobalsAction::Push => commands::globals::Action::Push,
             cli::GlobalsAction::Pull => commands::globals::Action::Pull,

@@ -270,6 +270,39 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
             "fix": null
         }))
     );
+    // creds says what the broker holds and for whom.
+    let creds: serde_json::Value =
+        serde_json::from_str(&c.a.sh("ag-box creds --json").ok().stdout()).unwrap();
+    let gh = &creds["logins"][0];
+    assert_eq!(
+        (
+            &gh["login"],
+            &gh["accounts"],
+            &gh["tokens"],
+            &gh["hosts"],
+            &gh["unbrokered_for"]
+        ),
+        (
+            &serde_json::json!("gh"),
+            &serde_json::json!(["octo@github.com"]),
+            &serde_json::json!(1),
+            &serde_json::json!(["github.com", "api.github.com"]),
+            &serde_json::json!([])
+        ),
+        "{creds}"
+    );
+    assert!(
+        gh["brokered_for"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(name)),
+        "{creds}"
+    );
+    let text = c.a.sh("ag-box creds").ok().stdout();
+    assert!(
+        text.starts_with("gh: octo@github.com (1 token held), for github.com, api.github.com\n"),
+        "{text}"
+    );
     c.a.sh(&format!("ag-box park {name}")).ok();
 
     // A box not given gh sees none of it, and its TLS to GitHub is the stand-in's own, end to

@@ -116,6 +116,7 @@ fn every_json_output_has_its_documented_shape() {
     shaped("ls", false, &[]);
     shaped("status", false, &[]);
     shaped("doctor", false, &[]);
+    shaped("creds", false, &[]);
     let history = shaped("history", true, &["--events"]);
     for entry in history["entries"].as_array().unwrap() {
         let kind = entry["kind"].as_str().unwrap();

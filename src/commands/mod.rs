@@ -5,6 +5,7 @@ pub(crate) mod agent_window;
 pub(crate) mod attach;
 pub(crate) mod completion;
 pub(crate) mod cost;
+pub(crate) mod creds;
 pub(crate) mod diff;
 pub(crate) mod doctor;
 pub(crate) mod drop;

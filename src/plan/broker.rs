@@ -268,6 +268,45 @@ pub(crate) fn gh_hosts_placeheld(
     (out, found)
 }
 
+/// The accounts of gh's `hosts.yml`: `user@host` for each host's `user:` (and each user of
+/// its `users:`), in the file's order.
+pub(crate) fn gh_accounts(text: &str) -> Vec<String> {
+    let mut host = "?";
+    // The indent of a `users:` key being read, and of its entries once one is seen.
+    let mut users: Option<(usize, Option<usize>)> = None;
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |user: &str, host: &str| {
+        let account = format!("{user}@{host}");
+        if !user.is_empty() && !out.contains(&account) {
+            out.push(account);
+        }
+    };
+    for line in text.lines() {
+        let item = line.trim();
+        if item.is_empty() || item.starts_with('#') {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        if users.is_some_and(|(at, _)| indent <= at) {
+            users = None;
+        }
+        if let Some(key) = item.strip_suffix(':').filter(|_| indent == 0) {
+            host = key;
+        } else if item == "users:" {
+            users = Some((indent, None));
+        } else if let Some((_, entries)) = &mut users {
+            if let Some(user) = item.strip_suffix(':')
+                && *entries.get_or_insert(indent) == indent
+            {
+                add(user, host);
+            }
+        } else if let Some(user) = item.strip_prefix("user:") {
+            add(user.trim().trim_matches(['"', '\'']), host);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +472,16 @@ mod tests {
         assert_eq!(placeholder_in(b"x gho_placeholder y", &secrets), Some("gh"));
         assert_eq!(placeholder_in(b"Basic !!notbase64", &secrets), None);
         assert_eq!(placeholder_in(b"gho_other", &secrets), None);
+    }
+
+    #[test]
+    fn gh_accounts_are_user_at_host() {
+        let text = "github.com:\n    users:\n        octo:\n            oauth_token: gho_A\n        cat:\n            oauth_token: gho_B\n    oauth_token: gho_A\n    user: octo\n    git_protocol: https\nghe.example:\n    oauth_token: gho_C\n    user: \"dev\"\n";
+        assert_eq!(
+            gh_accounts(text),
+            ["octo@github.com", "cat@github.com", "dev@ghe.example"]
+        );
+        assert_eq!(gh_accounts(""), Vec::<String>::new());
     }
 
     #[test]

@@ -1,0 +1,138 @@
+//! `creds [--json]`: the node's logins the credential broker stands in for, the accounts and
+//! tokens it holds of each, the hosts those tokens go to, the boxes that may use them (through
+//! the broker, or as the node's own files on the host's network), and the node's CA.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{Ctx, JSON_SCHEMA_VERSION};
+use crate::plan::broker::{self, RULES};
+use crate::plan::doctor;
+use crate::plan::sandbox::SYSTEM_CA_BUNDLE;
+use crate::plan::text::escaped;
+use crate::sys::node_ca;
+
+#[derive(Serialize)]
+struct Report {
+    schema_version: u32,
+    node: String,
+    logins: Vec<Held>,
+    ca: Ca,
+}
+
+#[derive(Serialize)]
+struct Held {
+    login: &'static str,
+    /// `user@host`, as the node's login files name them.
+    accounts: Vec<String>,
+    /// Distinct tokens the broker holds of this login.
+    tokens: usize,
+    hosts: Vec<&'static str>,
+    /// Boxes given this login through the broker (they see placeholders).
+    brokered_for: Vec<String>,
+    /// Boxes given the node's own files (on the host's network: no proxy to stand in).
+    unbrokered_for: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Ca {
+    path: String,
+    status: doctor::Status,
+    detail: String,
+}
+
+pub(crate) fn run(json: bool) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let records = ctx.store.list()?;
+    let logins: Vec<Held> = RULES
+        .iter()
+        .map(|rule| {
+            let (accounts, tokens) = held(&ctx, rule.login);
+            let mut login = Held {
+                login: rule.login,
+                accounts,
+                tokens,
+                hosts: rule.hosts.to_vec(),
+                brokered_for: vec![],
+                unbrokered_for: vec![],
+            };
+            for meta in &records {
+                let spec = ctx.spec(meta);
+                if !spec.agent_home.logins.contains(&rule.login) {
+                    continue;
+                }
+                if spec.broker_rules().iter().any(|r| r.login == rule.login) {
+                    login.brokered_for.push(meta.name.clone());
+                } else {
+                    login.unbrokered_for.push(meta.name.clone());
+                }
+            }
+            login
+        })
+        .collect();
+    let dir = ctx.config.state_dir.join("ca");
+    let check = doctor::broker_ca(
+        &dir.display().to_string(),
+        node_ca::found(&dir, &broker::ruled_hosts()),
+        std::path::Path::new(SYSTEM_CA_BUNDLE).exists(),
+    );
+    let report = Report {
+        schema_version: JSON_SCHEMA_VERSION,
+        node: ctx.config.node.clone(),
+        logins,
+        ca: Ca {
+            path: dir.display().to_string(),
+            status: check.status,
+            detail: check.detail,
+        },
+    };
+    if json {
+        return super::print_json(&report);
+    }
+    for l in &report.logins {
+        let accounts = if l.accounts.is_empty() {
+            "no account on this node".to_string()
+        } else {
+            l.accounts.join(", ")
+        };
+        let none = || "none".to_string();
+        // Accounts come from the node's files, as whatever wrote them wrote them.
+        println!(
+            "{}: {} ({} held), for {}",
+            l.login,
+            escaped(&accounts),
+            crate::plan::text::count(l.tokens, "token"),
+            l.hosts.join(", ")
+        );
+        println!(
+            "  brokered for: {}",
+            Some(l.brokered_for.join(", "))
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(none)
+        );
+        if !l.unbrokered_for.is_empty() {
+            println!(
+                "  the node's own files, unbrokered (network=host): {}",
+                l.unbrokered_for.join(", ")
+            );
+        }
+    }
+    println!("node CA: {}", report.ca.detail);
+    Ok(())
+}
+
+/// The accounts and distinct tokens of `login` in the node's files.
+fn held(ctx: &Ctx, login: &str) -> (Vec<String>, usize) {
+    let Some(rel) = broker::copied(login) else {
+        return (vec![], 0);
+    };
+    // gh's is the only login the broker holds yet.
+    let hosts = ctx.config.home.join(rel).join("hosts.yml");
+    let Ok(text) = std::fs::read_to_string(&hosts) else {
+        return (vec![], 0);
+    };
+    let (_, mut tokens) = broker::gh_hosts_placeheld(&text, str::to_string);
+    tokens.sort();
+    tokens.dedup();
+    (broker::gh_accounts(&text), tokens.len())
+}
