@@ -304,6 +304,30 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         #[arg(long, conflicts_with_all = ["json", "follow"])]
         apply: bool,
     },
+    /// Reach a TCP port a process in the box listens on: here on 127.0.0.1 (or --bind) while
+    /// this runs, whichever node runs the box; --list: what listens in it
+    #[command(after_help = "Example: ag-box port myproj 5173 --local 8080")]
+    Port {
+        /// The box's name
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+        /// The port in the box
+        #[arg(value_parser = clap::value_parser!(u16).range(1..), required_unless_present = "list")]
+        port: Option<u16>,
+        /// The port here (default: the box's)
+        #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+        local: Option<u16>,
+        /// The address here to listen on (default 127.0.0.1; another one lets other machines in)
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// Show what listens in the box
+        #[arg(long, conflicts_with_all = ["local", "bind"])]
+        list: bool,
+        #[arg(long, hide = true)]
+        serve_unix: Option<PathBuf>,
+        #[arg(long, hide = true)]
+        while_stdin: bool,
+    },
     /// The node's logins the credential broker stands in for: their accounts, the hosts their
     /// tokens go to, the boxes that may use them, and the node's CA
     #[command(after_help = "Example: ag-box creds")]

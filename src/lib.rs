@@ -133,6 +133,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
         Cmd::Creds { json } => commands::creds::run(json),
+        Cmd::Port {
+            name,
+            port,
+            local,
+            bind,
+            list,
+            serve_unix,
+            while_stdin,
+        } => commands::port::run(
+            &BoxName::new(name)?,
+            &commands::port::Ask {
+                port,
+                local,
+                bind,
+                list,
+                serve_unix,
+                while_stdin,
+            },
+        ),
         Cmd::Globals { action } => commands::globals::run(match action {
             cli::GlobalsAction::Push => commands::globals::Action::Push,
             cli::GlobalsAction::Pull => commands::globals::Action::Pull,

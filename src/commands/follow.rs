@@ -10,8 +10,9 @@ use crate::error::{ChildExit, UserError};
 use crate::store::meta::Meta;
 use crate::sys::nodes;
 
-/// The box is not running here: run `args` on the node holding its lease, or tell why not.
-pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
+/// The node holding the box's lease and its ssh alias, when that is another node this one
+/// reaches; else why `verb` cannot follow it there.
+pub(crate) fn holder<'c>(ctx: &'c Ctx, meta: &Meta, verb: &str) -> Result<(String, &'c str)> {
     let name = &meta.name;
     let Some(lease) = &meta.lease else {
         return Err(UserError::failed(
@@ -42,11 +43,15 @@ pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Re
         )
         .into());
     };
+    Ok((lease.node.clone(), alias))
+}
+
+/// The box is not running here: run `args` on the node holding its lease, or tell why not.
+pub(crate) fn to_holder(ctx: &Ctx, meta: &Meta, verb: &str, args: &[&str]) -> Result<()> {
+    let name = &meta.name;
+    let (node, alias) = holder(ctx, meta, verb)?;
     let tty = std::io::stdin().is_terminal();
-    say!(
-        "box '{name}' is up on node {}; running '{verb}' there over ssh ({alias})",
-        lease.node
-    );
+    say!("box '{name}' is up on node {node}; running '{verb}' there over ssh ({alias})");
     match nodes::on_terminal(alias, tty || verb == "attach", args)? {
         0 => Ok(()),
         code => Err(ChildExit(code).into()),

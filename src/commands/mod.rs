@@ -17,6 +17,7 @@ pub(crate) mod history;
 pub(crate) mod init;
 pub(crate) mod ls;
 pub(crate) mod park;
+pub(crate) mod port;
 pub(crate) mod probe;
 pub(crate) mod prune;
 pub(crate) mod rollback;

@@ -19,6 +19,7 @@ pub(crate) mod json;
 pub(crate) mod manual;
 pub(crate) mod names;
 pub(crate) mod notify;
+pub(crate) mod ports;
 pub(crate) mod prices;
 pub(crate) mod project;
 pub(crate) mod restic;
