@@ -14,6 +14,8 @@ use common::{Checked, Cluster, Node, Target};
 
 /// The node's real gh token (as `gh auth login` writes it into hosts.yml).
 const REAL: &str = "gho_RigRealTokenRigRealTokenRigRealTo12";
+/// A GitHub Enterprise login's token beside it: a placeholder in the box, put in nowhere.
+const GHE: &str = "gho_GheRealTokenGheRealTokenGheRealTo34";
 /// Plain HTTP on node B, listed: no token may go there.
 const PLAIN: &str = "10.200.0.2:8085";
 /// The system bundle node A trusts, and the files the test changes there.
@@ -77,7 +79,9 @@ fn stage(c: &Cluster) -> Stage<'_> {
          echo '10.200.0.3 api.github.com github.com' >> /etc/hosts
          [ ! -d /root/.config/gh ] || [ -d /root/broker-saved-gh ] || mv /root/.config/gh /root/broker-saved-gh
          rm -rf /root/.config/gh; mkdir -p /root/.config/gh
-         printf 'github.com:\\n    users:\\n        octo:\\n            oauth_token: {REAL}\\n    oauth_token: {REAL}\\n    user: octo\\n    git_protocol: https\\n' > /root/.config/gh/hosts.yml
+         printf 'github.com:\\n    users:\\n        octo:\\n            oauth_token: {REAL}\\n    oauth_token: {REAL}\\n    user: octo\\n    git_protocol: https\\nghe.example:\\n    oauth_token: {GHE}\\n    user: dev\\n' > /root/.config/gh/hosts.yml
+         # A backup of it (as an editor leaves), which the box must not see either.
+         cp /root/.config/gh/hosts.yml /root/.config/gh/hosts.yml~
          printf 'version: \"1\"\\ngit_protocol: https\\n' > /root/.config/gh/config.yml
          chmod 600 /root/.config/gh/hosts.yml
          for i in $(seq 100); do curl -sf https://api.github.com/ >/dev/null && curl -sf http://{PLAIN}/ >/dev/null && exit 0; sleep 0.1; done
@@ -132,24 +136,38 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
         inside(&c.a, name, "cat ~/.config/gh/config.yml").stdout(),
         "version: \"1\"\ngit_protocol: https\n"
     );
-    // The token is put together in the box's shell, so that no command line holds it whole.
+    // Only gh's settings and logins are copied (no backup of them), and neither token is
+    // anywhere the box can read. Each is put together in the box's shell, so that no command
+    // line holds it whole.
+    assert_eq!(
+        inside(&c.a, name, "ls -A ~/.config/gh").stdout(),
+        "config.yml\nhosts.yml\n"
+    );
     let (head, tail) = REAL.split_at(10);
+    let (ghe_head, ghe_tail) = GHE.split_at(10);
     let search = inside(
         &c.a,
         name,
         &format!(
-            "r=\"{head}\"\"{tail}\"
-             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n\" \"$r\") / | head -5
-             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n\" \"$r\") || true
+            "r=\"{head}\"\"{tail}\"; g=\"{ghe_head}\"\"{ghe_tail}\"
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n\" \"$r\" \"$g\") / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n\" \"$r\" \"$g\") || true
              grep -rlsF {shown} ~/.config/gh"
         ),
     );
     assert_eq!(
         search.stdout(),
         "0\n/root/.config/gh/hosts.yml\n",
-        "the real token is readable in the box: {}",
+        "a real token is readable in the box: {}",
         search.stderr()
     );
+    let ghe_shown = hosts
+        .stdout()
+        .lines()
+        .skip_while(|l| *l != "ghe.example:")
+        .find_map(|l| l.trim().strip_prefix("oauth_token: ").map(str::to_string))
+        .expect("the enterprise host's token line");
+    assert!(ghe_shown.starts_with("gho_") && ghe_shown != GHE && ghe_shown != shown);
 
     // curl (through the system bundle) and Python (through SSL_CERT_FILE) trust the node's CA
     // for GitHub's hosts; the stand-in receives the real token, never the placeholder.
@@ -188,6 +206,20 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
     assert_eq!(
         got.stdout(),
         format!("auth Bearer {REAL}\n"),
+        "{}",
+        got.stderr()
+    );
+    // The enterprise token is for another host: its placeholder reaches github.com as it is.
+    let got = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 https://api.github.com/auth -H 'Authorization: token {ghe_shown}'"
+        ),
+    );
+    assert_eq!(
+        got.stdout(),
+        format!("auth token {ghe_shown}\n"),
         "{}",
         got.stderr()
     );

@@ -131,8 +131,19 @@ fn held(ctx: &Ctx, login: &str) -> (Vec<String>, usize) {
     let Ok(text) = std::fs::read_to_string(&hosts) else {
         return (vec![], 0);
     };
-    let (_, mut tokens) = broker::gh_hosts_placeheld(&text, str::to_string);
+    // github.com's alone: another host's token goes nowhere (a placeholder in the box).
+    let (_, found) = broker::gh_hosts_placeheld(&text, str::to_string);
+    let mut tokens: Vec<String> = found
+        .into_iter()
+        .filter(|(host, _)| host == broker::GH_HOST)
+        .map(|(_, token)| token)
+        .collect();
     tokens.sort();
     tokens.dedup();
-    (broker::gh_accounts(&text), tokens.len())
+    let at = format!("@{}", broker::GH_HOST);
+    let accounts = broker::gh_accounts(&text)
+        .into_iter()
+        .filter(|a| a.ends_with(&at))
+        .collect();
+    (accounts, tokens.len())
 }

@@ -29,6 +29,10 @@ pub(crate) const RULES: &[LoginRule] = &[LoginRule {
     hosts: &["github.com", "api.github.com"],
 }];
 
+/// The host whose tokens in gh's `hosts.yml` the broker puts back in (`gh`'s rule); a token of
+/// another host (GitHub Enterprise) is a placeholder in the box and goes nowhere.
+pub(crate) const GH_HOST: &str = "github.com";
+
 /// Where a box sees the bundle of CAs it trusts (the system's and the node's), which the
 /// variables of [`ca_env`] name.
 pub(crate) const BOX_CA_BUNDLE: &str = "/run/ag-box-ca.pem";
@@ -106,18 +110,19 @@ pub(crate) struct BrokerFile {
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
-/// The placeholder of token `real`: its shape (length, and its prefix up to the last `_` or
-/// `-` of its first 16 characters, as `gho_` or `github_pat_`), the rest letters and digits
-/// drawn from `key` (a node secret), the box's name, the login and the token, so that no two
-/// boxes, and no token, share one.
+/// The prefixes of gh's tokens, kept in their placeholders (clients and servers tell a token's
+/// kind by them).
+const TOKEN_PREFIXES: &[&str] = &["github_pat_", "gho_", "ghp_", "ghu_", "ghs_", "ghr_"];
+
+/// The placeholder of token `real`: its shape (length, and a known prefix such as `gho_`),
+/// the rest letters and digits drawn from `key` (a node secret), the box's name, the login and
+/// the token, so that no two boxes, and no token, share one.
 pub(crate) fn placeholder(real: &str, key: &[u8], box_name: &str, login: &str) -> String {
-    let head = real
-        .char_indices()
-        .take(16)
-        .filter(|(_, c)| *c == '_' || *c == '-')
-        .last()
-        .map_or(0, |(i, _)| i + 1);
-    let prefix = &real[..head];
+    let prefix = TOKEN_PREFIXES
+        .iter()
+        .find(|p| real.starts_with(*p))
+        .copied()
+        .unwrap_or("");
     let wanted = real.chars().count().saturating_sub(prefix.chars().count());
     let mut out = prefix.to_string();
     let mut round = 0u32;
@@ -192,14 +197,18 @@ pub(crate) fn header_for(
                 format!("{scheme} {}", STANDARD.encode(pair)).into_bytes(),
             ));
         }
-        if let Some(secret) = secrets.iter().find(|s| s.placeholder == credential) {
+        if ["token", "bearer"]
+            .iter()
+            .any(|known| scheme.eq_ignore_ascii_case(known))
+            && let Some(secret) = secrets.iter().find(|s| s.placeholder == credential)
+        {
             let real = token_for(secret, host, rules)?;
             return Ok(Some(format!("{scheme} {real}").into_bytes()));
         }
     }
     match placeholder_in(value, secrets) {
         Some(login) => Err(format!(
-            "a placeholder of the {login} login went to {host} in its {name} header; the broker puts a token in only as an Authorization header's credential"
+            "a placeholder of the {login} login went to {host} in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password)"
         )),
         None => Ok(None),
     }
@@ -220,6 +229,24 @@ pub(crate) fn placeholder_in<'s>(value: &[u8], secrets: &'s [Secret]) -> Option<
         .map(|s| s.login.as_str())
 }
 
+/// The methods a request that gets a token may have (not TRACE, which echoes the request).
+pub(crate) fn method_takes_token(method: &str) -> bool {
+    ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"].contains(&method)
+}
+
+/// A token of gh's shape in `text` that is none of `placeholders` (a token a copy still holds).
+pub(crate) fn holds_a_token(text: &str, placeholders: &[String]) -> bool {
+    TOKEN_PREFIXES.iter().any(|prefix| {
+        text.match_indices(prefix).any(|(at, _)| {
+            let token: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            token.len() >= prefix.len() + 20 && !placeholders.contains(&token)
+        })
+    })
+}
+
 /// The refusal of a request whose target (path and query) holds a placeholder: no token goes
 /// in a URL.
 pub(crate) fn refuses_target(target: &str, host: &str, secrets: &[Secret]) -> Option<String> {
@@ -231,18 +258,25 @@ pub(crate) fn refuses_target(target: &str, host: &str, secrets: &[Secret]) -> Op
 }
 
 /// gh's `hosts.yml` with each `oauth_token:` value replaced by `placeholder(value)`, and the
-/// tokens found (line by line: gh writes one key per line, a value plain or quoted).
+/// tokens found with the host whose block holds them (line by line: gh writes one key per
+/// line, a value plain or quoted).
 pub(crate) fn gh_hosts_placeheld(
     text: &str,
     mut placeholder: impl FnMut(&str) -> String,
-) -> (String, Vec<String>) {
+) -> (String, Vec<(String, String)>) {
     let mut found = Vec::new();
+    let mut host = String::new();
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches(['\n', '\r']);
         let ending = &line[body.len()..];
         let indent = body.len() - body.trim_start().len();
         let rest = &body[indent..];
+        if indent == 0
+            && let Some(key) = rest.strip_suffix(':')
+        {
+            key.clone_into(&mut host);
+        }
         let Some(value) = rest.strip_prefix("oauth_token:") else {
             out.push_str(line);
             continue;
@@ -259,7 +293,7 @@ pub(crate) fn gh_hosts_placeheld(
             continue;
         }
         let shown = placeholder(token);
-        found.push(token.to_string());
+        found.push((host.clone(), token.to_string()));
         let q = quote.map(String::from).unwrap_or_default();
         for part in [&body[..indent], "oauth_token: ", &q, &shown, &q, ending] {
             out.push_str(part);
@@ -352,6 +386,10 @@ mod tests {
             "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP";
         let q = placeholder(pat, b"key", "demo", "gh");
         assert_eq!((q.len(), &q[..11]), (pat.len(), "github_pat_"));
+        // An unknown shape keeps no prefix.
+        let other = placeholder("abc_defghijklmnop", b"k", "b", "gh");
+        assert_eq!(other.len(), 17);
+        assert!(other.chars().all(|c| c.is_ascii_alphanumeric()), "{other}");
         // Longer than one hash's worth.
         let long = "x".repeat(100);
         assert_eq!(placeholder(&long, b"k", "b", "gh").len(), 100);
@@ -414,7 +452,7 @@ mod tests {
         );
         let only_auth = |name: &str| {
             Err(format!(
-                "a placeholder of the gh login went to github.com in its {name} header; the broker puts a token in only as an Authorization header's credential"
+                "a placeholder of the gh login went to github.com in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password)"
             ))
         };
         // Where a server would keep or show it: another header, a user name, beside other text.
@@ -492,6 +530,46 @@ mod tests {
             out,
             "github.com:\n    users:\n        octo:\n            oauth_token: P7\n    oauth_token: \"P7\"\n    user: octo\n    git_protocol: https\nghe.example:\n    oauth_token: 'P7'\r\n    oauth_token:\n"
         );
-        assert_eq!(found, ["gho_AAA", "gho_BBB", "gho_CCC"]);
+        let at = |h: &str, t: &str| (h.to_string(), t.to_string());
+        assert_eq!(
+            found,
+            [
+                at("github.com", "gho_AAA"),
+                at("github.com", "gho_BBB"),
+                at("ghe.example", "gho_CCC")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_token_left_in_a_copy_is_found() {
+        let shown = vec![placeholder(REAL, b"k", "b", "gh")];
+        assert!(!holds_a_token(
+            &format!("oauth_token: {}\n", shown[0]),
+            &shown
+        ));
+        assert!(holds_a_token(&format!("oauth_token : {REAL}\n"), &shown));
+        assert!(holds_a_token(
+            "hosts: {x: {oauth_token: ghp_0123456789abcdefghijKLMN}}",
+            &shown
+        ));
+        // A prefix alone, or too short to be a token.
+        assert!(!holds_a_token("see gho_ docs, ghp_short", &shown));
+    }
+
+    #[test]
+    fn only_known_schemes_and_methods_carry_the_token() {
+        let (rules, secrets) = gh();
+        assert!(
+            header_for(
+                "Authorization",
+                b"Foo gho_placeholder",
+                "github.com",
+                &rules,
+                &secrets
+            )
+            .is_err()
+        );
+        assert!(method_takes_token("PATCH") && !method_takes_token("TRACE"));
     }
 }

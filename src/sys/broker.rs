@@ -64,8 +64,13 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     atomic::write(&spec.broker_file(), &serde_json::to_vec(&file)?, 0o600)
 }
 
-/// The node's gh config dir as the box sees it: its files (no link, no subdir), `hosts.yml`'s
-/// tokens replaced by placeholders; the tokens, with them.
+/// What of gh's config dir a box sees: its settings and its logins (no backup or other file
+/// that may hold a token in a shape this does not read).
+const GH_FILES: &[&str] = &["config.yml", "hosts.yml"];
+
+/// The node's gh config dir as the box sees it: `GH_FILES` (no link followed), `hosts.yml`'s
+/// tokens replaced by placeholders; github.com's tokens, with theirs. A file that would still
+/// hold a token is left out, and said.
 fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
     let node = spec
         .agent_home
@@ -76,30 +81,39 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
         .mode(0o755)
         .create(&copy)
         .with_context(|| format!("creating {}", copy.display()))?;
-    let Ok(entries) = fs::read_dir(&node) else {
-        return Ok(vec![]);
-    };
     let mut secrets = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("reading {}", node.display()))?;
-        let name = entry.file_name();
-        let Some(text) = read_plain(&node.join(&name))? else {
+    let mut shown_all = Vec::new();
+    for name in GH_FILES {
+        let Some(text) = read_plain(&node.join(name))? else {
             continue;
         };
-        let shown = if name == "hosts.yml" {
-            let (shown, found) = broker::gh_hosts_placeheld(&text, |real| {
+        let (shown, found) = if *name == "hosts.yml" {
+            broker::gh_hosts_placeheld(&text, |real| {
                 broker::placeholder(real, key, &spec.name, "gh")
-            });
-            secrets.extend(found.into_iter().map(|real| Secret {
-                login: "gh".into(),
-                placeholder: broker::placeholder(&real, key, &spec.name, "gh"),
-                real,
-            }));
-            shown
+            })
         } else {
-            text
+            (text, vec![])
         };
-        atomic::write(&copy.join(&name), shown.as_bytes(), 0o644)?;
+        for (host, real) in found {
+            let placeholder = broker::placeholder(&real, key, &spec.name, "gh");
+            shown_all.push(placeholder.clone());
+            if host == broker::GH_HOST {
+                secrets.push(Secret {
+                    login: "gh".into(),
+                    placeholder,
+                    real,
+                });
+            }
+        }
+        if broker::holds_a_token(&shown, &shown_all) {
+            tracing::warn!(
+                "box '{}': {} holds a token in a shape the credential broker does not read; the box does not see that file",
+                spec.name,
+                node.join(name).display()
+            );
+            continue;
+        }
+        atomic::write(&copy.join(name), shown.as_bytes(), 0o644)?;
     }
     Ok(secrets)
 }

@@ -9,8 +9,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
+    BasicConstraints, CertificateParams, CidrSubnet, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    NameConstraints,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -37,9 +38,13 @@ fn ca_params(hosts: &[String]) -> CertificateParams {
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    // Names only: every IP address is excluded (a DNS subtree alone leaves them unconstrained).
     p.name_constraints = Some(NameConstraints {
         permitted_subtrees: hosts.iter().cloned().map(GeneralSubtree::DnsName).collect(),
-        excluded_subtrees: vec![],
+        excluded_subtrees: vec![
+            GeneralSubtree::IpAddress(CidrSubnet::V4([0; 4], [0; 4])),
+            GeneralSubtree::IpAddress(CidrSubnet::V6([0; 16], [0; 16])),
+        ],
     });
     p
 }
@@ -51,6 +56,15 @@ pub(crate) fn ensure(dir: &Path, hosts: &[String]) -> Result<NodeCa> {
     }
     let parent = dir.parent().context("the CA dir has no parent")?;
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    // One start at a time makes it; the others read what it made.
+    let lock_path = parent.join(".ca.lock");
+    let lock = fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if let Some(ca) = load(dir, hosts)? {
+        return Ok(ca);
+    }
     // Made aside and moved in whole: a start beside this one reads the old CA or the new one.
     let fresh = parent.join(format!(".ca-new-{}", std::process::id()));
     let _ = fs::remove_dir_all(&fresh);

@@ -20,8 +20,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::{
-    Attempt, Body, Counted, Counters, HEADER_TIMEOUT, LoggedBody, MAX_BUF, answer, dial,
-    strip_hop_by_hop,
+    Attempt, Body, CONNECT_TIMEOUT, Counted, Counters, HEADER_TIMEOUT, LoggedBody, MAX_BUF, answer,
+    dial, strip_hop_by_hop,
 };
 use crate::plan::broker::{self, BrokerFile};
 use crate::plan::egress;
@@ -105,8 +105,6 @@ impl Broker {
 /// One terminated connection: where its requests go, and the upstream they share.
 struct Terminated {
     attempt: Attempt,
-    rule: String,
-    addrs: Vec<SocketAddr>,
     broker: Arc<Broker>,
     upstream: tokio::sync::Mutex<Option<(SendRequest<Incoming>, Counters)>>,
 }
@@ -116,7 +114,6 @@ pub(super) fn terminate(
     req: Request<Incoming>,
     attempt: Attempt,
     rule: String,
-    addrs: Vec<SocketAddr>,
     broker: Arc<Broker>,
     slot: Arc<tokio::sync::OwnedSemaphorePermit>,
 ) -> Response<Body> {
@@ -149,8 +146,6 @@ pub(super) fn terminate(
         };
         let conn = Arc::new(Terminated {
             attempt,
-            rule,
-            addrs,
             broker,
             upstream: tokio::sync::Mutex::new(None),
         });
@@ -217,10 +212,21 @@ async fn brokered(
     if let Ok(v) = HeaderValue::from_str(&egress::host_header(host, attempt.port)) {
         req.headers_mut().insert(header::HOST, v);
     }
+    if put_in && !broker::method_takes_token(req.method().as_str()) {
+        return Ok(attempt.refuse(&format!(
+            "the broker puts no token into a {} request",
+            req.method()
+        )));
+    }
+    // Decided for every request, as plain HTTP is: a policy change applies at once.
+    let (rule, addrs) = match attempt.decide().await {
+        Ok(d) => d,
+        Err(reason) => return Ok(attempt.refuse(&reason)),
+    };
     let rule = if put_in {
-        format!("{} (token put in by the broker)", conn.rule)
+        format!("{rule} (token put in by the broker)")
     } else {
-        format!("{} (through the broker)", conn.rule)
+        format!("{rule} (through the broker)")
     };
     let mut upstream = conn.upstream.lock().await;
     let ready = match upstream.take() {
@@ -231,7 +237,7 @@ async fn brokered(
     };
     let (mut sender, bytes) = match ready {
         Some(u) => u,
-        None => match connect(&conn, host).await {
+        None => match connect(&conn.broker, &addrs, host).await {
             Ok(u) => u,
             Err(e) => return Ok(attempt.unreachable(&rule, &e)),
         },
@@ -265,26 +271,27 @@ async fn brokered(
 
 /// A TLS connection to the real host, its certificate checked against the system's CAs.
 async fn connect(
-    conn: &Terminated,
+    broker: &Broker,
+    addrs: &[SocketAddr],
     host: &str,
 ) -> Result<(SendRequest<Incoming>, Counters), String> {
-    let stream = Counted::new(
-        dial(&conn.addrs)
-            .await
-            .map_err(|e| format!("connecting: {e}"))?,
-    );
+    let stream = Counted::new(dial(addrs).await.map_err(|e| format!("connecting: {e}"))?);
     let bytes = stream.counters();
     let name = ServerName::try_from(host.to_string()).map_err(|e| format!("server name: {e}"))?;
-    let tls = conn
-        .broker
-        .connector
-        .connect(name, stream)
+    let handshake = async {
+        let tls = broker
+            .connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS to {host}: {e}"))?;
+        hyper::client::conn::http1::Builder::new()
+            .handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("handshake: {e}"))
+    };
+    let (sender, link) = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
         .await
-        .map_err(|e| format!("TLS to {host}: {e}"))?;
-    let (sender, link) = hyper::client::conn::http1::Builder::new()
-        .handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(|_| format!("TLS to {host}: timed out"))??;
     tokio::spawn(async move {
         if let Err(e) = link.await {
             tracing::debug!("brokered upstream: {e}");

@@ -371,7 +371,7 @@ async fn handle(
         return Ok(forward(req, attempt, rule, &addrs, reuse).await);
     }
     if let Some(b) = broker.filter(|b| b.terminates(&attempt.host, port)) {
-        return Ok(broker::terminate(req, attempt, rule, addrs, b, slot));
+        return Ok(broker::terminate(req, attempt, rule, b, slot));
     }
     let mut upstream = match dial(&addrs).await {
         Ok(s) => Counted::new(s),
@@ -951,6 +951,17 @@ mod tests {
     /// Through `proxy`: CONNECT localhost:port, TLS trusting `ca_pem`, then `requests` in turn
     /// on that connection; what came back (everything after the CONNECT's answer).
     fn through_tls(proxy: &Proxy, port: u16, ca_pem: &str, request: &str) -> String {
+        let mut tls = tls_to(proxy, port, ca_pem);
+        tls.write_all(request.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let _ = tls.read_to_end(&mut got);
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    type Tls = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
+
+    /// A TLS connection through `proxy`'s CONNECT to localhost:port, trusting `ca_pem`.
+    fn tls_to(proxy: &Proxy, port: u16, ca_pem: &str) -> Tls {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         roots
@@ -968,23 +979,71 @@ mod tests {
                 .as_bytes(),
         )
         .unwrap();
+        let head = read_head(&mut s);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(config, name).unwrap();
+        rustls::StreamOwned::new(conn, s)
+    }
+
+    fn read_head(s: &mut impl Read) -> String {
         let mut head = Vec::new();
         let mut byte = [0u8; 1];
         while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
             head.push(byte[0]);
         }
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    /// One answer on a kept connection: its head and its body (by its length).
+    fn answer_on(tls: &mut Tls) -> String {
+        let head = read_head(tls);
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(|n| n.trim().parse().unwrap())
+            })
+            .unwrap();
+        let mut body = vec![0u8; length];
+        tls.read_exact(&mut body).unwrap();
+        head + &String::from_utf8_lossy(&body)
+    }
+
+    #[test]
+    fn each_brokered_request_is_decided_by_the_policy_in_force() {
+        let (port, roots) = tls_upstream();
+        let (proxy, ca_pem, _ca) = brokered_proxy(port, roots);
+        let mut tls = tls_to(&proxy, port, &ca_pem);
+        let get =
+            format!("GET / HTTP/1.1\r\nHost: localhost\r\nAuthorization: token {SHOWN}\r\n\r\n");
+        tls.write_all(get.as_bytes()).unwrap();
+        let first = answer_on(&mut tls);
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        // The box's policy loses the host while the connection stays open.
+        let file = proxy.dir.path().join("egress.json");
+        crate::atomic::write(&file, policy(&[]).as_bytes(), 0o600).unwrap();
+        tls.write_all(get.as_bytes()).unwrap();
+        let second = answer_on(&mut tls);
+        assert!(second.starts_with("HTTP/1.1 403"), "{second}");
+        // TRACE echoes a request: no token goes into one.
+        crate::atomic::write(
+            &file,
+            policy(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]).as_bytes(),
+            0o600,
+        )
+        .unwrap();
+        tls.write_all(
+            format!("TRACE / HTTP/1.1\r\nHost: localhost\r\nAuthorization: token {SHOWN}\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let trace = answer_on(&mut tls);
         assert!(
-            head.starts_with(b"HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&head)
+            trace.contains("the broker puts no token into a TRACE request"),
+            "{trace}"
         );
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let conn = rustls::ClientConnection::new(config, name).unwrap();
-        let mut tls = rustls::StreamOwned::new(conn, s);
-        tls.write_all(request.as_bytes()).unwrap();
-        let mut got = Vec::new();
-        let _ = tls.read_to_end(&mut got);
-        String::from_utf8_lossy(&got).into_owned()
     }
 
     #[test]
