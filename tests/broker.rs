@@ -103,6 +103,13 @@ fn box_up(c: &Cluster, name: &str, creds: &str) {
     .ok();
 }
 
+/// What a command in the box printed (its stderr shown when it is not `want`).
+#[track_caller]
+fn prints(c: &Cluster, name: &str, line: &str, want: &str) {
+    let got = inside(&c.a, name, line);
+    assert_eq!(got.stdout(), want, "{}", got.stderr());
+}
+
 /// The issuer of the certificate a client in the box is shown for api.github.com.
 fn issuer(c: &Cluster, name: &str) -> String {
     let out = inside(
@@ -171,57 +178,37 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
 
     // curl (through the system bundle) and Python (through SSL_CERT_FILE) trust the node's CA
     // for GitHub's hosts; the stand-in receives the real token, never the placeholder.
-    let got = inside(
-        &c.a,
+    prints(
+        &c,
         name,
         &format!("curl -sS -m 10 https://api.github.com/auth -H 'Authorization: token {shown}'"),
+        &format!("auth token {REAL}\n"),
     );
-    assert_eq!(
-        got.stdout(),
-        format!("auth token {REAL}\n"),
-        "{}",
-        got.stderr()
-    );
-    let got = inside(
-        &c.a,
+    prints(
+        &c,
         name,
         &format!("curl -sS -m 10 -u x-access-token:{shown} https://github.com/auth"),
-    );
-    assert_eq!(
-        got.stdout(),
-        format!(
+        &format!(
             "auth Basic {}\n",
             STANDARD.encode(format!("x-access-token:{REAL}"))
         ),
-        "{}",
-        got.stderr()
     );
-    let got = inside(
-        &c.a,
+    prints(
+        &c,
         name,
         &format!(
             "python3 -c 'import urllib.request as u; print(u.urlopen(u.Request(\"https://api.github.com/auth\", headers={{\"Authorization\": \"Bearer {shown}\"}}), timeout=10).read().decode(), end=\"\")'"
         ),
-    );
-    assert_eq!(
-        got.stdout(),
-        format!("auth Bearer {REAL}\n"),
-        "{}",
-        got.stderr()
+        &format!("auth Bearer {REAL}\n"),
     );
     // The enterprise token is for another host: its placeholder reaches github.com as it is.
-    let got = inside(
-        &c.a,
+    prints(
+        &c,
         name,
         &format!(
             "curl -sS -m 10 https://api.github.com/auth -H 'Authorization: token {ghe_shown}'"
         ),
-    );
-    assert_eq!(
-        got.stdout(),
-        format!("auth token {ghe_shown}\n"),
-        "{}",
-        got.stderr()
+        &format!("auth token {ghe_shown}\n"),
     );
     assert!(
         issuer(&c, name).contains("ag-box node CA"),

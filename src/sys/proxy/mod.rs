@@ -677,6 +677,12 @@ mod tests {
             Proxy { port, dir }
         }
 
+        /// The box's policy from now on: these entries.
+        fn allow(&self, entries: &[String]) {
+            let file = self.dir.path().join("egress.json");
+            crate::atomic::write(&file, policy(entries).as_bytes(), 0o600).unwrap();
+        }
+
         /// Send `head` (and then `then`, once an answer head came back); everything read until EOF.
         fn exchange(&self, head: &str, then: Option<&[u8]>) -> String {
             let mut s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).unwrap();
@@ -827,14 +833,9 @@ mod tests {
             "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
         );
         assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 403"));
-        let file = proxy.dir.path().join("egress.json");
-        crate::atomic::write(
-            &file,
-            policy(&[format!("127.0.0.1:{port}")]).as_bytes(),
-            0o600,
-        )
-        .unwrap();
+        proxy.allow(&[format!("127.0.0.1:{port}")]);
         assert!(proxy.exchange(&get, None).starts_with("HTTP/1.1 200"));
+        let file = proxy.dir.path().join("egress.json");
         crate::atomic::write(&file, b"{not json", 0o600).unwrap();
         let answer = proxy.exchange(&get, None);
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
@@ -1022,18 +1023,12 @@ mod tests {
         let first = answer_on(&mut tls);
         assert!(first.starts_with("HTTP/1.1 200"), "{first}");
         // The box's policy loses the host while the connection stays open.
-        let file = proxy.dir.path().join("egress.json");
-        crate::atomic::write(&file, policy(&[]).as_bytes(), 0o600).unwrap();
+        proxy.allow(&[]);
         tls.write_all(get.as_bytes()).unwrap();
         let second = answer_on(&mut tls);
         assert!(second.starts_with("HTTP/1.1 403"), "{second}");
         // TRACE echoes a request: no token goes into one.
-        crate::atomic::write(
-            &file,
-            policy(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]).as_bytes(),
-            0o600,
-        )
-        .unwrap();
+        proxy.allow(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]);
         tls.write_all(
             format!("TRACE / HTTP/1.1\r\nHost: localhost\r\nAuthorization: token {SHOWN}\r\n\r\n")
                 .as_bytes(),
@@ -1106,13 +1101,7 @@ mod tests {
         // Plain HTTP to a listed host: no token goes there.
         let (plain, received) = upstream();
         let (proxy, _, _ca) = brokered_proxy(port, rustls::RootCertStore::empty());
-        let file = proxy.dir.path().join("egress.json");
-        crate::atomic::write(
-            &file,
-            policy(&[format!("127.0.0.1:{plain}")]).as_bytes(),
-            0o600,
-        )
-        .unwrap();
+        proxy.allow(&[format!("127.0.0.1:{plain}")]);
         let answer = proxy.exchange(
             &format!("GET http://127.0.0.1:{plain}/?t={SHOWN} HTTP/1.1\r\nHost: 127.0.0.1:{plain}\r\nConnection: close\r\n\r\n"),
             None,
@@ -1133,13 +1122,7 @@ mod tests {
         let (port, received) = upstream();
         let (tls_port, roots) = tls_upstream();
         let (proxy, _, _ca) = brokered_proxy(tls_port, roots);
-        let file = proxy.dir.path().join("egress.json");
-        crate::atomic::write(
-            &file,
-            policy(&[format!("127.0.0.1:{port}")]).as_bytes(),
-            0o600,
-        )
-        .unwrap();
+        proxy.allow(&[format!("127.0.0.1:{port}")]);
         let answer = proxy.exchange(
             &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"),
             Some(format!("RAW {SHOWN}").as_bytes()),
