@@ -5,8 +5,8 @@
 #                           /etc/box/tmux-inner.conf, /etc/box/egress-allow.txt (kept when the
 #                           node has one: the shipped copy goes beside it as .dist), /etc/base-flake/, /opt/box/{exclude.txt,
 #                           env.example,nodes.example}, completions for bash, zsh and fish, man
-#                           pages in /usr/local/share/man/man1, the box-snapshot (hourly) and box-prune
-#                           (daily) units and timers when systemd is PID 1, and sysctl
+#                           pages in /usr/local/share/man/man1, the box-snapshot (every 5 min, each box as
+#                           BOX_SNAPSHOT_EVERY says), box-globals (hourly) and box-prune (daily) units and timers when systemd is PID 1, and sysctl
 #                           dev.tty.legacy_tiocsti=0; on Debian it apt-gets the tools ag-box runs
 #                           (bwrap restic tmux ssh ip unshare, and bash-completion, which loads the
 #                           completion in bash) and fails naming any tool that is still missing.
@@ -23,8 +23,8 @@ set -euo pipefail
 
 PROG=install.sh
 FILES=(tmux-inner.conf egress-allow.txt exclude.txt env.example nodes.example systemd base-flake)
-UNITS=(box-snapshot.service box-snapshot.timer box-prune.service box-prune.timer)
-TIMERS=(box-snapshot.timer box-prune.timer)
+UNITS=(box-snapshot.service box-snapshot.timer box-globals.service box-globals.timer box-prune.service box-prune.timer)
+TIMERS=(box-snapshot.timer box-globals.timer box-prune.timer)
 TOOLS=(bwrap restic tmux ssh ip unshare)
 declare -A PKG=([bwrap]=bubblewrap [restic]=restic [tmux]=tmux [ssh]=openssh-client [ip]=iproute2 [unshare]=util-linux)
 SYSCTL_CONF=/etc/sysctl.d/90-ag-box.conf
@@ -178,7 +178,7 @@ install_files() {
 
 install_units() {
   if [ ! -d /run/systemd/system ]; then
-    warn "systemd is not PID 1 here: box-snapshot/box-prune timers not installed (no hourly snapshots; schedule 'ag-box snapshot --active' yourself)"
+    warn "systemd is not PID 1 here: box-snapshot/box-prune timers not installed (no timed snapshots; schedule 'ag-box snapshot --active' yourself)"
     return 0
   fi
   local u

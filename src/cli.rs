@@ -449,6 +449,8 @@ pub(crate) enum GlobalsAction {
 }
 
 #[derive(Debug, Args)]
+// Flags, each a bool, as clap gives them.
+#[allow(clippy::struct_excessive_bools)]
 pub(crate) struct SnapshotArgs {
     /// The box to snapshot (or --active)
     #[arg(
@@ -460,6 +462,10 @@ pub(crate) struct SnapshotArgs {
     /// Every box running on this node
     #[arg(long)]
     pub active: bool,
+    /// With --active: only the boxes whose last snapshot here is `BOX_SNAPSHOT_EVERY` old (the
+    /// timer's run, every 5 minutes)
+    #[arg(long, requires = "active")]
+    pub due: bool,
     /// Count a snapshot restic could not read every file for (or of an empty project)
     #[arg(long)]
     pub accept_partial: bool,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::error::UserError;
+use crate::plan::active;
 use crate::plan::egress::Mode;
 use crate::plan::globals::Role;
 use crate::plan::notify;
@@ -41,6 +42,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "BOX_TMPFS_MAX",
     "BOX_SNAPSHOT_ADD_MAX",
     "BOX_QUICK_PARK",
+    "BOX_SNAPSHOT_EVERY",
 ];
 
 /// A box's default bound on its processes and threads: room for an agent, its language
@@ -106,6 +108,8 @@ pub(crate) struct Config {
     pub restic_password: Option<Secret>,
     pub memory_max: Option<String>,
     pub lease_ttl: Duration,
+    /// How often the timer takes a snapshot of each active box (`BOX_SNAPSHOT_EVERY`).
+    pub snapshot_every: Duration,
     /// How long a command waits for another one on the same box on this node.
     pub lock_wait: Duration,
     /// How long `park` (and `rollback` of a running box) wait for the agent's turn to end.
@@ -225,6 +229,22 @@ impl Config {
             None => Duration::from_hours(3),
             Some(v) => humantime::parse_duration(v)
                 .map_err(|_| bad_key("BOX_LEASE_TTL", v, "use a duration such as 3h or 90m"))?,
+        };
+        let snapshot_every = match src.get("BOX_SNAPSHOT_EVERY") {
+            None => Duration::from_mins(15),
+            Some(v) => humantime::parse_duration(v)
+                .ok()
+                .filter(|d| *d >= active::TIMER_EVERY && *d <= lease_ttl / 2)
+                .ok_or_else(|| {
+                    bad_key(
+                        "BOX_SNAPSHOT_EVERY",
+                        v,
+                        &format!(
+                            "use a duration from 5m to half of BOX_LEASE_TTL ({}), such as 15m",
+                            humantime::format_duration(lease_ttl / 2)
+                        ),
+                    )
+                })?,
         };
         let lock_wait = match src.get("BOX_LOCK_WAIT") {
             None => Duration::from_mins(2),
@@ -377,6 +397,7 @@ impl Config {
             restic_password: src.get("RESTIC_PASSWORD").map(|p| Secret(p.to_string())),
             memory_max,
             lease_ttl,
+            snapshot_every,
             lock_wait,
             park_wait,
             notify,
@@ -539,6 +560,7 @@ mod tests {
                 restic_password: None,
                 memory_max: Some("2G".into()),
                 lease_ttl: Duration::from_hours(3),
+                snapshot_every: Duration::from_mins(15),
                 lock_wait: Duration::from_mins(2),
                 park_wait: Duration::from_mins(2),
                 notify: None,
@@ -568,6 +590,9 @@ mod tests {
             ("BOX_SNAPSHOT_ADD_MAX", "10K"),
             ("BOX_SNAPSHOT_ADD_MAX", "none"),
             ("BOX_PARK_WAIT", "a while"),
+            ("BOX_SNAPSHOT_EVERY", "1m"),
+            ("BOX_SNAPSHOT_EVERY", "2h"),
+            ("BOX_SNAPSHOT_EVERY", "often"),
             ("BOX_NOTIFY", "tell-me"),
             ("BOX_NOTIFY", "ntfy:my-topic"),
         ] {

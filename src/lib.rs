@@ -101,7 +101,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Stop { name } => commands::stop::run(&BoxName::new(name)?),
         Cmd::Snapshot(args) => {
             let name = args.name.map(BoxName::new).transpose()?;
-            commands::snapshot::run(name.as_ref(), args.accept_partial, args.json)
+            commands::snapshot::run(name.as_ref(), args.due, args.accept_partial, args.json)
         }
         Cmd::History { name, json, events } => {
             commands::history::run(&BoxName::new(name)?, json, events)

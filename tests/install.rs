@@ -58,13 +58,13 @@ fn local_version() -> String {
     out.ok().stdout().trim().to_string()
 }
 
-/// The timers must not fire (hourly snapshots, daily prunes) during other tests on the rig.
+/// The timers must not fire (snapshots, hourly globals, daily prunes) during other tests on the rig.
 struct TimersOff<'a>(&'a Node);
 
 impl Drop for TimersOff<'_> {
     fn drop(&mut self) {
         self.0.sh(
-            "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1 || true",
+            "systemctl disable --now box-snapshot.timer box-globals.timer box-prune.timer >/dev/null 2>&1 || true",
         );
     }
 }
@@ -143,23 +143,25 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     );
     assert_ne!(new_link_inode, link_inode, "install.sh made no link");
     let timers = a.sh("systemctl list-timers --all --no-pager").ok().stdout();
-    for t in ["box-snapshot.timer", "box-prune.timer"] {
+    for t in ["box-snapshot.timer", "box-globals.timer", "box-prune.timer"] {
         assert!(timers.contains(t), "{t} not listed:\n{timers}");
     }
     a.sh(
-        "systemctl is-enabled -q box-snapshot.timer box-prune.timer && \
-          systemctl is-active -q box-snapshot.timer box-prune.timer",
+        "systemctl is-enabled -q box-snapshot.timer box-globals.timer box-prune.timer && \
+          systemctl is-active -q box-snapshot.timer box-globals.timer box-prune.timer",
     )
     .ok();
-    // systemd took the spread (a misspelt key is only a warning in the journal).
+    // systemd took the cadence and the spread (a misspelt key is only a warning in the journal).
     assert_eq!(
-        a.sh("systemctl show -p RandomizedDelayUSec -p FixedRandomDelay box-snapshot.timer")
+        a.sh("systemctl show -p TimersCalendar -p RandomizedDelayUSec -p FixedRandomDelay box-snapshot.timer box-globals.timer | sed 's/ ; next_elapse=[^}]*//'")
             .ok()
             .stdout(),
-        "RandomizedDelayUSec=15min\nFixedRandomDelay=yes\n"
+        "TimersCalendar={ OnCalendar=*-*-* *:00/5:00}\nRandomizedDelayUSec=4min\nFixedRandomDelay=yes\n\n\
+         TimersCalendar={ OnCalendar=*-*-* *:00:00}\nRandomizedDelayUSec=15min\nFixedRandomDelay=yes\n"
     );
     for (unit, timeout) in [
         ("box-snapshot.service", "50min"),
+        ("box-globals.service", "20min"),
         ("box-prune.service", "6h"),
     ] {
         assert_eq!(
@@ -293,6 +295,16 @@ fn install_on_a_node_enables_the_timers_and_the_snapshot_unit_renews_leases() {
     );
     let after = renewed_at(&c, name);
     assert!(after > before, "renewed_at {before} -> {after}");
+    // The timer's next run, 5 minutes on: the box is not due (BOX_SNAPSHOT_EVERY, 15 min), so
+    // no restic and no store write; once its last turn is 20 minutes old, it is.
+    let skip = "no active box is due for a snapshot (every 15m, BOX_SNAPSHOT_EVERY), skipping";
+    let journal = run_snapshot_unit(a, skip);
+    assert!(journal.contains(skip), "{journal}");
+    assert_eq!(renewed_at(&c, name), after);
+    a.sh(&format!(
+        "touch -d '20 minutes ago' /var/lib/ag-box/local/snapshot-turns/{name}"
+    ))
+    .ok();
     a_stuck_snapshot_is_ended_and_the_next_hour_takes_it(&c, name);
     a.sh(&format!("ag-box park {name}")).ok();
 }
@@ -371,8 +383,8 @@ fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
     let _relink = Relink(b);
     // Node B as if nothing had been installed by install.sh (the rig's binary stays).
     b.sh(
-        "systemctl disable --now box-snapshot.timer box-prune.timer >/dev/null 2>&1 || true
-          rm -f /etc/systemd/system/box-snapshot.* /etc/systemd/system/box-prune.* \
+        "systemctl disable --now box-snapshot.timer box-globals.timer box-prune.timer >/dev/null 2>&1 || true
+          rm -f /etc/systemd/system/box-snapshot.* /etc/systemd/system/box-globals.* /etc/systemd/system/box-prune.* \
                 /usr/local/bin/ag-box /etc/sysctl.d/90-ag-box.conf
           rm -rf /etc/base-flake /tmp/ag-box-install.*
           systemctl daemon-reload",
@@ -429,7 +441,7 @@ fn install_to_another_node_over_ssh_and_a_damaged_bundle_is_refused() {
     assert_eq!(b.sh("ag-box --version").ok().stdout().trim(), version);
     b.sh(
         "test -f /etc/base-flake/flake.nix && test -f /etc/box/tmux-inner.conf && \
-          systemctl is-enabled -q box-snapshot.timer box-prune.timer",
+          systemctl is-enabled -q box-snapshot.timer box-globals.timer box-prune.timer",
     )
     .ok();
     // the bundle that --to made locally is gone too

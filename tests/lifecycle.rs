@@ -363,7 +363,7 @@ fn lifecycle(t: &dyn Target, name: &str) {
     }
     b.park().ok();
 
-    // nothing active: the hourly timer's call succeeds
+    // nothing active: the timer's call succeeds
     b.ag(["snapshot", "--active"])
         .ok()
         .stderr_has("no active boxes on this node, skipping");

@@ -140,8 +140,8 @@ fn runtime() -> Vec<Check> {
     } else {
         warn(
             "runtime",
-            "systemd is not PID 1: the direct runtime (memory limits only where a memory cgroup is writable, tasks bounded per uid, no hourly timer)",
-            "run ag-box on a host booted with systemd for hourly snapshots and enforced limits",
+            "systemd is not PID 1: the direct runtime (memory limits only where a memory cgroup is writable, tasks bounded per uid, no snapshot timer)",
+            "run ag-box on a host booted with systemd for timed snapshots and enforced limits",
         )
     };
     let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok();
@@ -396,7 +396,7 @@ fn timers() -> Vec<Check> {
     if !Path::new("/run/systemd/system").exists() {
         return vec![];
     }
-    ["box-snapshot", "box-prune"]
+    ["box-snapshot", "box-globals", "box-prune"]
         .into_iter()
         .map(|unit| {
             let check = format!("timer {unit}");

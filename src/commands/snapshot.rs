@@ -20,17 +20,38 @@ use crate::sys::restic::Restic;
 use crate::sys::{cmd, host};
 
 /// Snapshot box `name`, or every box running here when it is None (`--active`).
-pub(crate) fn run(name: Option<&BoxName>, accept_partial: bool, json: bool) -> Result<()> {
+pub(crate) fn run(
+    name: Option<&BoxName>,
+    due: bool,
+    accept_partial: bool,
+    json: bool,
+) -> Result<()> {
     let ctx = Ctx::load()?;
     let restic = ctx.restic()?;
     // Each snapshot reads its own record: no store read need stand before the first starts.
-    let names: Vec<String> = match name {
+    let mut names: Vec<String> = match name {
         Some(name) => vec![ctx.tracked(name)?.meta.name],
         None => ctx.active_box_names()?,
     };
     if names.is_empty() {
         say!("no active boxes on this node, skipping");
         return Ok(());
+    }
+    if due {
+        let (state_dir, every) = (&ctx.config.state_dir, ctx.config.snapshot_every);
+        // The system clock, as the turn files' times are.
+        let now = SystemTime::now();
+        names.retain(|n| active::due(last_turn(state_dir, n), now, every));
+        if names.is_empty() {
+            say!(
+                "no active box is due for a snapshot (every {}, BOX_SNAPSHOT_EVERY), skipping",
+                humantime::format_duration(every)
+            );
+            if json {
+                print_report(&[], &[], &[])?;
+            }
+            return Ok(());
+        }
     }
     restic.ensure_repo()?;
     let [only] = names.as_slice() else {
@@ -47,12 +68,32 @@ pub(crate) fn run(name: Option<&BoxName>, accept_partial: bool, json: bool) -> R
         take_alone(&ctx, &current, accept_partial)
     })?;
     let outcome = Outcome::of(&taken);
+    mark_turn(&ctx.config.state_dir, &name);
     if json {
         print_report(&names, &[outcome], &[Some(taken.snapshot.id)])?;
     } else {
         out!("{name} {}{}", taken.snapshot.id, outcome.note());
     }
     conclude(&names, &[outcome])
+}
+
+/// Where the time of a box's last snapshot (or lease renewal) here is kept: the mtime of an
+/// empty file, for `--due`.
+fn turn_file(state_dir: &Path, name: &str) -> std::path::PathBuf {
+    state_dir.join("local/snapshot-turns").join(name)
+}
+
+fn last_turn(state_dir: &Path, name: &str) -> Option<SystemTime> {
+    std::fs::metadata(turn_file(state_dir, name))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+/// A snapshot (or renewal) of the box just ended here.
+fn mark_turn(state_dir: &Path, name: &str) {
+    if let Err(e) = atomic::write(&turn_file(state_dir, name), b"", 0o644) {
+        tracing::warn!("box '{name}': could not note its snapshot's time: {e:#}");
+    }
 }
 
 /// `snapshot --json`.

@@ -2,9 +2,22 @@
 //! which waves. Each box's snapshot is a process of its own (an ag-box and its restic).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+
+/// How often the timer runs `snapshot --active --due`; `BOX_SNAPSHOT_EVERY` is at least this.
+pub(crate) const TIMER_EVERY: Duration = Duration::from_mins(5);
+
+/// A timer's run that comes this much early still finds a box due (runs are minutes apart).
+const DUE_SLACK: Duration = Duration::from_mins(1);
+
+/// Is a box whose last snapshot (or lease renewal) here was at `last` due for another, `every`
+/// apart, at `now`? Never snapshotted here: due. A clock set back: due.
+pub(crate) fn due(last: Option<SystemTime>, now: SystemTime, every: Duration) -> bool {
+    last.and_then(|at| now.duration_since(at).ok())
+        .is_none_or(|age| age + DUE_SLACK >= every)
+}
 
 /// What the last run measured, for the next one to plan by.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -215,5 +228,18 @@ mod tests {
         assert_eq!(waves(17, 8), vec![6, 6, 5]);
         assert_eq!(waves(3, 1), vec![1, 1, 1]);
         assert_eq!(waves(2, 0), vec![1, 1]);
+    }
+
+    #[test]
+    fn a_box_is_due_once_its_last_turn_is_every_ago_give_or_take_a_minute() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_hours(100);
+        let every = Duration::from_mins(15);
+        let ago = |m: u64| Some(now - Duration::from_mins(m));
+        assert!(due(None, now, every));
+        assert!(!due(ago(5), now, every));
+        assert!(!due(ago(13), now, every));
+        assert!(due(ago(14), now, every));
+        assert!(due(ago(60), now, every));
+        assert!(due(Some(now + Duration::from_mins(3)), now, every));
     }
 }
