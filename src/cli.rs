@@ -273,7 +273,7 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     },
     /// Change a box's settings: `memory_max`=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>,
     /// gid=<n>, network=<allow|none|host>, allow=<entry>,<entry>... (allow= clears them),
-    /// agent=<claude|codex|gemini|grok|opencode|none>
+    /// agent=<claude|codex|gemini|grok|opencode|none>, gpu=<true|false>
     #[command(
         after_help = "Example: ag-box set myproj memory_max=4G network=allow allow=registry.npmjs.org,*.pythonhosted.org"
     )]

@@ -72,6 +72,8 @@ pub(crate) fn setting_keys() -> Vec<CompletionCandidate> {
         ("memory_max=", "a size (4G, 50%) or none"),
         ("nix=true", "shells in nix develop /etc/base-flake"),
         ("nix=false", ""),
+        ("gpu=true", "the node's GPU devices in the box"),
+        ("gpu=false", ""),
         ("pin=", "a node, or none"),
         ("uid=", "a number in ag-box's range"),
         ("gid=", "a number in ag-box's range"),

@@ -51,6 +51,9 @@ pub(crate) fn run(json: bool, unlock: bool) -> Result<()> {
     }
     checks.extend(timers());
     checks.push(tiocsti());
+    checks.push(doctor::gpus(
+        &crate::sys::host::gpu(Path::new("/dev")).devices,
+    ));
     let node = ctx.as_ref().map_or("?", |c| c.config.node.as_str());
     if json {
         let report = Report {

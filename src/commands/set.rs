@@ -19,12 +19,13 @@ pub(crate) fn run(name: &BoxName, assignments: &[String]) -> Result<()> {
         meta.allow.join(",")
     };
     say!(
-        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={} creds={}",
+        "box '{name}': memory_max={} nix={} pin={} network={network} allow={allow} agent={} creds={} gpu={}",
         meta.memory_max.as_deref().unwrap_or("none"),
         meta.nix,
         meta.pinned_node.as_deref().unwrap_or("none"),
         meta.agent_label(),
         meta.creds_label(),
+        meta.gpu,
     );
     let is_egress = |a: &&String| a.starts_with("network=") || a.starts_with("allow=");
     let egress_changed = assignments.iter().any(|a| is_egress(&a));

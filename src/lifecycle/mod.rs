@@ -68,6 +68,7 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
                 fresh: false,
             }),
         node_ca: config.state_dir.join("ca"),
+        gpu: meta.gpu.then(|| host::gpu(Path::new("/dev"))),
     }
 }
 

@@ -103,6 +103,7 @@ pub(crate) fn track(
         allow: vec![],
         agent: agent.map(|a| a.name.to_string()),
         creds: None,
+        gpu: false,
         lease: None,
         last_snapshot: None,
         attention: None,

@@ -250,6 +250,19 @@ pub(crate) fn agents(here: &AgentVersions, others: &[(String, AgentVersions)]) -
     }
 }
 
+/// The GPU device nodes a `gpu=true` box gets here.
+pub(crate) fn gpus(devices: &[std::path::PathBuf]) -> Check {
+    const CHECK: &str = "GPUs";
+    if devices.is_empty() {
+        return ok(CHECK, "none here ('gpu=true' boxes get no device)");
+    }
+    let shown: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    ok(
+        CHECK,
+        format!("{} (bound into 'gpu=true' boxes)", shown.join(", ")),
+    )
+}
+
 /// The node's CA for the credential broker, as found in `dir`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CaFound {
@@ -377,6 +390,21 @@ mod tests {
         assert_eq!(
             config_file("/n", 1000, 0o600, 0, true).fix.as_deref(),
             Some("chown 0 /n")
+        );
+    }
+
+    #[test]
+    fn gpus_are_named() {
+        assert_eq!(
+            gpus(&["/dev/dri".into(), "/dev/nvidia0".into()]),
+            ok(
+                "GPUs",
+                "/dev/dri, /dev/nvidia0 (bound into 'gpu=true' boxes)"
+            )
+        );
+        assert_eq!(
+            gpus(&[]).detail,
+            "none here ('gpu=true' boxes get no device)"
         );
     }
 

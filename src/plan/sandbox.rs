@@ -63,7 +63,26 @@ pub(crate) struct BoxSpec {
     pub main: MainWindow,
     /// This node's CA for the credential broker (`$BOX_STATE_DIR/ca`).
     pub node_ca: PathBuf,
+    /// `gpu=true`: the node's GPU device nodes, as found when the box starts.
+    pub gpu: Option<Gpu>,
 }
+
+/// The node's GPU device nodes (`/dev/nvidia*`, `/dev/dri`, `/dev/kfd`) and the groups that
+/// own them (`video`, `render`), which a box's processes join to use them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Gpu {
+    pub devices: Vec<PathBuf>,
+    pub groups: Vec<u32>,
+}
+
+/// What of `/sys` a GPU's userspace reads (the devices, their PCI bus, the DRM class), shown
+/// read-only to a `gpu=true` box alone.
+pub(crate) const GPU_SYS: &[&str] = &[
+    "/sys/devices",
+    "/sys/bus/pci",
+    "/sys/class/drm",
+    "/sys/module",
+];
 
 /// The system's CA bundle (Debian's path), which a box whose proxy stands in for a login sees
 /// with the node's CA added, and every TLS client in it is pointed at.
@@ -102,6 +121,8 @@ pub(crate) enum Mount {
     },
     /// A node file the box shares: skipped by bwrap if it is gone by then.
     BindTry(PathBuf),
+    /// A device node (or a dir of them) of the node, usable in the box.
+    DevBind(PathBuf),
     /// A host-describing `/proc` file shown empty (`/dev/null` over it).
     MaskFile(PathBuf),
     /// A host-describing `/proc` dir shown empty (a read-only tmpfs over it).
@@ -130,6 +151,7 @@ impl Mount {
             | Mount::Dir(p)
             | Mount::RoBindTry(p)
             | Mount::BindTry(p)
+            | Mount::DevBind(p)
             | Mount::MaskFile(p)
             | Mount::MaskDir(p) => p.clone(),
             Mount::Symlink { link, .. } => link.clone(),
@@ -225,6 +247,7 @@ impl BoxSpec {
             },
             main: MainWindow::Shell,
             node_ca: "/var/lib/ag-box/ca".into(),
+            gpu: None,
         }
     }
 
@@ -344,7 +367,11 @@ impl BoxSpec {
         };
         m.extend(present(MASKED_PROC_FILES).into_iter().map(Mount::MaskFile));
         m.extend(present(MASKED_PROC_DIRS).into_iter().map(Mount::MaskDir));
-        m.extend([Mount::Dev, Mount::Tmp, Mount::same(Path::new("/usr"))]);
+        m.push(Mount::Dev);
+        if let Some(gpu) = &self.gpu {
+            m.extend(gpu.devices.iter().cloned().map(Mount::DevBind));
+        }
+        m.extend([Mount::Tmp, Mount::same(Path::new("/usr"))]);
         for dir in ["bin", "sbin", "lib", "lib64"] {
             let host = PathBuf::from("/").join(dir);
             if self.merged_usr {
@@ -360,6 +387,9 @@ impl BoxSpec {
         }
         m.push(Mount::same(Path::new("/etc")));
         m.push(Mount::RoBindTry("/nix".into()));
+        if self.gpu.is_some() {
+            m.extend(GPU_SYS.iter().map(|p| Mount::RoBindTry(p.into())));
+        }
         m.push(Mount::RoBind {
             src: self.passwd_file(),
             dest: "/etc/passwd".into(),
@@ -508,6 +538,7 @@ impl BoxSpec {
                 Mount::RoBindTry(p) => a.extend(["--ro-bind-try".into(), s(p), s(p)]),
                 Mount::Bind { src, dest } => a.extend(["--bind".into(), s(src), s(dest)]),
                 Mount::BindTry(p) => a.extend(["--bind-try".into(), s(p), s(p)]),
+                Mount::DevBind(p) => a.extend(["--dev-bind-try".into(), s(p), s(p)]),
                 Mount::MaskFile(p) => a.extend(["--ro-bind".into(), "/dev/null".into(), s(p)]),
                 Mount::MaskDir(p) => {
                     a.extend(["--tmpfs".into(), s(p), "--remount-ro".into(), s(p)]);
@@ -523,7 +554,7 @@ impl BoxSpec {
         a.extend(["--chdir".into(), s(&self.project), "--".into()]);
         let anchor = Become {
             ids: self.ids,
-            groups: vec![account::SHARED_GID],
+            groups: self.groups(),
             own_home: Some(self.home().to_path_buf()),
             share_socket: Some(self.socket()),
             tasks: Some(self.tasks_max),
@@ -540,11 +571,25 @@ impl BoxSpec {
         a
     }
 
+    /// The box user's supplementary groups: the shared one, and those of its GPU's devices.
+    fn groups(&self) -> Vec<u32> {
+        let mut groups = vec![account::SHARED_GID];
+        if let Some(gpu) = &self.gpu {
+            groups.extend(
+                gpu.groups
+                    .iter()
+                    .filter(|g| !groups.contains(g))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        groups
+    }
+
     /// `exec`: the command as the box user, in `dir`.
     pub(crate) fn exec_argv(&self, dir: &Path, command: &[String]) -> Vec<String> {
         Become {
             ids: self.ids,
-            groups: vec![account::SHARED_GID],
+            groups: self.groups(),
             own_home: None,
             share_socket: None,
             tasks: Some(self.tasks_max),
@@ -812,6 +857,64 @@ mod tests {
                 "--bind-try /root/.claude/.credentials.json /root/.claude/.credentials.json",
                 "--ro-bind-try /root/.claude/settings.json /root/.claude/settings.json",
             ])
+        );
+    }
+
+    #[test]
+    fn a_gpu_box_gets_the_device_nodes_what_of_sys_they_need_and_their_groups() {
+        let gpu = BoxSpec {
+            gpu: Some(Gpu {
+                devices: vec!["/dev/dri".into(), "/dev/nvidia0".into()],
+                groups: vec![44, 1000],
+            }),
+            ..spec()
+        };
+        let args = gpu.bwrap_args(&gpu.mounts(|_| true), INFO_FD);
+        let shown = |flag: &str| {
+            args.windows(2)
+                .filter(|w| w[0] == flag)
+                .map(|w| w[1].clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shown("--dev-bind-try"), ["/dev/dri", "/dev/nvidia0"]);
+        assert!(
+            GPU_SYS
+                .iter()
+                .all(|p| shown("--ro-bind-try").contains(&(*p).to_string())),
+            "{args:?}"
+        );
+        // Its processes join the devices' groups (once each), beside the shared one.
+        let gid = account::SHARED_GID.to_string();
+        assert_eq!(
+            gpu.exec_argv(Path::new("/root/demo"), &["true".into()]),
+            v(&[
+                "/run/ag-box",
+                "__become",
+                "--uid",
+                "1000",
+                "--gid",
+                "1000",
+                "--group",
+                &gid,
+                "--group",
+                "44",
+                "--group",
+                "1000",
+                "--tasks",
+                "4096",
+                "--chdir",
+                "/root/demo",
+                "--",
+                "true",
+            ])
+        );
+        // Without gpu=true: none of it.
+        let plain = spec().bwrap_args(&spec().mounts(|_| true), INFO_FD);
+        assert!(
+            !plain
+                .iter()
+                .any(|a| a == "--dev-bind-try" || a.starts_with("/sys")),
+            "{plain:?}"
         );
     }
 

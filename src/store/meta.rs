@@ -86,6 +86,9 @@ pub(crate) struct Meta {
     /// default, its agent's and gh's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creds: Option<Vec<String>>,
+    /// `gpu=true`: the node's GPU device nodes are bound into the box.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu: bool,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
     /// What its agent was last heard doing, as the node holding its lease published it; it
@@ -177,6 +180,7 @@ impl Meta {
             allow: vec![],
             agent: None,
             creds: None,
+            gpu: false,
             lease: None,
             last_snapshot: None,
             attention: None,
@@ -294,7 +298,7 @@ impl Meta {
             )
         };
         let (key, value) = assignment.split_once('=').ok_or_else(|| {
-            bad("use key=value with key memory_max, nix, pin, uid, gid, network, allow, agent or creds")
+            bad("use key=value with key memory_max, nix, pin, uid, gid, network, allow, agent, creds or gpu")
         })?;
         let none = value == "none" || value.is_empty();
         let mut next = self.clone();
@@ -311,6 +315,13 @@ impl Meta {
                     "true" => true,
                     "false" => false,
                     _ => return Err(bad("nix takes true or false")),
+                }
+            }
+            "gpu" => {
+                next.gpu = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("gpu takes true or false")),
                 }
             }
             "pin" if none => next.pinned_node = None,
@@ -351,7 +362,7 @@ impl Meta {
                 return Err(bad(&format!(
                     "keys: memory_max=<size|none>, nix=<true|false>, pin=<node|none>, uid=<n>, gid=<n>, \
                      network=<allow|none|host>, allow=<entry>,<entry>..., agent=<{}>, \
-                     creds=<login>,<login>...|all|none|default",
+                     creds=<login>,<login>...|all|none|default, gpu=<true|false>",
                     agents::choices().join("|")
                 )));
             }

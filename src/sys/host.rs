@@ -7,6 +7,46 @@ pub(crate) fn merged_usr() -> bool {
     Path::new("/bin").is_symlink()
 }
 
+/// The GPU device nodes in `dev` (`nvidia*`, `dri`, `kfd`; links not followed) and the
+/// groups other than root's that own them or, in a dir, their entries.
+pub(crate) fn gpu(dev: &Path) -> crate::plan::sandbox::Gpu {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut gpu = crate::plan::sandbox::Gpu::default();
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return gpu;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(std::result::Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("nvidia") || n == "dri" || n == "kfd")
+        .collect();
+    names.sort();
+    let mut group_of = |path: &Path| {
+        if let Ok(m) = std::fs::symlink_metadata(path)
+            && m.gid() != 0
+            && !gpu.groups.contains(&m.gid())
+        {
+            gpu.groups.push(m.gid());
+        }
+    };
+    for name in &names {
+        let path = dev.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            for inner in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                group_of(&inner.path());
+            }
+        } else if !meta.file_type().is_char_device() {
+            continue;
+        }
+        group_of(&path);
+        gpu.devices.push(path);
+    }
+    gpu
+}
+
 /// systemd is PID 1 (the test for this that systemd itself documents).
 pub(crate) fn systemd_booted() -> bool {
     Path::new("/run/systemd/system").is_dir()
@@ -135,6 +175,8 @@ impl std::io::Write for EscapedStderr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn mountinfo_escapes() {
@@ -142,5 +184,39 @@ mod tests {
         assert_eq!(unescape_mount("/plain"), "/plain");
         assert!(is_mount_point(Path::new("/proc")));
         assert!(!is_mount_point(Path::new("/proc/self")));
+    }
+
+    #[test]
+    fn gpu_device_nodes_and_their_groups_are_found_links_and_files_are_not() {
+        let dev = tempfile::tempdir().unwrap();
+        let d = dev.path();
+        let null = makedev(1, 3);
+        let node = |p: &Path, gid: u32| {
+            mknod(p, SFlag::S_IFCHR, Mode::from_bits_truncate(0o660), null).unwrap();
+            std::os::unix::fs::chown(p, None, Some(gid)).unwrap();
+        };
+        node(&d.join("nvidia0"), 0);
+        node(&d.join("nvidiactl"), 0);
+        std::fs::create_dir(d.join("dri")).unwrap();
+        std::fs::set_permissions(d.join("dri"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        node(&d.join("dri/renderD128"), 44);
+        node(&d.join("kfd"), 45);
+        std::fs::write(d.join("nvidia-not-a-device"), "x").unwrap();
+        std::os::unix::fs::symlink("/dev/null", d.join("nvidia-link")).unwrap();
+        node(&d.join("sda"), 6);
+        let found = gpu(d);
+        assert_eq!(
+            found,
+            crate::plan::sandbox::Gpu {
+                devices: vec![
+                    d.join("dri"),
+                    d.join("kfd"),
+                    d.join("nvidia0"),
+                    d.join("nvidiactl")
+                ],
+                groups: vec![44, 45],
+            }
+        );
+        assert_eq!(gpu(&d.join("none")), crate::plan::sandbox::Gpu::default());
     }
 }
