@@ -75,6 +75,9 @@ pub(crate) struct Gpu {
     pub groups: Vec<u32>,
 }
 
+/// An empty dir in every box where the node's cgroup tree would be.
+const CGROUP_DIR: &str = "/sys/fs/cgroup";
+
 /// What of `/sys` a GPU's userspace reads (the devices, their PCI bus, the DRM class), shown
 /// read-only to a `gpu=true` box alone.
 pub(crate) const GPU_SYS: &[&str] = &[
@@ -104,6 +107,8 @@ pub(crate) enum Mount {
     Dev,
     /// The private `/tmp`: a tmpfs anyone in the box may write (mode 1777).
     Tmp,
+    /// The box's own `/dev/shm` (POSIX shared memory: browsers, container tools), as `/tmp`.
+    Shm,
     Tmpfs(PathBuf),
     Dir(PathBuf),
     Symlink {
@@ -147,6 +152,7 @@ impl Mount {
             Mount::Proc => "/proc".into(),
             Mount::Dev => "/dev".into(),
             Mount::Tmp => "/tmp".into(),
+            Mount::Shm => "/dev/shm".into(),
             Mount::Tmpfs(p)
             | Mount::Dir(p)
             | Mount::RoBindTry(p)
@@ -161,7 +167,10 @@ impl Mount {
 
     /// bwrap makes what lies below this itself (a tmpfs, or a dir on one).
     fn is_made_by_bwrap(&self) -> bool {
-        matches!(self, Mount::Tmp | Mount::Tmpfs(_) | Mount::Dir(_))
+        matches!(
+            self,
+            Mount::Tmp | Mount::Shm | Mount::Tmpfs(_) | Mount::Dir(_)
+        )
     }
 
     fn same(p: &Path) -> Mount {
@@ -367,7 +376,7 @@ impl BoxSpec {
         };
         m.extend(present(MASKED_PROC_FILES).into_iter().map(Mount::MaskFile));
         m.extend(present(MASKED_PROC_DIRS).into_iter().map(Mount::MaskDir));
-        m.push(Mount::Dev);
+        m.extend([Mount::Dev, Mount::Shm]);
         if let Some(gpu) = &self.gpu {
             m.extend(gpu.devices.iter().cloned().map(Mount::DevBind));
         }
@@ -390,6 +399,8 @@ impl BoxSpec {
         if self.gpu.is_some() {
             m.extend(GPU_SYS.iter().map(|p| Mount::RoBindTry(p.into())));
         }
+        // Empty: container tools (rootless podman) look for it, and find no cgroup of the node.
+        m.push(Mount::Dir(CGROUP_DIR.into()));
         m.push(Mount::RoBind {
             src: self.passwd_file(),
             dest: "/etc/passwd".into(),
@@ -480,6 +491,8 @@ impl BoxSpec {
             ("USER", account::BOX_USER.to_string()),
             ("LOGNAME", account::BOX_USER.to_string()),
             ("BOX_NAME", self.name.clone()),
+            // Where tools that would use /var/tmp (the box has none) put what they stage.
+            ("TMPDIR", "/tmp".to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -523,6 +536,13 @@ impl BoxSpec {
                     let size = self.tmpfs_max.to_string();
                     a.extend(
                         ["--perms", "1777", "--size", &size, "--tmpfs", "/tmp"].map(String::from),
+                    );
+                }
+                Mount::Shm => {
+                    let size = self.tmpfs_max.to_string();
+                    a.extend(
+                        ["--perms", "1777", "--size", &size, "--tmpfs", "/dev/shm"]
+                            .map(String::from),
                     );
                 }
                 Mount::Tmpfs(p) => {
@@ -700,13 +720,16 @@ mod tests {
                 "--ro-bind", "/dev/null", "/proc/interrupts",
                 "--tmpfs", "/proc/acpi", "--remount-ro", "/proc/acpi",
                 "--tmpfs", "/proc/scsi", "--remount-ro", "/proc/scsi",
-                "--dev", "/dev", "--perms", "1777", "--size", "2147483648", "--tmpfs", "/tmp",
+                "--dev", "/dev",
+                "--perms", "1777", "--size", "2147483648", "--tmpfs", "/dev/shm",
+                "--perms", "1777", "--size", "2147483648", "--tmpfs", "/tmp",
                 "--ro-bind", "/usr", "/usr",
                 "--symlink", "usr/bin", "/bin",
                 "--symlink", "usr/sbin", "/sbin",
                 "--symlink", "usr/lib", "/lib",
                 "--ro-bind", "/etc", "/etc",
                 "--ro-bind-try", "/nix", "/nix",
+                "--dir", "/sys", "--dir", "/sys/fs", "--dir", "/sys/fs/cgroup",
                 "--ro-bind", "/run/box/demo/passwd", "/etc/passwd",
                 "--ro-bind", "/run/box/demo/group", "/etc/group",
                 "--dir", "/run",
@@ -736,6 +759,7 @@ mod tests {
                 "--setenv", "USER", "agent",
                 "--setenv", "LOGNAME", "agent",
                 "--setenv", "BOX_NAME", "demo",
+                "--setenv", "TMPDIR", "/tmp",
                 "--setenv", "HTTP_PROXY", "http://127.0.0.1:3128",
                 "--setenv", "HTTPS_PROXY", "http://127.0.0.1:3128",
                 "--setenv", "http_proxy", "http://127.0.0.1:3128",
@@ -817,7 +841,7 @@ mod tests {
         };
         let mounts = spec.mounts(|_| false);
         assert_eq!(
-            mounts[4..8].to_vec(),
+            mounts[5..9].to_vec(),
             ["/bin", "/sbin", "/lib", "/lib64"]
                 .map(|p| Mount::RoBindTry(p.into()))
                 .to_vec()
@@ -908,12 +932,13 @@ mod tests {
                 "true",
             ])
         );
-        // Without gpu=true: none of it.
+        // Without gpu=true: none of it (of /sys, only the empty cgroup dir every box has).
         let plain = spec().bwrap_args(&spec().mounts(|_| true), INFO_FD);
         assert!(
             !plain
-                .iter()
-                .any(|a| a == "--dev-bind-try" || a.starts_with("/sys")),
+                .windows(2)
+                .any(|w| w[0] == "--dev-bind-try"
+                    || w[0].contains("bind") && w[1].starts_with("/sys")),
             "{plain:?}"
         );
     }
