@@ -652,6 +652,39 @@ fn a_node_that_loses_power_keeps_its_box_or_forks_it() {
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// The snapshot timer's run (`snapshot --active --due`, every 5 minutes) bounds what a node
+/// losing power costs: what changed after its last run, nothing before it.
+#[test]
+fn a_power_cut_loses_only_what_changed_since_the_timers_last_run() {
+    let Some(c) = Cluster::get_alone() else {
+        return;
+    };
+    let name = "cadence";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo saved > by-the-timer.txt'
+         BOX_SNAPSHOT_EVERY=5m ag-box snapshot --active --due
+         ag-box exec {name} -- sh -c 'echo lost > after-the-timer.txt'"
+    ))
+    .ok();
+    c.power("power-off", "nodeA");
+    c.b.sh(&format!("ag-box up {name} --node nodeB --force"))
+        .ok();
+    let there = c.b.sh(&format!("ls /root/{name}")).ok().stdout();
+    assert!(there.lines().any(|l| l == "by-the-timer.txt"), "{there}");
+    assert!(
+        !there.lines().any(|l| l == "after-the-timer.txt"),
+        "{there}"
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+    c.power("power-on", "nodeA");
+    // A's copy held the lost file: its next up keeps it as a fork, not as the box's.
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box park {name}"
+    ))
+    .ok();
+}
+
 #[test]
 fn a_drop_or_snapshot_cut_off_is_finished_by_the_next_one() {
     let Some(c) = Cluster::get() else { return };

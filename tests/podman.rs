@@ -4,14 +4,15 @@
 
 mod common;
 
-use common::Cluster;
 use common::boxtest::parked_box;
+use common::{Checked, Cluster, Target};
 
-/// podman's setup for a box, as docs/operations.md gives it: storage in the box's HOME that
-/// needs no subordinate ids (vfs, ownership not kept), no cgroups, no network.
+/// podman's setup for a box, as docs/operations.md gives it: storage in the box's own HOME (the
+/// node's `~/.local` is read-only there) that needs no subordinate ids (vfs, ownership not
+/// kept), no cgroups, no network.
 const SETUP: &str = r#"
 mkdir -p ~/.config/containers
-printf '[storage]\ndriver = "vfs"\n[storage.options]\nignore_chown_errors = "true"\n' > ~/.config/containers/storage.conf
+printf '[storage]\ndriver = "vfs"\nrootless_storage_path = "$HOME/.containers/storage"\n[storage.options]\nignore_chown_errors = "true"\n' > ~/.config/containers/storage.conf
 printf '[containers]\nnetns = "none"\ncgroups = "disabled"\n[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n' > ~/.config/containers/containers.conf
 export XDG_RUNTIME_DIR=/tmp/xdg-$(id -u); mkdir -p -m 700 $XDG_RUNTIME_DIR
 "#;
@@ -21,7 +22,14 @@ fn rootless_podman_runs_a_container_from_a_local_archive_inside_a_box() {
     let Some(c) = Cluster::get() else { return };
     let name = "podman-in";
     let b = parked_box(&c, name);
+    // The node has a ~/.local (its agents' CLIs live there), which boxes see read-only.
+    c.a.sh("mkdir -p /root/.local/bin").ok();
     b.verb("up", ["--node", "nodeA"]).ok();
+    let local = b
+        .exec_sh("touch ~/.local/x 2>/dev/null && echo writable || echo read-only")
+        .ok()
+        .stdout();
+    assert_eq!(local, "read-only\n");
     // An image: a root filesystem of busybox alone, archived in the project.
     b.exec_sh(
         "mkdir -p img/bin && cp \"$(command -v busybox)\" img/bin/ && ln -s busybox img/bin/sh
