@@ -6,11 +6,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION};
-use crate::plan::broker::{self, RULES};
+use crate::plan::broker::RULES;
 use crate::plan::doctor;
-use crate::plan::sandbox::SYSTEM_CA_BUNDLE;
 use crate::plan::text::escaped;
-use crate::sys::node_ca;
+use crate::sys::{broker, node_ca};
 
 #[derive(Serialize)]
 struct Report {
@@ -47,7 +46,7 @@ pub(crate) fn run(json: bool) -> Result<()> {
     let logins: Vec<Held> = RULES
         .iter()
         .map(|rule| {
-            let (accounts, tokens) = held(&ctx, rule.login);
+            let (accounts, tokens) = broker::held(&ctx.config.home, rule.login);
             let mut login = Held {
                 login: rule.login,
                 accounts,
@@ -71,11 +70,7 @@ pub(crate) fn run(json: bool) -> Result<()> {
         })
         .collect();
     let dir = ctx.config.state_dir.join("ca");
-    let check = doctor::broker_ca(
-        &dir.display().to_string(),
-        node_ca::found(&dir, &broker::ruled_hosts()),
-        std::path::Path::new(SYSTEM_CA_BUNDLE).exists(),
-    );
+    let check = node_ca::check(&dir);
     let report = Report {
         schema_version: JSON_SCHEMA_VERSION,
         node: ctx.config.node.clone(),
@@ -119,31 +114,4 @@ pub(crate) fn run(json: bool) -> Result<()> {
     }
     println!("node CA: {}", report.ca.detail);
     Ok(())
-}
-
-/// The accounts and distinct tokens of `login` in the node's files.
-fn held(ctx: &Ctx, login: &str) -> (Vec<String>, usize) {
-    let Some(rel) = broker::copied(login) else {
-        return (vec![], 0);
-    };
-    // gh's is the only login the broker holds yet.
-    let hosts = ctx.config.home.join(rel).join("hosts.yml");
-    let Ok(text) = std::fs::read_to_string(&hosts) else {
-        return (vec![], 0);
-    };
-    // github.com's alone: another host's token goes nowhere (a placeholder in the box).
-    let (_, found) = broker::gh_hosts_placeheld(&text, str::to_string);
-    let mut tokens: Vec<String> = found
-        .into_iter()
-        .filter(|(host, _)| host == broker::GH_HOST)
-        .map(|(_, token)| token)
-        .collect();
-    tokens.sort();
-    tokens.dedup();
-    let at = format!("@{}", broker::GH_HOST);
-    let accounts = broker::gh_accounts(&text)
-        .into_iter()
-        .filter(|a| a.ends_with(&at))
-        .collect();
-    (accounts, tokens.len())
 }

@@ -47,7 +47,7 @@ pub(crate) fn run(json: bool, unlock: bool) -> Result<()> {
         checks.extend(repository(ctx, unlock));
         checks.extend(peers_and_agents(ctx));
         checks.push(free_space(&ctx.config.home));
-        checks.push(broker_ca(&ctx.config.state_dir.join("ca")));
+        checks.push(crate::sys::node_ca::check(&ctx.config.state_dir.join("ca")));
     }
     checks.extend(timers());
     checks.push(tiocsti());
@@ -367,14 +367,6 @@ fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
     }
     out.push(doctor::agents(&agent_versions(), &theirs));
     out
-}
-
-fn broker_ca(dir: &Path) -> Check {
-    doctor::broker_ca(
-        &dir.display().to_string(),
-        crate::sys::node_ca::found(dir, &crate::plan::broker::ruled_hosts()),
-        Path::new(crate::plan::sandbox::SYSTEM_CA_BUNDLE).exists(),
-    )
 }
 
 fn free_space(home: &Path) -> Check {

@@ -5,9 +5,7 @@
 
 use std::io::Read;
 use std::net::{IpAddr, TcpListener};
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::{Context, Result};
@@ -60,7 +58,7 @@ pub(crate) fn run(name: &BoxName, ask: &Ask) -> Result<()> {
         if !here {
             return Err(crate::commands::not_up_here(name).into());
         }
-        let listener = unix_listener(sock)?;
+        let listener = port_forward::unix_listener(sock)?;
         if ask.while_stdin {
             println!("{READY}");
             let gone = sock.clone();
@@ -85,42 +83,19 @@ pub(crate) fn run(name: &BoxName, ask: &Ask) -> Result<()> {
     }
     let listener = TcpListener::bind((ask.bind, local)).map_err(|e| {
         UserError::failed(
-            format!("cannot listen on {}:{local}: {e}", shown(ask.bind)),
+            format!(
+                "cannot listen on {}:{local}: {e}",
+                ports::address_shown(ask.bind)
+            ),
             format!("choose another port here: 'ag-box port {name} {port} --local <port>'"),
         )
     })?;
     say!(
         "box '{name}': its port {port} is at {}:{local} here; Ctrl-C ends it",
-        shown(ask.bind)
+        ports::address_shown(ask.bind)
     );
     port_forward::serve(listener.incoming(), connect);
     Ok(())
-}
-
-fn shown(addr: IpAddr) -> String {
-    match addr {
-        IpAddr::V4(a) => a.to_string(),
-        IpAddr::V6(a) => format!("[{a}]"),
-    }
-}
-
-/// A Unix socket at `path` (in a dir root's alone; one left by an earlier run replaced).
-fn unix_listener(path: &Path) -> Result<UnixListener> {
-    let dir = port_forward::socket_dir();
-    if path.parent() != Some(dir.as_path()) {
-        return Err(UserError::usage(
-            format!("--serve-unix takes a socket in {}", dir.display()),
-            "it is what 'ag-box port' on another node passes; run 'ag-box port <box> <port>' instead",
-        )
-        .into());
-    }
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let _ = std::fs::remove_file(path);
-    UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))
 }
 
 /// The box runs on another node: one ssh forwards `bind:local` here to a socket that a `port`
@@ -158,7 +133,7 @@ fn remote(
     if said.trim() == READY {
         say!(
             "box '{name}' is up on node {node}: its port {port} is at {}:{local} here, through ssh ({alias}); Ctrl-C ends it",
-            shown(bind)
+            ports::address_shown(bind)
         );
     }
     let status = child.wait().context("waiting for ssh")?;

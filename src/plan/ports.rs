@@ -44,6 +44,14 @@ fn address(hex: &str) -> Option<IpAddr> {
     }
 }
 
+/// An address as a host part of `host:port` (an IPv6 one in brackets).
+pub(crate) fn address_shown(addr: IpAddr) -> String {
+    match addr {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+    }
+}
+
 /// `ssh` to `alias` that serves the box's `port` on a Unix socket `sock` there (root's alone,
 /// gone when ssh ends: the remote `port` ends with its stdin) and forwards `bind:local` here to
 /// it.
@@ -55,10 +63,7 @@ pub(crate) fn forward_argv(
     name: &str,
     port: u16,
 ) -> Vec<String> {
-    let bind = match bind {
-        IpAddr::V4(a) => a.to_string(),
-        IpAddr::V6(a) => format!("[{a}]"),
-    };
+    let bind = address_shown(bind);
     vec![
         "ssh".into(),
         "-T".into(),

@@ -118,6 +118,33 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
     Ok(secrets)
 }
 
+/// The accounts and distinct tokens of `login` in the node's files.
+pub(crate) fn held(home: &Path, login: &str) -> (Vec<String>, usize) {
+    let Some(rel) = broker::copied(login) else {
+        return (vec![], 0);
+    };
+    // gh's is the only login the broker holds yet.
+    let hosts = home.join(rel).join("hosts.yml");
+    let Ok(text) = std::fs::read_to_string(&hosts) else {
+        return (vec![], 0);
+    };
+    // github.com's alone: another host's token goes nowhere (a placeholder in the box).
+    let (_, found) = broker::gh_hosts_placeheld(&text, str::to_string);
+    let mut tokens: Vec<String> = found
+        .into_iter()
+        .filter(|(host, _)| host == broker::GH_HOST)
+        .map(|(_, token)| token)
+        .collect();
+    tokens.sort();
+    tokens.dedup();
+    let at = format!("@{}", broker::GH_HOST);
+    let accounts = broker::gh_accounts(&text)
+        .into_iter()
+        .filter(|a| a.ends_with(&at))
+        .collect();
+    (accounts, tokens.len())
+}
+
 /// A regular file's text, read with no link followed; None for anything else (or too big).
 fn read_plain(path: &Path) -> Result<Option<String>> {
     let Ok(file) = fs::OpenOptions::new()

@@ -114,6 +114,15 @@ pub(crate) fn found(dir: &Path, hosts: &[String]) -> CaFound {
     }
 }
 
+/// `doctor`'s (and `creds`') verdict on the CA in `dir`, made for this version's rules.
+pub(crate) fn check(dir: &Path) -> crate::plan::doctor::Check {
+    crate::plan::doctor::broker_ca(
+        &dir.display().to_string(),
+        found(dir, &crate::plan::broker::ruled_hosts()),
+        Path::new(crate::plan::sandbox::SYSTEM_CA_BUNDLE).exists(),
+    )
+}
+
 /// The CA in `dir`, if there is one made for `hosts`.
 fn load(dir: &Path, hosts: &[String]) -> Result<Option<NodeCa>> {
     let made_for: Option<Vec<String>> = fs::read(dir.join(HOSTS))

@@ -3,12 +3,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::error::UserError;
 use crate::plan::ports;
 use crate::sys::netns;
 
@@ -107,4 +109,23 @@ fn pump<R: Read, W: Duplex>(mut from: R, mut to: W) {
 /// The Unix socket a remote `port` serves on, in a dir root's alone.
 pub(crate) fn socket_dir() -> PathBuf {
     PathBuf::from("/run/ag-box-ports")
+}
+
+/// A Unix socket at `path` (in a dir root's alone; one left by an earlier run replaced).
+pub(crate) fn unix_listener(path: &Path) -> Result<UnixListener> {
+    let dir = socket_dir();
+    if path.parent() != Some(dir.as_path()) {
+        return Err(UserError::usage(
+            format!("--serve-unix takes a socket in {}", dir.display()),
+            "it is what 'ag-box port' on another node passes; run 'ag-box port <box> <port>' instead",
+        )
+        .into());
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let _ = std::fs::remove_file(path);
+    UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))
 }
