@@ -97,6 +97,37 @@ pub(crate) enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// New boxes from the box's latest snapshot (or --from one): each its own record, uid,
+    /// agent home (its conversations carried) and project dir (~/<new>, or ~/<new>-<i> of
+    /// --count), started where 'up' would start it, on a git branch of its own
+    #[command(
+        after_help = "A box that is up is snapshotted first (on its node). In a git project each fork \
+checks out a new branch (--branch B, B-<i> of several; default: the fork's name) in its own full \
+copy: forks never share .git. Dropping the parent leaves its forks alone.\n\n\
+Example: ag-box fork myproj try --count 3 --branch cache"
+    )]
+    Fork {
+        /// The box to fork
+        #[arg(add = ArgValueCandidates::new(box_names))]
+        name: String,
+        /// The new box's name (with --count N: <new>-1 .. <new>-N)
+        new: String,
+        /// How many forks to make (1-16)
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        count: u32,
+        /// Fork this snapshot (at least its first 4 hex digits; 'ag-box history <box>' lists them)
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: Option<String>,
+        /// Node to start the forks on (default: as 'up' schedules each)
+        #[arg(long, value_name = "NODE", add = ArgValueCandidates::new(node_names))]
+        node: Option<String>,
+        /// The git branch each fork checks out (default: its name)
+        #[arg(long, value_name = "BRANCH")]
+        branch: Option<String>,
+        /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
+        #[arg(long)]
+        json: bool,
+    },
     /// Wait until the box's agent needs you: it asks (a permission or a question) or its turn is done
     #[command(
         after_help = "Prints '<box> <node> <agent> <state>[: <the question>]' and exits 0 once the \

@@ -327,3 +327,54 @@ fn a_second_command_on_a_busy_box_waits_then_names_the_holder() {
     )
     .ok();
 }
+
+#[test]
+fn bad_forks_are_refused_and_make_nothing() {
+    let Some(n) = node("forks") else { return };
+    run(
+        &n,
+        "rm -rf /root/forkee /root/taken /root/fresh; mkdir -p /root/forkee /root/taken
+         echo v1 > /root/forkee/a.txt; ag-box track forkee >/dev/null 2>&1
+         ag-box history forkee >/dev/null 2>&1",
+    )
+    .ok();
+    let before = world(&n);
+    for (args, code, says) in [
+        ("nosuch fresh", 1, "box 'nosuch' is not tracked"),
+        ("forkee Fresh", 2, "invalid box name 'Fresh'"),
+        ("forkee fresh --count 0", 2, "invalid --count 0"),
+        ("forkee fresh --count 17", 2, "invalid --count 17"),
+        (
+            "forkee fresh --branch=a..b",
+            2,
+            "invalid branch name 'a..b'",
+        ),
+        (
+            "forkee taken",
+            2,
+            "/root/taken exists: box 'taken' needs a new dir there",
+        ),
+        ("forkee forkee", 2, "box 'forkee' is already tracked"),
+        (
+            "forkee fresh --from ffff",
+            2,
+            "box 'forkee' has no snapshot ffff",
+        ),
+    ] {
+        let out = run(&n, &format!("ag-box fork {args}"));
+        assert_code(&out, code, says);
+        assert_eq!(out.stderr().lines().count(), 1, "{args}: {}", out.stderr());
+    }
+    assert_eq!(world(&n), before);
+    assert_eq!(
+        run(&n, "ls -d /root/fresh* 2>/dev/null || echo none")
+            .ok()
+            .stdout(),
+        "none\n"
+    );
+    run(
+        &n,
+        "ag-box park forkee && ag-box drop forkee --yes; rm -rf /root/taken",
+    )
+    .ok();
+}

@@ -972,3 +972,140 @@ fn an_attach_ended_by_a_signal_gives_the_terminal_back_with_the_direct_runtime()
     let name = format!("attached-{}", std::process::id());
     an_attach_ended_by_a_signal_gives_the_terminal_back(&host, "", &name);
 }
+
+/// Claude Code's dir name for a project path.
+fn slug(path: &str) -> String {
+    path.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// What a box plants in its agent home (links where a fork renames or rewrites, a link at the
+/// name a rewrite writes first, names of escapes) steers nothing a `fork` of it does as root:
+/// the host's files keep their contents and owners, the fork's files are all its own, its
+/// conversations name its project, and nothing reaches the terminal unescaped.
+fn what_a_box_plants_steers_nothing_of_its_forks(t: &dyn Target, pre: &str, name: &str) {
+    let home = t.home();
+    let kid = format!("{name}-kid");
+    let victim = format!("{home}/victim-fork-{name}");
+    let (proj, kid_proj) = (format!("{home}/{name}"), format!("{home}/{kid}"));
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box park {kid} >/dev/null 2>&1 || true; s=$BOX_STATE_DIR
+             rm -rf $s/meta/{kid}.json $s/local/{kid}.json $s/homes/{kid} {kid_proj} {victim}
+             set -e; mkdir -p {victim}; echo root-only > {victim}/secret; echo host > {victim}/marker
+             chmod 700 {victim}"
+        ),
+    )
+    .ok();
+    fresh_box(t, pre, name, "");
+    let meta = format!(
+        r#"{{"timestamp":"t","type":"session_meta","payload":{{"id":"1","cwd":"{proj}"}}}}"#
+    );
+    let (from_slug, to_slug) = (slug(&proj), slug(&kid_proj));
+    assert_eq!(
+        inside(
+            t,
+            pre,
+            name,
+            &format!(
+                "set -e
+                 mkdir -p ~/.claude/projects/{from_slug} && echo '{{}}' > ~/.claude/projects/{from_slug}/c1.jsonl
+                 d=~/.codex/sessions/2026/12/04; mkdir -p $d
+                 echo '{meta}' > $d/rollout-own.jsonl; echo turn >> $d/rollout-own.jsonl
+                 ln -s {victim}/secret $d/.rollout-own.jsonl.ag-box-new
+                 ln -s {victim}/secret $d/rollout-link.jsonl
+                 mkfifo $d/rollout-fifo.jsonl
+                 ln -s {victim} ~/.codex/sessions/2027
+                 mkdir -p ~/.gemini/tmp/own ~/.gemini/tmp/link
+                 printf '{proj}' > ~/.gemini/tmp/own/.project_root
+                 ln -s {victim}/marker ~/.gemini/tmp/link/.project_root
+                 mkdir -p ~/.grok/sessions && ln -s {victim} \"$(printf 'evil\\033]52;c;aGk=\\007\\nforked box x')\"
+                 echo planted"
+            )
+        ),
+        "planted\n"
+    );
+    let fork = sh(t, pre, &format!("ag-box fork {name} {kid}"));
+    let seen = format!("{}{}", fork.ok().stdout(), fork.stderr());
+    assert!(
+        !seen.contains(['\u{1b}', '\u{7}']) && !seen.lines().any(|l| l.starts_with("forked box x")),
+        "{seen:?}"
+    );
+    // The host's files as they were; the fork's own, its conversations naming its project,
+    // the links kept as links and the fifo as a fifo.
+    let h = format!("$BOX_STATE_DIR/homes/{kid}");
+    assert_eq!(
+        sh(
+            t,
+            pre,
+            &format!(
+                "stat -c '%U %a' {victim} {victim}/secret {victim}/marker; cat {victim}/secret {victim}/marker
+                 d={h}/.codex/sessions/2026/12/04
+                 cat $d/rollout-own.jsonl; cat {h}/.gemini/tmp/own/.project_root; echo
+                 test -L $d/rollout-link.jsonl && test -p $d/rollout-fifo.jsonl && test -L {h}/.codex/sessions/2027
+                 test -L {h}/.gemini/tmp/link/.project_root && test ! -e $d/.rollout-own.jsonl.ag-box-new
+                 ls {h}/.claude/projects
+                 find {kid_proj} {h} -printf '%U\\n' | sort -u | wc -l"
+            )
+        )
+        .ok()
+        .stdout(),
+        format!(
+            "root 700\nroot 644\nroot 644\nroot-only\nhost\n{}\nturn\n{kid_proj}\n{to_slug}\n1\n",
+            meta.replace(&proj, &kid_proj)
+        )
+    );
+    let ls: serde_json::Value =
+        serde_json::from_str(&sh(t, pre, "ag-box ls --json").ok().stdout()).unwrap();
+    let row = ls["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == kid.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(row["forked_from"]["box"], name, "{row:#}");
+    let uid = row["uid"].clone();
+    assert_eq!(
+        sh(
+            t,
+            pre,
+            &format!("stat -c %u {kid_proj}/keep.txt {h}/.claude/projects/{to_slug}/c1.jsonl")
+        )
+        .ok()
+        .stdout(),
+        format!("{uid}\n{uid}\n")
+    );
+    sh(
+        t,
+        pre,
+        &format!(
+            "ag-box park {kid} >/dev/null 2>&1 || true; ag-box park {name} >/dev/null 2>&1 || true; rm -rf {victim}"
+        ),
+    )
+    .ok();
+}
+
+#[test]
+fn what_a_box_plants_steers_nothing_of_its_forks_on_a_systemd_node() {
+    let Some(node) = Node::local_store("nodeB") else {
+        return;
+    };
+    what_a_box_plants_steers_nothing_of_its_forks(
+        &node,
+        "export BOX_STATE_DIR=/var/lib/ag-box-planted",
+        "plfork",
+    );
+}
+
+#[test]
+fn what_a_box_plants_steers_nothing_of_its_forks_with_the_direct_runtime() {
+    let Some(host) = Host::new("planted") else {
+        return;
+    };
+    let name = format!("plfork-{}", std::process::id());
+    what_a_box_plants_steers_nothing_of_its_forks(&host, "", &name);
+}

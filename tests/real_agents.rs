@@ -18,6 +18,8 @@ const HOMES: &str = "/var/lib/ag-box/homes";
 const TUI_BOX: &str = "agents-tui";
 /// The box whose agent's state is watched from the other node.
 const ATTENTION_BOX: &str = "agents-attn";
+/// The box forked into `kid-1`, `kid-2` (on A) and `solo` (on B).
+const FORK_PARENT: &str = "agents-fork";
 const STOP: &str = "if [ -s /root/standin.pid ]; then kill $(cat /root/standin.pid) 2>/dev/null || true; fi; rm -f /root/standin.pid";
 
 /// The node's address on the rig's network.
@@ -67,7 +69,15 @@ impl Drop for StandIn<'_> {
 /// into each box); Codex by its global config (bound read-only into boxes), which trusts the
 /// projects too.
 fn configure(n: &Node) -> Configured<'_> {
-    let trusted = [TUI_BOX, ATTENTION_BOX, "agents-real"];
+    let trusted = [
+        TUI_BOX,
+        ATTENTION_BOX,
+        "agents-real",
+        FORK_PARENT,
+        "kid-1",
+        "kid-2",
+        "solo",
+    ];
     let claude_projects: serde_json::Map<String, serde_json::Value> = trusted
         .iter()
         .map(|b| {
@@ -830,4 +840,227 @@ impl Drop for Webhook<'_> {
     fn drop(&mut self) {
         self.0.sh(WEBHOOK_STOP);
     }
+}
+
+/// `git` in a box's project, as the box user.
+fn git(n: &Node, name: &str, args: &str) -> String {
+    n.sh(&format!(
+        "ag-box exec {name} -- git -C /root/{name} -c user.email=t@t -c user.name=t {args}"
+    ))
+    .ok()
+    .stdout()
+}
+
+/// The rollout of Codex thread `thread` in a box's agent home on a node: its `session_meta` cwd.
+fn rollout_cwd(n: &Node, name: &str, thread: &str) -> String {
+    let line = n
+        .sh(&format!(
+            "head -n1 $(find {HOMES}/{name}/.codex/sessions -name '*-{thread}.jsonl')"
+        ))
+        .ok()
+        .stdout();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    v["payload"]["cwd"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn forks_resume_the_parents_conversations_each_on_its_own_branch_uid_and_node() {
+    let Some(c) = Cluster::get() else { return };
+    let Some(_configured) = configure_both(&c) else {
+        return;
+    };
+    let kids = ["kid-1", "kid-2", "solo"];
+    for k in kids {
+        c.forget(k);
+    }
+    let parent = FORK_PARENT;
+    c.parked_box(parent);
+    c.a.sh(&format!(
+        "ag-box set {parent} agent=none network=allow allow={}",
+        standin_entries()
+    ))
+    .ok();
+    c.a.sh(&format!("ag-box up {parent} --node nodeA")).ok();
+    git(&c.a, parent, "init -q -b main");
+    git(&c.a, parent, "add -A");
+    git(&c.a, parent, "commit -q -m first");
+    let (session, thread) = {
+        let _server = StandIn::start(&c.a);
+        let out = claude(&c.a, parent, "'What is the parent question?'");
+        assert!(
+            out.contains("STANDIN-REPLY turns=1 last=What is the parent question?"),
+            "{out}"
+        );
+        let session: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let out = codex(&c.a, parent, "'Parent for codex?'");
+        let thread = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|v| v["thread_id"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("no thread in {out}"));
+        (session["session_id"].as_str().unwrap().to_string(), thread)
+    };
+    fork_the_running_parent(&c, parent);
+    each_fork_is_its_own(&c, parent, &thread);
+    conversations_go_on_in_each_fork(&c, &session, &thread);
+    forks_outlive_each_other_and_their_parent(&c, parent);
+    for k in kids {
+        c.forget(k);
+    }
+}
+
+/// Two forks on A, with branches of their own, and one from B (the parent is snapshotted on
+/// A first, over ssh).
+fn fork_the_running_parent(c: &Cluster, parent: &str) {
+    // The parent runs: each fork snapshots it first (on A; from B, over ssh). Two forks on A.
+    let forked =
+        c.a.sh(&format!(
+            "ag-box fork {parent} kid --count 2 --node nodeA --branch try --json"
+        ))
+        .ok()
+        .stdout();
+    let forked: serde_json::Value = serde_json::from_str(&forked).unwrap();
+    common::assert_shape("fork", &forked);
+    assert_eq!(forked["box"], parent, "{forked:#}");
+    let rows: Vec<(String, String, String, String)> = forked["forks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap_or("-").to_string();
+            (s("box"), s("path"), s("node"), s("branch"))
+        })
+        .collect();
+    let row = |b: &str, node: &str, branch: &str| {
+        (
+            b.to_string(),
+            format!("/root/{b}"),
+            node.to_string(),
+            branch.to_string(),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            row("kid-1", "nodeA", "try-1"),
+            row("kid-2", "nodeA", "try-2")
+        ]
+    );
+    // One more from B, where the parent does not run: it is snapshotted on A first.
+    let before = common::box_row(&c.a, parent).unwrap()["last_snapshot"]["id"].clone();
+    c.a.sh(&format!(
+        "ag-box exec {parent} -- sh -c 'echo later > /root/{parent}/later.txt'"
+    ))
+    .ok();
+    let solo =
+        c.b.sh(&format!("ag-box fork {parent} solo --node nodeB"))
+            .ok()
+            .stdout();
+    assert!(
+        solo.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["solo", "nodeB", "solo", "/root/solo"]),
+        "{solo}"
+    );
+    let after = common::box_row(&c.a, parent).unwrap()["last_snapshot"]["id"].clone();
+    assert_ne!(
+        before, after,
+        "the running parent was snapshotted for the fork"
+    );
+    assert_eq!(
+        c.b.sh("cat /root/solo/later.txt").ok().stdout().trim(),
+        "later"
+    );
+}
+
+/// Each fork: its own uid, its record naming the parent, its branch, the parent's commit, its
+/// files its own, Codex's rollout naming its project.
+fn each_fork_is_its_own(c: &Cluster, parent: &str, thread: &str) {
+    // Each fork: its own uid, its record naming the parent, its branch, the parent's commit.
+    let mut uids = vec![common::uid_of(&c.a, parent)];
+    for (k, n, branch) in [
+        ("kid-1", &c.a, "try-1"),
+        ("kid-2", &c.a, "try-2"),
+        ("solo", &c.b, "solo"),
+    ] {
+        let row = common::box_row(n, k).unwrap();
+        assert_eq!(row["forked_from"]["box"], parent, "{row:#}");
+        assert_eq!(row["lease"]["node"], n.name, "{row:#}");
+        uids.push(common::uid_of(n, k));
+        assert_eq!(git(n, k, "branch --show-current").trim(), branch);
+        assert_eq!(git(n, k, "log --format=%s").trim(), "first");
+        let owners = n
+            .sh(&format!(
+                "find /root/{k} {HOMES}/{k} -printf '%U\\n' | sort -u"
+            ))
+            .ok()
+            .stdout();
+        assert_eq!(owners.trim(), uids.last().unwrap().to_string(), "{k}");
+        // Codex's rollout names the fork's project: `codex resume` there finds it.
+        assert_eq!(rollout_cwd(n, k, thread), format!("/root/{k}"));
+    }
+    let mut distinct = uids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "{uids:?}");
+    let ls = c.a.sh("ag-box ls").ok().stdout();
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("kid-1 ") && l.contains(&format!(" {parent} "))),
+        "{ls}"
+    );
+}
+
+/// Each fork goes on with the parent's conversations, its own from there.
+fn conversations_go_on_in_each_fork(c: &Cluster, session: &str, thread: &str) {
+    // Each fork goes on with the parent's conversations, its own from there.
+    for (k, n) in [("kid-1", &c.a), ("kid-2", &c.a), ("solo", &c.b)] {
+        let _server = StandIn::start(n);
+        let out = claude(n, k, &format!("'Next for {k}?' --continue"));
+        assert!(
+            out.contains(&format!("STANDIN-REPLY turns=2 last=Next for {k}?")),
+            "{k}: {out}"
+        );
+        let out = codex(n, k, &format!("resume {thread} 'Codex next for {k}?'"));
+        assert!(
+            out.contains(&format!("STANDIN-REPLY turns=2 last=Codex next for {k}?")),
+            "{k}: {out}"
+        );
+    }
+    assert!(
+        c.a.sh(&format!(
+            "test -s {HOMES}/kid-1/.claude/projects/-root-kid-1/{session}.jsonl"
+        ))
+        .status
+        .success()
+    );
+}
+
+/// A commit in one is in no other; parking and dropping one leaves the others; dropping the
+/// parent leaves its forks.
+fn forks_outlive_each_other_and_their_parent(c: &Cluster, parent: &str) {
+    // A commit in one is in no other; parking and dropping one leaves the others; dropping
+    // the parent leaves its forks.
+    git(&c.a, "kid-1", "commit -q --allow-empty -m only-in-kid-1");
+    assert_eq!(
+        git(&c.a, "kid-1", "log -1 --format=%s").trim(),
+        "only-in-kid-1"
+    );
+    for (k, n) in [(parent, &c.a), ("kid-2", &c.a), ("solo", &c.b)] {
+        assert_eq!(git(n, k, "log -1 --format=%s").trim(), "first", "{k}");
+    }
+    c.a.sh("ag-box park kid-2 && ag-box drop kid-2 --yes").ok();
+    c.a.sh(&format!(
+        "ag-box park {parent} && ag-box drop {parent} --yes"
+    ))
+    .ok();
+    assert!(common::box_row(&c.a, "kid-2").is_none());
+    c.a.sh("ag-box park kid-1").ok();
+    common::whole_snapshot_done(&c.a, "kid-1");
+    c.b.sh("ag-box up kid-1 --node nodeB").ok();
+    assert_eq!(
+        git(&c.b, "kid-1", "log --format=%s").trim(),
+        "only-in-kid-1\nfirst"
+    );
+    assert_eq!(git(&c.b, "solo", "log -1 --format=%s").trim(), "first");
 }

@@ -114,7 +114,7 @@ fn print_table(rows: &[Row], waiting: bool, now: std::time::SystemTime) {
     let mut table = vec![
         [
             "NAME", "HOLDER", "RENEWED", "SNAPSHOT", "HERE", "NETWORK", "AGENT", "STATE", "SINCE",
-            "PATH",
+            "FORK OF", "PATH",
         ]
         .map(String::from)
         .to_vec(),
@@ -147,6 +147,9 @@ fn print_table(rows: &[Row], waiting: bool, now: std::time::SystemTime) {
                     .map_or(now_secs, |d| d.as_secs());
                 text::age(now_secs.saturating_sub(since))
             }),
+            m.forked_from
+                .as_ref()
+                .map_or("-".to_string(), |f| f.parent.clone()),
             m.path.display().to_string(),
         ]);
     }

@@ -12,6 +12,7 @@ pub(crate) mod drop;
 pub(crate) mod egress;
 pub(crate) mod exec;
 pub(crate) mod follow;
+pub(crate) mod fork;
 pub(crate) mod globals;
 pub(crate) mod history;
 pub(crate) mod init;

@@ -42,7 +42,7 @@ pub(crate) fn run(name: &BoxName, node: Option<&str>, how: How, json: bool) -> R
     Ok(())
 }
 
-fn start(name: &BoxName, node: Option<&str>, how: How) -> Result<()> {
+pub(crate) fn start(name: &BoxName, node: Option<&str>, how: How) -> Result<()> {
     let ctx = Ctx::load()?;
     let stored = ctx.tracked(name)?;
     if stored.meta.dropping {

@@ -8,6 +8,7 @@
 mod context;
 pub(crate) mod drop;
 pub(crate) mod finish;
+pub(crate) mod fork;
 pub(crate) mod park;
 pub(crate) mod prune;
 pub(crate) mod rollback;

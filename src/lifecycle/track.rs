@@ -109,6 +109,7 @@ pub(crate) fn track(
         attention: None,
         dropping: false,
         op: None,
+        forked_from: None,
     };
     // The files live here, so this node holds the box until it is parked.
     let meta = lease::acquire(&fresh, node, now, ctx.config.lease_ttl);
@@ -157,7 +158,7 @@ pub(crate) fn track(
 
 /// A project is a directory of its own: not the system, the home dir, ag-box's state, nor
 /// inside or around another box.
-fn refuse_overlap<'a>(
+pub(crate) fn refuse_overlap<'a>(
     ctx: &Ctx,
     name: &str,
     path: &Path,
@@ -174,7 +175,7 @@ fn refuse_overlap<'a>(
 }
 
 /// The half-made box gone again: its record and its state on this node.
-fn undo(ctx: &Ctx, name: &str) {
+pub(crate) fn undo(ctx: &Ctx, name: &str) {
     let removed = ctx
         .store
         .get(name)
@@ -190,7 +191,7 @@ fn undo(ctx: &Ctx, name: &str) {
     }
 }
 
-fn already_tracked(name: &str) -> UserError {
+pub(crate) fn already_tracked(name: &str) -> UserError {
     UserError::usage(
         format!("box '{name}' is already tracked"),
         format!("use 'ag-box up {name}', or pick another name"),

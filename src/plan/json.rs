@@ -78,6 +78,7 @@ pub(crate) fn record_defaults() -> Vec<(&'static str, Value)> {
         ("last_snapshot", Value::Null),
         ("dropping", Value::Bool(false)),
         ("op", Value::Null),
+        ("forked_from", Value::Null),
     ]
 }
 
@@ -150,7 +151,7 @@ mod tests {
                 "version": 1, "name": "a", "path": "/p", "created_at": "t", "nix": false,
                 "pinned_node": null, "memory_max": null, "uid": null, "gid": null,
                 "network": null, "allow": [], "agent": null, "creds": null, "lease": null, "dropping": false,
-                "op": null,
+                "op": null, "forked_from": null,
                 "last_snapshot": {"id": "abc", "at": "t", "node": "n", "epoch": 1, "paths": [],
                     "on": null, "same_as": null},
             })

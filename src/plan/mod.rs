@@ -13,6 +13,7 @@ pub(crate) mod diff;
 pub(crate) mod doctor;
 pub(crate) mod egress;
 pub(crate) mod event;
+pub(crate) mod fork;
 pub(crate) mod globals;
 pub(crate) mod history;
 pub(crate) mod json;

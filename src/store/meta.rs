@@ -89,6 +89,9 @@ pub(crate) struct Meta {
     /// `gpu=true`: the node's GPU device nodes are bound into the box.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gpu: bool,
+    /// The box and snapshot `fork` made it from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
     pub lease: Option<Lease>,
     pub last_snapshot: Option<SnapshotRef>,
     /// What its agent was last heard doing, as the node holding its lease published it; it
@@ -113,6 +116,14 @@ pub(crate) struct Meta {
 fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Heard>, D::Error> {
     let v = serde_json::Value::deserialize(d)?;
     Ok(serde_json::from_value(v).ok())
+}
+
+/// Where a fork came from: its parent box (which may be dropped since) and the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ForkedFrom {
+    #[serde(rename = "box")]
+    pub parent: String,
+    pub snapshot: SnapshotId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +197,7 @@ impl Meta {
             attention: None,
             dropping: false,
             op: None,
+            forked_from: None,
         }
     }
 

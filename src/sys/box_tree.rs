@@ -46,7 +46,11 @@ const DIR_FLAGS: OFlags = OFlags::DIRECTORY
     .union(OFlags::CLOEXEC);
 
 fn kind_of(st: &Stat) -> Kind {
-    match FileType::from_raw_mode(st.st_mode) {
+    kind_of_mode(st.st_mode)
+}
+
+fn kind_of_mode(mode: u32) -> Kind {
+    match FileType::from_raw_mode(mode) {
         FileType::Directory => Kind::Dir,
         FileType::RegularFile => Kind::File,
         FileType::Symlink => Kind::Link,
@@ -262,6 +266,54 @@ impl Tree {
         Ok(Some(out))
     }
 
+    /// The regular file at `rel` with its first `len` bytes replaced by `head` (the rest copied
+    /// after it): a new file beside it, with its owner, mode and times, renamed over it.
+    pub(crate) fn replace_head(&self, rel: &Path, len: u64, head: &[u8]) -> Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        let fail = || format!("rewriting {}", self.shown(rel));
+        let Some((mut old, st)) = self.open_file(rel)? else {
+            bail!("{} is missing", self.shown(rel));
+        };
+        let (dir, name) = self.parent_of(rel)?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(".ag-box-new");
+        remove_at(&dir, &tmp).with_context(fail)?;
+        let flags =
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mode = Mode::from_raw_mode(st.st_mode & 0o7777);
+        let fd = rustix::fs::openat(&dir, &tmp, flags, mode).with_context(fail)?;
+        let written = (|| -> Result<()> {
+            let mut new = std::fs::File::from(fd);
+            new.write_all(head)?;
+            old.seek(SeekFrom::Start(len))?;
+            std::io::copy(&mut old, &mut new)?;
+            rustix::fs::fchown(
+                &new,
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            )?;
+            rustix::fs::fchmod(&new, mode)?;
+            let times = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: st.st_atime,
+                    tv_nsec: st.st_atime_nsec.try_into().unwrap_or(0),
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: st.st_mtime_nsec.try_into().unwrap_or(0),
+                },
+            };
+            rustix::fs::futimens(&new, &times)?;
+            rustix::fs::renameat(&dir, &tmp, &dir, name)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = remove_at(&dir, &tmp);
+        }
+        written.with_context(fail)
+    }
+
     /// Rename `from` to `to`, both below the root (`to` replaced if it is a file or empty dir).
     pub(crate) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let (fd, fname) = self.parent_of(from)?;
@@ -333,7 +385,8 @@ impl Tree {
     /// looks at the root). A file with other names elsewhere (a hard link into a tree that is
     /// not the box's, as `git clone --local` makes) is left as it is, and counted.
     pub(crate) fn give_all(&self, ids: Ids) -> Result<()> {
-        let root = rustix::fs::fstat(&self.fd)?;
+        let root = Found::at(&self.fd, OsStr::new(""), AtFlags::EMPTY_PATH)
+            .with_context(|| format!("reading {}", show(&self.path)))?;
         let (uid, gid) = owner(ids);
         let mut stack: Vec<(std::sync::Arc<OwnedFd>, Vec<u8>)> = Vec::new();
         let push_entries = |dir: OwnedFd, stack: &mut Vec<_>| -> Result<(), Errno> {
@@ -355,21 +408,20 @@ impl Tree {
                     show(&self.path)
                 ))
             };
-            let st = match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            let st = match Found::at(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => continue,
                 Err(e) => return Err(fail(e)),
             };
-            if st.st_dev != root.st_dev {
+            if st.mount != root.mount {
                 continue;
             }
-            let kind = kind_of(&st);
-            if kind == Kind::File && st.st_nlink > 1 && (st.st_uid, st.st_gid) != (ids.uid, ids.gid)
-            {
+            let kind = st.kind;
+            if kind == Kind::File && st.nlink > 1 && st.owner != (ids.uid, ids.gid) {
                 linked += 1;
                 continue;
             }
-            if (st.st_uid, st.st_gid) != (ids.uid, ids.gid) {
+            if st.owner != (ids.uid, ids.gid) {
                 rustix::fs::chownat(&*dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(fail)?;
             }
@@ -462,6 +514,52 @@ impl Tree {
                 std::io::Write::write_all(&mut std::fs::File::from(f), content)
                     .with_context(|| format!("writing {}", self.shown(rel)))
             }
+        }
+    }
+}
+
+/// What a handover needs of an entry, seen without following it.
+struct Found {
+    kind: Kind,
+    nlink: u64,
+    owner: (u32, u32),
+    /// The mount it is on: statx's mount id (overlayfs gives a file the device of the layer
+    /// under it, so a device says nothing), or its device where the kernel has no statx.
+    mount: (bool, u64, u64),
+}
+
+impl Found {
+    fn at(dir: &impl AsFd, name: &OsStr, flags: AtFlags) -> Result<Found, Errno> {
+        let mask = rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::MNT_ID;
+        match rustix::fs::statx(dir, name, flags, mask) {
+            Ok(st) => Ok(Found {
+                kind: kind_of_mode(u32::from(st.stx_mode)),
+                nlink: u64::from(st.stx_nlink),
+                owner: (st.stx_uid, st.stx_gid),
+                mount: if st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
+                    (true, st.stx_mnt_id, 0)
+                } else {
+                    (
+                        false,
+                        u64::from(st.stx_dev_major),
+                        u64::from(st.stx_dev_minor),
+                    )
+                },
+            }),
+            // No statx in this kernel, or a seccomp filter that refuses it.
+            Err(Errno::NOSYS | Errno::PERM) => {
+                let st = rustix::fs::statat(dir, name, flags)?;
+                // nlink_t is 32 bits wide on some architectures.
+                #[allow(clippy::useless_conversion)]
+                let nlink = u64::from(st.st_nlink);
+                Ok(Found {
+                    kind: kind_of(&st),
+                    nlink,
+                    owner: (st.st_uid, st.st_gid),
+                    mount: (false, st.st_dev, 0),
+                })
+            }
+            Err(e) => Err(e),
         }
     }
 }

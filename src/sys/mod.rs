@@ -12,6 +12,7 @@ pub(crate) mod crash;
 pub(crate) mod digest;
 pub(crate) mod egress_log;
 pub(crate) mod enter;
+pub(crate) mod fork_files;
 pub(crate) mod freezer;
 pub(crate) mod host;
 pub(crate) mod interrupt;

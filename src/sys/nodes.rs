@@ -210,6 +210,20 @@ impl Nodes {
 
     /// `ag-box <args>` on that node, its output streamed; returns its exit code.
     pub(crate) fn remote(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<i32> {
+        self.run_remote(entry, args, false).map(|(code, _)| code)
+    }
+
+    /// `ag-box <args>` on that node, its stderr streamed; its exit code and its stdout.
+    pub(crate) fn captured(&mut self, entry: &NodeEntry, args: &[&str]) -> Result<(i32, String)> {
+        self.run_remote(entry, args, true)
+    }
+
+    fn run_remote(
+        &mut self,
+        entry: &NodeEntry,
+        args: &[&str],
+        capture: bool,
+    ) -> Result<(i32, String)> {
         let alias = entry
             .ssh_alias
             .as_deref()
@@ -219,17 +233,32 @@ impl Nodes {
                 Some(s) => s,
                 None => connect(alias).await?,
             };
-            let status = session
-                .command("ag-box")
+            let mut command = session.command("ag-box");
+            command
                 .args(args)
                 .stdin(Stdio::null())
-                .stdout(Stdio::inherit())
-                .stderr(Stdio::inherit())
-                .status()
-                .await
-                .with_context(|| format!("running ag-box {} on {}", args.join(" "), entry.name))?;
+                .stderr(Stdio::inherit());
+            let what = || format!("running ag-box {} on {}", args.join(" "), entry.name);
+            let (status, stdout) = if capture {
+                let out = command
+                    .stdout(Stdio::piped())
+                    .output()
+                    .await
+                    .with_context(what)?;
+                (out.status, out.stdout)
+            } else {
+                let status = command
+                    .stdout(Stdio::inherit())
+                    .status()
+                    .await
+                    .with_context(what)?;
+                (status, Vec::new())
+            };
             let _ = session.close().await;
-            Ok(cmd::exit_code(status))
+            Ok((
+                cmd::exit_code(status),
+                String::from_utf8_lossy(&stdout).into_owned(),
+            ))
         })
     }
 }

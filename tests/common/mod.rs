@@ -515,7 +515,21 @@ impl Cluster {
 
     /// A project `/root/<name>` with files and a Claude session, tracked on A and parked.
     pub(crate) fn parked_box(&self, name: &str) {
-        // Forget an earlier run's box: park it wherever it is, then drop its record and snapshots.
+        self.forget(name);
+        self.a
+            .sh(&format!(
+                "set -e
+                 mkdir -p /root/{name}/src /root/.claude/projects/-root-{name}
+                 echo v1 > /root/{name}/src/main.txt
+                 echo '{{\"session\":1}}' > /root/.claude/projects/-root-{name}/s1.jsonl
+                 ag-box track {name} && ag-box park {name}"
+            ))
+            .ok();
+    }
+
+    /// Forget an earlier run's box: park it wherever it is, then drop its record and
+    /// snapshots, and remove its files on every node.
+    pub(crate) fn forget(&self, name: &str) {
         for n in self.all() {
             n.sh(&format!("ag-box park {name} >/dev/null 2>&1 || true"))
                 .ok();
@@ -532,15 +546,6 @@ impl Cluster {
             ))
             .ok();
         }
-        self.a
-            .sh(&format!(
-                "set -e
-                 mkdir -p /root/{name}/src /root/.claude/projects/-root-{name}
-                 echo v1 > /root/{name}/src/main.txt
-                 echo '{{\"session\":1}}' > /root/.claude/projects/-root-{name}/s1.jsonl
-                 ag-box track {name} && ag-box park {name}"
-            ))
-            .ok();
     }
 
     /// The node holding a box's lease, read from node A.
