@@ -258,6 +258,7 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
     assert!(
         decisions.iter().any(|d| d["host"] == "api.github.com"
             && d["method"] == "GET"
+            && d["path"] == "/auth"
             && d["rule"]
                 .as_str()
                 .is_some_and(|r| r.ends_with("(token put in by the broker)"))),
@@ -340,4 +341,262 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
         issuer(&c, other)
     );
     c.a.sh(&format!("ag-box park {other}")).ok();
+}
+
+/// Claude Code's API key (in the node's `~/.claude/settings.json`) and Codex's (its
+/// `auth.json`, as `codex login --with-api-key` writes it).
+const ANTHROPIC_KEY: &str = "sk-ant-api03-RigRealAnthropicKeyRigRealAnthropicKey00";
+const OPENAI_KEY: &str = "sk-proj-RigRealOpenaiKeyRigRealOpenaiKeyRigRealOpenai00";
+const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
+/// The box of the API-key test.
+const KEYED: &str = "broker-keys";
+
+/// What the API-key test changes on the nodes, put back when dropped (pass or fail).
+struct ModelStage<'a> {
+    c: &'a Cluster,
+}
+
+impl Drop for ModelStage<'_> {
+    fn drop(&mut self) {
+        self.c.a.sh(&format!(
+            "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
+             sed -i '/anthropic.com/d' /etc/hosts
+             rm -f /usr/local/bin/claude /usr/local/bin/codex
+             for f in /root/.claude/settings.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+               rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
+             done"
+        ));
+        self.c
+            .c
+            .sh("systemctl stop models-standin 2>/dev/null || true");
+    }
+}
+
+/// The stand-in model server over TLS on node C (a test CA's certificate for the model APIs'
+/// hosts); node A trusts the test CA, sends those names to node C, and holds both agents' API
+/// keys and their CLIs.
+fn stage_models(c: &Cluster) -> ModelStage<'_> {
+    let stage = ModelStage { c };
+    c.c.put_in_root("tests/agents/standin.py", "standin.py");
+    c.c.sh(
+        "set -e; systemctl stop models-standin 2>/dev/null || true; cd /root
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout test-ca.key -out test-ca.pem -days 2 \
+           -subj /CN=rig-test-ca -addext basicConstraints=critical,CA:TRUE \
+           -addext keyUsage=critical,keyCertSign 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout models.key -out models.csr -subj /CN=api.anthropic.com 2>/dev/null
+         printf 'subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com\\nextendedKeyUsage=serverAuth\\n' > models.ext
+         openssl x509 -req -in models.csr -CA test-ca.pem -CAkey test-ca.key -CAcreateserial \
+           -out models.pem -days 2 -extfile models.ext 2>/dev/null
+         : > /root/models.log
+         systemd-run --unit models-standin --quiet python3 /root/standin.py --host 10.200.0.3 --port 443 \
+           --log /root/models.log --tls-cert /root/models.pem --tls-key /root/models.key",
+    )
+    .ok();
+    let test_ca = c.c.read("/root/test-ca.pem");
+    c.a.write("/root/test-ca.pem", &test_ca);
+    let settings = serde_json::json!({"env": {
+        "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }});
+    let claude_json = serde_json::json!({
+        "hasCompletedOnboarding": true,
+        "projects": {format!("/root/{KEYED}"): {"hasTrustDialogAccepted": true}},
+    });
+    c.a.sh(&format!(
+        "set -e
+         [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
+         cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
+         sed -i '/anthropic.com/d' /etc/hosts
+         echo '10.200.0.3 api.anthropic.com api.openai.com' >> /etc/hosts
+         mkdir -p /root/.claude /root/.codex
+         for f in /root/.claude/settings.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+           [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
+         done
+         ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
+         echo '{settings}' > /root/.claude/settings.json
+         echo '{claude_json}' > /root/.claude.json
+         printf '{{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"{OPENAI_KEY}\"}}' > /root/.codex/auth.json
+         chmod 600 /root/.codex/auth.json
+         cat > /root/.codex/config.toml <<EOF
+model = \"gpt-standin\"
+approval_policy = \"never\"
+sandbox_mode = \"read-only\"
+check_for_update_on_startup = false
+[analytics]
+enabled = false
+[features]
+plugins = false
+apps = false
+[projects.\"/root/{KEYED}\"]
+trust_level = \"trusted\"
+EOF
+         for i in $(seq 100); do curl -sf https://api.anthropic.com/v1/models >/dev/null && exit 0; sleep 0.1; done
+         echo 'the stand-in does not answer' >&2; exit 1"
+    ))
+    .ok();
+    stage
+}
+
+/// The stand-in's log lines of `summary` (the model requests it answered).
+fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
+    c.c.sh("cat /root/models.log")
+        .ok()
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["summary"] == summary)
+        .collect()
+}
+
+#[test]
+fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
+    let Some(c) = Cluster::get() else { return };
+    for tool in ["claude", "codex"] {
+        if !c.a.sh(&format!("test -x {AGENTS}/{tool}")).status.success() {
+            common::missing("the agent CLIs (tests/rig.sh install)");
+            return;
+        }
+    }
+    let _stage = stage_models(&c);
+    let name = KEYED;
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,api.openai.com:443,10.200.0.3:443,{PLAIN} creds=claude,codex
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+
+    // Both keys are placeholders of their shape in the box's files; neither key is anywhere
+    // the box can read (files, environments, command lines).
+    let settings: serde_json::Value = serde_json::from_str(
+        &inside(&c.a, name, "cat ~/.claude/settings.json")
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    let claude_shown = settings["env"]["ANTHROPIC_API_KEY"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(settings["env"]["DISABLE_TELEMETRY"], "1");
+    let auth: serde_json::Value =
+        serde_json::from_str(&inside(&c.a, name, "cat ~/.codex/auth.json").ok().stdout()).unwrap();
+    let codex_shown = auth["OPENAI_API_KEY"].as_str().unwrap().to_string();
+    assert_eq!(auth["auth_mode"], "apikey");
+    for (shown, real, prefix) in [
+        (&claude_shown, ANTHROPIC_KEY, "sk-ant-api03-"),
+        (&codex_shown, OPENAI_KEY, "sk-proj-"),
+    ] {
+        assert!(
+            shown.len() == real.len() && shown.starts_with(prefix) && shown != real,
+            "{shown}"
+        );
+    }
+    let (a_head, a_tail) = ANTHROPIC_KEY.split_at(16);
+    let (o_head, o_tail) = OPENAI_KEY.split_at(12);
+    let search = inside(
+        &c.a,
+        name,
+        &format!(
+            "a=\"{a_head}\"\"{a_tail}\"; o=\"{o_head}\"\"{o_tail}\"
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n\" \"$a\" \"$o\") / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n\" \"$a\" \"$o\") || true"
+        ),
+    );
+    assert_eq!(
+        search.stdout(),
+        "0\n",
+        "a real key is readable in the box: {}",
+        search.stderr()
+    );
+
+    // The real CLIs complete a turn against "Anthropic" and "OpenAI" (the stand-in, over
+    // TLS, trusted as a real host would be); the stand-in receives the real keys.
+    let out = inside(
+        &c.a,
+        name,
+        &format!("timeout 120 {AGENTS}/claude -p 'Hi from a keyed box?' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi from a keyed box?"),
+        "{out:?}"
+    );
+    let messages = answered(&c, "anthropic.messages");
+    assert!(!messages.is_empty());
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["auth"] == ANTHROPIC_KEY && m["host"] == "api.anthropic.com"),
+        "{messages:?}"
+    );
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "timeout 120 {AGENTS}/codex exec --skip-git-repo-check --json 'Hi codex from a keyed box?' </dev/null"
+        ),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi codex from a keyed box?"),
+        "{out:?}"
+    );
+    let responses = answered(&c, "openai.responses");
+    assert!(!responses.is_empty());
+    assert!(
+        responses
+            .iter()
+            .all(|m| m["auth"] == format!("Bearer {OPENAI_KEY}")),
+        "{responses:?}"
+    );
+
+    // A key's placeholder anywhere else is refused: to the other API, or to a listed host
+    // without a rule (plain HTTP).
+    let refused = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 https://api.openai.com/v1/models -H 'x-api-key: {claude_shown}'; echo
+             curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {codex_shown}'"
+        ),
+    );
+    let seen = refused.stdout();
+    assert!(
+        seen.contains("a placeholder of the claude login went to api.openai.com; its token is for api.anthropic.com only")
+            && seen.contains("a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"),
+        "{seen}"
+    );
+    // `creds` names both keys and the box given them.
+    let creds: serde_json::Value =
+        serde_json::from_str(&c.a.sh("ag-box creds --json").ok().stdout()).unwrap();
+    let login = |l: &str| {
+        creds["logins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["login"] == l)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {l} in {creds:#}"))
+    };
+    for (l, host) in [("claude", "api.anthropic.com"), ("codex", "api.openai.com")] {
+        let row = login(l);
+        assert_eq!(
+            (&row["tokens"], &row["hosts"]),
+            (&serde_json::json!(1), &serde_json::json!([host])),
+            "{row:#}"
+        );
+        assert!(
+            row["brokered_for"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(name)),
+            "{row:#}"
+        );
+    }
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }

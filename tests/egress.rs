@@ -205,7 +205,10 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
     };
     let get = find("GET", "10.200.0.2", 8081, true);
     assert_eq!(get["box"], name);
-    assert_eq!(get["rule"], ONE);
+    assert_eq!(
+        (&get["rule"], &get["path"]),
+        (&serde_json::json!(ONE), &serde_json::json!("/"))
+    );
     assert!(get["bytes_out"].as_u64().unwrap() > 0 && get["bytes_in"].as_u64().unwrap() > 0);
     assert_eq!(find("CONNECT", "10.200.0.2", 8081, true)["rule"], ONE);
     assert_eq!(
@@ -219,7 +222,7 @@ fn a_box_reaches_only_what_its_policy_names_and_every_decision_is_logged() {
             .stdout();
     assert!(
         journal.contains(
-            "\"host\":\"10.200.0.3\",\"port\":8443,\"method\":\"CONNECT\",\"allowed\":false"
+            "\"host\":\"10.200.0.3\",\"port\":8443,\"method\":\"CONNECT\",\"path\":null,\"allowed\":false"
         ),
         "{journal}"
     );

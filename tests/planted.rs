@@ -973,6 +973,19 @@ fn an_attach_ended_by_a_signal_gives_the_terminal_back_with_the_direct_runtime()
     an_attach_ended_by_a_signal_gives_the_terminal_back(&host, "", &name);
 }
 
+/// A box's row of `ag-box ls --json` on a target (with its state dir, `pre`).
+fn row_of(t: &dyn Target, pre: &str, name: &str) -> serde_json::Value {
+    let ls: serde_json::Value =
+        serde_json::from_str(&sh(t, pre, "ag-box ls --json").ok().stdout()).unwrap();
+    ls["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap()
+        .clone()
+}
+
 /// Claude Code's dir name for a project path.
 fn slug(path: &str) -> String {
     path.chars()
@@ -1023,15 +1036,20 @@ fn what_a_box_plants_steers_nothing_of_its_forks(t: &dyn Target, pre: &str, name
                  printf '{proj}' > ~/.gemini/tmp/own/.project_root
                  ln -s {victim}/marker ~/.gemini/tmp/link/.project_root
                  mkdir -p ~/.grok/sessions && ln -s {victim} \"$(printf 'evil\\033]52;c;aGk=\\007\\nforked box x')\"
+                 ln {proj}/keep.txt {proj}/keep-hard.txt
+                 mkdir -p {proj}/.git && mkfifo {proj}/.git/HEAD
                  echo planted"
             )
         ),
         "planted\n"
     );
+    // A fifo where git reads holds its branch up a minute at most; the fork is made.
     let fork = sh(t, pre, &format!("ag-box fork {name} {kid}"));
     let seen = format!("{}{}", fork.ok().stdout(), fork.stderr());
     assert!(
-        !seen.contains(['\u{1b}', '\u{7}']) && !seen.lines().any(|l| l.starts_with("forked box x")),
+        !seen.contains(['\u{1b}', '\u{7}'])
+            && !seen.lines().any(|l| l.starts_with("forked box x"))
+            && seen.contains("git did not finish within a minute"),
         "{seen:?}"
     );
     // The host's files as they were; the fork's own, its conversations naming its project,
@@ -1047,6 +1065,7 @@ fn what_a_box_plants_steers_nothing_of_its_forks(t: &dyn Target, pre: &str, name
                  cat $d/rollout-own.jsonl; cat {h}/.gemini/tmp/own/.project_root; echo
                  test -L $d/rollout-link.jsonl && test -p $d/rollout-fifo.jsonl && test -L {h}/.codex/sessions/2027
                  test -L {h}/.gemini/tmp/link/.project_root && test ! -e $d/.rollout-own.jsonl.ag-box-new
+                 test -p {kid_proj}/.git/HEAD && test {kid_proj}/keep.txt -ef {kid_proj}/keep-hard.txt
                  ls {h}/.claude/projects
                  find {kid_proj} {h} -printf '%U\\n' | sort -u | wc -l"
             )
@@ -1058,15 +1077,7 @@ fn what_a_box_plants_steers_nothing_of_its_forks(t: &dyn Target, pre: &str, name
             meta.replace(&proj, &kid_proj)
         )
     );
-    let ls: serde_json::Value =
-        serde_json::from_str(&sh(t, pre, "ag-box ls --json").ok().stdout()).unwrap();
-    let row = ls["boxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == kid.as_str())
-        .unwrap()
-        .clone();
+    let row = row_of(t, pre, &kid);
     assert_eq!(row["forked_from"]["box"], name, "{row:#}");
     let uid = row["uid"].clone();
     assert_eq!(

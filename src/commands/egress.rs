@@ -65,9 +65,10 @@ fn line(r: &Record) -> String {
         .as_deref()
         .map(|e| format!(" ({e})"))
         .unwrap_or_default();
-    // Method, host and reason come from what the box sent.
+    let path = r.path.as_deref().unwrap_or_default();
+    // Method, host, path and reason come from what the box sent.
     escaped(&format!(
-        "{}  {verdict:<8} {:<8} {}:{}  {why}{error}  out {} B, in {} B",
+        "{}  {verdict:<8} {:<8} {}:{}{path}  {why}{error}  out {} B, in {} B",
         r.time, r.method, r.host, r.port, r.bytes_out, r.bytes_in
     ))
 }

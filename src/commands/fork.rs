@@ -59,7 +59,22 @@ pub(crate) fn run(parent: &BoxName, new: &str, ask: &Ask, json: bool) -> Result<
     }
     require_tools(&["restic"])?;
     ctx.require_safe_leases()?;
+    if let Some(node) = ask.node
+        && node != ctx.config.node
+        && !ctx
+            .config
+            .nodes
+            .iter()
+            .any(|n| n.name == node && n.ssh_alias.is_some())
+    {
+        return Err(UserError::usage(
+            format!("node '{node}' is not this node ({}), nor in the nodes file with an ssh alias", ctx.config.node),
+            "add '<node> <ssh-alias>' to ~/.config/box/nodes (see nodes.example), or leave --node out",
+        )
+        .into());
+    }
     lifecycle::fork::refuse(&ctx, &siblings)?;
+    crate::sys::interrupt::arm();
     let from = match ask.from {
         Some(prefix) => {
             let restic = ctx.restic()?;
@@ -212,12 +227,12 @@ fn snapshot_on(ctx: &Ctx, name: &BoxName, node: &str) -> Result<()> {
 }
 
 /// In the box (as its user, wherever it runs): a new git branch checked out, when its project
-/// is a git work tree. None of the repository's hooks runs for it, and a minute is its bound
-/// (what the parent's box left in `.git/config` could make it wait).
+/// is a git work tree. None of the repository's hooks runs for it, and a minute is the bound
+/// of it all (what the parent's box left in `.git` could make git wait: a fifo, a config).
 const BRANCH_SCRIPT: &str = r#"cd -- "$1" || exit 1
 command -v git >/dev/null 2>&1 || exit 4
 git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 3
-exec timeout 60 git -c core.hooksPath=/dev/null -c core.fsmonitor=false switch -q -c "$2""#;
+exec git -c core.hooksPath=/dev/null -c core.fsmonitor=false switch -q -c "$2""#;
 
 /// The sibling's own branch, made in its box; None (with a word why) when none was made.
 fn make_branch(s: &Sibling) -> Option<String> {
@@ -229,10 +244,22 @@ fn make_branch(s: &Sibling) -> Option<String> {
         }
     };
     let mut c = Command::new(exe);
-    c.args(["exec", &s.name, "--", "sh", "-c", BRANCH_SCRIPT, "sh"])
-        .arg(&s.path)
-        .arg(&s.branch)
-        .stdin(Stdio::null());
+    c.args([
+        "exec",
+        &s.name,
+        "--",
+        "timeout",
+        "-k",
+        "5",
+        "60",
+        "sh",
+        "-c",
+        BRANCH_SCRIPT,
+        "sh",
+    ])
+    .arg(&s.path)
+    .arg(&s.branch)
+    .stdin(Stdio::null());
     let why = match c.output() {
         Ok(o) if o.status.success() => return Some(s.branch.clone()),
         Ok(o) => match cmd::exit_code(o.status) {
@@ -244,6 +271,7 @@ fn make_branch(s: &Sibling) -> Option<String> {
                 return None;
             }
             4 => "git is not installed on its node".to_string(),
+            124 | 137 => "git did not finish within a minute".to_string(),
             code => format!(
                 "git said: {} (exit {code})",
                 text::escaped(cmd::last_line(&String::from_utf8_lossy(&o.stderr)))

@@ -3,6 +3,7 @@
 //! parent's conversations made its own, and its first snapshot; then this node lets it go, for
 //! `up` to start it where scheduling says (docs/design.md "Fork").
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -17,7 +18,7 @@ use crate::store::meta::{ForkedFrom, Meta};
 use crate::store::{self, Step, events, update};
 use crate::sys::box_tree::Tree;
 use crate::sys::copy_state::{CopyJournal, CopyState};
-use crate::sys::{agent_home, fork_files, privs, restore};
+use crate::sys::{agent_home, fork_files, interrupt, privs, restore};
 
 /// Refuse the fork before anything is made: a sibling's name taken, its path or agent home
 /// already there, or its path inside or around another box.
@@ -109,10 +110,20 @@ pub(crate) fn fork(
         )
         .into());
     }
-    let mut made = Vec::new();
+    let mut made: Vec<Tracked> = Vec::new();
     for (i, s) in siblings.iter().enumerate() {
         let keep = i + 1 < siblings.len();
-        made.push(make_one(ctx, parent, from, &staged, s, keep)?);
+        match make_one(ctx, parent, from, &staged, s, keep) {
+            Ok(t) => made.push(t),
+            Err(e) if made.is_empty() => return Err(e),
+            Err(e) => {
+                let names: Vec<&str> = made.iter().map(|t| t.meta.name.as_str()).collect();
+                return Err(e.context(format!(
+                    "forked {} before this failed (parked: 'ag-box up <box>' starts one)",
+                    names.join(", ")
+                )));
+            }
+        }
     }
     ctx.record_event(
         &parent.name,
@@ -139,8 +150,11 @@ struct Staged {
     home: PathBuf,
 }
 
-/// One sibling: its record (this node's lease), its files, its first snapshot. `keep`: the
-/// staged files serve another sibling after it (copied, not moved).
+/// One sibling: its files (handed to its own uid), then its record (this node's lease), then
+/// its first snapshot. `keep`: the staged files serve another sibling after it (copied, not
+/// moved). Cut off before its record, a fork leaves files a new `fork` refuses to overwrite
+/// (naming them); after it, a whole copy that `up` may start. A failure removes what this
+/// made, and only that.
 fn make_one(
     ctx: &Ctx,
     parent: &Meta,
@@ -152,7 +166,18 @@ fn make_one(
     let name = &s.name;
     let _lock = ctx.lock(name, "fork")?;
     let existing = ctx.store.list()?;
+    if existing.iter().any(|m| m.name == **name) {
+        return Err(already_tracked(name).into());
+    }
     let ids = free_ids(name, &existing)?;
+    let home = crate::plan::agent_home::root_for(&ctx.config.state_dir, name);
+    let mut made = Vec::new();
+    let placed = place_files(staged, parent, s, &home, keep, ids, &mut made)
+        .and_then(|()| interrupt::check("the fork"));
+    if let Err(e) = placed {
+        remove_made(name, &made);
+        return Err(e.context(format!("box '{name}': not forked; nothing of it is kept")));
+    }
     let now = ctx.now();
     let fresh = Meta {
         name: name.to_string(),
@@ -173,30 +198,35 @@ fn make_one(
         ..parent.clone()
     };
     let meta = lease::acquire(&fresh, &ctx.config.node, now, ctx.config.lease_ttl);
-    let Some(meta) = store::create(ctx.store.as_ref(), meta)? else {
-        return Err(already_tracked(name).into());
+    let created = match store::create(ctx.store.as_ref(), meta) {
+        Ok(Some(meta)) => Ok(meta),
+        Ok(None) => Err(already_tracked(name).into()),
+        Err(e) => Err(e),
+    };
+    let meta = match created {
+        Ok(meta) => meta,
+        Err(e) => {
+            remove_made(name, &made);
+            return Err(e);
+        }
     };
     let epoch = meta.lease.as_ref().map_or(1, |l| l.epoch);
-    let mut copy = CopyState {
+    let spec = ctx.spec(&meta);
+    let first = |copy: &mut CopyJournal| {
+        agent_home::ensure(&spec)
+            .and_then(|()| ctx.tracked(name))
+            .and_then(|stored| snapshot::take_first(ctx, &stored, copy))
+    };
+    let started = CopyState {
         epoch: Some(epoch),
         ..CopyState::default()
     }
-    .start_journal(&ctx.config.state_dir, name)?;
-    let spec = ctx.spec(&meta);
-    let taken = place_files(staged, parent, s, &spec.agent_home.root, keep)
-        .and_then(|()| privs::give_tree(&s.path, spec.ids))
-        .and_then(|()| agent_home::ensure(&spec))
-        .and_then(|()| ctx.tracked(name))
-        .and_then(|stored| snapshot::take_first(ctx, &stored, &mut copy));
-    let taken = match taken {
-        Ok(t) => t,
+    .start_journal(&ctx.config.state_dir, name);
+    let (taken, mut copy) = match started.and_then(|mut c| first(&mut c).map(|t| (t, c))) {
+        Ok(done) => done,
         Err(e) => {
             undo(ctx, name);
-            for made in [&s.path, &spec.agent_home.root] {
-                if let Err(e) = restore::remove_any(made) {
-                    tracing::warn!("box '{name}': removing {}: {e}", made.display());
-                }
-            }
+            remove_made(name, &made);
             return Err(e.context(format!("box '{name}': not forked; nothing of it is kept")));
         }
     };
@@ -230,18 +260,59 @@ fn make_one(
     })
 }
 
+/// What a failed fork of `name` made, removed (never followed into: std's removal is
+/// link-safe).
+fn remove_made(name: &str, made: &[PathBuf]) {
+    for path in made {
+        if let Err(e) = restore::remove_any(path) {
+            tracing::warn!("box '{name}': removing {}: {e}", path.display());
+        }
+    }
+}
+
 /// The staged project at the sibling's path, and the staged agent home (its conversations
-/// made the sibling's) at `home`, through a dir beside it so a half-made one is never there.
-fn place_files(staged: &Staged, parent: &Meta, s: &Sibling, home: &Path, keep: bool) -> Result<()> {
+/// made the sibling's) at `home`, through a dir beside it so a half-made one is never there;
+/// both handed to `ids`. `made` names each path as this creates it.
+fn place_files(
+    staged: &Staged,
+    parent: &Meta,
+    s: &Sibling,
+    home: &Path,
+    keep: bool,
+    ids: crate::plan::account::Ids,
+    made: &mut Vec<PathBuf>,
+) -> Result<()> {
+    for path in [&s.path, home] {
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(UserError::usage(
+                format!(
+                    "{} exists: box '{}' needs a new dir there",
+                    path.display(),
+                    s.name
+                ),
+                "pick another name for the fork, or move that dir away",
+            )
+            .into());
+        }
+    }
+    made.push(s.path.clone());
     fork_files::place(&staged.project, &s.path, keep)?;
+    privs::give_copied_tree(&s.path, ids)?;
     if !staged.home.is_dir() {
-        // A snapshot from before agent homes: `agent_home::ensure` makes an empty one.
+        tracing::warn!(
+            "box '{}': the snapshot holds no agent home of box '{}': it starts without its conversations",
+            s.name,
+            parent.name
+        );
         return Ok(());
     }
     let homes = home.parent().unwrap_or(home);
     std::fs::create_dir_all(homes).with_context(|| format!("creating {}", homes.display()))?;
+    std::fs::set_permissions(homes, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("setting the mode of {}", homes.display()))?;
     let incoming = homes.join(format!(".{}.new", s.name));
     restore::remove_any(&incoming).with_context(|| format!("removing {}", incoming.display()))?;
+    made.push(incoming.clone());
     fork_files::place(&staged.home, &incoming, keep)?;
     // What the parent's box made of its home may stop this (a link where a dir was): the
     // fork is still whole, its agent then starts a new conversation.
@@ -252,8 +323,12 @@ fn place_files(staged: &Staged, parent: &Meta, s: &Sibling, home: &Path, keep: b
             s.name
         ),
     }
+    privs::give_copied_tree(&incoming, ids)?;
     std::fs::rename(&incoming, home)
-        .with_context(|| format!("moving {} into place", home.display()))
+        .with_context(|| format!("moving {} into place", home.display()))?;
+    made.pop();
+    made.push(home.to_path_buf());
+    Ok(())
 }
 
 /// This node lets the new box go (its copy stays, equal to its first snapshot), so `up`

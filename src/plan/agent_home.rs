@@ -83,6 +83,11 @@ pub(crate) fn parse_creds(value: &str) -> Result<Option<Vec<String>>, String> {
     }
 }
 
+/// Whether `rel` (a shared file of HOME) is a login's, which only a box given it sees.
+pub(crate) fn is_login_file(rel: &str) -> bool {
+    login_of(rel).is_some()
+}
+
 /// The login `rel` (a shared file of HOME) belongs to, if it is one.
 fn login_of(rel: &str) -> Option<&'static str> {
     LOGINS

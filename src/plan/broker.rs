@@ -20,14 +20,37 @@ pub(crate) struct LoginRule {
     pub login: &'static str,
     pub copied: &'static str,
     pub hosts: &'static [&'static str],
+    /// A header besides `Authorization` whose whole value is the login's key (Anthropic's
+    /// `x-api-key`).
+    pub key_header: Option<&'static str>,
 }
 
-/// The brokered logins: data, one row per login.
-pub(crate) const RULES: &[LoginRule] = &[LoginRule {
-    login: "gh",
-    copied: ".config/gh",
-    hosts: &["github.com", "api.github.com"],
-}];
+/// The brokered logins: data, one row per login. Claude Code's and Codex's are their API keys
+/// (`ANTHROPIC_API_KEY`/`ANTHROPIC_AUTH_TOKEN` in the node's `~/.claude/settings.json`,
+/// `OPENAI_API_KEY` in `~/.codex/auth.json`); their OAuth logins are not brokered yet.
+pub(crate) const RULES: &[LoginRule] = &[
+    LoginRule {
+        login: "gh",
+        copied: ".config/gh",
+        hosts: &["github.com", "api.github.com"],
+        key_header: None,
+    },
+    LoginRule {
+        login: "claude",
+        copied: ".claude/settings.json",
+        hosts: &["api.anthropic.com"],
+        key_header: Some("x-api-key"),
+    },
+    LoginRule {
+        login: "codex",
+        copied: ".codex/auth.json",
+        hosts: &["api.openai.com"],
+        key_header: None,
+    },
+];
+
+/// The variables of Claude Code's settings (`env`) that hold its API key.
+const CLAUDE_KEY_VARS: &[&str] = &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"];
 
 /// The host whose tokens in gh's `hosts.yml` the broker puts back in (`gh`'s rule); a token of
 /// another host (GitHub Enterprise) is a placeholder in the box and goes nowhere.
@@ -72,18 +95,38 @@ pub(crate) fn ruled_hosts() -> Vec<String> {
         .collect()
 }
 
-/// The rules for the logins a box is given, when it has a proxy to stand in for them (a box
-/// on the host's network has none, and sees the real files).
-pub(crate) fn rules_for(logins: &[&str], isolated: bool) -> Vec<Rule> {
+/// The rules for the logins a box is given whose node files hold a token the broker stands
+/// in for (`held`), when it has a proxy to stand in for them (a box on the host's network has
+/// none, and sees the real files).
+pub(crate) fn rules_for(logins: &[&str], isolated: bool, held: &[&str]) -> Vec<Rule> {
     if !isolated {
         return vec![];
     }
     RULES
         .iter()
-        .filter(|r| logins.contains(&r.login))
+        .filter(|r| logins.contains(&r.login) && held.contains(&r.login))
         .map(|r| Rule {
             login: r.login.to_string(),
             hosts: r.hosts.iter().map(|h| (*h).to_string()).collect(),
+        })
+        .collect()
+}
+
+/// The brokered files a box sees as their copies: those of its logins, and those it sees
+/// whatever its logins (Claude Code's settings), where the node's hold a token (`held`) and
+/// the box has a proxy. A login the box is not given is a placeholder there that goes nowhere.
+pub(crate) fn copies_seen(
+    logins: &[&str],
+    isolated: bool,
+    held: &[&str],
+    is_login_file: impl Fn(&str) -> bool,
+) -> Vec<&'static LoginRule> {
+    RULES
+        .iter()
+        .filter(|r| {
+            isolated
+                && held.contains(&r.login)
+                && (logins.contains(&r.login) || !is_login_file(r.copied))
         })
         .collect()
 }
@@ -110,9 +153,23 @@ pub(crate) struct BrokerFile {
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
-/// The prefixes of gh's tokens, kept in their placeholders (clients and servers tell a token's
-/// kind by them).
-const TOKEN_PREFIXES: &[&str] = &["github_pat_", "gho_", "ghp_", "ghu_", "ghs_", "ghr_"];
+/// The prefixes of the tokens' kinds (gh's and the model APIs' keys), longest first, kept in
+/// their placeholders (clients and servers tell a token's kind by them).
+const TOKEN_PREFIXES: &[&str] = &[
+    "github_pat_",
+    "gho_",
+    "ghp_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "sk-ant-api03-",
+    "sk-ant-oat01-",
+    "sk-ant-",
+    "sk-proj-",
+    "sk-svcacct-",
+    "sk-admin-",
+    "sk-",
+];
 
 /// The placeholder of token `real`: its shape (length, and a known prefix such as `gho_`),
 /// the rest letters and digits drawn from `key` (a node secret), the box's name, the login and
@@ -168,8 +225,9 @@ fn token_for<'s>(secret: &'s Secret, host: &str, rules: &[Rule]) -> Result<&'s s
 }
 
 /// A header of a request to `host` as it goes there. The token goes in one place only: as the
-/// whole credential of `Authorization` (`token P`, `Bearer P`), or as the password of a
-/// `Basic` one, where `P` is its login's placeholder and that login's rule names `host`; so a
+/// whole credential of `Authorization` (`token P`, `Bearer P`), as the password of a `Basic`
+/// one, or as the whole value of its login's key header (`x-api-key: P`), where `P` is its
+/// login's placeholder and that login's rule names `host`; so a
 /// box cannot have it written anywhere a server would keep or show it (a path, another
 /// header, a user name). Ok(None): sent as it is; Err: the request is refused, and why.
 pub(crate) fn header_for(
@@ -180,6 +238,11 @@ pub(crate) fn header_for(
     secrets: &[Secret],
 ) -> Result<Option<Vec<u8>>, String> {
     let text = String::from_utf8_lossy(value);
+    if let Some(secret) = secrets.iter().find(|s| s.placeholder == text.trim())
+        && key_header(&secret.login).is_some_and(|h| h.eq_ignore_ascii_case(name))
+    {
+        return token_for(secret, host, rules).map(|real| Some(real.as_bytes().to_vec()));
+    }
     if name.eq_ignore_ascii_case("authorization")
         && let Some((scheme, credential)) = text.split_once(' ')
     {
@@ -208,10 +271,18 @@ pub(crate) fn header_for(
     }
     match placeholder_in(value, secrets) {
         Some(login) => Err(format!(
-            "a placeholder of the {login} login went to {host} in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password)"
+            "a placeholder of the {login} login went to {host} in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password), or as an API key's own header"
         )),
         None => Ok(None),
     }
+}
+
+/// The key header of `login`, if it has one.
+fn key_header(login: &str) -> Option<&'static str> {
+    RULES
+        .iter()
+        .find(|r| r.login == login)
+        .and_then(|r| r.key_header)
 }
 
 /// The login of a placeholder in `value` (as it is, or in a `Basic` credential), if any.
@@ -302,6 +373,69 @@ pub(crate) fn gh_hosts_placeheld(
     (out, found)
 }
 
+/// Claude Code's settings with the API key of its `env` (`ANTHROPIC_API_KEY`,
+/// `ANTHROPIC_AUTH_TOKEN`) replaced by `placeholder(key)`, and the keys found; None when it is
+/// no JSON object or holds no key.
+pub(crate) fn claude_settings_placeheld(
+    text: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<String>)> {
+    let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let env = v.as_object_mut()?.get_mut("env")?.as_object_mut()?;
+    // A key for another endpoint (a gateway of the operator's) is none of the broker's.
+    if let Some(base) = env.get("ANTHROPIC_BASE_URL").and_then(|b| b.as_str())
+        && url_host(base) != Some("api.anthropic.com")
+    {
+        return None;
+    }
+    let mut found = Vec::new();
+    for var in CLAUDE_KEY_VARS {
+        if let Some(serde_json::Value::String(key)) = env.get_mut(*var)
+            && !key.is_empty()
+        {
+            found.push(key.clone());
+            *key = placeholder(key);
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    let text = serde_json::to_string_pretty(&v).ok()?;
+    Some((text, found))
+}
+
+/// The host of an `http(s)://host[:port][/...]` URL.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some(host.split(':').next().unwrap_or(host)).filter(|h| !h.is_empty())
+}
+
+/// Codex's `auth.json` with its `OPENAI_API_KEY` replaced by `placeholder(key)`, and the key;
+/// None when it is no JSON object, holds no key, or holds an OAuth login (`tokens`: not
+/// brokered yet, the box gets the node's file as before).
+pub(crate) fn codex_auth_placeheld(
+    text: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<String>)> {
+    let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let auth = v.as_object_mut()?;
+    if auth.get("tokens").is_some_and(|t| !t.is_null()) {
+        return None;
+    }
+    let Some(serde_json::Value::String(key)) = auth.get_mut("OPENAI_API_KEY") else {
+        return None;
+    };
+    if key.is_empty() {
+        return None;
+    }
+    let found = vec![key.clone()];
+    *key = placeholder(key);
+    let text = serde_json::to_string_pretty(&v).ok()?;
+    Some((text, found))
+}
+
 /// The accounts of gh's `hosts.yml`: `user@host` for each host's `user:` (and each user of
 /// its `users:`), in the file's order.
 pub(crate) fn gh_accounts(text: &str) -> Vec<String> {
@@ -350,7 +484,7 @@ mod tests {
 
     fn gh() -> (Vec<Rule>, Vec<Secret>) {
         (
-            rules_for(&["claude", "gh"], true),
+            rules_for(&["claude", "gh"], true, &["gh"]),
             vec![Secret {
                 login: "gh".into(),
                 placeholder: "gho_placeholder".into(),
@@ -361,16 +495,51 @@ mod tests {
 
     #[test]
     fn only_a_box_with_its_own_network_and_the_login_has_rules() {
+        let all = ["gh", "claude", "codex"];
         assert_eq!(
-            rules_for(&["claude", "gh"], true),
+            rules_for(&["claude", "gh"], true, &all),
+            vec![
+                Rule {
+                    login: "gh".into(),
+                    hosts: vec!["github.com".into(), "api.github.com".into()],
+                },
+                Rule {
+                    login: "claude".into(),
+                    hosts: vec!["api.anthropic.com".into()],
+                },
+            ]
+        );
+        // A login whose node files hold no token to stand in for (Codex's OAuth login) has none.
+        assert_eq!(
+            rules_for(&["codex", "gh"], true, &["gh"]),
             vec![Rule {
                 login: "gh".into(),
                 hosts: vec!["github.com".into(), "api.github.com".into()],
             }]
         );
-        assert_eq!(rules_for(&["claude", "gh"], false), vec![]);
-        assert_eq!(rules_for(&["claude"], true), vec![]);
-        assert_eq!(ruled_hosts(), ["github.com", "api.github.com"]);
+        assert_eq!(rules_for(&["claude", "gh"], false, &all), vec![]);
+        assert_eq!(rules_for(&["opencode"], true, &all), vec![]);
+        assert_eq!(
+            ruled_hosts(),
+            [
+                "github.com",
+                "api.github.com",
+                "api.anthropic.com",
+                "api.openai.com"
+            ]
+        );
+        // Claude Code's settings are every box's to read: a box not given the login sees
+        // them with a placeholder too; a login file only by the box given it.
+        let seen = |logins: &[&str], held: &[&str]| {
+            copies_seen(logins, true, held, |f| f != ".claude/settings.json")
+                .iter()
+                .map(|r| r.login)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seen(&["gh"], &all), ["gh", "claude"]);
+        assert_eq!(seen(&["codex"], &all), ["claude", "codex"]);
+        assert_eq!(seen(&["codex"], &["gh"]), Vec::<&str>::new());
+        assert!(copies_seen(&["gh"], false, &all, |_| true).is_empty());
     }
 
     #[test]
@@ -452,7 +621,7 @@ mod tests {
         );
         let only_auth = |name: &str| {
             Err(format!(
-                "a placeholder of the gh login went to github.com in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password)"
+                "a placeholder of the gh login went to github.com in its {name} header; the broker puts a token in only as an Authorization header's credential (token, Bearer or a Basic password), or as an API key's own header"
             ))
         };
         // Where a server would keep or show it: another header, a user name, beside other text.
@@ -571,5 +740,122 @@ mod tests {
             .is_err()
         );
         assert!(method_takes_token("PATCH") && !method_takes_token("TRACE"));
+    }
+
+    #[test]
+    fn api_keys_of_claude_and_codex_are_placeheld_in_their_files() {
+        let settings = r#"{"env": {"ANTHROPIC_API_KEY": "sk-ant-api03-real", "DISABLE_TELEMETRY": "1"}, "model": "opus"}"#;
+        assert_eq!(
+            claude_settings_placeheld(settings, |k| format!("P({k})")),
+            Some((
+                "{\n  \"env\": {\n    \"ANTHROPIC_API_KEY\": \"P(sk-ant-api03-real)\",\n    \"DISABLE_TELEMETRY\": \"1\"\n  },\n  \"model\": \"opus\"\n}".to_string(),
+                vec!["sk-ant-api03-real".to_string()]
+            ))
+        );
+        // A key for a gateway of the operator's is its own: the box sees the node's settings.
+        let gateway = r#"{"env": {"ANTHROPIC_API_KEY": "sk-x", "ANTHROPIC_BASE_URL": "http://10.0.0.5:4000"}}"#;
+        let official = r#"{"env": {"ANTHROPIC_API_KEY": "sk-x", "ANTHROPIC_BASE_URL": "https://api.anthropic.com/"}}"#;
+        assert_eq!(
+            claude_settings_placeheld(official, |k| format!("P({k})")).map(|(_, keys)| keys),
+            Some(vec!["sk-x".to_string()])
+        );
+        for none in [
+            gateway,
+            r#"{"env": {"DISABLE_TELEMETRY": "1"}}"#,
+            "{}",
+            "[1]",
+            "not json",
+            r#"{"env": {"ANTHROPIC_API_KEY": ""}}"#,
+        ] {
+            assert_eq!(
+                claude_settings_placeheld(none, |k| k.into()),
+                None,
+                "{none}"
+            );
+        }
+        assert_eq!(
+            codex_auth_placeheld(
+                r#"{"OPENAI_API_KEY": "sk-proj-real", "tokens": null}"#,
+                |k| format!("P({k})")
+            ),
+            Some((
+                "{\n  \"OPENAI_API_KEY\": \"P(sk-proj-real)\",\n  \"tokens\": null\n}".to_string(),
+                vec!["sk-proj-real".to_string()]
+            ))
+        );
+        // An OAuth login (ChatGPT) is not brokered yet: none.
+        assert_eq!(
+            codex_auth_placeheld(
+                r#"{"OPENAI_API_KEY": "sk-x", "tokens": {"access_token": "a"}}"#,
+                |k| k.into()
+            ),
+            None
+        );
+        assert_eq!(
+            codex_auth_placeheld(r#"{"OPENAI_API_KEY": null}"#, |k| k.into()),
+            None
+        );
+        // The placeholder keeps the key's kind.
+        let p = placeholder("sk-ant-api03-abcdefghij0123456789", b"k", "demo", "claude");
+        assert_eq!((p.len(), &p[..13]), (33, "sk-ant-api03-"));
+        assert_eq!(
+            &placeholder("sk-proj-abcdefghij", b"k", "demo", "codex")[..8],
+            "sk-proj-"
+        );
+    }
+
+    #[test]
+    fn an_api_key_goes_in_as_its_own_header_or_the_bearer_credential_on_its_api_only() {
+        let held = ["gh", "claude", "codex"];
+        let rules = rules_for(&["claude", "codex"], true, &held);
+        let secrets = vec![
+            Secret {
+                login: "claude".into(),
+                placeholder: "sk-ant-api03-shown".into(),
+                real: "sk-ant-api03-real".into(),
+            },
+            Secret {
+                login: "codex".into(),
+                placeholder: "sk-proj-shown".into(),
+                real: "sk-proj-real".into(),
+            },
+        ];
+        let on = |name: &str, v: &str, host| {
+            header_for(name, v.as_bytes(), host, &rules, &secrets)
+                .map(|o| o.map(|b| String::from_utf8(b).unwrap()))
+        };
+        assert_eq!(
+            on("x-api-key", "sk-ant-api03-shown", "api.anthropic.com"),
+            Ok(Some("sk-ant-api03-real".into()))
+        );
+        assert_eq!(
+            on(
+                "Authorization",
+                "Bearer sk-ant-api03-shown",
+                "api.anthropic.com"
+            ),
+            Ok(Some("Bearer sk-ant-api03-real".into()))
+        );
+        assert_eq!(
+            on("Authorization", "Bearer sk-proj-shown", "api.openai.com"),
+            Ok(Some("Bearer sk-proj-real".into()))
+        );
+        assert_eq!(
+            on("x-api-key", "sk-ant-api03-shown", "api.openai.com"),
+            Err("a placeholder of the claude login went to api.openai.com; its token is for api.anthropic.com only".into())
+        );
+        assert_eq!(
+            on("Authorization", "Bearer sk-proj-shown", "api.anthropic.com"),
+            Err("a placeholder of the codex login went to api.anthropic.com; its token is for api.openai.com only".into())
+        );
+        // Codex's key has no header of its own; Claude's key in another header is refused.
+        assert!(on("x-api-key", "sk-proj-shown", "api.openai.com").is_err());
+        assert!(on("x-other", "sk-ant-api03-shown", "api.anthropic.com").is_err());
+        // A box not given the claude login: its settings' placeholder goes nowhere.
+        let codex_only = rules_for(&["codex"], true, &held);
+        assert_eq!(
+            header_for("x-api-key", b"sk-ant-api03-shown", "api.anthropic.com", &codex_only, &secrets),
+            Err("a placeholder of the claude login went to api.anthropic.com; this box may not use that login".into())
+        );
     }
 }

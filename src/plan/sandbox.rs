@@ -65,6 +65,9 @@ pub(crate) struct BoxSpec {
     pub node_ca: PathBuf,
     /// `gpu=true`: the node's GPU device nodes, as found when the box starts.
     pub gpu: Option<Gpu>,
+    /// The brokered logins whose files on the node hold a token the broker stands in for
+    /// (`plan::broker::RULES`).
+    pub broker_held: Vec<&'static str>,
 }
 
 /// The node's GPU device nodes (`/dev/nvidia*`, `/dev/dri`, `/dev/kfd`) and the groups that
@@ -257,6 +260,7 @@ impl BoxSpec {
             main: MainWindow::Shell,
             node_ca: "/var/lib/ag-box/ca".into(),
             gpu: None,
+            broker_held: vec!["gh"],
         }
     }
 
@@ -340,7 +344,11 @@ impl BoxSpec {
     }
     /// The logins this box's proxy stands in for (`plan::broker`).
     pub(crate) fn broker_rules(&self) -> Vec<broker::Rule> {
-        broker::rules_for(&self.agent_home.logins, self.egress.mode.isolated())
+        broker::rules_for(
+            &self.agent_home.logins,
+            self.egress.mode.isolated(),
+            &self.broker_held,
+        )
     }
     /// What the box sees of the broker (read-only): login copies and the CA bundle.
     pub(crate) fn broker_dir(&self) -> PathBuf {
@@ -349,6 +357,24 @@ impl BoxSpec {
     /// The copy of `login`'s files the box sees.
     pub(crate) fn broker_copy(&self, login: &str) -> PathBuf {
         self.broker_dir().join(login)
+    }
+    /// The node's brokered files the box sees as copies (`broker::copies_seen`): where each
+    /// is, and its copy.
+    fn broker_copies(&self) -> Vec<(PathBuf, PathBuf)> {
+        broker::copies_seen(
+            &self.agent_home.logins,
+            self.egress.mode.isolated(),
+            &self.broker_held,
+            super::agent_home::is_login_file,
+        )
+        .into_iter()
+        .map(|r| {
+            (
+                self.agent_home.home.join(r.copied),
+                self.broker_copy(r.login),
+            )
+        })
+        .collect()
     }
     pub(crate) fn ca_bundle(&self) -> PathBuf {
         self.broker_dir().join("ca-bundle.pem")
@@ -423,13 +449,7 @@ impl BoxSpec {
                 });
             }
         }
-        let copied: Vec<(PathBuf, PathBuf)> = brokered
-            .iter()
-            .filter_map(|r| {
-                let rel = broker::copied(&r.login)?;
-                Some((self.agent_home.home.join(rel), self.broker_copy(&r.login)))
-            })
-            .collect();
+        let copied = self.broker_copies();
         // Over the node's dirs, which the start makes when the node has none.
         m.extend(MANAGED.iter().map(|managed| Mount::RoBind {
             src: self.managed_dir(managed),
@@ -940,6 +960,68 @@ mod tests {
                 .any(|w| w[0] == "--dev-bind-try"
                     || w[0].contains("bind") && w[1].starts_with("/sys")),
             "{plain:?}"
+        );
+    }
+
+    #[test]
+    fn api_keys_are_seen_as_copies_and_claudes_settings_by_every_guarded_box() {
+        let present = [
+            "/root/.claude/settings.json",
+            "/root/.codex/auth.json",
+            SYSTEM_CA_BUNDLE,
+        ];
+        let exists = |p: &Path| present.iter().any(|x| Path::new(x) == p);
+        let keyed = |m: &Mount| {
+            m.dest() == Path::new("/root/.claude/settings.json")
+                || m.dest() == Path::new("/root/.codex/auth.json")
+        };
+        let with = |logins: Vec<&'static str>, held: Vec<&'static str>, mode| {
+            let mut spec = BoxSpec {
+                broker_held: held,
+                egress: BoxPolicy {
+                    mode,
+                    allow: vec![],
+                },
+                ..spec()
+            };
+            spec.agent_home.logins = logins;
+            spec.mounts(exists)
+                .into_iter()
+                .filter(keyed)
+                .collect::<Vec<_>>()
+        };
+        let copy = |login: &str, dest: &str| Mount::RoBind {
+            src: format!("/run/box/demo/broker/{login}").into(),
+            dest: dest.into(),
+        };
+        let held = vec!["claude", "codex"];
+        assert_eq!(
+            with(vec!["codex"], held.clone(), egress::Mode::Allow),
+            vec![
+                copy("codex", "/root/.codex/auth.json"),
+                copy("claude", "/root/.claude/settings.json"),
+            ]
+        );
+        // Not given codex: no auth.json at all; Claude's settings still as a copy.
+        assert_eq!(
+            with(vec!["gh"], held.clone(), egress::Mode::None),
+            vec![copy("claude", "/root/.claude/settings.json")]
+        );
+        // Codex's OAuth login (no key held): the node's file, shared as before.
+        assert_eq!(
+            with(vec!["codex"], vec!["claude"], egress::Mode::Allow),
+            vec![
+                Mount::BindTry("/root/.codex/auth.json".into()),
+                copy("claude", "/root/.claude/settings.json"),
+            ]
+        );
+        // On the host's network: the node's files.
+        assert_eq!(
+            with(vec!["codex"], held, egress::Mode::Host),
+            vec![
+                Mount::BindTry("/root/.codex/auth.json".into()),
+                Mount::RoBindTry("/root/.claude/settings.json".into()),
+            ]
         );
     }
 

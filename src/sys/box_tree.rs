@@ -385,6 +385,16 @@ impl Tree {
     /// looks at the root). A file with other names elsewhere (a hard link into a tree that is
     /// not the box's, as `git clone --local` makes) is left as it is, and counted.
     pub(crate) fn give_all(&self, ids: Ids) -> Result<()> {
+        self.give(ids, false)
+    }
+
+    /// [`Tree::give_all`] of a tree ag-box has just copied (a fork's): every name of a file
+    /// with several is inside it, so those are handed over too (cargo's `target` holds many).
+    pub(crate) fn give_all_copied(&self, ids: Ids) -> Result<()> {
+        self.give(ids, true)
+    }
+
+    fn give(&self, ids: Ids, linked_inside: bool) -> Result<()> {
         let root = Found::at(&self.fd, OsStr::new(""), AtFlags::EMPTY_PATH)
             .with_context(|| format!("reading {}", show(&self.path)))?;
         let (uid, gid) = owner(ids);
@@ -417,7 +427,11 @@ impl Tree {
                 continue;
             }
             let kind = st.kind;
-            if kind == Kind::File && st.nlink > 1 && st.owner != (ids.uid, ids.gid) {
+            if !linked_inside
+                && kind == Kind::File
+                && st.nlink > 1
+                && st.owner != (ids.uid, ids.gid)
+            {
                 linked += 1;
                 continue;
             }

@@ -21,7 +21,13 @@ const MAX_FILE: u64 = 1 << 20;
 /// Write what the box's start needs for the logins the broker stands in for (none: nothing).
 pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     let rules = spec.broker_rules();
-    if rules.is_empty() {
+    let copies = broker::copies_seen(
+        &spec.agent_home.logins,
+        spec.egress.mode.isolated(),
+        &spec.broker_held,
+        crate::plan::agent_home::is_login_file,
+    );
+    if copies.is_empty() {
         return Ok(());
     }
     let ca_hosts = broker::ruled_hosts();
@@ -32,10 +38,21 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
         .create(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
     let mut secrets = Vec::new();
-    for rule in &rules {
-        // One reader per login: gh's is the only one yet.
-        if rule.login == "gh" {
-            secrets.extend(copy_gh(spec, ca.secret())?);
+    for row in copies {
+        let found = match row.login {
+            "gh" => copy_gh(spec, ca.secret())?,
+            login => copy_file(spec, row, ca.secret())?
+                .into_iter()
+                .map(|(placeholder, real)| Secret {
+                    login: login.into(),
+                    placeholder,
+                    real,
+                })
+                .collect(),
+        };
+        // A login the box is not given: its copy holds placeholders that go nowhere.
+        if rules.iter().any(|r| r.login == row.login) {
+            secrets.extend(found);
         }
     }
     // Only logins with a token to stand in for: no other host is terminated.
@@ -62,6 +79,50 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
         port: broker::TLS_PORT,
     };
     atomic::write(&spec.broker_file(), &serde_json::to_vec(&file)?, 0o600)
+}
+
+/// The node's file of a key login (Claude Code's settings, Codex's `auth.json`), read with no
+/// link followed, with its keys and what the box sees instead (keys replaced); None when it
+/// holds no key the broker stands in for.
+fn placeheld(
+    home: &Path,
+    row: &broker::LoginRule,
+    placeholder: impl FnMut(&str) -> String,
+) -> Result<Option<(String, Vec<String>)>> {
+    let Some(text) = read_plain(&home.join(row.copied))? else {
+        return Ok(None);
+    };
+    Ok(match row.login {
+        "claude" => broker::claude_settings_placeheld(&text, placeholder),
+        "codex" => broker::codex_auth_placeheld(&text, placeholder),
+        _ => None,
+    })
+}
+
+/// The brokered logins whose files on the node (HOME `home`) hold a token the broker stands in
+/// for: gh's config dir, a key in Claude Code's settings or in Codex's `auth.json`.
+pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
+    broker::RULES
+        .iter()
+        .filter(|row| match row.login {
+            "gh" => home.join(row.copied).is_dir(),
+            _ => placeheld(home, row, str::to_string).is_ok_and(|p| p.is_some()),
+        })
+        .map(|row| row.login)
+        .collect()
+}
+
+/// The copy the box sees of a key login's file, written into the broker dir; its
+/// (placeholder, key) pairs.
+fn copy_file(spec: &BoxSpec, row: &broker::LoginRule, key: &[u8]) -> Result<Vec<(String, String)>> {
+    let shown = |real: &str| broker::placeholder(real, key, &spec.name, row.login);
+    let Some((text, reals)) = placeheld(&spec.agent_home.home, row, shown)? else {
+        // Changed since the box's plan was made: it binds an empty copy, never the node's.
+        atomic::write(&spec.broker_copy(row.login), b"{}", 0o644)?;
+        return Ok(vec![]);
+    };
+    atomic::write(&spec.broker_copy(row.login), text.as_bytes(), 0o644)?;
+    Ok(reals.into_iter().map(|real| (shown(&real), real)).collect())
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file
@@ -120,11 +181,23 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
 
 /// The accounts and distinct tokens of `login` in the node's files.
 pub(crate) fn held(home: &Path, login: &str) -> (Vec<String>, usize) {
-    let Some(rel) = broker::copied(login) else {
+    let Some(row) = broker::RULES.iter().find(|r| r.login == login) else {
         return (vec![], 0);
     };
-    // gh's is the only login the broker holds yet.
-    let hosts = home.join(rel).join("hosts.yml");
+    if login != "gh" {
+        // An API key names no account.
+        let keys =
+            placeheld(home, row, str::to_string)
+                .ok()
+                .flatten()
+                .map_or(0, |(_, mut keys)| {
+                    keys.sort();
+                    keys.dedup();
+                    keys.len()
+                });
+        return (vec![], keys);
+    }
+    let hosts = home.join(row.copied).join("hosts.yml");
     let Ok(text) = std::fs::read_to_string(&hosts) else {
         return (vec![], 0);
     };

@@ -21,6 +21,10 @@ pub(crate) struct Record {
     pub host: String,
     pub port: u16,
     pub method: String,
+    /// The request's path, without its query (a request the proxy saw: plain HTTP, or one the
+    /// broker terminated); null for a tunnel.
+    #[serde(default)]
+    pub path: Option<String>,
     pub allowed: bool,
     /// The entry that admitted it.
     #[serde(default)]
@@ -151,6 +155,7 @@ mod tests {
             host: "example.com".into(),
             port,
             method: "CONNECT".into(),
+            path: None,
             allowed,
             rule: allowed.then(|| "example.com".to_string()),
             reason: (!allowed).then(|| "example.com:22 is not listed".to_string()),

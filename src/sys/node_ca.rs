@@ -4,7 +4,7 @@
 //! host even to a client that trusts it; made anew when those hosts change.
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -132,13 +132,24 @@ fn load(dir: &Path, hosts: &[String]) -> Result<Option<NodeCa>> {
         return Ok(None);
     }
     let key_file = dir.join(KEY);
-    let mode = fs::metadata(&key_file).map(|m| m.permissions().mode() & 0o077);
-    if mode.is_ok_and(|m| m != 0) {
-        anyhow::bail!(
-            "{} is readable by others than root: remove {} (ag-box makes a new CA)",
-            key_file.display(),
-            dir.display()
-        );
+    // Whoever owns the key, or may read it, can vouch for the ruled hosts to every box.
+    if let Ok(m) = fs::symlink_metadata(&key_file) {
+        let why = if !m.file_type().is_file() {
+            Some("not a regular file".to_string())
+        } else if m.uid() != 0 {
+            Some(format!("owned by uid {}, not root", m.uid()))
+        } else if m.permissions().mode() & 0o077 != 0 {
+            Some("readable by others than root".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            anyhow::bail!(
+                "{} is {why}: remove {} (ag-box makes a new CA)",
+                key_file.display(),
+                dir.display()
+            );
+        }
     }
     match (
         fs::read_to_string(dir.join(CERT)),
@@ -197,7 +208,21 @@ mod tests {
         fs::set_permissions(ca_dir.join(KEY), fs::Permissions::from_mode(0o644)).unwrap();
         let err = ensure(&ca_dir, &["example.com".to_string()]).err().unwrap();
         assert!(
-            format!("{err:#}").contains("readable by others than root"),
+            format!("{err:#}").contains("is readable by others than root: remove"),
+            "{err:#}"
+        );
+        fs::set_permissions(ca_dir.join(KEY), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(ca_dir.join(KEY), Some(1), None).unwrap();
+        let err = ensure(&ca_dir, &["example.com".to_string()]).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("is owned by uid 1, not root: remove"),
+            "{err:#}"
+        );
+        fs::remove_file(ca_dir.join(KEY)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", ca_dir.join(KEY)).unwrap();
+        let err = ensure(&ca_dir, &["example.com".to_string()]).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("is not a regular file: remove"),
             "{err:#}"
         );
     }

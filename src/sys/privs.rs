@@ -126,6 +126,11 @@ pub(crate) fn give_tree(root: &Path, ids: Ids) -> Result<()> {
     Tree::open(root)?.give_all(ids)
 }
 
+/// [`give_tree`] of a tree ag-box has just copied, hard links and all (`Tree::give_all_copied`).
+pub(crate) fn give_copied_tree(root: &Path, ids: Ids) -> Result<()> {
+    Tree::open(root)?.give_all_copied(ids)
+}
+
 fn drop_privileges(ids: Ids, groups: &[u32]) -> Result<()> {
     let uid = Uid::from_raw(ids.uid);
     let gid = Gid::from_raw(ids.gid);

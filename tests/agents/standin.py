@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """standin.py -- a tiny, deterministic stand-in model server for agent CLIs (stdlib only).
 
-Usage: python3 standin.py --port N [--host 127.0.0.1] [--log FILE]
+Usage: python3 standin.py --port N [--host 127.0.0.1] [--log FILE] [--tls-cert PEM --tls-key PEM]
 
 Speaks just enough of two wire protocols for the real CLIs to run a prompt end to end:
   * Anthropic Messages API (Claude Code):  POST /v1/messages (SSE when "stream": true, JSON
@@ -17,7 +17,8 @@ where a "user turn" is a user message carrying real user text: tool results and 
 CLIs inject themselves (<system-reminder>, <environment_context>, AGENTS.md instructions, ...)
 do not count.  A resumed conversation therefore answers turns=2.
 
-Every request is logged as one JSON line (time, method, path, summary; a model request also the
+Every request is logged as one JSON line (time, method, path, Host, the credential it carried
+(x-api-key or Authorization), summary; a model request also the
 usage its reply reports, and its request or response id) to --log (default stderr).
 """
 import argparse
@@ -183,8 +184,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def base_entry(self):
-        return {"method": self.command, "path": self.path,
-                "ua": (self.headers.get("User-Agent") or "")[:80]}
+        # The credential as it arrived (the test's keys are fakes): what a broker put in.
+        auth = self.headers.get("x-api-key") or self.headers.get("Authorization")
+        return {"method": self.command, "path": self.path, "host": self.headers.get("Host"),
+                "auth": auth, "ua": (self.headers.get("User-Agent") or "")[:80]}
 
     def parse_json(self, raw):
         try:
@@ -454,6 +457,8 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--log", default=None, help="JSON-lines request log (default: stderr)")
     ap.add_argument("--dump", default=None, metavar="DIR", help="also save each request body in DIR")
+    ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate...")
+    ap.add_argument("--tls-key", default=None, help="...and this PEM key")
     a = ap.parse_args()
     if a.dump:
         os.makedirs(a.dump, exist_ok=True)
@@ -463,6 +468,11 @@ def main():
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.allow_reuse_address = True
     srv = ThreadingHTTPServer((a.host, a.port), Handler)
+    if a.tls_cert:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     log({"event": "listening", "host": a.host, "port": srv.server_address[1]})
     try:
         srv.serve_forever()

@@ -24,7 +24,6 @@ use super::{
     dial, strip_hop_by_hop,
 };
 use crate::plan::broker::{self, BrokerFile};
-use crate::plan::egress;
 
 /// What the box's start left for its proxy, ready to serve.
 pub(super) struct Broker {
@@ -175,6 +174,7 @@ async fn brokered(
         host: base.host.clone(),
         port: base.port,
         method: req.method().to_string(),
+        path: Some(req.uri().path().to_string()),
     };
     let host = attempt.host.as_str();
     let file = &conn.broker.file;
@@ -209,7 +209,8 @@ async fn brokered(
     // Origin form, whatever form the box used.
     *req.uri_mut() = target.parse().unwrap_or_default();
     strip_hop_by_hop(req.headers_mut());
-    if let Ok(v) = HeaderValue::from_str(&egress::host_header(host, attempt.port)) {
+    // A ruled host is a name, terminated on HTTPS's own port: named as a browser would.
+    if let Ok(v) = HeaderValue::from_str(host) {
         req.headers_mut().insert(header::HOST, v);
     }
     if put_in && !broker::method_takes_token(req.method().as_str()) {

@@ -228,6 +228,8 @@ struct Attempt {
     host: String,
     port: u16,
     method: String,
+    /// The request's path without its query, where the proxy sees requests.
+    path: Option<String>,
 }
 
 impl Attempt {
@@ -243,6 +245,7 @@ impl Attempt {
             host: self.host.clone(),
             port: self.port,
             method: self.method.clone(),
+            path: self.path.clone(),
             allowed: decision.is_ok(),
             rule,
             reason,
@@ -342,6 +345,7 @@ async fn handle(
             .to_string(),
         port,
         method: req.method().to_string(),
+        path: (req.method() != Method::CONNECT).then(|| uri.path().to_string()),
     };
     if req.method() != Method::CONNECT
         && let Some(h) = req.headers().get(header::HOST)
@@ -751,6 +755,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port,
                 method: "GET".into(),
+                path: Some("/x".into()),
                 allowed: true,
                 rule: Some(format!("127.0.0.1:{port}")),
                 reason: None,
@@ -1064,10 +1069,15 @@ mod tests {
         let log = proxy.log(1);
         let brokered = log.iter().find(|r| r.method == "GET").unwrap();
         assert_eq!(
-            (brokered.allowed, brokered.rule.as_deref()),
+            (
+                brokered.allowed,
+                brokered.rule.as_deref(),
+                brokered.path.as_deref()
+            ),
             (
                 true,
-                Some(format!("localhost:{port} (token put in by the broker)").as_str())
+                Some(format!("localhost:{port} (token put in by the broker)").as_str()),
+                Some("/user")
             )
         );
     }
