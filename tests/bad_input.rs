@@ -372,9 +372,24 @@ fn bad_forks_are_refused_and_make_nothing() {
             .stdout(),
         "none\n"
     );
+    // A snapshot named by --from: the fork holds the project as that snapshot saved it.
+    let first = run(&n, "ag-box history forkee --json").ok().stdout();
+    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let first = first["entries"][0]["id"].as_str().unwrap().to_string();
+    run(&n, "echo v2 > /root/forkee/a.txt && ag-box snapshot forkee").ok();
+    let forked = run(
+        &n,
+        &format!("ag-box fork forkee fresh --from {} --json", &first[..8]),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&forked.ok().stdout()).unwrap();
+    assert_eq!(
+        (&doc["snapshot"], &doc["forks"][0]["box"]),
+        (&serde_json::json!(first), &serde_json::json!("fresh"))
+    );
+    assert_eq!(run(&n, "cat /root/fresh/a.txt").ok().stdout(), "v1\n");
     run(
         &n,
-        "ag-box park forkee && ag-box drop forkee --yes; rm -rf /root/taken",
+        "ag-box park fresh && ag-box drop fresh --yes; ag-box park forkee && ag-box drop forkee --yes; rm -rf /root/taken /root/fresh",
     )
     .ok();
 }

@@ -295,20 +295,21 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
         serde_json::from_str(&c.a.sh("ag-box creds --json").ok().stdout()).unwrap();
     let gh = &creds["logins"][0];
     assert_eq!(
-        (
-            &gh["login"],
-            &gh["accounts"],
-            &gh["tokens"],
-            &gh["hosts"],
-            &gh["unbrokered_for"]
-        ),
+        (&gh["login"], &gh["accounts"], &gh["tokens"], &gh["hosts"],),
         (
             &serde_json::json!("gh"),
             &serde_json::json!(["octo@github.com"]),
             &serde_json::json!(1),
             &serde_json::json!(["github.com", "api.github.com"]),
-            &serde_json::json!([])
         ),
+        "{creds}"
+    );
+    // (Boxes of other tests on the host's network may be listed as unbrokered; never this one.)
+    assert!(
+        !gh["unbrokered_for"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(name)),
         "{creds}"
     );
     assert!(
@@ -347,6 +348,8 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
 /// `auth.json`, as `codex login --with-api-key` writes it).
 const ANTHROPIC_KEY: &str = "sk-ant-api03-RigRealAnthropicKeyRigRealAnthropicKey00";
 const OPENAI_KEY: &str = "sk-proj-RigRealOpenaiKeyRigRealOpenaiKeyRigRealOpenai00";
+/// Another service's key the operator keeps in Claude Code's settings: no box reads it either.
+const OTHER_KEY: &str = "sk-proj-RigOtherServiceKeyRigOtherServiceKey000000000";
 const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
 /// The box of the API-key test.
 const KEYED: &str = "broker-keys";
@@ -400,6 +403,7 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
+        "OTHER_SERVICE_KEY": OTHER_KEY,
     }});
     let claude_json = serde_json::json!({
         "hasCompletedOnboarding": true,
@@ -496,15 +500,21 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
             "{shown}"
         );
     }
+    let other_shown = settings["env"]["OTHER_SERVICE_KEY"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(other_shown.starts_with("sk-proj-") && other_shown != OTHER_KEY);
     let (a_head, a_tail) = ANTHROPIC_KEY.split_at(16);
     let (o_head, o_tail) = OPENAI_KEY.split_at(12);
+    let (x_head, x_tail) = OTHER_KEY.split_at(12);
     let search = inside(
         &c.a,
         name,
         &format!(
-            "a=\"{a_head}\"\"{a_tail}\"; o=\"{o_head}\"\"{o_tail}\"
-             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n\" \"$a\" \"$o\") / | head -5
-             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n\" \"$a\" \"$o\") || true"
+            "a=\"{a_head}\"\"{a_tail}\"; o=\"{o_head}\"\"{o_tail}\"; x=\"{x_head}\"\"{x_tail}\"
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\") / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\") || true"
         ),
     );
     assert_eq!(
@@ -555,21 +565,29 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
         "{responses:?}"
     );
 
-    // A key's placeholder anywhere else is refused: to the other API, or to a listed host
+    // A key's placeholder anywhere else is refused: to the other API, to its own API but
+    // for what is no model request (one that could mint another key), or to a listed host
     // without a rule (plain HTTP).
     let refused = inside(
         &c.a,
         name,
         &format!(
             "curl -sS -m 10 https://api.openai.com/v1/models -H 'x-api-key: {claude_shown}'; echo
+             curl -sS -m 10 -X POST https://api.anthropic.com/api/oauth/claude_cli/create_api_key -H 'x-api-key: {claude_shown}'; echo
              curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {codex_shown}'"
         ),
     );
     let seen = refused.stdout();
     assert!(
         seen.contains("a placeholder of the claude login went to api.openai.com; its token is for api.anthropic.com only")
+            && seen.contains("the broker puts the claude key only into model requests (/v1/messages, /v1/models), not into one to /api/oauth/claude_cli/create_api_key")
             && seen.contains("a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"),
         "{seen}"
+    );
+    let log = c.c.sh("cat /root/models.log").ok().stdout();
+    assert!(
+        !log.contains("/api/oauth/claude_cli/create_api_key"),
+        "the refused request reached the stand-in: {log}"
     );
     // `creds` names both keys and the box given them.
     let creds: serde_json::Value =

@@ -23,6 +23,9 @@ pub(crate) struct LoginRule {
     /// A header besides `Authorization` whose whole value is the login's key (Anthropic's
     /// `x-api-key`).
     pub key_header: Option<&'static str>,
+    /// The paths (prefixes) a request that gets the token may have; empty: any. A model API's
+    /// key goes into model requests only, never into one that could mint another key.
+    pub paths: &'static [&'static str],
 }
 
 /// The brokered logins: data, one row per login. Claude Code's and Codex's are their API keys
@@ -34,18 +37,27 @@ pub(crate) const RULES: &[LoginRule] = &[
         copied: ".config/gh",
         hosts: &["github.com", "api.github.com"],
         key_header: None,
+        paths: &[],
     },
     LoginRule {
         login: "claude",
         copied: ".claude/settings.json",
         hosts: &["api.anthropic.com"],
         key_header: Some("x-api-key"),
+        paths: &["/v1/messages", "/v1/models"],
     },
     LoginRule {
         login: "codex",
         copied: ".codex/auth.json",
         hosts: &["api.openai.com"],
         key_header: None,
+        paths: &[
+            "/v1/responses",
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/models",
+            "/v1/embeddings",
+        ],
     },
 ];
 
@@ -164,6 +176,7 @@ const TOKEN_PREFIXES: &[&str] = &[
     "ghr_",
     "sk-ant-api03-",
     "sk-ant-oat01-",
+    "sk-ant-admin01-",
     "sk-ant-",
     "sk-proj-",
     "sk-svcacct-",
@@ -285,6 +298,25 @@ fn key_header(login: &str) -> Option<&'static str> {
         .and_then(|r| r.key_header)
 }
 
+/// Why a request to `path` may not get the tokens of `logins` it carries placeholders of (a
+/// login whose rule names paths, and this is none of them); None: it may.
+pub(crate) fn path_refusal(logins: &[String], path: &str) -> Option<String> {
+    logins.iter().find_map(|login| {
+        let rule = RULES.iter().find(|r| r.login == login.as_str())?;
+        let allowed = rule.paths.is_empty()
+            || rule
+                .paths
+                .iter()
+                .any(|p| path == *p || path.starts_with(&format!("{p}/")) || path.starts_with(&format!("{p}?")));
+        (!allowed).then(|| {
+            format!(
+                "the broker puts the {login} key only into model requests ({}), not into one to {path}",
+                rule.paths.join(", ")
+            )
+        })
+    })
+}
+
 /// The login of a placeholder in `value` (as it is, or in a `Basic` credential), if any.
 pub(crate) fn placeholder_in<'s>(value: &[u8], secrets: &'s [Secret]) -> Option<&'s str> {
     let text = String::from_utf8_lossy(value);
@@ -311,11 +343,56 @@ pub(crate) fn holds_a_token(text: &str, placeholders: &[String]) -> bool {
         text.match_indices(prefix).any(|(at, _)| {
             let token: String = text[at..]
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take_while(|c| is_token_char(*c))
                 .collect();
             token.len() >= prefix.len() + 20 && !placeholders.contains(&token)
         })
     })
+}
+
+/// What a token is made of (gh's, and the model APIs' keys with their dashes).
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// `text` with every token of a known kind in it (20 characters or more past its prefix) but
+/// those of `keep` replaced by `placeholder(token)`, and the tokens replaced: whatever else a
+/// copied file holds of a key (another variable, a helper's command line) reaches no box.
+pub(crate) fn placehold_tokens(
+    text: &str,
+    keep: &[String],
+    mut placeholder: impl FnMut(&str) -> String,
+) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(text.len());
+    let mut found = Vec::new();
+    let mut rest = text;
+    'scan: while !rest.is_empty() {
+        for (at, _) in rest.char_indices() {
+            let here = &rest[at..];
+            // A key glued to what comes before it by a dash or an underscore is still one.
+            let starts_token =
+                at == 0 || !rest[..at].ends_with(|c: char| c.is_ascii_alphanumeric());
+            if !starts_token {
+                continue;
+            }
+            let Some(prefix) = TOKEN_PREFIXES.iter().find(|p| here.starts_with(*p)) else {
+                continue;
+            };
+            let len = here.find(|c: char| !is_token_char(c)).unwrap_or(here.len());
+            let token = &here[..len];
+            if len < prefix.len() + 20 || keep.iter().any(|k| k == token) {
+                continue;
+            }
+            out.push_str(&rest[..at]);
+            out.push_str(&placeholder(token));
+            found.push(token.to_string());
+            rest = &here[len..];
+            continue 'scan;
+        }
+        out.push_str(rest);
+        break;
+    }
+    (out, found)
 }
 
 /// The refusal of a request whose target (path and query) holds a placeholder: no token goes
@@ -384,7 +461,11 @@ pub(crate) fn claude_settings_placeheld(
     let env = v.as_object_mut()?.get_mut("env")?.as_object_mut()?;
     // A key for another endpoint (a gateway of the operator's) is none of the broker's.
     if let Some(base) = env.get("ANTHROPIC_BASE_URL").and_then(|b| b.as_str())
-        && url_host(base) != Some("api.anthropic.com")
+        && !base.trim().is_empty()
+        && !url_host(base.trim()).is_some_and(|h| {
+            h.trim_end_matches('.')
+                .eq_ignore_ascii_case("api.anthropic.com")
+        })
     {
         return None;
     }
@@ -857,5 +938,56 @@ mod tests {
             header_for("x-api-key", b"sk-ant-api03-shown", "api.anthropic.com", &codex_only, &secrets),
             Err("a placeholder of the claude login went to api.anthropic.com; this box may not use that login".into())
         );
+    }
+
+    #[test]
+    fn every_token_of_a_keys_shape_in_a_copy_becomes_a_placeholder() {
+        let key = "sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        let other = "sk-proj-BBBBBBBBBBBBBBBBBBBBBBBB-bb_b";
+        let text = format!(
+            "{{\"apiKeyHelper\": \"echo {key}\", \"env\": {{\"X\": \"{other}\", \"SHORT\": \"sk-abc\", \"W\": \"ask-{other}\"}}}}"
+        );
+        let (copy, found) = placehold_tokens(&text, &[], |t| format!("<{}>", t.len()));
+        assert_eq!(
+            copy,
+            "{\"apiKeyHelper\": \"echo <41>\", \"env\": {\"X\": \"<37>\", \"SHORT\": \"sk-abc\", \"W\": \"ask-<37>\"}}"
+        );
+        assert_eq!(found, [key, other, other]);
+        // Inside a word, no key starts: a setting's own text is left alone.
+        let word = "task-runner-configuration-value";
+        assert_eq!(placehold_tokens(word, &[], |_| "x".into()).0, word);
+        // A placeholder already made stays as it is.
+        let (again, found) =
+            placehold_tokens(&format!("k={key}"), &[key.to_string()], |_| "x".into());
+        assert_eq!(
+            (again.as_str(), found.len()),
+            (format!("k={key}").as_str(), 0)
+        );
+        assert!(holds_a_token(&format!("x {other}"), &[]));
+    }
+
+    #[test]
+    fn a_model_apis_key_goes_into_model_requests_only() {
+        let claude = vec!["claude".to_string()];
+        let codex = vec!["codex".to_string()];
+        for ok in [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/models",
+            "/v1/models/x",
+        ] {
+            assert_eq!(path_refusal(&claude, ok), None, "{ok}");
+        }
+        assert_eq!(
+            path_refusal(&claude, "/api/oauth/claude_cli/create_api_key"),
+            Some("the broker puts the claude key only into model requests (/v1/messages, /v1/models), not into one to /api/oauth/claude_cli/create_api_key".into())
+        );
+        assert!(path_refusal(&claude, "/v1/messagesX").is_some());
+        assert!(path_refusal(&claude, "/v1/organizations/invites").is_some());
+        assert_eq!(path_refusal(&codex, "/v1/responses"), None);
+        assert!(path_refusal(&codex, "/v1/organization/admin_api_keys").is_some());
+        // gh's token may go to any path of its hosts.
+        assert_eq!(path_refusal(&["gh".to_string()], "/repos/a/b/keys"), None);
+        assert_eq!(path_refusal(&[], "/anything"), None);
     }
 }

@@ -41,14 +41,19 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     for row in copies {
         let found = match row.login {
             "gh" => copy_gh(spec, ca.secret())?,
-            login => copy_file(spec, row, ca.secret())?
-                .into_iter()
-                .map(|(placeholder, real)| Secret {
-                    login: login.into(),
-                    placeholder,
-                    real,
-                })
-                .collect(),
+            login => copy_file(
+                spec,
+                row,
+                ca.secret(),
+                spec.agent_home.logins.contains(&login),
+            )?
+            .into_iter()
+            .map(|(placeholder, real)| Secret {
+                login: login.into(),
+                placeholder,
+                real,
+            })
+            .collect(),
         };
         // A login the box is not given: its copy holds placeholders that go nowhere.
         if rules.iter().any(|r| r.login == row.login) {
@@ -81,48 +86,115 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     atomic::write(&spec.broker_file(), &serde_json::to_vec(&file)?, 0o600)
 }
 
-/// The node's file of a key login (Claude Code's settings, Codex's `auth.json`), read with no
-/// link followed, with its keys and what the box sees instead (keys replaced); None when it
-/// holds no key the broker stands in for.
-fn placeheld(
-    home: &Path,
-    row: &broker::LoginRule,
-    placeholder: impl FnMut(&str) -> String,
-) -> Result<Option<(String, Vec<String>)>> {
-    let Some(text) = read_plain(&home.join(row.copied))? else {
-        return Ok(None);
+/// The node's file of a key login (Claude Code's settings, Codex's `auth.json`: the operator's
+/// own, so a link is followed), its text without a byte-order mark and its mode; None when
+/// the node has none. Err: it cannot be read as text of at most 1 MiB.
+fn node_file(home: &Path, row: &broker::LoginRule) -> Result<Option<(String, u32)>, String> {
+    let path = home.join(row.copied);
+    let file = match fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
     };
-    Ok(match row.login {
-        "claude" => broker::claude_settings_placeheld(&text, placeholder),
-        "codex" => broker::codex_auth_placeheld(&text, placeholder),
-        _ => None,
-    })
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Err(format!("{} is no file of at most 1 MiB", path.display()));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text).to_string();
+    Ok(Some((
+        text,
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()),
+    )))
 }
 
-/// The brokered logins whose files on the node (HOME `home`) hold a token the broker stands in
-/// for: gh's config dir, a key in Claude Code's settings or in Codex's `auth.json`.
+/// The keys of a key login's file the broker stands in for (Claude Code's `env` keys for
+/// api.anthropic.com, Codex's `OPENAI_API_KEY`); None where it stands in for none (no such key,
+/// a gateway of the operator's, a file it does not parse).
+fn brokered_keys(row: &broker::LoginRule, text: &str) -> Option<Vec<String>> {
+    placeheld(row, text, str::to_string).map(|(_, keys)| keys)
+}
+
+/// A key login's file with the keys the broker stands in for replaced by `placeholder(key)`.
+fn placeheld(
+    row: &broker::LoginRule,
+    text: &str,
+    placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<String>)> {
+    match row.login {
+        "claude" => broker::claude_settings_placeheld(text, placeholder),
+        "codex" => broker::codex_auth_placeheld(text, placeholder),
+        _ => None,
+    }
+}
+
+/// The brokered logins a guarded box sees as copies on this node (HOME `home`): gh's config
+/// dir; Claude Code's settings whenever the node has them (whatever they hold: a copy with
+/// every token of a key's shape a placeholder, so a file this cannot read never reaches a box
+/// as it is); Codex's `auth.json` where it holds an API key (an OAuth login is not brokered
+/// yet: a box given codex gets the node's file, shared as before).
 pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
     broker::RULES
         .iter()
         .filter(|row| match row.login {
             "gh" => home.join(row.copied).is_dir(),
-            _ => placeheld(home, row, str::to_string).is_ok_and(|p| p.is_some()),
+            // Only a box given codex sees its file: as before unless the broker holds its key.
+            "codex" => node_file(home, row)
+                .ok()
+                .flatten()
+                .is_some_and(|(text, _)| brokered_keys(row, &text).is_some()),
+            _ => !matches!(node_file(home, row), Ok(None)),
         })
         .map(|row| row.login)
         .collect()
 }
 
 /// The copy the box sees of a key login's file, written into the broker dir; its
-/// (placeholder, key) pairs.
-fn copy_file(spec: &BoxSpec, row: &broker::LoginRule, key: &[u8]) -> Result<Vec<(String, String)>> {
+/// (placeholder, key) pairs for the keys the broker stands in for. Every other token of a key's
+/// shape is a placeholder that goes nowhere, and a file that cannot be read is an empty
+/// object; a box given the login whose key is for a gateway of the operator's gets the file
+/// as it is (the broker has no rule for that host).
+fn copy_file(
+    spec: &BoxSpec,
+    row: &broker::LoginRule,
+    key: &[u8],
+    given: bool,
+) -> Result<Vec<(String, String)>> {
     let shown = |real: &str| broker::placeholder(real, key, &spec.name, row.login);
-    let Some((text, reals)) = placeheld(&spec.agent_home.home, row, shown)? else {
-        // Changed since the box's plan was made: it binds an empty copy, never the node's.
-        atomic::write(&spec.broker_copy(row.login), b"{}", 0o644)?;
+    let dest = spec.broker_copy(row.login);
+    let (text, mode) = match node_file(&spec.agent_home.home, row) {
+        Ok(Some(found)) => found,
+        Ok(None) => (String::from("{}"), 0o644),
+        Err(why) => {
+            tracing::warn!("box '{}': {why}; it sees an empty copy of it", spec.name);
+            (String::from("{}"), 0o644)
+        }
+    };
+    // A login's copy is its box's to read (only a box given the login sees it); the settings
+    // every box sees, only where the node's are readable by others.
+    let mode = if crate::plan::agent_home::is_login_file(row.copied) || mode & 0o004 != 0 {
+        0o644
+    } else {
+        0o600
+    };
+    let Some((structured, keys)) = placeheld(row, &text, shown) else {
+        if given && serde_json::from_str::<serde_json::Value>(&text).is_ok() {
+            atomic::write(&dest, text.as_bytes(), mode)?;
+        } else {
+            let (copy, _) = broker::placehold_tokens(&text, &[], shown);
+            atomic::write(&dest, copy.as_bytes(), mode)?;
+        }
         return Ok(vec![]);
     };
-    atomic::write(&spec.broker_copy(row.login), text.as_bytes(), 0o644)?;
-    Ok(reals.into_iter().map(|real| (shown(&real), real)).collect())
+    let placeholders: Vec<String> = keys.iter().map(|k| shown(k)).collect();
+    let (copy, _) = broker::placehold_tokens(&structured, &placeholders, shown);
+    atomic::write(&dest, copy.as_bytes(), mode)?;
+    Ok(keys.into_iter().map(|real| (shown(&real), real)).collect())
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file
@@ -186,15 +258,15 @@ pub(crate) fn held(home: &Path, login: &str) -> (Vec<String>, usize) {
     };
     if login != "gh" {
         // An API key names no account.
-        let keys =
-            placeheld(home, row, str::to_string)
-                .ok()
-                .flatten()
-                .map_or(0, |(_, mut keys)| {
-                    keys.sort();
-                    keys.dedup();
-                    keys.len()
-                });
+        let keys = node_file(home, row)
+            .ok()
+            .flatten()
+            .and_then(|(text, _)| brokered_keys(row, &text))
+            .map_or(0, |mut keys| {
+                keys.sort();
+                keys.dedup();
+                keys.len()
+            });
         return (vec![], keys);
     }
     let hosts = home.join(row.copied).join("hosts.yml");

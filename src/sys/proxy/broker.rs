@@ -178,26 +178,10 @@ async fn brokered(
     };
     let host = attempt.host.as_str();
     let file = &conn.broker.file;
-    let mut put_in = false;
-    for (name, value) in req.headers_mut().iter_mut() {
-        match broker::header_for(
-            name.as_str(),
-            value.as_bytes(),
-            host,
-            &file.rules,
-            &file.secrets,
-        ) {
-            Ok(None) => {}
-            Ok(Some(real)) => match HeaderValue::from_bytes(&real) {
-                Ok(v) => {
-                    *value = v;
-                    put_in = true;
-                }
-                Err(_) => return Ok(attempt.refuse("a token does not fit in a header")),
-            },
-            Err(reason) => return Ok(attempt.refuse(&reason)),
-        }
-    }
+    let put_in = match put_tokens_in(req.headers_mut(), host, file) {
+        Ok(logins) => logins,
+        Err(reason) => return Ok(attempt.refuse(&reason)),
+    };
     let target = req
         .uri()
         .path_and_query()
@@ -206,6 +190,10 @@ async fn brokered(
     if let Some(reason) = broker::refuses_target(&target, host, &file.secrets) {
         return Ok(attempt.refuse(&reason));
     }
+    if let Some(reason) = broker::path_refusal(&put_in, req.uri().path()) {
+        return Ok(attempt.refuse(&reason));
+    }
+    let put_in = !put_in.is_empty();
     // Origin form, whatever form the box used.
     *req.uri_mut() = target.parse().unwrap_or_default();
     strip_hop_by_hop(req.headers_mut());
@@ -268,6 +256,34 @@ async fn brokered(
             Ok(answer(StatusCode::BAD_GATEWAY, &format!("{e}")))
         }
     }
+}
+
+/// The request's headers with each placeholder put back as its token where it may go
+/// (`broker::header_for`); the logins whose tokens went in, or why the request is refused.
+fn put_tokens_in(
+    headers: &mut hyper::HeaderMap,
+    host: &str,
+    file: &broker::BrokerFile,
+) -> Result<Vec<String>, String> {
+    let mut put_in: Vec<String> = Vec::new();
+    for (name, value) in headers.iter_mut() {
+        let Some(real) = broker::header_for(
+            name.as_str(),
+            value.as_bytes(),
+            host,
+            &file.rules,
+            &file.secrets,
+        )?
+        else {
+            continue;
+        };
+        let v = HeaderValue::from_bytes(&real).map_err(|_| "a token does not fit in a header")?;
+        if let Some(login) = broker::placeholder_in(value.as_bytes(), &file.secrets) {
+            put_in.push(login.to_string());
+        }
+        *value = v;
+    }
+    Ok(put_in)
 }
 
 /// A TLS connection to the real host, its certificate checked against the system's CAs.
