@@ -43,6 +43,25 @@ impl Drop for Stage<'_> {
     }
 }
 
+/// A test CA in node `n`'s /root (`test-ca.pem`, made afresh) and a server certificate by it
+/// for `names` (`<stem>.pem`, `<stem>.key`), as a real host's would be.
+fn test_ca_cert(n: &Node, stem: &str, names: &[&str]) {
+    let sans: Vec<String> = names.iter().map(|h| format!("DNS:{h}")).collect();
+    n.sh(&format!(
+        "set -e; cd /root
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout test-ca.key -out test-ca.pem -days 2 \
+           -subj /CN=rig-test-ca -addext basicConstraints=critical,CA:TRUE \
+           -addext keyUsage=critical,keyCertSign 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout {stem}.key -out {stem}.csr -subj /CN={first} 2>/dev/null
+         printf 'subjectAltName={sans}\\nextendedKeyUsage=serverAuth\\n' > {stem}.ext
+         openssl x509 -req -in {stem}.csr -CA test-ca.pem -CAkey test-ca.key -CAcreateserial \
+           -out {stem}.pem -days 2 -extfile {stem}.ext 2>/dev/null",
+        first = names[0],
+        sans = sans.join(",")
+    ))
+    .ok();
+}
+
 fn inside(n: &Node, name: &str, line: &str) -> std::process::Output {
     let quoted = line.replace('\'', r"'\''");
     n.sh(&format!("ag-box exec {name} -- bash -c '{quoted}'"))
@@ -53,18 +72,11 @@ fn inside(n: &Node, name: &str, line: &str) -> std::process::Output {
 fn stage(c: &Cluster) -> Stage<'_> {
     let stage = Stage { c };
     c.c.put_in_root("tests/egress-server.py", "egress-server.py");
-    c.c.sh(
-        "set -e; systemctl stop broker-standin 2>/dev/null || true; cd /root
-         openssl req -x509 -newkey rsa:2048 -nodes -keyout test-ca.key -out test-ca.pem -days 2 \
-           -subj /CN=rig-test-ca -addext basicConstraints=critical,CA:TRUE \
-           -addext keyUsage=critical,keyCertSign 2>/dev/null
-         openssl req -newkey rsa:2048 -nodes -keyout gh.key -out gh.csr -subj /CN=api.github.com 2>/dev/null
-         printf 'subjectAltName=DNS:api.github.com,DNS:github.com\\nextendedKeyUsage=serverAuth\\n' > gh.ext
-         openssl x509 -req -in gh.csr -CA test-ca.pem -CAkey test-ca.key -CAcreateserial \
-           -out gh.pem -days 2 -extfile gh.ext 2>/dev/null
-         systemd-run --unit broker-standin --quiet python3 /root/egress-server.py 10.200.0.3 8084 443 /root/gh.pem /root/gh.key",
-    )
-    .ok();
+    c.c.sh("systemctl stop broker-standin 2>/dev/null || true")
+        .ok();
+    test_ca_cert(&c.c, "gh", &["api.github.com", "github.com"]);
+    c.c.sh("systemd-run --unit broker-standin --quiet python3 /root/egress-server.py 10.200.0.3 8084 443 /root/gh.pem /root/gh.key")
+        .ok();
     c.b.put_in_root("tests/egress-server.py", "egress-server.py");
     c.b.sh("systemctl stop broker-plain 2>/dev/null || true
          systemd-run --unit broker-plain --quiet python3 /root/egress-server.py 10.200.0.2 8085")
@@ -381,16 +393,11 @@ impl Drop for ModelStage<'_> {
 fn stage_models(c: &Cluster) -> ModelStage<'_> {
     let stage = ModelStage { c };
     c.c.put_in_root("tests/agents/standin.py", "standin.py");
+    c.c.sh("systemctl stop models-standin 2>/dev/null || true")
+        .ok();
+    test_ca_cert(&c.c, "models", &["api.anthropic.com", "api.openai.com"]);
     c.c.sh(
-        "set -e; systemctl stop models-standin 2>/dev/null || true; cd /root
-         openssl req -x509 -newkey rsa:2048 -nodes -keyout test-ca.key -out test-ca.pem -days 2 \
-           -subj /CN=rig-test-ca -addext basicConstraints=critical,CA:TRUE \
-           -addext keyUsage=critical,keyCertSign 2>/dev/null
-         openssl req -newkey rsa:2048 -nodes -keyout models.key -out models.csr -subj /CN=api.anthropic.com 2>/dev/null
-         printf 'subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com\\nextendedKeyUsage=serverAuth\\n' > models.ext
-         openssl x509 -req -in models.csr -CA test-ca.pem -CAkey test-ca.key -CAcreateserial \
-           -out models.pem -days 2 -extfile models.ext 2>/dev/null
-         : > /root/models.log
+        "set -e; : > /root/models.log
          systemd-run --unit models-standin --quiet python3 /root/standin.py --host 10.200.0.3 --port 443 \
            --log /root/models.log --tls-cert /root/models.pem --tls-key /root/models.key",
     )
