@@ -216,6 +216,13 @@ fn bad_key(key: &str, value: &str, hint: &str) -> UserError {
 }
 
 impl Config {
+    /// The nodes file's entry for `node` when this node reaches it (it has an ssh alias).
+    pub(crate) fn reachable(&self, node: &str) -> Option<&NodeEntry> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == node && n.ssh_alias.is_some())
+    }
+
     // One key after another, as docs/reference.md lists them.
     #[allow(clippy::too_many_lines)]
     pub(crate) fn from_sources(src: &Sources) -> Result<Config, UserError> {

@@ -39,7 +39,7 @@ ALL_NODES=(nodeA nodeB nodeC)
 declare -A IP=([nodeA]=10.200.0.1 [nodeB]=10.200.0.2 [nodeC]=10.200.0.3)   # only ever configured inside our own netns
 declare -A VETH=([nodeA]=bxveth-a [nodeB]=bxveth-b [nodeC]=bxveth-c)
 LAN=box-lan                        # the netns holding the bridge that links the nodes
-PKGS=(bubblewrap tmux openssh-server systemd-container iproute2 restic bc curl python3-venv bash-completion openssl ca-certificates podman crun busybox-static)
+PKGS=(bubblewrap tmux git openssh-server systemd-container iproute2 restic bc curl python3-venv bash-completion openssl ca-certificates podman crun busybox-static)
 CLEAN_PATH=/opt/box/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 BOOT_TIMEOUT=${BOX_RIG_BOOT_TIMEOUT:-60}
 MOTO=/opt/moto

@@ -61,11 +61,7 @@ pub(crate) fn run(parent: &BoxName, new: &str, ask: &Ask, json: bool) -> Result<
     ctx.require_safe_leases()?;
     if let Some(node) = ask.node
         && node != ctx.config.node
-        && !ctx
-            .config
-            .nodes
-            .iter()
-            .any(|n| n.name == node && n.ssh_alias.is_some())
+        && ctx.config.reachable(node).is_none()
     {
         return Err(UserError::usage(
             format!("node '{node}' is not this node ({}), nor in the nodes file with an ssh alias", ctx.config.node),
@@ -204,12 +200,7 @@ fn latest_whole(ctx: &Ctx, meta: &Meta) -> Result<SnapshotId> {
 
 /// `ag-box snapshot <name>` on the node running the box.
 fn snapshot_on(ctx: &Ctx, name: &BoxName, node: &str) -> Result<()> {
-    let entry = ctx
-        .config
-        .nodes
-        .iter()
-        .find(|n| n.name == node && n.ssh_alias.is_some())
-        .ok_or_else(|| {
+    let entry = ctx.config.reachable(node).ok_or_else(|| {
             UserError::usage(
                 format!("box '{name}' is up on node {node}, which this node cannot reach (no ssh alias in the nodes file)"),
                 format!("fork it on {node}, or fork a snapshot it has: 'ag-box fork {name} <new> --from <snapshot>'"),

@@ -118,17 +118,12 @@ fn remote_up(ctx: &Ctx, name: &str, target: &str, how: How) -> Result<()> {
         )
         .into());
     }
-    let entry = ctx
-        .config
-        .nodes
-        .iter()
-        .find(|n| n.name == target && n.ssh_alias.is_some())
-        .ok_or_else(|| {
-            UserError::usage(
-                format!("node '{target}' is not in the nodes file with an ssh alias"),
-                "add '<node> <ssh-alias>' to ~/.config/box/nodes; see nodes.example",
-            )
-        })?;
+    let entry = ctx.config.reachable(target).ok_or_else(|| {
+        UserError::usage(
+            format!("node '{target}' is not in the nodes file with an ssh alias"),
+            "add '<node> <ssh-alias>' to ~/.config/box/nodes; see nodes.example",
+        )
+    })?;
     say!("starting box '{name}' on node {target}");
     let flags: Vec<&str> = [(how.force, "--force"), (how.fresh, "--fresh")]
         .into_iter()
