@@ -377,7 +377,7 @@ impl Drop for ModelStage<'_> {
             "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
              sed -i '/anthropic.com/d' /etc/hosts
              rm -f /usr/local/bin/claude /usr/local/bin/codex
-             for f in /root/.claude/settings.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
                rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
              done"
         ));
@@ -395,7 +395,11 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
     c.c.put_in_root("tests/agents/standin.py", "standin.py");
     c.c.sh("systemctl stop models-standin 2>/dev/null || true")
         .ok();
-    test_ca_cert(&c.c, "models", &["api.anthropic.com", "api.openai.com"]);
+    test_ca_cert(
+        &c.c,
+        "models",
+        &["api.anthropic.com", "api.openai.com", "platform.claude.com"],
+    );
     c.c.sh(
         "set -e; : > /root/models.log
          systemd-run --unit models-standin --quiet python3 /root/standin.py --host 10.200.0.3 --port 443 \
@@ -421,9 +425,9 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
          [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
          cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
          sed -i '/anthropic.com/d' /etc/hosts
-         echo '10.200.0.3 api.anthropic.com api.openai.com' >> /etc/hosts
+         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com' >> /etc/hosts
          mkdir -p /root/.claude /root/.codex
-         for f in /root/.claude/settings.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
            [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
          done
          ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
@@ -624,4 +628,283 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
         );
     }
     c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// Claude Code's OAuth login on node A (as `claude /login` writes it), its access token
+/// expired an hour ago: the broker refreshes it at the stand-in's token endpoint.
+const OAUTH_ACCESS: &str = "sk-ant-oat01-RigRealOauthAccessRigRealOauthAccessRigReal00";
+const OAUTH_REFRESH: &str = "sk-ant-ort01-RigRealOauthRefreshRigRealOauthRefreshRigRe00";
+
+/// The stand-in's token endpoint lines (`oauth.token`) and model requests since the start.
+fn token_lines(c: &Cluster) -> Vec<serde_json::Value> {
+    answered(c, "oauth.token")
+}
+
+#[test]
+fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() {
+    let Some(c) = Cluster::get() else { return };
+    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
+        common::missing("the agent CLIs (tests/rig.sh install)");
+        return;
+    }
+    let _stage = stage_models(&c);
+    // The login alone: no API key in the settings, which Claude Code would prefer.
+    let expired = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600)
+        * 1000;
+    let credentials = serde_json::json!({"claudeAiOauth": {
+        "accessToken": OAUTH_ACCESS,
+        "refreshToken": OAUTH_REFRESH,
+        "expiresAt": expired,
+        "scopes": ["user:inference", "user:profile"],
+        "subscriptionType": "max",
+    }, "mcpOAuth": {"srv": {"accessToken": "mcp-RigSecretMcpToken"}}});
+    c.a.sh(&format!(
+        "set -e
+         echo '{{\"env\": {{\"DISABLE_AUTOUPDATER\": \"1\", \"DISABLE_TELEMETRY\": \"1\", \"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\": \"1\"}}}}' > /root/.claude/settings.json
+         echo '{credentials}' > /root/.claude/.credentials.json
+         chmod 600 /root/.claude/.credentials.json"
+    ))
+    .ok();
+    let boxes = ["oauth-1", "oauth-2"];
+    for name in boxes {
+        c.parked_box(name);
+        c.a.sh(&format!(
+            "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+             ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,platform.claude.com:443,10.200.0.3:443,{PLAIN} creds=claude
+             ag-box up {name} --node nodeA"
+        ))
+        .ok();
+    }
+
+    // Each box sees its login with placeholders of the tokens' shapes, good for a year, and
+    // nothing else of the file; no real token is anywhere it can read.
+    let mut shown = Vec::new();
+    for name in boxes {
+        let copy: serde_json::Value = serde_json::from_str(
+            &inside(&c.a, name, "cat ~/.claude/.credentials.json")
+                .ok()
+                .stdout(),
+        )
+        .unwrap();
+        let login = &copy["claudeAiOauth"];
+        let access = login["accessToken"].as_str().unwrap().to_string();
+        let refresh = login["refreshToken"].as_str().unwrap().to_string();
+        assert!(
+            access.starts_with("sk-ant-oat01-")
+                && refresh.starts_with("sk-ant-ort01-")
+                && access != OAUTH_ACCESS
+                && refresh != OAUTH_REFRESH,
+            "{copy}"
+        );
+        assert!(
+            login["expiresAt"].as_u64().unwrap() > expired + 300 * 86_400_000,
+            "{copy}"
+        );
+        assert_eq!(
+            (&login["subscriptionType"], copy.get("mcpOAuth")),
+            (&serde_json::json!("max"), None),
+            "{copy}"
+        );
+        shown.push((access, refresh));
+    }
+    assert_ne!(shown[0], shown[1], "two boxes share a placeholder");
+    let no_real = |name: &str, tokens: &[&str]| {
+        let patterns: Vec<String> = tokens
+            .iter()
+            .map(|t| {
+                let (head, tail) = t.split_at(16);
+                format!("\"{head}\"\"{tail}\"")
+            })
+            .collect();
+        let search = inside(
+            &c.a,
+            name,
+            &format!(
+                "printf '%s\\n' {} > /tmp/real
+                 grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+                 cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true",
+                patterns.join(" ")
+            ),
+        );
+        assert_eq!(
+            search.stdout(),
+            "0\n",
+            "a real token is readable in {name}: {}",
+            search.stderr()
+        );
+    };
+    for name in boxes {
+        no_real(
+            name,
+            &[OAUTH_ACCESS, OAUTH_REFRESH, "mcp-RigSecretMcpToken"],
+        );
+    }
+
+    // Both boxes at once, each with requests in parallel, while the token is expired: the
+    // broker refreshes it once, and every request goes with the new token.
+    let parallel = boxes
+        .iter()
+        .zip(&shown)
+        .map(|(name, (access, _))| {
+            format!(
+                "ag-box exec {name} -- bash -c 'for i in 1 2 3 4; do curl -sS -m 30 -o /dev/null -w \"%{{http_code}}\\n\" https://api.anthropic.com/v1/models -H \"Authorization: Bearer {access}\" & done; wait' &"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let codes = c.a.sh(&format!("{parallel}\nwait")).ok().stdout();
+    assert_eq!(codes, "200\n".repeat(8), "{codes}");
+    let refreshes = token_lines(&c);
+    assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+    assert_eq!(
+        (&refreshes[0]["refresh_token"], &refreshes[0]["status"]),
+        (&serde_json::json!(OAUTH_REFRESH), &serde_json::json!(200)),
+    );
+    let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
+    // (The stage's own readiness probes carry no credential.)
+    let models: Vec<_> = answered(&c, "models")
+        .into_iter()
+        .filter(|m| !m["auth"].is_null())
+        .collect();
+    assert!(
+        models.len() >= 8
+            && models
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{models:#?}"
+    );
+    // The node's file holds the new tokens (the refresh token rotated), still root's alone.
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.claude/.credentials.json")).unwrap();
+    assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
+    assert!(
+        node["claudeAiOauth"]["refreshToken"]
+            .as_str()
+            .unwrap()
+            .starts_with("sk-ant-ort01-STANDIN")
+    );
+    assert_eq!(
+        node["mcpOAuth"]["srv"]["accessToken"],
+        "mcp-RigSecretMcpToken"
+    );
+    assert_eq!(
+        c.a.sh("stat -c '%U %a' /root/.claude/.credentials.json")
+            .ok()
+            .stdout(),
+        "root 600\n"
+    );
+
+    // The real Claude Code CLI completes a turn with the login: the stand-in gets the token.
+    let out = inside(
+        &c.a,
+        boxes[0],
+        &format!("timeout 120 {AGENTS}/claude -p 'Hi from an OAuth box?' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi from an OAuth box?"),
+        "{out:?}"
+    );
+    let messages = answered(&c, "anthropic.messages");
+    assert!(
+        !messages.is_empty()
+            && messages
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{messages:#?}"
+    );
+
+    // The box's own refresh is answered by the broker with its placeholders (the stand-in
+    // sees nothing); a login's code exchange, which would replace the node's login, and the
+    // refresh token's placeholder sent anywhere but there are refused.
+    let (access, refresh) = &shown[1];
+    let own = inside(
+        &c.a,
+        boxes[1],
+        &format!(
+            "curl -sS -m 10 https://platform.claude.com/v1/oauth/token -H 'content-type: application/json' \
+               -d '{{\"grant_type\":\"refresh_token\",\"refresh_token\":\"{refresh}\",\"client_id\":\"x\"}}'"
+        ),
+    );
+    let answer: serde_json::Value = serde_json::from_str(own.ok().stdout().trim()).unwrap();
+    assert_eq!(
+        (&answer["access_token"], &answer["refresh_token"]),
+        (&serde_json::json!(access), &serde_json::json!(refresh)),
+        "{answer}"
+    );
+    let refused = inside(
+        &c.a,
+        boxes[1],
+        &format!(
+            "curl -sS -m 10 https://platform.claude.com/v1/oauth/token -d 'grant_type=authorization_code&code=abc'; echo
+             curl -sS -m 10 https://api.anthropic.com/v1/models -H 'Authorization: Bearer {refresh}'; echo
+             curl -sS -m 10 -X POST https://api.anthropic.com/api/oauth/claude_cli/create_api_key -H 'Authorization: Bearer {access}'"
+        ),
+    );
+    let seen = refused.stdout();
+    assert!(
+        seen.contains("a authorization_code grant from a box would replace it")
+            && seen.contains("the claude login's refresh token goes to platform.claude.com only")
+            && seen.contains("the broker puts the claude key only into model requests"),
+        "{seen}"
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+
+    // Expired again: the real CLI's next turn, in the other box, gets a fresh token.
+    c.a.sh(&format!(
+        "python3 -c 'import json; p=\"/root/.claude/.credentials.json\"; d=json.load(open(p)); d[\"claudeAiOauth\"][\"expiresAt\"]={expired}; json.dump(d, open(p, \"w\"))'"
+    ))
+    .ok();
+    let out = inside(
+        &c.a,
+        boxes[1],
+        &format!("timeout 120 {AGENTS}/claude -p 'Hi again?' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi again?"),
+        "{out:?}"
+    );
+    let refreshes = token_lines(&c);
+    assert_eq!(refreshes.len(), 2, "{refreshes:#?}");
+    let second = refreshes[1]["issued"].as_str().unwrap().to_string();
+    let last = answered(&c, "anthropic.messages");
+    assert_eq!(
+        last.last().unwrap()["auth"],
+        format!("Bearer {second}").as_str()
+    );
+    for name in boxes {
+        no_real(name, &[&issued, &second]);
+    }
+
+    // `creds` shows the login, when its token expires, and both boxes.
+    let creds: serde_json::Value =
+        serde_json::from_str(&c.a.sh("ag-box creds --json").ok().stdout()).unwrap();
+    let row = creds["logins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["file"] == ".claude/.credentials.json")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&row["login"], &row["tokens"]),
+        (&serde_json::json!("claude"), &serde_json::json!(1)),
+        "{row:#}"
+    );
+    assert!(row["expires"].as_str().unwrap().ends_with('Z'), "{row:#}");
+    for name in boxes {
+        assert!(
+            row["brokered_for"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(name)),
+            "{row:#}"
+        );
+        c.a.sh(&format!("ag-box park {name}")).ok();
+    }
 }

@@ -237,6 +237,66 @@ fn a_box_sees_only_the_logins_it_is_given() {
     b.park().ok();
 }
 
+/// Claude Code's OAuth login on the node (the direct runtime here; tests/broker.rs refreshes it
+/// on a systemd node): a box given claude sees its login with placeholders that do not expire
+/// soon, and nothing else of the file; no token of it is anywhere in the box, and the node's
+/// file is left as it was.
+#[test]
+fn an_oauth_login_is_seen_as_placeholders() {
+    let Some(host) = Host::new("oauth") else {
+        return;
+    };
+    let name = format!("oauth-{}", std::process::id());
+    let access = "sk-ant-oat01-HostRealAccessHostRealAccessHostRealAccess00";
+    let refresh = "sk-ant-ort01-HostRealRefreshHostRealRefreshHostRealRefre00";
+    let file = format!(
+        "{{\"claudeAiOauth\":{{\"accessToken\":\"{access}\",\"refreshToken\":\"{refresh}\",\"expiresAt\":1000,\"scopes\":[\"user:inference\"]}},\"mcpOAuth\":{{\"s\":{{\"accessToken\":\"MCP-TOKEN-SECRET\"}}}}}}\n"
+    );
+    Project::at(".claude")
+        .file(".credentials.json", &file)
+        .write_on(&host);
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.set(["agent=claude"]).ok();
+    b.up().ok();
+    let shown: serde_json::Value =
+        serde_json::from_str(&b.exec_sh("cat ~/.claude/.credentials.json").ok().stdout()).unwrap();
+    let login = &shown["claudeAiOauth"];
+    let (a, r) = (
+        login["accessToken"].as_str().unwrap(),
+        login["refreshToken"].as_str().unwrap(),
+    );
+    assert!(
+        a.starts_with("sk-ant-oat01-")
+            && r.starts_with("sk-ant-ort01-")
+            && a != access
+            && r != refresh,
+        "{shown}"
+    );
+    assert!(
+        login["expiresAt"].as_u64().unwrap() > 1_000_000_000_000,
+        "{shown}"
+    );
+    assert_eq!(shown.get("mcpOAuth"), None, "{shown}");
+    // Split, so the search does not find its own command line.
+    let (a1, a2) = access.split_at(20);
+    let (r1, r2) = refresh.split_at(20);
+    // What it finds: the files that hold one, then how many environments and command lines do.
+    b.exec_sh(&format!(
+        "printf '%s\\n' \"{a1}\"\"{a2}\" \"{r1}\"\"{r2}\" MCP-TOKEN-\"SECRET\" > /tmp/real
+         grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+         cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true"
+    ))
+    .ok()
+    .stdout_is("0\n");
+    b.park().ok();
+    assert_eq!(
+        host.read(&format!("{}/.claude/.credentials.json", host.home())),
+        file
+    );
+}
+
 /// What a box plants where a login belongs is never adopted: a link to a root-only file, a fifo,
 /// a file too big, a file that is no login; each refused in one line, the node left as it was.
 #[test]

@@ -22,6 +22,12 @@ struct Report {
 #[derive(Serialize)]
 struct Held {
     login: &'static str,
+    /// The node's file (or dir) of HOME the tokens are in.
+    file: &'static str,
+    /// An OAuth login (refreshed by the broker), not a key.
+    oauth: bool,
+    /// An OAuth login's access token expires then (RFC 3339); refreshed by the broker when due.
+    expires: Option<String>,
     /// `user@host`, as the node's login files name them.
     accounts: Vec<String>,
     /// Distinct tokens the broker holds of this login.
@@ -46,21 +52,31 @@ pub(crate) fn run(json: bool) -> Result<()> {
     let logins: Vec<Held> = RULES
         .iter()
         .map(|rule| {
-            let (accounts, tokens) = broker::held(&ctx.config.home, rule.login);
+            let held = broker::held(&ctx.config.home, rule);
             let mut login = Held {
                 login: rule.login,
-                accounts,
-                tokens,
+                file: rule.copied,
+                oauth: rule.oauth.is_some(),
+                expires: held.expires_at_ms.map(|ms| {
+                    let at = std::time::UNIX_EPOCH
+                        + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+                    humantime::format_rfc3339_seconds(at).to_string()
+                }),
+                accounts: held.accounts,
+                tokens: held.tokens,
                 hosts: rule.hosts.to_vec(),
                 brokered_for: vec![],
                 unbrokered_for: vec![],
             };
-            for meta in &records {
+            // A row the node's files hold nothing of concerns no box.
+            for meta in records.iter().filter(|_| login.tokens > 0) {
                 let spec = ctx.spec(meta);
                 if !spec.agent_home.logins.contains(&rule.login) {
                     continue;
                 }
-                if spec.broker_rules().iter().any(|r| r.login == rule.login) {
+                if spec.broker_rules().iter().any(|r| r.login == rule.login)
+                    && spec.broker_held.contains(&rule.name)
+                {
                     login.brokered_for.push(meta.name.clone());
                 } else {
                     login.unbrokered_for.push(meta.name.clone());
@@ -92,8 +108,14 @@ pub(crate) fn run(json: bool) -> Result<()> {
         };
         let none = || "none".to_string();
         // Accounts come from the node's files, as whatever wrote them wrote them.
+        let expires = l
+            .expires
+            .as_ref()
+            .map(|e| format!(", expires {e}"))
+            .unwrap_or_default();
+        let kind = if l.oauth { " OAuth" } else { "" };
         println!(
-            "{}: {} ({} held), for {}",
+            "{}{kind}: {} ({} held{expires}), for {}",
             l.login,
             escaped(&accounts),
             crate::plan::text::count(l.tokens, "token"),

@@ -17,7 +17,10 @@ pub(crate) struct Rule {
 /// A brokered login: the part of HOME the box sees a copy of (with placeholders), and the
 /// hosts (HTTPS, port [`TLS_PORT`]) its token is for.
 pub(crate) struct LoginRule {
+    /// The login (`creds=`) this row is of; a login may have more than one.
     pub login: &'static str,
+    /// The row's own name: what names its copy in the box's run dir, and `broker_held`.
+    pub name: &'static str,
     pub copied: &'static str,
     pub hosts: &'static [&'static str],
     /// A header besides `Authorization` whose whole value is the login's key (Anthropic's
@@ -26,28 +29,57 @@ pub(crate) struct LoginRule {
     /// The paths (prefixes) a request that gets the token may have; empty: any. A model API's
     /// key goes into model requests only, never into one that could mint another key.
     pub paths: &'static [&'static str],
+    /// An OAuth login: where its tokens are refreshed, which the broker does itself.
+    pub oauth: Option<OauthEndpoint>,
 }
 
-/// The brokered logins: data, one row per login. Claude Code's and Codex's are their API keys
-/// (`ANTHROPIC_API_KEY`/`ANTHROPIC_AUTH_TOKEN` in the node's `~/.claude/settings.json`,
-/// `OPENAI_API_KEY` in `~/.codex/auth.json`); their OAuth logins are not brokered yet.
+/// An OAuth login's token endpoint (HTTPS, port [`TLS_PORT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OauthEndpoint {
+    pub host: &'static str,
+    pub path: &'static str,
+    pub client_id: &'static str,
+}
+
+/// The brokered logins: data, one row per file. Claude Code's are its API key
+/// (`ANTHROPIC_API_KEY`/`ANTHROPIC_AUTH_TOKEN` in the node's `~/.claude/settings.json`) and its
+/// OAuth login (`~/.claude/.credentials.json`, refreshed by the broker); Codex's is its API key
+/// (`OPENAI_API_KEY` in `~/.codex/auth.json`; its login to `ChatGPT` is not brokered yet).
 pub(crate) const RULES: &[LoginRule] = &[
     LoginRule {
         login: "gh",
+        name: "gh",
         copied: ".config/gh",
         hosts: &["github.com", "api.github.com"],
         key_header: None,
         paths: &[],
+        oauth: None,
     },
     LoginRule {
         login: "claude",
+        name: "claude",
         copied: ".claude/settings.json",
         hosts: &["api.anthropic.com"],
         key_header: Some("x-api-key"),
-        paths: &["/v1/messages", "/v1/models"],
+        paths: CLAUDE_PATHS,
+        oauth: None,
+    },
+    LoginRule {
+        login: "claude",
+        name: "claude-oauth",
+        copied: ".claude/.credentials.json",
+        hosts: &["api.anthropic.com"],
+        key_header: None,
+        paths: CLAUDE_PATHS,
+        oauth: Some(OauthEndpoint {
+            host: "platform.claude.com",
+            path: "/v1/oauth/token",
+            client_id: "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+        }),
     },
     LoginRule {
         login: "codex",
+        name: "codex",
         copied: ".codex/auth.json",
         hosts: &["api.openai.com"],
         key_header: None,
@@ -58,8 +90,13 @@ pub(crate) const RULES: &[LoginRule] = &[
             "/v1/models",
             "/v1/embeddings",
         ],
+        oauth: None,
     },
 ];
+
+/// The requests Claude's credentials go into: model requests only (both rows of the login
+/// name the same, so a placeholder of either is held to them).
+const CLAUDE_PATHS: &[&str] = &["/v1/messages", "/v1/models"];
 
 /// The variables of Claude Code's settings (`env`) that hold its API key.
 const CLAUDE_KEY_VARS: &[&str] = &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"];
@@ -86,9 +123,9 @@ pub(crate) fn ca_env() -> Vec<(String, String)> {
     .collect()
 }
 
-/// The part of HOME the box sees a brokered copy of for `login`, if it is one.
-pub(crate) fn copied(login: &str) -> Option<&'static str> {
-    RULES.iter().find(|r| r.login == login).map(|r| r.copied)
+/// The part of HOME the box sees a brokered copy of for the row `name`, if it is one.
+pub(crate) fn copied(name: &str) -> Option<&'static str> {
+    RULES.iter().find(|r| r.name == name).map(|r| r.copied)
 }
 
 /// The file a box's proxy reads, in the box's run dir.
@@ -96,37 +133,58 @@ pub(crate) fn file(run_dir: &std::path::Path) -> std::path::PathBuf {
     run_dir.join("broker.json")
 }
 
+/// Where the node's proxies take turns to refresh an OAuth login (`<row name>.lock`, root's).
+pub(crate) const LOCK_DIR: &str = "/run/box/.broker";
+
 /// The port a ruled host is terminated on; a CONNECT to any other port is tunnelled.
 pub(crate) const TLS_PORT: u16 = 443;
 
-/// Every host of [`RULES`]: all the node's CA may ever vouch for (its name constraints).
+/// Every host of [`RULES`] and their token endpoints: all the node's CA may ever vouch for (its
+/// name constraints).
 pub(crate) fn ruled_hosts() -> Vec<String> {
-    RULES
-        .iter()
-        .flat_map(|r| r.hosts.iter().map(|h| (*h).to_string()))
-        .collect()
+    let mut hosts: Vec<String> = Vec::new();
+    for r in RULES {
+        for h in r.hosts.iter().chain(r.oauth.as_ref().map(|o| &o.host)) {
+            if !hosts.iter().any(|k| k == h) {
+                hosts.push((*h).to_string());
+            }
+        }
+    }
+    hosts
 }
 
-/// The rules for the logins a box is given whose node files hold a token the broker stands
-/// in for (`held`), when it has a proxy to stand in for them (a box on the host's network has
-/// none, and sees the real files).
+/// The rules (one per login) for the logins a box is given whose node files hold a token the
+/// broker stands in for (`held`: rows by name), when it has a proxy to stand in for them (a box
+/// on the host's network has none, and sees the real files).
 pub(crate) fn rules_for(logins: &[&str], isolated: bool, held: &[&str]) -> Vec<Rule> {
     if !isolated {
         return vec![];
     }
-    RULES
+    let mut rules: Vec<Rule> = Vec::new();
+    for r in RULES
         .iter()
-        .filter(|r| logins.contains(&r.login) && held.contains(&r.login))
-        .map(|r| Rule {
+        .filter(|r| logins.contains(&r.login) && held.contains(&r.name))
+    {
+        if let Some(rule) = rules.iter_mut().find(|k| k.login == r.login) {
+            for h in r.hosts {
+                if !rule.hosts.iter().any(|k| k == h) {
+                    rule.hosts.push((*h).to_string());
+                }
+            }
+            continue;
+        }
+        rules.push(Rule {
             login: r.login.to_string(),
             hosts: r.hosts.iter().map(|h| (*h).to_string()).collect(),
-        })
-        .collect()
+        });
+    }
+    rules
 }
 
 /// The brokered files a box sees as their copies: those of its logins, and those it sees
-/// whatever its logins (Claude Code's settings), where the node's hold a token (`held`) and
-/// the box has a proxy. A login the box is not given is a placeholder there that goes nowhere.
+/// whatever its logins (Claude Code's settings), where the node's hold a token (`held`: rows
+/// by name) and the box has a proxy. A login the box is not given is a placeholder there that
+/// goes nowhere.
 pub(crate) fn copies_seen(
     logins: &[&str],
     isolated: bool,
@@ -137,7 +195,7 @@ pub(crate) fn copies_seen(
         .iter()
         .filter(|r| {
             isolated
-                && held.contains(&r.login)
+                && held.contains(&r.name)
                 && (logins.contains(&r.login) || !is_login_file(r.copied))
         })
         .collect()
@@ -161,6 +219,25 @@ pub(crate) struct BrokerFile {
     pub key_pem: String,
     /// The port ruled hosts are terminated on ([`TLS_PORT`]).
     pub port: u16,
+    /// The OAuth logins the proxy puts the current token of in, refreshing it when due.
+    #[serde(default)]
+    pub oauth: Vec<OauthAccount>,
+}
+
+/// An OAuth login a box's proxy stands in for: the placeholders the box sees for its tokens,
+/// whatever the tokens are now (they change at each refresh), and where the real ones are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OauthAccount {
+    pub login: String,
+    pub access: String,
+    pub refresh: String,
+    /// The node's file of the login (root's), the tokens' one home on the node.
+    pub file: std::path::PathBuf,
+    /// Held (`flock`) while the login is refreshed, by every proxy of the node.
+    pub lock: std::path::PathBuf,
+    pub token_host: String,
+    pub token_path: String,
+    pub client_id: String,
 }
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -176,6 +253,7 @@ const TOKEN_PREFIXES: &[&str] = &[
     "ghr_",
     "sk-ant-api03-",
     "sk-ant-oat01-",
+    "sk-ant-ort01-",
     "sk-ant-admin01-",
     "sk-ant-",
     "sk-proj-",
@@ -216,6 +294,22 @@ pub(crate) fn placeholder(real: &str, key: &[u8], box_name: &str, login: &str) -
         round += 1;
     }
     out
+}
+
+/// The placeholder of a token of `real`'s shape that stays the same whatever the token is (an
+/// OAuth token changes at each refresh; the box's copy does not): drawn from `key`, the box's
+/// name and `name` (what the token is) alone.
+pub(crate) fn lasting_placeholder(real: &str, key: &[u8], box_name: &str, name: &str) -> String {
+    let prefix = TOKEN_PREFIXES
+        .iter()
+        .find(|p| real.starts_with(*p))
+        .copied()
+        .unwrap_or("");
+    let shape = format!(
+        "{prefix}{}",
+        "0".repeat(real.len().saturating_sub(prefix.len()))
+    );
+    placeholder(&shape, key, box_name, name)
 }
 
 /// The token of the placeholder `shown`, when its login's rule names `host`; Err: the reason
@@ -576,7 +670,7 @@ mod tests {
 
     #[test]
     fn only_a_box_with_its_own_network_and_the_login_has_rules() {
-        let all = ["gh", "claude", "codex"];
+        let all = ["gh", "claude", "claude-oauth", "codex"];
         assert_eq!(
             rules_for(&["claude", "gh"], true, &all),
             vec![
@@ -598,6 +692,14 @@ mod tests {
                 hosts: vec!["github.com".into(), "api.github.com".into()],
             }]
         );
+        // Claude Code's OAuth login alone: one rule for the login, whichever of its rows.
+        assert_eq!(
+            rules_for(&["claude"], true, &["claude-oauth"]),
+            vec![Rule {
+                login: "claude".into(),
+                hosts: vec!["api.anthropic.com".into()],
+            }]
+        );
         assert_eq!(rules_for(&["claude", "gh"], false, &all), vec![]);
         assert_eq!(rules_for(&["opencode"], true, &all), vec![]);
         assert_eq!(
@@ -606,6 +708,7 @@ mod tests {
                 "github.com",
                 "api.github.com",
                 "api.anthropic.com",
+                "platform.claude.com",
                 "api.openai.com"
             ]
         );
@@ -614,10 +717,11 @@ mod tests {
         let seen = |logins: &[&str], held: &[&str]| {
             copies_seen(logins, true, held, |f| f != ".claude/settings.json")
                 .iter()
-                .map(|r| r.login)
+                .map(|r| r.name)
                 .collect::<Vec<_>>()
         };
         assert_eq!(seen(&["gh"], &all), ["gh", "claude"]);
+        assert_eq!(seen(&["claude"], &all), ["claude", "claude-oauth"]);
         assert_eq!(seen(&["codex"], &all), ["claude", "codex"]);
         assert_eq!(seen(&["codex"], &["gh"]), Vec::<&str>::new());
         assert!(copies_seen(&["gh"], false, &all, |_| true).is_empty());

@@ -20,6 +20,7 @@ pub(crate) mod json;
 pub(crate) mod manual;
 pub(crate) mod names;
 pub(crate) mod notify;
+pub(crate) mod oauth;
 pub(crate) mod ports;
 pub(crate) mod prices;
 pub(crate) mod project;

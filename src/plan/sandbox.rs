@@ -354,9 +354,28 @@ impl BoxSpec {
     pub(crate) fn broker_dir(&self) -> PathBuf {
         self.run_dir.join("broker")
     }
-    /// The copy of `login`'s files the box sees.
-    pub(crate) fn broker_copy(&self, login: &str) -> PathBuf {
-        self.broker_dir().join(login)
+    /// The copy the box sees of the files of the broker's row `name` (`plan::broker::RULES`).
+    pub(crate) fn broker_copy(&self, name: &str) -> PathBuf {
+        self.broker_dir().join(name)
+    }
+    /// The node's dirs of the OAuth logins this box's proxy refreshes (it writes their files).
+    pub(crate) fn broker_oauth_dirs(&self) -> Vec<PathBuf> {
+        let rules = self.broker_rules();
+        broker::RULES
+            .iter()
+            .filter(|r| {
+                r.oauth.is_some()
+                    && self.broker_held.contains(&r.name)
+                    && rules.iter().any(|k| k.login == r.login)
+            })
+            .filter_map(|r| {
+                self.agent_home
+                    .home
+                    .join(r.copied)
+                    .parent()
+                    .map(Path::to_path_buf)
+            })
+            .collect()
     }
     /// The node's brokered files the box sees as copies (`broker::copies_seen`): where each
     /// is, and its copy.
@@ -371,7 +390,7 @@ impl BoxSpec {
         .map(|r| {
             (
                 self.agent_home.home.join(r.copied),
-                self.broker_copy(r.login),
+                self.broker_copy(r.name),
             )
         })
         .collect()
@@ -967,12 +986,14 @@ mod tests {
     fn api_keys_are_seen_as_copies_and_claudes_settings_by_every_guarded_box() {
         let present = [
             "/root/.claude/settings.json",
+            "/root/.claude/.credentials.json",
             "/root/.codex/auth.json",
             SYSTEM_CA_BUNDLE,
         ];
         let exists = |p: &Path| present.iter().any(|x| Path::new(x) == p);
         let keyed = |m: &Mount| {
             m.dest() == Path::new("/root/.claude/settings.json")
+                || m.dest() == Path::new("/root/.claude/.credentials.json")
                 || m.dest() == Path::new("/root/.codex/auth.json")
         };
         let with = |logins: Vec<&'static str>, held: Vec<&'static str>, mode| {
@@ -1015,7 +1036,36 @@ mod tests {
                 copy("claude", "/root/.claude/settings.json"),
             ]
         );
+        // Claude Code's OAuth login held: a box given claude sees its copy; one not given it,
+        // nothing of it.
+        let with_oauth = vec!["claude", "claude-oauth"];
+        assert_eq!(
+            with(vec!["claude"], with_oauth.clone(), egress::Mode::Allow),
+            vec![
+                copy("claude-oauth", "/root/.claude/.credentials.json"),
+                copy("claude", "/root/.claude/settings.json"),
+            ]
+        );
+        assert_eq!(
+            with(vec!["gh"], with_oauth.clone(), egress::Mode::Allow),
+            vec![copy("claude", "/root/.claude/settings.json")]
+        );
+        // A file that holds no login (`claude-oauth` not held): the node's, as before.
+        assert_eq!(
+            with(vec!["claude"], vec!["claude"], egress::Mode::Allow),
+            vec![
+                Mount::BindTry("/root/.claude/.credentials.json".into()),
+                copy("claude", "/root/.claude/settings.json"),
+            ]
+        );
         // On the host's network: the node's files.
+        assert_eq!(
+            with(vec!["claude"], with_oauth, egress::Mode::Host),
+            vec![
+                Mount::BindTry("/root/.claude/.credentials.json".into()),
+                Mount::RoBindTry("/root/.claude/settings.json".into()),
+            ]
+        );
         assert_eq!(
             with(vec!["codex"], held, egress::Mode::Host),
             vec![

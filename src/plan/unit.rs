@@ -173,7 +173,12 @@ pub(crate) fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK".into(),
         format!("ReadWritePaths={}", spec.run_dir.display()),
     ];
-    for p in props {
+    // The OAuth logins it refreshes: their node files are rewritten whole (a rename in the dir).
+    let oauth = spec
+        .broker_oauth_dirs()
+        .into_iter()
+        .map(|d| format!("ReadWritePaths=-{}", d.display()));
+    for p in props.into_iter().chain(oauth) {
         a.extend(["-p".into(), p]);
     }
     a.push("--".into());
@@ -426,6 +431,18 @@ mod tests {
                 "--run-dir", "/run/box/demo", "--node-list", "/etc/box/egress-allow.txt",
             ]
         );
+        // A box whose proxy refreshes Claude Code's OAuth login may rewrite its node file.
+        let mut oauth = BoxSpec {
+            broker_held: vec!["claude-oauth"],
+            ..spec.clone()
+        };
+        oauth.agent_home.logins = vec!["claude"];
+        let argv = proxy_unit_argv(&oauth, &proxy);
+        let tail: Vec<_> = argv.iter().skip_while(|a| *a != "ReadWritePaths=/run/box/demo").take(3).collect();
+        assert_eq!(tail, ["ReadWritePaths=/run/box/demo", "-p", "ReadWritePaths=-/root/.claude"]);
+        // Not given claude: nothing of it.
+        oauth.agent_home.logins = vec!["gh"];
+        assert!(!proxy_unit_argv(&oauth, &proxy).iter().any(|a| a.contains(".claude")));
     }
 
     #[test]

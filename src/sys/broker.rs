@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::plan::broker::{self, BrokerFile, Secret};
+use crate::plan::oauth;
 use crate::plan::sandbox::{BoxSpec, SYSTEM_CA_BUNDLE};
 use crate::sys::node_ca;
 
@@ -38,7 +39,17 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
         .create(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
     let mut secrets = Vec::new();
+    let mut oauth = Vec::new();
     for row in copies {
+        if let Some(endpoint) = row.oauth {
+            let given = rules.iter().any(|r| r.login == row.login);
+            if let Some(account) = copy_oauth(spec, row, &endpoint, ca.secret())?
+                && given
+            {
+                oauth.push(account);
+            }
+            continue;
+        }
         let found = match row.login {
             "gh" => copy_gh(spec, ca.secret())?,
             login => copy_file(
@@ -63,7 +74,9 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     // Only logins with a token to stand in for: no other host is terminated.
     let rules: Vec<_> = rules
         .into_iter()
-        .filter(|r| secrets.iter().any(|s| s.login == r.login))
+        .filter(|r| {
+            secrets.iter().any(|s| s.login == r.login) || oauth.iter().any(|a| a.login == r.login)
+        })
         .collect();
     let mut bundle = fs::read(SYSTEM_CA_BUNDLE).unwrap_or_default();
     if !bundle.is_empty() && !bundle.ends_with(b"\n") {
@@ -74,7 +87,11 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     if rules.is_empty() {
         return Ok(());
     }
-    let hosts: Vec<String> = rules.iter().flat_map(|r| r.hosts.clone()).collect();
+    let hosts: Vec<String> = rules
+        .iter()
+        .flat_map(|r| r.hosts.clone())
+        .chain(oauth.iter().map(|a| a.token_host.clone()))
+        .collect();
     let (cert_pem, key_pem) = ca.issue(&ca_hosts, &hosts)?;
     let file = BrokerFile {
         rules,
@@ -82,6 +99,7 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
         cert_pem,
         key_pem,
         port: broker::TLS_PORT,
+        oauth,
     };
     atomic::write(&spec.broker_file(), &serde_json::to_vec(&file)?, 0o600)
 }
@@ -143,6 +161,11 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
         .iter()
         .filter(|row| match row.login {
             "gh" => home.join(row.copied).is_dir(),
+            // A box sees the node's file as before unless it holds a login to stand in for.
+            _ if row.oauth.is_some() => node_file(home, row)
+                .ok()
+                .flatten()
+                .is_some_and(|(text, _)| oauth::claude_tokens(&text).is_some()),
             // Only a box given codex sees its file: as before unless the broker holds its key.
             "codex" => node_file(home, row)
                 .ok()
@@ -150,7 +173,7 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
                 .is_some_and(|(text, _)| brokered_keys(row, &text).is_some()),
             _ => !matches!(node_file(home, row), Ok(None)),
         })
-        .map(|row| row.login)
+        .map(|row| row.name)
         .collect()
 }
 
@@ -195,6 +218,69 @@ fn copy_file(
     let (copy, _) = broker::placehold_tokens(&structured, &placeholders, shown);
     atomic::write(&dest, copy.as_bytes(), mode)?;
     Ok(keys.into_iter().map(|real| (shown(&real), real)).collect())
+}
+
+/// The copy the box sees of an OAuth login's file (its login alone, with lasting placeholders
+/// and a far expiry), and what its proxy needs to put the current token in; None when the
+/// node's file holds no login (the box sees an empty object).
+fn copy_oauth(
+    spec: &BoxSpec,
+    row: &broker::LoginRule,
+    endpoint: &broker::OauthEndpoint,
+    key: &[u8],
+) -> Result<Option<broker::OauthAccount>> {
+    let file = spec.agent_home.home.join(row.copied);
+    let dest = spec.broker_copy(row.name);
+    let tokens = match node_file(&spec.agent_home.home, row) {
+        Ok(Some((text, _))) => oauth::claude_tokens(&text).map(|t| (text, t)),
+        Ok(None) => None,
+        Err(why) => {
+            tracing::warn!("box '{}': {why}; it sees an empty copy of it", spec.name);
+            None
+        }
+    };
+    let Some((text, tokens)) = tokens else {
+        atomic::write(&dest, b"{}", 0o644)?;
+        return Ok(None);
+    };
+    let access = broker::lasting_placeholder(&tokens.access, key, &spec.name, "claude-access");
+    let refresh = broker::lasting_placeholder(&tokens.refresh, key, &spec.name, "claude-refresh");
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX);
+    let shown = oauth::claude_shown(&text, &access, &refresh, now_ms).unwrap_or_default();
+    // Whatever else of a token's shape it held is not in the copy; this says so if a field
+    // of the login itself held one.
+    let (shown, _) = broker::placehold_tokens(&shown, &[access.clone(), refresh.clone()], |t| {
+        broker::placeholder(t, key, &spec.name, row.name)
+    });
+    atomic::write(&dest, shown.as_bytes(), 0o644)?;
+    let lock = Path::new(broker::LOCK_DIR).join(format!("{}.lock", row.name));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(broker::LOCK_DIR)
+        .with_context(|| format!("creating {}", broker::LOCK_DIR))?;
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&lock)
+        .with_context(|| format!("creating {}", lock.display()))?;
+    Ok(Some(broker::OauthAccount {
+        login: row.login.into(),
+        access,
+        refresh,
+        file,
+        lock,
+        token_host: endpoint.host.into(),
+        token_path: endpoint.path.into(),
+        client_id: endpoint.client_id.into(),
+    }))
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file
@@ -251,12 +337,38 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
     Ok(secrets)
 }
 
-/// The accounts and distinct tokens of `login` in the node's files.
-pub(crate) fn held(home: &Path, login: &str) -> (Vec<String>, usize) {
-    let Some(row) = broker::RULES.iter().find(|r| r.login == login) else {
-        return (vec![], 0);
-    };
-    if login != "gh" {
+/// What the node's files hold of a broker row: accounts, distinct tokens, and when an OAuth
+/// login's access token expires (milliseconds since the epoch).
+pub(crate) struct Held {
+    pub accounts: Vec<String>,
+    pub tokens: usize,
+    pub expires_at_ms: Option<i64>,
+}
+
+/// What the node's files hold of the broker's row `row`.
+pub(crate) fn held(home: &Path, row: &broker::LoginRule) -> Held {
+    if row.oauth.is_some() {
+        let tokens = node_file(home, row)
+            .ok()
+            .flatten()
+            .and_then(|(text, _)| oauth::claude_tokens(&text));
+        return Held {
+            accounts: vec![],
+            tokens: usize::from(tokens.is_some()),
+            expires_at_ms: tokens.map(|t| t.expires_at_ms),
+        };
+    }
+    let (accounts, tokens) = held_keys(home, row);
+    Held {
+        accounts,
+        tokens,
+        expires_at_ms: None,
+    }
+}
+
+/// The accounts and distinct tokens of a key login's row in the node's files.
+fn held_keys(home: &Path, row: &broker::LoginRule) -> (Vec<String>, usize) {
+    if row.login != "gh" {
         // An API key names no account.
         let keys = node_file(home, row)
             .ok()

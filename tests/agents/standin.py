@@ -8,6 +8,10 @@ Speaks just enough of two wire protocols for the real CLIs to run a prompt end t
     otherwise), POST /v1/messages/count_tokens, GET /v1/models.
   * OpenAI Responses API (Codex):          POST /v1/responses (SSE when "stream": true, JSON
     otherwise), GET /v1/models, POST /v1/chat/completions (fallback, SSE or JSON).
+  * An OAuth token endpoint (Claude's):  POST /v1/oauth/token with grant_type=refresh_token
+    (JSON or a form) answers new tokens (`sk-ant-oat01-STANDIN<n>...`, `sk-ant-ort01-STANDIN<n>...`,
+    `--token-lifetime` seconds); a refresh token is good once, as real ones are (a second use
+    is 400 invalid_grant "refresh token was already used").
 Anything else is logged with its headers and the start of its body and answered 404 {} (POST
 telemetry-ish paths get 200 {}), so a CLI never hangs on us.
 
@@ -34,6 +38,10 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOG_LOCK = threading.Lock()
+TOKEN_LOCK = threading.Lock()
+USED_REFRESH = set()
+REFRESHES = iter(range(1, 10 ** 9))
+TOKEN_LIFETIME = 3600
 LOG_FILE = None
 DUMP_DIR = None  # --dump DIR: also write every request body there (debugging)
 DUMP_SEQ = iter(range(1, 10 ** 9))
@@ -222,6 +230,8 @@ class Handler(BaseHTTPRequestHandler):
             with open("%s/%s" % (DUMP_DIR, name), "wb") as f:
                 f.write(raw)
         try:
+            if self.command == "POST" and path == "/v1/oauth/token":
+                return self.oauth_token(raw)
             if self.command == "POST" and path.endswith("/messages/count_tokens"):
                 return self.count_tokens(body or {})
             if self.command == "POST" and path.endswith("/messages"):
@@ -242,6 +252,32 @@ class Handler(BaseHTTPRequestHandler):
             return self.unknown(raw)
         except (BrokenPipeError, ConnectionResetError) as e:
             log(dict(self.base_entry(), error="client went away: %s" % e))
+
+    def oauth_token(self, raw):
+        body = self.parse_json(raw)
+        if body is None:
+            from urllib.parse import parse_qsl
+            body = dict(parse_qsl(raw.decode("utf-8", "replace")))
+        grant, refresh = body.get("grant_type"), body.get("refresh_token") or ""
+        entry = dict(self.base_entry(), summary="oauth.token", grant=grant, refresh_token=refresh,
+                     client_id=body.get("client_id"))
+        if grant != "refresh_token" or not refresh.startswith("sk-ant-ort01-"):
+            log(dict(entry, status=400))
+            return self.send_json(400, {"error": "invalid_request"})
+        with TOKEN_LOCK:
+            used = refresh in USED_REFRESH
+            USED_REFRESH.add(refresh)
+            n = next(REFRESHES)
+        if used:
+            log(dict(entry, status=400, error="already used"))
+            return self.send_json(400, {"error": "invalid_grant",
+                                        "error_description": "refresh token was already used"})
+        access = "sk-ant-oat01-STANDIN%d" % n + "A" * 80
+        new_refresh = "sk-ant-ort01-STANDIN%d" % n + "R" * 80
+        log(dict(entry, status=200, issued=access))
+        self.send_json(200, {"token_type": "Bearer", "access_token": access,
+                             "refresh_token": new_refresh, "expires_in": TOKEN_LIFETIME,
+                             "scope": "user:inference user:profile"})
 
     def unknown(self, raw):
         entry = self.base_entry()
@@ -451,7 +487,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    global LOG_FILE, DUMP_DIR
+    global LOG_FILE, DUMP_DIR, TOKEN_LIFETIME
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
@@ -459,7 +495,9 @@ def main():
     ap.add_argument("--dump", default=None, metavar="DIR", help="also save each request body in DIR")
     ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate...")
     ap.add_argument("--tls-key", default=None, help="...and this PEM key")
+    ap.add_argument("--token-lifetime", type=int, default=3600, help="seconds an issued access token lasts")
     a = ap.parse_args()
+    TOKEN_LIFETIME = a.token_lifetime
     if a.dump:
         os.makedirs(a.dump, exist_ok=True)
         DUMP_DIR = a.dump

@@ -19,6 +19,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::oauth;
 use super::{
     Attempt, Body, CONNECT_TIMEOUT, Counted, Counters, HEADER_TIMEOUT, LoggedBody, MAX_BUF, answer,
     dial, strip_hop_by_hop,
@@ -74,14 +75,43 @@ impl Broker {
         })
     }
 
-    /// A CONNECT to `host:port` is answered here (a ruled host), not tunnelled.
+    /// A CONNECT to `host:port` is answered here (a ruled host, or an OAuth login's token
+    /// endpoint's), not tunnelled.
     pub(super) fn terminates(&self, host: &str, port: u16) -> bool {
         port == self.file.port
-            && self
+            && (self
                 .file
                 .rules
                 .iter()
                 .any(|r| r.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+                || self
+                    .file
+                    .oauth
+                    .iter()
+                    .any(|a| a.token_host.eq_ignore_ascii_case(host)))
+    }
+
+    /// The port ruled hosts are served on, here and at the real hosts.
+    pub(super) fn port(&self) -> u16 {
+        self.file.port
+    }
+
+    /// What connects to the real hosts (the system's CAs).
+    pub(super) fn connector(&self) -> &TlsConnector {
+        &self.connector
+    }
+
+    /// Every placeholder the box may send: its logins' tokens', and its OAuth logins' (their
+    /// tokens unknown here: looked up when a request carries one).
+    fn placeholders(&self) -> Vec<broker::Secret> {
+        let oauth = self.file.oauth.iter().flat_map(|a| {
+            [&a.access, &a.refresh].map(|p| broker::Secret {
+                login: a.login.clone(),
+                placeholder: p.clone(),
+                real: String::new(),
+            })
+        });
+        self.file.secrets.iter().cloned().chain(oauth).collect()
     }
 
     /// Plain HTTP carries no token: the refusal of a request that holds a placeholder.
@@ -92,9 +122,10 @@ impl Broker {
         port: u16,
     ) -> Option<String> {
         let target = req.uri().to_string();
+        let known = self.placeholders();
         let login = std::iter::once(target.as_bytes())
             .chain(req.headers().values().map(HeaderValue::as_bytes))
-            .find_map(|v| broker::placeholder_in(v, &self.file.secrets))?;
+            .find_map(|v| broker::placeholder_in(v, &known))?;
         Some(format!(
             "a placeholder of the {login} login went to {host}:{port} over plain HTTP; its token goes only over HTTPS to its own hosts"
         ))
@@ -178,7 +209,20 @@ async fn brokered(
     };
     let host = attempt.host.as_str();
     let file = &conn.broker.file;
-    let put_in = match put_tokens_in(req.headers_mut(), host, file) {
+    if let Some(account) = file
+        .oauth
+        .iter()
+        .find(|a| oauth::is_token_request(a, host, req.uri().path()))
+        && req.method() == hyper::Method::POST
+    {
+        return Ok(oauth::token_request(req, account, &conn.broker, &attempt).await);
+    }
+    let mut secrets = file.secrets.clone();
+    match oauth::secrets(&file.oauth, req.headers(), &conn.broker).await {
+        Ok(current) => secrets.extend(current),
+        Err(reason) => return Ok(attempt.refuse(&reason)),
+    }
+    let put_in = match put_tokens_in(req.headers_mut(), host, &file.rules, &secrets) {
         Ok(logins) => logins,
         Err(reason) => return Ok(attempt.refuse(&reason)),
     };
@@ -187,7 +231,7 @@ async fn brokered(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    if let Some(reason) = broker::refuses_target(&target, host, &file.secrets) {
+    if let Some(reason) = broker::refuses_target(&target, host, &conn.broker.placeholders()) {
         return Ok(attempt.refuse(&reason));
     }
     if let Some(reason) = broker::path_refusal(&put_in, req.uri().path()) {
@@ -263,22 +307,17 @@ async fn brokered(
 fn put_tokens_in(
     headers: &mut hyper::HeaderMap,
     host: &str,
-    file: &broker::BrokerFile,
+    rules: &[broker::Rule],
+    secrets: &[broker::Secret],
 ) -> Result<Vec<String>, String> {
     let mut put_in: Vec<String> = Vec::new();
     for (name, value) in headers.iter_mut() {
-        let Some(real) = broker::header_for(
-            name.as_str(),
-            value.as_bytes(),
-            host,
-            &file.rules,
-            &file.secrets,
-        )?
+        let Some(real) = broker::header_for(name.as_str(), value.as_bytes(), host, rules, secrets)?
         else {
             continue;
         };
         let v = HeaderValue::from_bytes(&real).map_err(|_| "a token does not fit in a header")?;
-        if let Some(login) = broker::placeholder_in(value.as_bytes(), &file.secrets) {
+        if let Some(login) = broker::placeholder_in(value.as_bytes(), secrets) {
             put_in.push(login.to_string());
         }
         *value = v;

@@ -28,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 mod broker;
+mod oauth;
 
 use crate::plan::egress::{self, BoxPolicy, Decision, Host, Lookup, Policy};
 use crate::sys::egress_log::{self, Record};
@@ -863,7 +864,8 @@ mod tests {
     }
 
     /// A TLS server for `localhost` (its certificate by a CA of its own, returned as roots)
-    /// that answers every request with the request's head as received.
+    /// that answers every request with the request's head as received; a POST to
+    /// `/v1/oauth/token` (a token endpoint), with new tokens numbered by the refreshes made.
     fn tls_upstream() -> (u16, rustls::RootCertStore) {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().unwrap();
@@ -898,6 +900,13 @@ mod tests {
                 while !head.ends_with(b"\r\n\r\n") && tls.read(&mut byte).unwrap_or(0) == 1 {
                     head.push(byte[0]);
                 }
+                if head.starts_with(b"POST /v1/oauth/token ") {
+                    let n = REFRESHES.fetch_add(1, Ordering::SeqCst) + 1;
+                    head = format!(
+                        r#"{{"access_token":"sk-ant-oat01-NEW{n}","refresh_token":"sk-ant-ort01-NEW{n}","expires_in":3600}}"#
+                    )
+                    .into_bytes();
+                }
                 let reply = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     head.len()
@@ -911,6 +920,9 @@ mod tests {
         });
         (port, roots)
     }
+
+    /// The refreshes [`tls_upstream`]'s token endpoint answered (one test uses it).
+    static REFRESHES: AtomicU64 = AtomicU64::new(0);
 
     const REAL: &str = "gho_REALTOKENREALTOKENREALTOKENREALTOKEN";
     const SHOWN: &str = "gho_placeholderplaceholderplaceholder12";
@@ -946,12 +958,151 @@ mod tests {
             cert_pem,
             key_pem,
             port,
+            oauth: vec![],
         };
         let proxy = Proxy::start_with(
             &policy(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]),
             Some(broker::Broker::new(file, roots).unwrap()),
         );
         (proxy, ca.cert_pem.clone(), ca_dir)
+    }
+
+    const ACCESS_SHOWN: &str = "sk-ant-oat01-shownshownshown";
+    const REFRESH_SHOWN: &str = "sk-ant-ort01-shownshownshown";
+
+    /// A proxy whose broker stands in for a Claude OAuth login on `localhost:port` (its token
+    /// endpoint there too), the login's file in the returned dir, its access token expired.
+    fn oauth_proxy(port: u16, roots: rustls::RootCertStore) -> (Proxy, String, tempfile::TempDir) {
+        use crate::plan::broker::{BrokerFile, OauthAccount, Rule};
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = vec!["localhost".to_string()];
+        let ca = crate::sys::node_ca::ensure(&dir.path().join("ca"), &hosts).unwrap();
+        let (cert_pem, key_pem) = ca.issue(&hosts, &hosts).unwrap();
+        let file = dir.path().join("credentials.json");
+        std::fs::write(
+            &file,
+            r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-OLD","refreshToken":"sk-ant-ort01-OLD","expiresAt":1000,"scopes":["user:inference"]}}"#,
+        )
+        .unwrap();
+        let lock = dir.path().join("claude.lock");
+        std::fs::write(&lock, "").unwrap();
+        let broker_file = BrokerFile {
+            rules: vec![Rule {
+                login: "claude".into(),
+                hosts: hosts.clone(),
+            }],
+            secrets: vec![],
+            cert_pem,
+            key_pem,
+            port,
+            oauth: vec![OauthAccount {
+                login: "claude".into(),
+                access: ACCESS_SHOWN.into(),
+                refresh: REFRESH_SHOWN.into(),
+                file,
+                lock,
+                token_host: "localhost".into(),
+                token_path: "/v1/oauth/token".into(),
+                client_id: "client".into(),
+            }],
+        };
+        let proxy = Proxy::start_with(
+            &policy(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]),
+            Some(broker::Broker::new(broker_file, roots).unwrap()),
+        );
+        (proxy, ca.cert_pem.clone(), dir)
+    }
+
+    #[test]
+    fn an_oauth_login_is_refreshed_by_the_broker_once_and_the_box_keeps_its_placeholders() {
+        let (port, roots) = tls_upstream();
+        let (proxy, ca_pem, dir) = oauth_proxy(port, roots);
+        let before = REFRESHES.load(Ordering::SeqCst);
+        let mut tls = tls_to(&proxy, port, &ca_pem);
+        let get = format!(
+            "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {ACCESS_SHOWN}\r\n\r\n"
+        );
+        tls.write_all(get.as_bytes()).unwrap();
+        let first = answer_on(&mut tls);
+        let n = before + 1;
+        assert!(
+            first.starts_with("HTTP/1.1 200")
+                && first.contains(&format!("authorization: Bearer sk-ant-oat01-NEW{n}")),
+            "{first}"
+        );
+        // The node's file holds the new tokens, good for the hour the endpoint said.
+        let text = std::fs::read_to_string(dir.path().join("credentials.json")).unwrap();
+        let tokens = crate::plan::oauth::claude_tokens(&text).unwrap();
+        assert_eq!(
+            (tokens.access.as_str(), tokens.refresh.as_str()),
+            (
+                format!("sk-ant-oat01-NEW{n}").as_str(),
+                format!("sk-ant-ort01-NEW{n}").as_str()
+            )
+        );
+        assert!(
+            !tokens.stale(
+                i64::try_from(
+                    SystemTime::now()
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis()
+                )
+                .unwrap()
+            )
+        );
+        // The next request uses it as it is.
+        tls.write_all(get.as_bytes()).unwrap();
+        let second = answer_on(&mut tls);
+        assert!(
+            second.contains(&format!("Bearer sk-ant-oat01-NEW{n}")),
+            "{second}"
+        );
+        // The box's own refresh of its placeholder is answered here with its placeholders.
+        let asked = r#"{"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-shownshownshown","client_id":"c"}"#;
+        tls.write_all(
+            format!(
+                "POST /v1/oauth/token HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{asked}",
+                asked.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let answered = answer_on(&mut tls);
+        let body: serde_json::Value =
+            serde_json::from_str(answered.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(
+            (&body["access_token"], &body["refresh_token"]),
+            (
+                &serde_json::json!(ACCESS_SHOWN),
+                &serde_json::json!(REFRESH_SHOWN)
+            ),
+            "{answered}"
+        );
+        // A login's code exchange (it would replace the node's login) and the refresh token's
+        // placeholder in a header are refused.
+        let code = r#"{"grant_type":"authorization_code","code":"x"}"#;
+        tls.write_all(
+            format!(
+                "POST /v1/oauth/token HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{code}",
+                code.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let refused = answer_on(&mut tls);
+        assert!(
+            refused.starts_with("HTTP/1.1 403")
+                && refused.contains("a authorization_code grant from a box would replace it"),
+            "{refused}"
+        );
+        tls.write_all(
+            format!("GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {REFRESH_SHOWN}\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let refused = answer_on(&mut tls);
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert_eq!(REFRESHES.load(Ordering::SeqCst), n);
     }
 
     /// Through `proxy`: CONNECT localhost:port, TLS trusting `ca_pem`, then `requests` in turn

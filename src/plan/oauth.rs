@@ -1,0 +1,298 @@
+//! The OAuth logins the credential broker keeps (docs/design.md "Credential broker"): Claude
+//! Code's `~/.claude/.credentials.json` as its CLI writes it, the copy a box sees of it
+//! (placeholders that never expire soon, so the CLI never refreshes by itself), and the token
+//! exchanges the broker makes and answers in its stead.
+
+use serde_json::{Map, Value, json};
+
+/// The key of Claude Code's login in its credentials file.
+const CLAUDE_KEY: &str = "claudeAiOauth";
+
+/// How long before its expiry the broker refreshes an access token (as Claude Code does).
+pub(crate) const REFRESH_MARGIN_MS: i64 = 5 * 60 * 1000;
+
+/// How far ahead a box's copy says its token expires, and what the broker's answer to a box's
+/// own refresh says: a year, so the CLI in the box never refreshes on its own.
+pub(crate) const SHOWN_LIFETIME_S: i64 = 365 * 24 * 60 * 60;
+
+/// The tokens of an OAuth login, as the node's file holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tokens {
+    pub access: String,
+    pub refresh: String,
+    /// Milliseconds since the epoch.
+    pub expires_at_ms: i64,
+}
+
+impl Tokens {
+    /// Whether the access token is to be refreshed before it is used at `now_ms`.
+    pub(crate) fn stale(&self, now_ms: i64) -> bool {
+        self.expires_at_ms - now_ms < REFRESH_MARGIN_MS
+    }
+}
+
+/// The login of Claude Code's credentials file; None when it holds none.
+pub(crate) fn claude_tokens(text: &str) -> Option<Tokens> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let login = v.get(CLAUDE_KEY)?;
+    let token = |k: &str| {
+        login
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+    };
+    Some(Tokens {
+        access: token("accessToken")?,
+        refresh: token("refreshToken")?,
+        expires_at_ms: login.get("expiresAt").and_then(Value::as_i64).unwrap_or(0),
+    })
+}
+
+/// The copy a box sees of Claude Code's credentials file: its login alone (other entries, such
+/// as MCP servers' tokens, are left out), the tokens `access` and `refresh` (placeholders), and
+/// an expiry [`SHOWN_LIFETIME_S`] past `now_ms`. None when it holds no login.
+pub(crate) fn claude_shown(text: &str, access: &str, refresh: &str, now_ms: i64) -> Option<String> {
+    claude_tokens(text)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    let mut login = v.get(CLAUDE_KEY)?.as_object()?.clone();
+    login.insert("accessToken".into(), json!(access));
+    login.insert("refreshToken".into(), json!(refresh));
+    login.insert("expiresAt".into(), json!(now_ms + SHOWN_LIFETIME_S * 1000));
+    let mut out = Map::new();
+    out.insert(CLAUDE_KEY.into(), Value::Object(login));
+    serde_json::to_string(&Value::Object(out)).ok()
+}
+
+/// What a token endpoint answered to a refresh: the new tokens (a refresh token is kept when
+/// none is sent back) and its lifetime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refreshed {
+    pub access: String,
+    pub refresh: Option<String>,
+    pub expires_in_s: i64,
+}
+
+/// The answer of a token endpoint (RFC 6749 5.1); None when it holds no access token.
+pub(crate) fn refreshed(answer: &[u8]) -> Option<Refreshed> {
+    let v: Value = serde_json::from_slice(answer).ok()?;
+    let access = v.get("access_token")?.as_str()?.to_string();
+    if access.is_empty() {
+        return None;
+    }
+    Some(Refreshed {
+        access,
+        refresh: v
+            .get("refresh_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(String::from),
+        // Claude's access tokens last hours; an answer without a lifetime is taken for one.
+        expires_in_s: v.get("expires_in").and_then(Value::as_i64).unwrap_or(3600),
+    })
+}
+
+/// Claude Code's credentials file after a refresh at `now_ms`: the new tokens and expiry, all
+/// else as it was.
+pub(crate) fn claude_after_refresh(text: &str, new: &Refreshed, now_ms: i64) -> Option<String> {
+    let mut v: Value = serde_json::from_str(text).ok()?;
+    let login = v.get_mut(CLAUDE_KEY)?.as_object_mut()?;
+    login.insert("accessToken".into(), json!(new.access));
+    if let Some(refresh) = &new.refresh {
+        login.insert("refreshToken".into(), json!(refresh));
+    }
+    login.insert("expiresAt".into(), json!(now_ms + new.expires_in_s * 1000));
+    serde_json::to_string_pretty(&v).ok()
+}
+
+/// The body of a refresh of `refresh` at Claude's token endpoint, as Claude Code sends it.
+pub(crate) fn refresh_request(refresh: &str, client_id: &str) -> Vec<u8> {
+    json!({
+        "grant_type": "refresh_token",
+        "refresh_token": refresh,
+        "client_id": client_id,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// What a box asked of a token endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// A refresh of this refresh token.
+    Refresh(String),
+    /// Any other grant (a login's code exchange), by its name.
+    Other(String),
+}
+
+/// The grant a token request's body (JSON, or a form) asks for; None when it is neither.
+pub(crate) fn asked(body: &[u8]) -> Option<Asked> {
+    let fields: Vec<(String, String)> = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => map
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.as_str()?.to_string())))
+            .collect(),
+        Ok(_) => return None,
+        Err(_) => std::str::from_utf8(body)
+            .ok()?
+            .split('&')
+            .filter_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                Some((form_decoded(k)?, form_decoded(v)?))
+            })
+            .collect(),
+    };
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let grant = field("grant_type")?;
+    Some(match (grant.as_str(), field("refresh_token")) {
+        ("refresh_token", Some(token)) => Asked::Refresh(token),
+        _ => Asked::Other(grant),
+    })
+}
+
+/// A form field's value with its escapes (`+`, `%XX`) undone; None when it is no UTF-8.
+fn form_decoded(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = s.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The broker's answer to a box's refresh: its placeholders again, good for a year.
+pub(crate) fn answer_to_box(access: &str, refresh: &str) -> Vec<u8> {
+    json!({
+        "token_type": "Bearer",
+        "access_token": access,
+        "refresh_token": refresh,
+        "expires_in": SHOWN_LIFETIME_S,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    const FILE: &str = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-real","refreshToken":"sk-ant-ort01-real","expiresAt":1000,"scopes":["user:inference"],"subscriptionType":"max"},"mcpOAuth":{"srv":{"accessToken":"mcp-secret"}}}"#;
+
+    #[test]
+    fn the_login_is_read_and_a_box_sees_placeholders_that_do_not_expire_soon() {
+        assert_eq!(
+            claude_tokens(FILE),
+            Some(Tokens {
+                access: "sk-ant-oat01-real".into(),
+                refresh: "sk-ant-ort01-real".into(),
+                expires_at_ms: 1000,
+            })
+        );
+        assert_eq!(claude_tokens(r#"{"mcpOAuth":{}}"#), None);
+        assert_eq!(claude_tokens("not json"), None);
+        let shown: Value =
+            serde_json::from_str(&claude_shown(FILE, "A", "R", 5000).unwrap()).unwrap();
+        assert_eq!(
+            shown,
+            json!({"claudeAiOauth": {
+                "accessToken": "A",
+                "refreshToken": "R",
+                "expiresAt": 5000 + SHOWN_LIFETIME_S * 1000,
+                "scopes": ["user:inference"],
+                "subscriptionType": "max",
+            }})
+        );
+        assert_eq!(claude_shown(r#"{"x":1}"#, "A", "R", 0), None);
+    }
+
+    #[test]
+    fn a_token_is_stale_within_the_margin_of_its_expiry() {
+        let t = |at| Tokens {
+            access: "a".into(),
+            refresh: "r".into(),
+            expires_at_ms: at,
+        };
+        assert!(t(1000).stale(1000));
+        assert!(t(1000 + REFRESH_MARGIN_MS - 1).stale(1000));
+        assert!(!t(1000 + REFRESH_MARGIN_MS).stale(1000));
+    }
+
+    #[test]
+    fn a_refresh_writes_the_new_tokens_and_keeps_the_rest() {
+        let new = refreshed(br#"{"access_token":"sk-ant-oat01-new","refresh_token":"sk-ant-ort01-new","expires_in":28800,"token_type":"Bearer"}"#).unwrap();
+        assert_eq!(
+            new,
+            Refreshed {
+                access: "sk-ant-oat01-new".into(),
+                refresh: Some("sk-ant-ort01-new".into()),
+                expires_in_s: 28800,
+            }
+        );
+        let after: Value =
+            serde_json::from_str(&claude_after_refresh(FILE, &new, 7000).unwrap()).unwrap();
+        assert_eq!(
+            after,
+            json!({
+                "claudeAiOauth": {
+                    "accessToken": "sk-ant-oat01-new",
+                    "refreshToken": "sk-ant-ort01-new",
+                    "expiresAt": 7000 + 28_800_000,
+                    "scopes": ["user:inference"],
+                    "subscriptionType": "max",
+                },
+                "mcpOAuth": {"srv": {"accessToken": "mcp-secret"}},
+            })
+        );
+        // No refresh token back: the old one stays.
+        let kept = refreshed(br#"{"access_token":"n"}"#).unwrap();
+        assert_eq!((kept.refresh.clone(), kept.expires_in_s), (None, 3600));
+        let after: Value =
+            serde_json::from_str(&claude_after_refresh(FILE, &kept, 0).unwrap()).unwrap();
+        assert_eq!(after["claudeAiOauth"]["refreshToken"], "sk-ant-ort01-real");
+        assert_eq!(refreshed(br#"{"error":"invalid_grant"}"#), None);
+        assert_eq!(refreshed(br#"{"access_token":""}"#), None);
+    }
+
+    #[test]
+    fn what_a_box_asks_of_a_token_endpoint_is_read_from_json_or_a_form() {
+        assert_eq!(
+            asked(br#"{"grant_type":"refresh_token","refresh_token":"R","client_id":"c"}"#),
+            Some(Asked::Refresh("R".into()))
+        );
+        assert_eq!(
+            asked(b"grant_type=refresh_token&refresh_token=R%2Bx+y&client_id=c"),
+            Some(Asked::Refresh("R+x y".into()))
+        );
+        assert_eq!(
+            asked(br#"{"grant_type":"authorization_code","code":"c"}"#),
+            Some(Asked::Other("authorization_code".into()))
+        );
+        assert_eq!(asked(b"[1]"), None);
+        assert_eq!(asked(b"refresh_token=R"), None);
+        assert_eq!(asked(b"grant_type=%zz"), None);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&refresh_request("R", "c")).unwrap(),
+            json!({"grant_type": "refresh_token", "refresh_token": "R", "client_id": "c"})
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&answer_to_box("A", "R")).unwrap(),
+            json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S})
+        );
+    }
+}
