@@ -432,6 +432,12 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     },
     #[command(name = "__become", hide = true)]
     Become(BecomeArgs),
+    /// Run by a box's proxy: make the node's OAuth login `login` (a broker row) fresh.
+    #[command(name = "__refresh", hide = true)]
+    Refresh {
+        #[arg(long)]
+        login: String,
+    },
 }
 
 /// Inside a box: drop to the box's ids, then run `argv`.

@@ -448,12 +448,19 @@ apps = false
 [projects.\"/root/{KEYED}\"]
 trust_level = \"trusted\"
 EOF
+         # No login of an earlier test left in the store for the nodes to take.
+         curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}
          for i in $(seq 100); do curl -sf https://api.anthropic.com/v1/models >/dev/null && exit 0; sleep 0.1; done
          echo 'the stand-in does not answer' >&2; exit 1"
     ))
     .ok();
     stage
 }
+
+/// Where the store (the rig's S3 server) keeps the broker's copy of Claude Code's OAuth login,
+/// and curl's arguments to sign a request to it as the nodes do.
+const ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/claude-oauth.json";
+const SIGNED: &str = "--aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
 
 /// The stand-in's log lines of `summary` (the model requests it answered).
 fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
@@ -854,9 +861,11 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
     );
     assert_eq!(token_lines(&c).len(), 1);
 
-    // Expired again: the real CLI's next turn, in the other box, gets a fresh token.
+    // Expired again, and no fresher copy in the store to take: the real CLI's next turn, in
+    // the other box, gets a freshly refreshed token.
     c.a.sh(&format!(
-        "python3 -c 'import json; p=\"/root/.claude/.credentials.json\"; d=json.load(open(p)); d[\"claudeAiOauth\"][\"expiresAt\"]={expired}; json.dump(d, open(p, \"w\"))'"
+        "python3 -c 'import json; p=\"/root/.claude/.credentials.json\"; d=json.load(open(p)); d[\"claudeAiOauth\"][\"expiresAt\"]={expired}; json.dump(d, open(p, \"w\"))'
+         curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}"
     ))
     .ok();
     let out = inside(
@@ -906,5 +915,175 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
             "{row:#}"
         );
         c.a.sh(&format!("ag-box park {name}")).ok();
+    }
+}
+
+/// What the cross-node test changes on nodes B and C, put back when dropped.
+struct SharedStage<'a> {
+    c: &'a Cluster,
+}
+
+impl Drop for SharedStage<'_> {
+    fn drop(&mut self) {
+        for n in [&self.c.b, &self.c.c] {
+            n.sh(&format!(
+                "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
+                 sed -i '/anthropic.com/d' /etc/hosts
+                 f=/root/.claude/.credentials.json; rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f"
+            ));
+        }
+        self.c.a.sh(&format!(
+            "curl -s -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}"
+        ));
+    }
+}
+
+/// The login `globals push` copied to every node: nodes A and B redeem it once between them (the
+/// store's account lease), even after node C died holding that lease; both boxes go on.
+#[test]
+fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_until_it_ends() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage_models(&c);
+    let _shared = SharedStage { c: &c };
+    let expired = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600)
+        * 1000;
+    let credentials = serde_json::json!({"claudeAiOauth": {
+        "accessToken": OAUTH_ACCESS,
+        "refreshToken": OAUTH_REFRESH,
+        "expiresAt": expired,
+        "scopes": ["user:inference"],
+    }})
+    .to_string();
+    let test_ca = c.c.read("/root/test-ca.pem");
+    for n in c.all() {
+        n.write("/root/test-ca.pem", &test_ca);
+        n.sh(&format!(
+            "set -e
+             [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
+             cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
+             sed -i '/anthropic.com/d' /etc/hosts
+             echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com' >> /etc/hosts
+             mkdir -p /root/.claude
+             f=/root/.claude/.credentials.json
+             [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
+             echo '{credentials}' > $f; chmod 600 $f"
+        ))
+        .ok();
+    }
+    let boxes = [("shared-a", &c.a, "nodeA"), ("shared-b", &c.b, "nodeB")];
+    for (name, n, node) in boxes {
+        c.parked_box(name);
+        n.sh(&format!(
+            "ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,platform.claude.com:443,10.200.0.3:443 creds=claude
+             ag-box up {name} --node {node}"
+        ))
+        .ok();
+    }
+
+    // Node C's refresher dies right after it took the account's lease (as a power cut would):
+    // the lease stays in the store until it ends.
+    let died = std::time::SystemTime::now();
+    let out = c.c.sh_env(
+        &[("AG_BOX_CRASH_AT", "refresh.leased")],
+        "ag-box __refresh --login claude-oauth",
+    );
+    assert!(
+        out.stderr().contains("crash point refresh.leased"),
+        "{:?} {}",
+        out.status,
+        out.stderr()
+    );
+    let stored: serde_json::Value = serde_json::from_str(
+        &c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    assert_eq!(stored["lease"]["node"], "nodeC", "{stored}");
+    let lease_ends = stored["lease"]["until_ms"].as_f64().unwrap() / 1000.0;
+
+    // Both nodes' boxes, four requests each at once, with the token expired on both nodes.
+    let requests = |name: &str, n: &Node| {
+        let copy: serde_json::Value = serde_json::from_str(
+            &inside(n, name, "cat ~/.claude/.credentials.json")
+                .ok()
+                .stdout(),
+        )
+        .unwrap();
+        let access = copy["claudeAiOauth"]["accessToken"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        format!(
+            "ag-box exec {name} -- bash -c 'for i in 1 2 3 4; do curl -sS -m 120 -o /dev/null -w \"%{{http_code}}\\n\" https://api.anthropic.com/v1/models -H \"Authorization: Bearer {access}\" & done; wait'"
+        )
+    };
+    let on_a = requests("shared-a", &c.a);
+    let on_b = requests("shared-b", &c.b);
+    let (codes_a, codes_b) = std::thread::scope(|s| {
+        let a = s.spawn(|| c.a.sh(&on_a).ok().stdout());
+        let b = s.spawn(|| c.b.sh(&on_b).ok().stdout());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(
+        (codes_a.as_str(), codes_b.as_str()),
+        ("200\n".repeat(4).as_str(), "200\n".repeat(4).as_str())
+    );
+    // One refresh between them, and not before node C's lease ended.
+    let refreshes = token_lines(&c);
+    assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+    assert_eq!(refreshes[0]["refresh_token"], OAUTH_REFRESH);
+    let at = refreshes[0]["t"].as_f64().unwrap();
+    assert!(
+        at >= lease_ends,
+        "redeemed at {at}, while node C's lease ran until {lease_ends} (it died at {died:?})"
+    );
+    let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
+    let models: Vec<_> = answered(&c, "models")
+        .into_iter()
+        .filter(|m| !m["auth"].is_null())
+        .collect();
+    assert!(
+        models.len() >= 8
+            && models
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{models:#?}"
+    );
+    // Both nodes hold the new login; the store has it sealed (no token in clear), the lease
+    // given back, and which node refreshed it.
+    for n in [&c.a, &c.b] {
+        let node: serde_json::Value =
+            serde_json::from_str(&n.read("/root/.claude/.credentials.json")).unwrap();
+        assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
+    }
+    let raw =
+        c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+            .ok()
+            .stdout();
+    assert!(!raw.contains("sk-ant-"), "{raw}");
+    let stored: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert!(stored["lease"].is_null(), "{stored}");
+    assert!(
+        ["nodeA", "nodeB"].contains(&stored["refreshed_by"].as_str().unwrap()),
+        "{stored}"
+    );
+    // `creds` says when, and by which node.
+    let creds: serde_json::Value =
+        serde_json::from_str(&c.b.sh("ag-box creds --json").ok().stdout()).unwrap();
+    let row = creds["logins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["oauth"] == true)
+        .cloned()
+        .unwrap();
+    assert_eq!(row["refreshed_by"], stored["refreshed_by"], "{row:#}");
+    for (name, n, _) in boxes {
+        n.sh(&format!("ag-box park {name}")).ok();
     }
 }

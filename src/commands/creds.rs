@@ -8,7 +8,9 @@ use serde::Serialize;
 use super::{Ctx, JSON_SCHEMA_VERSION};
 use crate::plan::broker::RULES;
 use crate::plan::doctor;
+use crate::plan::oauth::StoredLogin;
 use crate::plan::text::escaped;
+use crate::store::Accounts;
 use crate::sys::{broker, node_ca};
 
 #[derive(Serialize)]
@@ -28,6 +30,9 @@ struct Held {
     oauth: bool,
     /// An OAuth login's access token expires then (RFC 3339); refreshed by the broker when due.
     expires: Option<String>,
+    /// Where nodes share a store: the node that last refreshed an OAuth login, and when.
+    refreshed_by: Option<String>,
+    refreshed_at: Option<String>,
     /// `user@host`, as the node's login files name them.
     accounts: Vec<String>,
     /// Distinct tokens the broker holds of this login.
@@ -46,6 +51,23 @@ struct Ca {
     detail: String,
 }
 
+/// Milliseconds since the epoch, as RFC 3339.
+fn rfc3339(ms: i64) -> String {
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// The store's copy of an OAuth login, where the store keeps one (a store that cannot be read
+/// is said, and the row shown without it).
+fn stored_login(store: &dyn Accounts, row: &str) -> Option<StoredLogin> {
+    let (bytes, _) = store
+        .account(row)
+        .map_err(|e| tracing::warn!("reading the store's {row} login: {e:#}"))
+        .ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
 pub(crate) fn run(json: bool) -> Result<()> {
     let ctx = Ctx::load()?;
     let records = ctx.store.list()?;
@@ -53,15 +75,16 @@ pub(crate) fn run(json: bool) -> Result<()> {
         .iter()
         .map(|rule| {
             let held = broker::held(&ctx.config.home, rule);
+            let stored = rule
+                .oauth
+                .and_then(|_| stored_login(ctx.store.as_ref(), rule.name));
             let mut login = Held {
                 login: rule.login,
                 file: rule.copied,
                 oauth: rule.oauth.is_some(),
-                expires: held.expires_at_ms.map(|ms| {
-                    let at = std::time::UNIX_EPOCH
-                        + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-                    humantime::format_rfc3339_seconds(at).to_string()
-                }),
+                expires: held.expires_at_ms.map(rfc3339),
+                refreshed_by: stored.as_ref().and_then(|s| s.refreshed_by.clone()),
+                refreshed_at: stored.as_ref().and_then(|s| s.refreshed_at_ms).map(rfc3339),
                 accounts: held.accounts,
                 tokens: held.tokens,
                 hosts: rule.hosts.to_vec(),
@@ -108,10 +131,14 @@ pub(crate) fn run(json: bool) -> Result<()> {
         };
         let none = || "none".to_string();
         // Accounts come from the node's files, as whatever wrote them wrote them.
+        let refreshed = match (&l.refreshed_by, &l.refreshed_at) {
+            (Some(by), Some(at)) => format!(", refreshed by {} at {at}", escaped(by)),
+            _ => String::new(),
+        };
         let expires = l
             .expires
             .as_ref()
-            .map(|e| format!(", expires {e}"))
+            .map(|e| format!(", expires {e}{refreshed}"))
             .unwrap_or_default();
         let kind = if l.oauth { " OAuth" } else { "" };
         println!(

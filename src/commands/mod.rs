@@ -21,6 +21,7 @@ pub(crate) mod park;
 pub(crate) mod port;
 pub(crate) mod probe;
 pub(crate) mod prune;
+pub(crate) mod refresh;
 pub(crate) mod rollback;
 pub(crate) mod set;
 pub(crate) mod snapshot;

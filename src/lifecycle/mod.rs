@@ -71,6 +71,7 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         node_ca: config.state_dir.join("ca"),
         gpu: meta.gpu.then(|| host::gpu(Path::new("/dev"))),
         broker_held: crate::sys::broker::held_logins(&config.home),
+        shared_store: config.s3.is_some(),
     }
 }
 

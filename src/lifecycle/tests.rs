@@ -451,6 +451,8 @@ impl DeltaStore for CountingStore {
 
 impl RepositoryKeys for CountingStore {}
 
+impl crate::store::Accounts for CountingStore {}
+
 /// One node: its files, state and config in a temp dir, its store local.
 struct Node {
     _tmp: tempfile::TempDir,

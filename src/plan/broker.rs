@@ -207,6 +207,9 @@ pub(crate) struct Secret {
     pub login: String,
     pub placeholder: String,
     pub real: String,
+    /// Goes only into `Authorization` (an OAuth token), never into a key header.
+    #[serde(default)]
+    pub bearer_only: bool,
 }
 
 /// What a box's proxy reads from the box's run dir (root's alone): the rules, the tokens, and
@@ -229,6 +232,8 @@ pub(crate) struct BrokerFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct OauthAccount {
     pub login: String,
+    /// The broker's row (`RULES`) of the login.
+    pub row: String,
     pub access: String,
     pub refresh: String,
     /// The node's file of the login (root's), the tokens' one home on the node.
@@ -238,6 +243,16 @@ pub(crate) struct OauthAccount {
     pub token_host: String,
     pub token_path: String,
     pub client_id: String,
+    /// What refreshes it where nodes share a store (`ag-box __refresh`, and the environment
+    /// that finds the node's config); None: the proxy itself, the node being the only one.
+    pub refresher: Option<Refresher>,
+}
+
+/// A command and the whole environment it runs with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Refresher {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -346,6 +361,7 @@ pub(crate) fn header_for(
 ) -> Result<Option<Vec<u8>>, String> {
     let text = String::from_utf8_lossy(value);
     if let Some(secret) = secrets.iter().find(|s| s.placeholder == text.trim())
+        && !secret.bearer_only
         && key_header(&secret.login).is_some_and(|h| h.eq_ignore_ascii_case(name))
     {
         return token_for(secret, host, rules).map(|real| Some(real.as_bytes().to_vec()));
@@ -397,6 +413,13 @@ fn key_header(login: &str) -> Option<&'static str> {
 pub(crate) fn path_refusal(logins: &[String], path: &str) -> Option<String> {
     logins.iter().find_map(|login| {
         let rule = RULES.iter().find(|r| r.login == login.as_str())?;
+        // A path a server may read otherwise than as written (dot segments, escaped slashes)
+        // could name what no prefix allows.
+        if !rule.paths.is_empty() && !plain_path(path) {
+            return Some(format!(
+                "the broker puts the {login} key into no request whose path has dot segments, empty segments or escaped dots or slashes ({path})"
+            ));
+        }
         let allowed = rule.paths.is_empty()
             || rule
                 .paths
@@ -409,6 +432,19 @@ pub(crate) fn path_refusal(logins: &[String], path: &str) -> Option<String> {
             )
         })
     })
+}
+
+/// Whether `path` means what it says: no `.` or `..` segment, no empty one, no escaped dot,
+/// slash or backslash, no backslash.
+fn plain_path(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    let segments = path.strip_prefix('/').unwrap_or(path).split('/');
+    !["%2e", "%2f", "%5c", "\\"]
+        .iter()
+        .any(|s| lower.contains(s))
+        && segments
+            .into_iter()
+            .all(|s| s != "." && s != ".." && !s.is_empty())
 }
 
 /// The login of a placeholder in `value` (as it is, or in a `Basic` credential), if any.
@@ -664,6 +700,7 @@ mod tests {
                 login: "gh".into(),
                 placeholder: "gho_placeholder".into(),
                 real: REAL.into(),
+                bearer_only: false,
             }],
         )
     }
@@ -781,6 +818,25 @@ mod tests {
             Ok(None)
         );
         assert_eq!(on("Accept-Encoding", "gzip", "github.com"), Ok(None));
+    }
+
+    #[test]
+    fn an_oauth_token_goes_into_authorization_alone() {
+        let rules = rules_for(&["claude"], true, &["claude", "claude-oauth"]);
+        let secrets = [Secret {
+            login: "claude".into(),
+            placeholder: "sk-ant-oat01-shown".into(),
+            real: "sk-ant-oat01-real".into(),
+            bearer_only: true,
+        }];
+        let on = |name: &str, v: &str| {
+            header_for(name, v.as_bytes(), "api.anthropic.com", &rules, &secrets)
+        };
+        assert_eq!(
+            on("Authorization", "Bearer sk-ant-oat01-shown"),
+            Ok(Some(b"Bearer sk-ant-oat01-real".to_vec()))
+        );
+        assert!(on("x-api-key", "sk-ant-oat01-shown").is_err());
     }
 
     #[test]
@@ -998,11 +1054,13 @@ mod tests {
                 login: "claude".into(),
                 placeholder: "sk-ant-api03-shown".into(),
                 real: "sk-ant-api03-real".into(),
+                bearer_only: false,
             },
             Secret {
                 login: "codex".into(),
                 placeholder: "sk-proj-shown".into(),
                 real: "sk-proj-real".into(),
+                bearer_only: false,
             },
         ];
         let on = |name: &str, v: &str, host| {
@@ -1087,6 +1145,24 @@ mod tests {
             Some("the broker puts the claude key only into model requests (/v1/messages, /v1/models), not into one to /api/oauth/claude_cli/create_api_key".into())
         );
         assert!(path_refusal(&claude, "/v1/messagesX").is_some());
+        // A path a server could read as another: dot segments, escaped ones, empty segments.
+        for odd in [
+            "/v1/messages/../../api/oauth/claude_cli/create_api_key",
+            "/v1/messages/%2e%2e/%2E%2E/api/oauth/claude_cli/create_api_key",
+            "/v1/messages/..%2fapi",
+            "/v1/models/.",
+            "/v1/messages//x",
+            "/v1/messages/..\\api",
+            "/v1/models/%5c",
+        ] {
+            assert_eq!(
+                path_refusal(&claude, odd),
+                Some(format!(
+                    "the broker puts the claude key into no request whose path has dot segments, empty segments or escaped dots or slashes ({odd})"
+                )),
+                "{odd}"
+            );
+        }
         assert!(path_refusal(&claude, "/v1/organizations/invites").is_some());
         assert_eq!(path_refusal(&codex, "/v1/responses"), None);
         assert!(path_refusal(&codex, "/v1/organization/admin_api_keys").is_some());

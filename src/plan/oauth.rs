@@ -3,6 +3,7 @@
 //! (placeholders that never expire soon, so the CLI never refreshes by itself), and the token
 //! exchanges the broker makes and answers in its stead.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 /// The key of Claude Code's login in its credentials file.
@@ -187,6 +188,71 @@ pub(crate) fn answer_to_box(access: &str, refresh: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// How long a node may hold an account's lease to redeem its refresh token: past it, another
+/// node takes the lease over (a node that died holding it blocks the others no longer).
+pub(crate) const LEASE_MS: i64 = 30_000;
+
+/// An OAuth login as the store keeps it for every node (`accounts/<row>.json`): the login file
+/// sealed with a key only the nodes hold, and the lease of the node redeeming its refresh token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct StoredLogin {
+    pub lease: Option<AccountLease>,
+    /// The login file as the last refresh left it, sealed (`plan::restic_key::seal_with`).
+    pub sealed: Option<Sealed>,
+    /// When its access token expires (milliseconds since the epoch).
+    pub expires_at_ms: i64,
+    pub refreshed_by: Option<String>,
+    pub refreshed_at_ms: Option<i64>,
+}
+
+/// Who redeems an account's refresh token, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AccountLease {
+    pub node: String,
+    pub until_ms: i64,
+}
+
+/// Sealed bytes and the salt their key was derived with (base64).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Sealed {
+    pub salt: String,
+    pub data: String,
+}
+
+/// What a node whose login (`here`) wants refreshing does next, given the store's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Its own is fresh (another process of the node refreshed it).
+    Done,
+    /// The store's is newer and fresh: another node refreshed it; take that.
+    Take,
+    /// Another node is redeeming the refresh token: wait for it, or for its lease to end.
+    Wait,
+    /// Take the lease, and redeem the refresh token here.
+    Lease,
+}
+
+/// [`Next`] for `node` at `now_ms`.
+pub(crate) fn next(here: &Tokens, stored: Option<&StoredLogin>, node: &str, now_ms: i64) -> Next {
+    if !here.stale(now_ms) {
+        return Next::Done;
+    }
+    let Some(stored) = stored else {
+        return Next::Lease;
+    };
+    let fresh = |expires: i64| expires - now_ms >= REFRESH_MARGIN_MS;
+    if stored.sealed.is_some()
+        && stored.expires_at_ms > here.expires_at_ms
+        && fresh(stored.expires_at_ms)
+    {
+        return Next::Take;
+    }
+    match &stored.lease {
+        Some(lease) if lease.node != node && lease.until_ms > now_ms => Next::Wait,
+        _ => Next::Lease,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +360,52 @@ mod tests {
             serde_json::from_slice::<Value>(&answer_to_box("A", "R")).unwrap(),
             json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S})
         );
+    }
+
+    #[test]
+    fn a_node_takes_a_newer_login_waits_for_a_live_lease_and_takes_over_a_dead_one() {
+        let now = 1_000_000_000;
+        let here = |at| Tokens {
+            access: "a".into(),
+            refresh: "r".into(),
+            expires_at_ms: at,
+        };
+        let sealed = Some(Sealed {
+            salt: "s".into(),
+            data: "d".into(),
+        });
+        let stored = |expires, lease: Option<(&str, i64)>| StoredLogin {
+            lease: lease.map(|(node, until_ms)| AccountLease {
+                node: node.into(),
+                until_ms,
+            }),
+            sealed: sealed.clone(),
+            expires_at_ms: expires,
+            refreshed_by: Some("nodeB".into()),
+            refreshed_at_ms: Some(now),
+        };
+        let hour = 3_600_000;
+        let stale = here(now - 1);
+        assert_eq!(next(&here(now + hour), None, "nodeA", now), Next::Done);
+        assert_eq!(next(&stale, None, "nodeA", now), Next::Lease);
+        assert_eq!(
+            next(&stale, Some(&stored(now + hour, None)), "nodeA", now),
+            Next::Take
+        );
+        // The store's is no fresher: this node redeems, unless another holds a live lease.
+        let old = stored(now - 1, Some(("nodeB", now + 1)));
+        assert_eq!(next(&stale, Some(&old), "nodeA", now), Next::Wait);
+        let dead = stored(now - 1, Some(("nodeB", now)));
+        assert_eq!(next(&stale, Some(&dead), "nodeA", now), Next::Lease);
+        let own = stored(now - 1, Some(("nodeA", now + LEASE_MS)));
+        assert_eq!(next(&stale, Some(&own), "nodeA", now), Next::Lease);
+        // Newer but due itself, or nothing sealed: not taken.
+        let due = stored(now + REFRESH_MARGIN_MS - 1, None);
+        assert_eq!(next(&here(now - 5), Some(&due), "nodeA", now), Next::Lease);
+        let empty = StoredLogin {
+            sealed: None,
+            ..stored(now + hour, None)
+        };
+        assert_eq!(next(&stale, Some(&empty), "nodeA", now), Next::Lease);
     }
 }

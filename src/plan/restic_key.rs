@@ -110,6 +110,32 @@ fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
     Ok(plain)
 }
 
+/// `plain` sealed as restic seals its files (IV ‖ AES-256-CTR ‖ Poly1305-AES) under keys scrypt
+/// derives from `password` and `random.salt`: what the store keeps that only the nodes may read
+/// (the broker's logins, under `RESTIC_PASSWORD`, which every node holds).
+pub(crate) fn seal_with(password: &[u8], random: &Randomness, plain: Vec<u8>) -> Result<Vec<u8>> {
+    seal(&*derive(password, &random.salt)?, &random.iv, plain)
+}
+
+/// What [`seal_with`] sealed with `password` and `salt`; Err when it was not (a wrong password,
+/// bytes changed).
+pub(crate) fn open_with(password: &[u8], salt: &[u8], sealed: &[u8]) -> Result<Vec<u8>> {
+    anyhow::ensure!(sealed.len() >= 32, "sealed bytes too short");
+    let keys = derive(password, salt)?;
+    let (iv, rest) = sealed.split_at(16);
+    let (cipher, tag) = rest.split_at(rest.len() - 16);
+    let iv: [u8; 16] = iv.try_into().context("the IV")?;
+    let expected = mac(&keys[32..48], &keys[48..64], &iv, cipher)?;
+    // Compared in constant time: a forger learns nothing from how long the check took.
+    let same: bool = subtle::ConstantTimeEq::ct_eq(&expected[..], tag).into();
+    anyhow::ensure!(same, "the sealed bytes do not open with this password");
+    let mut plain = cipher.to_vec();
+    ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], &iv)
+        .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
+        .apply_keystream(&mut plain);
+    Ok(plain)
+}
+
 /// Poly1305-AES: Poly1305 keyed with `r` and AES-128_k(nonce).
 fn mac(k: &[u8], r: &[u8], nonce: &[u8; 16], message: &[u8]) -> Result<[u8; 16]> {
     let mut s = aes::Block::from(*nonce);
@@ -162,6 +188,26 @@ pub(crate) fn sort_keys(keys: &[(String, Vec<u8>)], node: &str) -> (Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_sealed_with_a_password_opens_with_it_alone() {
+        let random = Randomness {
+            salt: [7; 64],
+            iv: [9; 16],
+        };
+        let sealed = seal_with(b"pw", &random, b"the login".to_vec()).unwrap();
+        assert_eq!(sealed.len(), 16 + 9 + 16);
+        assert_eq!(
+            open_with(b"pw", &random.salt, &sealed).unwrap(),
+            b"the login"
+        );
+        assert!(open_with(b"other", &random.salt, &sealed).is_err());
+        assert!(open_with(b"pw", &[8; 64], &sealed).is_err());
+        let mut changed = sealed.clone();
+        changed[20] ^= 1;
+        assert!(open_with(b"pw", &random.salt, &changed).is_err());
+        assert!(open_with(b"pw", &random.salt, &sealed[..31]).is_err());
+    }
 
     const MASTER: &str = r#"{
   "mac": {"k": "ZhbdPxHrjrINbQxOs8a27A==", "r": "5RlTC7CtqAOoATYAhEKcCQ=="},

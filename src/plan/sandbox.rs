@@ -68,6 +68,9 @@ pub(crate) struct BoxSpec {
     /// The brokered logins whose files on the node hold a token the broker stands in for
     /// (`plan::broker::RULES`).
     pub broker_held: Vec<&'static str>,
+    /// The node shares its store with other nodes (S3): an OAuth login is refreshed under the
+    /// store's account lease (`ag-box __refresh`), not by the box's proxy alone.
+    pub shared_store: bool,
 }
 
 /// The node's GPU device nodes (`/dev/nvidia*`, `/dev/dri`, `/dev/kfd`) and the groups that
@@ -261,6 +264,7 @@ impl BoxSpec {
             node_ca: "/var/lib/ag-box/ca".into(),
             gpu: None,
             broker_held: vec!["gh"],
+            shared_store: false,
         }
     }
 
@@ -394,6 +398,12 @@ impl BoxSpec {
             )
         })
         .collect()
+    }
+    /// Whether the box sees the broker's copy where the node's file `node_file` would be.
+    pub(crate) fn sees_broker_copy(&self, node_file: &Path) -> bool {
+        self.broker_copies()
+            .iter()
+            .any(|(dest, _)| dest == node_file)
     }
     pub(crate) fn ca_bundle(&self) -> PathBuf {
         self.broker_dir().join("ca-bundle.pem")

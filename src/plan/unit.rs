@@ -15,6 +15,8 @@ fn s(p: &Path) -> String {
 pub(crate) const ANCHOR_SUBCOMMAND: &str = "__anchor";
 /// The hidden subcommand of a box's egress proxy.
 pub(crate) const PROXY_SUBCOMMAND: &str = "__proxy";
+/// What a box's proxy runs to refresh an OAuth login where nodes share a store.
+pub(crate) const REFRESH_SUBCOMMAND: &str = "__refresh";
 
 pub(crate) fn unit_name(box_name: &str) -> String {
     format!("boxrun-{box_name}")

@@ -203,6 +203,9 @@ impl DeltaStore for LocalStore {
 
 impl RepositoryKeys for LocalStore {}
 
+// One node: no other refresher, no accounts.
+impl super::Accounts for LocalStore {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

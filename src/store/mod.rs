@@ -107,10 +107,34 @@ pub(crate) trait RepositoryKeys: Records {
     }
 }
 
-/// All a node keeps in the store. Each use takes the narrowest part it needs.
-pub(crate) trait MetaStore: Records + EventLog + DeltaStore + RepositoryKeys {}
+/// The credential broker's OAuth logins, one object per login (`accounts/<row>.json`, a
+/// `plan::oauth::StoredLogin`), written by compare-and-swap: the lease of the node redeeming
+/// a refresh token lives in it. A local store serves one node, which has no other refresher:
+/// it keeps none.
+pub(crate) trait Accounts {
+    /// Whether the store keeps accounts (it is shared by nodes).
+    fn keeps_accounts(&self) -> bool {
+        false
+    }
+    /// The object of the broker's row `row`, and its version.
+    fn account(&self, row: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        let _ = row;
+        Ok(None)
+    }
+    /// Write it only if it is still at `expected` (None: only if there is none).
+    fn put_account(&self, row: &str, bytes: &[u8], expected: Option<&Version>) -> Result<Cas> {
+        let _ = (row, bytes, expected);
+        anyhow::bail!("{row}: this store keeps no accounts")
+    }
+}
 
-impl<T: Records + EventLog + DeltaStore + RepositoryKeys> MetaStore for T {}
+/// All a node keeps in the store. Each use takes the narrowest part it needs.
+pub(crate) trait MetaStore:
+    Records + EventLog + DeltaStore + RepositoryKeys + Accounts
+{
+}
+
+impl<T: Records + EventLog + DeltaStore + RepositoryKeys + Accounts> MetaStore for T {}
 
 /// What a decision function wants done with the record it was shown.
 #[allow(clippy::large_enum_variant)] // short-lived, one per CAS attempt

@@ -18,7 +18,7 @@ use tokio::runtime::Runtime;
 
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
-use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
+use super::{Accounts, Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
 use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
@@ -248,6 +248,69 @@ impl S3Store {
             )
             .map_err(|e| self.unreachable("delete", aws_sdk_s3::error::DisplayErrorContext(e)))?;
         Ok(())
+    }
+}
+
+fn account_key(row: &str) -> String {
+    format!("accounts/{row}.json")
+}
+
+impl Accounts for S3Store {
+    fn keeps_accounts(&self) -> bool {
+        true
+    }
+
+    fn account(&self, row: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        let key = account_key(row);
+        self.rt.block_on(async {
+            let resp = match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+            {
+                Ok(r) => r,
+                Err(e)
+                    if e.as_service_error().is_some_and(
+                        aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key,
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
+                }
+            };
+            let version = Version(resp.e_tag().unwrap_or_default().to_string());
+            let bytes = resp
+                .body
+                .collect()
+                .await
+                .with_context(|| format!("reading {key}"))?;
+            Ok(Some((bytes.into_bytes().to_vec(), version)))
+        })
+    }
+
+    fn put_account(&self, row: &str, bytes: &[u8], expected: Option<&Version>) -> Result<Cas> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(account_key(row))
+            .content_type("application/json")
+            .body(ByteStream::from(bytes.to_vec()));
+        req = match expected {
+            None => req.if_none_match("*"),
+            Some(v) => req.if_match(&v.0),
+        };
+        match self.rt.block_on(req.send()) {
+            Ok(out) => Ok(Cas::Written(out.e_tag().map(|e| Version(e.to_string())))),
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
+            Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
+            Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
     }
 }
 

@@ -81,8 +81,10 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     }
     // Shared credentials are rewritten by the agents (token refresh), and keyed config is
     // read: root's, in the group every box user is in, so every box on the node has them.
+    // Not what this box sees as the broker's copy: the broker keeps that file.
     for b in binds.iter().filter(|b| {
         b.is_node_file()
+            && !spec.sees_broker_copy(&b.dest)
             && crate::plan::agent_home::handed_to_box(
                 b.src.strip_prefix(spec.home()).unwrap_or(&b.src),
             )

@@ -63,6 +63,7 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
                 login: login.into(),
                 placeholder,
                 real,
+                bearer_only: false,
             })
             .collect(),
         };
@@ -271,8 +272,24 @@ fn copy_oauth(
         .mode(0o600)
         .open(&lock)
         .with_context(|| format!("creating {}", lock.display()))?;
+    // Where nodes share a store, a process of its own with the node's config refreshes it;
+    // the proxy never holds the store's credentials.
+    let refresher = spec.shared_store.then(|| broker::Refresher {
+        argv: [
+            spec.exe.display().to_string(),
+            crate::plan::unit::REFRESH_SUBCOMMAND.into(),
+            "--login".into(),
+            row.name.into(),
+        ]
+        .to_vec(),
+        env: crate::sys::runtime::config_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    });
     Ok(Some(broker::OauthAccount {
         login: row.login.into(),
+        row: row.name.into(),
         access,
         refresh,
         file,
@@ -280,6 +297,7 @@ fn copy_oauth(
         token_host: endpoint.host.into(),
         token_path: endpoint.path.into(),
         client_id: endpoint.client_id.into(),
+        refresher,
     }))
 }
 
@@ -321,6 +339,7 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
                     login: "gh".into(),
                     placeholder,
                     real,
+                    bearer_only: false,
                 });
             }
         }

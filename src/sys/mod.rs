@@ -20,6 +20,7 @@ pub(crate) mod netns;
 pub(crate) mod node_ca;
 pub(crate) mod nodes;
 pub(crate) mod notify;
+pub(crate) mod oauth_refresh;
 pub(crate) mod port_forward;
 pub(crate) mod ports;
 pub(crate) mod privs;

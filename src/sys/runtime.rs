@@ -355,7 +355,7 @@ fn spawn_detached(spec: &BoxSpec, verb: &str, log: &Path) -> Result<std::process
 
 /// What a unit of ag-box's own needs to read this node's config, and find its tools (restic
 /// above all: the one that parked the box), as this command does.
-fn config_env() -> Vec<(&'static str, String)> {
+pub(crate) fn config_env() -> Vec<(&'static str, String)> {
     set_of(&["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"])
 }
 

@@ -29,6 +29,8 @@ use crate::plan::broker::{self, BrokerFile};
 /// What the box's start left for its proxy, ready to serve.
 pub(super) struct Broker {
     file: BrokerFile,
+    /// One per OAuth login of `file`, in its order.
+    gates: Vec<oauth::Gate>,
     acceptor: TlsAcceptor,
     connector: TlsConnector,
 }
@@ -69,6 +71,7 @@ impl Broker {
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Broker {
+            gates: file.oauth.iter().map(|_| oauth::Gate::default()).collect(),
             file,
             acceptor: TlsAcceptor::from(Arc::new(server)),
             connector: TlsConnector::from(Arc::new(client)),
@@ -96,6 +99,11 @@ impl Broker {
         self.file.port
     }
 
+    /// The OAuth logins the broker stands in for, each with its gate.
+    pub(super) fn oauth(&self) -> impl Iterator<Item = (&broker::OauthAccount, &oauth::Gate)> {
+        self.file.oauth.iter().zip(&self.gates)
+    }
+
     /// What connects to the real hosts (the system's CAs).
     pub(super) fn connector(&self) -> &TlsConnector {
         &self.connector
@@ -109,6 +117,7 @@ impl Broker {
                 login: a.login.clone(),
                 placeholder: p.clone(),
                 real: String::new(),
+                bearer_only: true,
             })
         });
         self.file.secrets.iter().cloned().chain(oauth).collect()
@@ -209,16 +218,16 @@ async fn brokered(
     };
     let host = attempt.host.as_str();
     let file = &conn.broker.file;
-    if let Some(account) = file
-        .oauth
-        .iter()
-        .find(|a| oauth::is_token_request(a, host, req.uri().path()))
+    if let Some((account, gate)) = conn
+        .broker
+        .oauth()
+        .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
         && req.method() == hyper::Method::POST
     {
-        return Ok(oauth::token_request(req, account, &conn.broker, &attempt).await);
+        return Ok(oauth::token_request(req, account, gate, &conn.broker, &attempt).await);
     }
     let mut secrets = file.secrets.clone();
-    match oauth::secrets(&file.oauth, req.headers(), &conn.broker).await {
+    match oauth::secrets(req.headers(), &conn.broker).await {
         Ok(current) => secrets.extend(current),
         Err(reason) => return Ok(attempt.refuse(&reason)),
     }

@@ -948,11 +948,13 @@ mod tests {
                     login: "gh".into(),
                     placeholder: SHOWN.into(),
                     real: REAL.into(),
+                    bearer_only: false,
                 },
                 Secret {
                     login: "codex".into(),
                     placeholder: "sk-codexplaceholder".into(),
                     real: "sk-codexreal".into(),
+                    bearer_only: false,
                 },
             ],
             cert_pem,
@@ -997,6 +999,7 @@ mod tests {
             port,
             oauth: vec![OauthAccount {
                 login: "claude".into(),
+                row: "claude-oauth".into(),
                 access: ACCESS_SHOWN.into(),
                 refresh: REFRESH_SHOWN.into(),
                 file,
@@ -1004,6 +1007,7 @@ mod tests {
                 token_host: "localhost".into(),
                 token_path: "/v1/oauth/token".into(),
                 client_id: "client".into(),
+                refresher: None,
             }],
         };
         let proxy = Proxy::start_with(

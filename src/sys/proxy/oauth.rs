@@ -1,31 +1,25 @@
 //! The broker's OAuth logins (`plan::oauth`): the current access token put in where a box sends
-//! its placeholder, refreshed here when due (one proxy of the node at a time, under the login's
-//! lock, the node's file rewritten whole), and a box's own refresh answered here with its
+//! its placeholder, made fresh first when due (one proxy of the node at a time, under the
+//! login's lock; `sys::oauth_refresh`), and a box's own refresh answered here with its
 //! placeholders again: the real tokens never reach a box.
 
-use std::io::Read;
-use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
+use hyper::{Request, Response};
 
 use super::broker::Broker;
-use super::{Attempt, Body, CONNECT_TIMEOUT, dial};
-use crate::atomic;
+use super::{Attempt, Body};
 use crate::plan::broker::{OauthAccount, Secret};
-use crate::plan::oauth::{self, Asked, Tokens};
+use crate::plan::oauth::{self, Asked};
 use crate::plan::text::escaped;
+use crate::sys::oauth_refresh;
 
-/// The most of a token request or answer read (they are a few hundred bytes).
+/// The most of a token request read (a few hundred bytes).
 const MAX_BODY: usize = 64 * 1024;
-/// The most of a login file read.
-const MAX_FILE: u64 = 1 << 20;
 
 fn now_ms() -> i64 {
     let since = SystemTime::now()
@@ -38,7 +32,6 @@ fn now_ms() -> i64 {
 /// token where `headers` carry it (refreshed first when due), with none elsewhere (there it is
 /// only to be recognised and refused). Err: why the request is refused.
 pub(super) async fn secrets(
-    accounts: &[OauthAccount],
     headers: &hyper::HeaderMap,
     broker: &Broker,
 ) -> Result<Vec<Secret>, String> {
@@ -48,7 +41,7 @@ pub(super) async fn secrets(
             .any(|v| String::from_utf8_lossy(v.as_bytes()).contains(placeholder))
     };
     let mut out = Vec::new();
-    for account in accounts {
+    for (account, gate) in broker.oauth() {
         if carries(&account.refresh) {
             return Err(format!(
                 "the {} login's refresh token goes to {} only, and the broker answers for it",
@@ -56,7 +49,7 @@ pub(super) async fn secrets(
             ));
         }
         let real = if carries(&account.access) {
-            current(account, broker).await?
+            current(account, broker, gate).await?
         } else {
             String::new()
         };
@@ -64,118 +57,112 @@ pub(super) async fn secrets(
             login: account.login.clone(),
             placeholder: account.access.clone(),
             real,
+            bearer_only: true,
         });
     }
     Ok(out)
 }
 
-/// The node's file of `account` and the login in it.
-fn read(file: &Path) -> Result<(String, Tokens), String> {
-    let mut text = String::new();
-    std::fs::File::open(file)
-        .and_then(|f| f.take(MAX_FILE).read_to_string(&mut text))
-        .map_err(|e| format!("reading {}: {e}", file.display()))?;
-    let tokens = oauth::claude_tokens(&text)
-        .ok_or_else(|| format!("{} holds no login any more", file.display()))?;
-    Ok((text, tokens))
+/// What a proxy keeps of one OAuth login: one refresh at a time, and the last one that failed
+/// (a box cannot make the proxy try again and again while the token endpoint refuses).
+#[derive(Default)]
+pub(super) struct Gate {
+    failed: tokio::sync::Mutex<Option<(Instant, String)>>,
 }
 
-/// The login's access token as it is now, refreshed first when it is due: under the login's
-/// lock, after reading the file again (another box's proxy may have just refreshed it).
-async fn current(account: &OauthAccount, broker: &Broker) -> Result<String, String> {
-    let (_, tokens) = read(&account.file)?;
-    if !tokens.stale(now_ms()) {
-        return Ok(tokens.access);
+/// How long a failed refresh is answered for without another try.
+const BACKOFF: Duration = Duration::from_secs(30);
+
+/// The login's access token, if its file holds one that is fresh.
+fn fresh(account: &OauthAccount) -> Option<String> {
+    oauth_refresh::read_login(&account.file)
+        .ok()
+        .filter(|(_, t)| !t.stale(now_ms()))
+        .map(|(_, t)| t.access)
+}
+
+/// The login's access token as it is now, made fresh first when it is due. The refresh runs
+/// to its end on a thread of its own whatever becomes of the request that wanted it (a box
+/// that hangs up must not leave a redeemed refresh token unwritten).
+async fn current(account: &OauthAccount, broker: &Broker, gate: &Gate) -> Result<String, String> {
+    if let Some(access) = fresh(account) {
+        return Ok(access);
     }
-    let lock_path = account.lock.clone();
-    let lock = tokio::task::spawn_blocking(move || {
-        let f = std::fs::File::open(&lock_path)
-            .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
-        Ok::<_, String>(f)
+    let mut failed = gate.failed.lock().await;
+    if let Some((at, why)) = failed.as_ref()
+        && at.elapsed() < BACKOFF
+    {
+        return Err(why.clone());
+    }
+    if let Some(access) = fresh(account) {
+        return Ok(access);
+    }
+    let job = (account.clone(), broker.connector().clone(), broker.port());
+    let handle = tokio::runtime::Handle::current();
+    let done = tokio::task::spawn_blocking(move || {
+        let (account, connector, port) = job;
+        refresh_locked(&account, &|host, path, body| {
+            handle.block_on(oauth_refresh::post(&connector, host, port, path, body))
+        })
     })
     .await
-    .map_err(|e| format!("locking the {} login: {e}", account.login))??;
-    let (text, tokens) = read(&account.file)?;
-    if !tokens.stale(now_ms()) {
-        return Ok(tokens.access);
+    .unwrap_or_else(|e| Err(format!("the refresh: {e}")));
+    match done.and_then(|()| {
+        fresh(account)
+            .ok_or_else(|| format!("the {} login is still due after a refresh", account.login))
+    }) {
+        Ok(access) => {
+            *failed = None;
+            Ok(access)
+        }
+        Err(why) => {
+            *failed = Some((Instant::now(), why.clone()));
+            Err(why)
+        }
     }
-    let body = oauth::refresh_request(&tokens.refresh, &account.client_id);
-    let (status, answer) = post(broker, &account.token_host, &account.token_path, body).await?;
-    let refused = |why: &str| {
-        format!(
-            "refreshing the {} login at {}: {why}",
-            account.login, account.token_host
-        )
-    };
-    if !status.is_success() {
-        let said = String::from_utf8_lossy(&answer[..answer.len().min(200)]).into_owned();
-        return Err(refused(&format!("{status}: {}", escaped(&said))));
-    }
-    let new = oauth::refreshed(&answer).ok_or_else(|| refused("no access token in the answer"))?;
-    let after = oauth::claude_after_refresh(&text, &new, now_ms())
-        .ok_or_else(|| refused("the login file changed shape"))?;
-    atomic::write(&account.file, after.as_bytes(), 0o600)
-        .map_err(|e| refused(&format!("{e:#}")))?;
-    drop(lock);
-    tracing::info!(
-        "refreshed the {} login at {}",
-        account.login,
-        account.token_host
-    );
-    Ok(new.access)
 }
 
-/// POST `body` (JSON) to `https://host/path` (on the port ruled hosts are served on), the
-/// certificate checked against the system's
-/// CAs; the status and the answer's body.
-async fn post(
-    broker: &Broker,
-    host: &str,
-    path: &str,
-    body: Vec<u8>,
-) -> Result<(StatusCode, Bytes), String> {
-    let exchange = async {
-        let addrs: Vec<_> = tokio::net::lookup_host((host, broker.port()))
-            .await
-            .map_err(|e| format!("resolving {host}: {e}"))?
-            .collect();
-        let stream = dial(&addrs)
-            .await
-            .map_err(|e| format!("connecting to {host}: {e}"))?;
-        let name =
-            ServerName::try_from(host.to_string()).map_err(|e| format!("server name: {e}"))?;
-        let tls = broker
-            .connector()
-            .connect(name, stream)
-            .await
-            .map_err(|e| format!("TLS to {host}: {e}"))?;
-        let (mut sender, link) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("handshake with {host}: {e}"))?;
-        tokio::spawn(link);
-        let req = Request::post(path)
-            .header(header::HOST, host)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::USER_AGENT, "ag-box-broker")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| format!("the request: {e}"))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| format!("{host}: {e}"))?;
-        let status = resp.status();
-        let answer = Limited::new(resp.into_body(), MAX_BODY)
-            .collect()
-            .await
-            .map_err(|e| format!("{host}'s answer: {e}"))?
-            .to_bytes();
-        Ok((status, answer))
+/// Under the node's lock of the login (every box's proxy takes it), read again and refresh if
+/// still due: here where the node alone holds it, else by `ag-box __refresh` (the store's
+/// account lease, and the new login left there for the other nodes).
+fn refresh_locked(account: &OauthAccount, post: &oauth_refresh::Post) -> Result<(), String> {
+    let lock = std::fs::File::open(&account.lock)
+        .map_err(|e| format!("opening {}: {e}", account.lock.display()))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| format!("locking {}: {e}", account.lock.display()))?;
+    if fresh(account).is_some() {
+        return Ok(());
+    }
+    let Some(refresher) = &account.refresher else {
+        let login = oauth_refresh::Login {
+            row: &account.row,
+            file: &account.file,
+            token_host: &account.token_host,
+            token_path: &account.token_path,
+            client_id: &account.client_id,
+        };
+        return oauth_refresh::refresh(&login, None, post).map_err(|e| format!("{e:#}"));
     };
-    tokio::time::timeout(CONNECT_TIMEOUT * 3, exchange)
-        .await
-        .map_err(|_| format!("{host}: timed out"))?
+    let (exe, args) = refresher
+        .argv
+        .split_first()
+        .ok_or("the refresher has no command")?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .env_clear()
+        .envs(refresher.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running {exe}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    Err(said
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(|| format!("{exe} {}", out.status), |l| escaped(l.trim())))
 }
 
 /// A box's request to its login's token endpoint, answered here: a refresh of its placeholder
@@ -184,6 +171,7 @@ async fn post(
 pub(super) async fn token_request(
     req: Request<Incoming>,
     account: &OauthAccount,
+    gate: &Gate,
     broker: &Broker,
     attempt: &Attempt,
 ) -> Response<Body> {
@@ -207,7 +195,7 @@ pub(super) async fn token_request(
             ));
         }
     }
-    if let Err(e) = current(account, broker).await {
+    if let Err(e) = current(account, broker, gate).await {
         return attempt.unreachable(rule, &e);
     }
     attempt.log(Ok(rule), None, (0, 0));

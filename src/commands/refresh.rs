@@ -1,0 +1,46 @@
+//! `ag-box __refresh --login <row>`: what a box's proxy runs to make an OAuth login of the node
+//! fresh where nodes share a store (`sys::oauth_refresh`). A process of its own, so that the
+//! store's credentials and `RESTIC_PASSWORD` never enter the proxy, which faces the box.
+
+use anyhow::{Context, Result};
+
+use super::Ctx;
+use crate::plan::broker::RULES;
+use crate::store::Accounts;
+use crate::sys::oauth_refresh::{self, Login, Shared};
+
+pub(crate) fn run(row: &str) -> Result<()> {
+    let ctx = Ctx::load()?;
+    let (rule, endpoint) = RULES
+        .iter()
+        .find_map(|r| Some((r, r.oauth?)).filter(|(r, _)| r.name == row))
+        .with_context(|| format!("{row} is no OAuth login of the broker"))?;
+    let file = ctx.config.home.join(rule.copied);
+    let login = Login {
+        row,
+        file: &file,
+        token_host: endpoint.host,
+        token_path: endpoint.path,
+        client_id: endpoint.client_id,
+    };
+    let store: &dyn Accounts = ctx.store.as_ref();
+    let shared = ctx
+        .config
+        .restic_password
+        .as_ref()
+        .filter(|_| store.keeps_accounts())
+        .map(|password| Shared {
+            store,
+            node: &ctx.config.node,
+            password: password.expose().as_bytes(),
+        });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the refresh's runtime")?;
+    let connector = oauth_refresh::system_connector();
+    let post = |host: &str, path: &str, body: Vec<u8>| {
+        rt.block_on(oauth_refresh::post(&connector, host, 443, path, body))
+    };
+    oauth_refresh::refresh(&login, shared.as_ref(), &post)
+}

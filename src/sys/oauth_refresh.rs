@@ -1,0 +1,344 @@
+//! Refreshing an OAuth login the credential broker holds (docs/design.md "Credential broker"):
+//! the node's login file is rewritten in place (its inode, owner and mode kept, as the agent's
+//! own CLI does), and where nodes share a store, one node at a time redeems the refresh token
+//! under the account's lease in the store and leaves the new login there, sealed, for the
+//! others to take instead of redeeming it again.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Request;
+use hyper::header;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+use crate::plan::oauth::{self, AccountLease, Next, Sealed, StoredLogin, Tokens};
+use crate::plan::restic_key;
+use crate::store::{Accounts, Cas, Version};
+use crate::sys::{crash, host};
+
+/// The most of a login file, token request or answer read.
+const MAX_BYTES: usize = 1 << 20;
+/// How long a token endpoint has to answer (well within the account's lease).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An OAuth login of the node: its file and where its tokens are refreshed.
+pub(crate) struct Login<'a> {
+    /// The broker's row (`plan::broker::RULES`), which names it in the store.
+    pub row: &'a str,
+    pub file: &'a Path,
+    pub token_host: &'a str,
+    pub token_path: &'a str,
+    pub client_id: &'a str,
+}
+
+/// Where the nodes share the login: the store, this node's name, and the password only the
+/// nodes hold (`RESTIC_PASSWORD`), which seals the login there.
+pub(crate) struct Shared<'a> {
+    pub store: &'a dyn Accounts,
+    pub node: &'a str,
+    pub password: &'a [u8],
+}
+
+/// What sends a refresh to a token endpoint: (host, path, JSON body) to (status, answer).
+pub(crate) type Post<'a> = dyn Fn(&str, &str, Vec<u8>) -> Result<(u16, Vec<u8>), String> + 'a;
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The text of a login file: a regular file of at most 1 MiB (no fifo blocks this), its
+/// byte-order mark dropped. The operator's own file: a link is followed.
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+        .open(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_BYTES as u64 {
+        bail!("{} is no file of at most 1 MiB", path.display());
+    }
+    let mut text = String::new();
+    file.take(MAX_BYTES as u64)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .strip_prefix('\u{feff}')
+        .map_or(text.clone(), str::to_string))
+}
+
+/// The login file's text and its login.
+pub(crate) fn read_login(path: &Path) -> Result<(String, Tokens)> {
+    let text = read_text(path)?;
+    let tokens = oauth::claude_tokens(&text)
+        .with_context(|| format!("{} holds no login", path.display()))?;
+    Ok((text, tokens))
+}
+
+/// Rewrite the login file in place: its inode (a box on the host's network binds it), owner and
+/// mode stay; a file gone meanwhile is made anew, root's alone.
+fn write_login(path: &Path, text: &str) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    if !file.metadata()?.is_file() {
+        bail!("{} is no regular file", path.display());
+    }
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Make the login file's access token fresh: nothing to do when it is; else the newer login
+/// another node left in the store, or a refresh here (under the account's lease where nodes
+/// share a store), the new login left in the store before this node's file is rewritten.
+pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Result<()> {
+    let node = shared.map_or("", |s| s.node);
+    let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
+    loop {
+        let (text, here) = read_login(login.file)?;
+        let (stored, version) = match shared {
+            Some(s) => match s.store.account(login.row)? {
+                Some((bytes, v)) => (
+                    Some(
+                        serde_json::from_slice::<StoredLogin>(&bytes)
+                            .with_context(|| format!("parsing the store's {} login", login.row))?,
+                    ),
+                    Some(v),
+                ),
+                None => (None, None),
+            },
+            None => (None, None),
+        };
+        match oauth::next(&here, stored.as_ref(), node, now_ms()) {
+            Next::Done => return Ok(()),
+            Next::Take => {
+                let (Some(s), Some(stored)) = (shared, &stored) else {
+                    bail!("nothing in the store to take");
+                };
+                let taken = open(stored, s.password)?;
+                oauth::claude_tokens(&taken)
+                    .with_context(|| format!("the store's {} login holds no tokens", login.row))?;
+                tracing::info!(
+                    "took the {} login {} refreshed from the store",
+                    login.row,
+                    stored.refreshed_by.as_deref().unwrap_or("another node")
+                );
+                return write_login(login.file, &taken);
+            }
+            Next::Wait => {
+                if Instant::now() > deadline {
+                    bail!(
+                        "the {} login is being refreshed by {} and it has not finished",
+                        login.row,
+                        stored
+                            .and_then(|s| s.lease.map(|l| l.node))
+                            .unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Next::Lease => {
+                let leased = match shared {
+                    Some(s) => {
+                        let mut taking = stored.unwrap_or_default();
+                        taking.lease = Some(AccountLease {
+                            node: node.to_string(),
+                            until_ms: now_ms() + oauth::LEASE_MS,
+                        });
+                        let bytes = serde_json::to_vec(&taking)?;
+                        match s.store.put_account(login.row, &bytes, version.as_ref())? {
+                            Cas::Conflict => continue,
+                            Cas::Written(v) => Some((s, taking, v)),
+                        }
+                    }
+                    None => None,
+                };
+                crash::point("refresh.leased");
+                return redeem(login, &text, &here, leased, post);
+            }
+        }
+    }
+}
+
+/// Redeem the refresh token here (this node holds the lease where there is one); the new
+/// login into the store (sealed, the lease given back), then into the node's file.
+fn redeem(
+    login: &Login,
+    text: &str,
+    here: &Tokens,
+    leased: Option<(&Shared, StoredLogin, Option<Version>)>,
+    post: &Post,
+) -> Result<()> {
+    let refused = |why: String| {
+        anyhow::anyhow!(
+            "refreshing the {} login at {}: {why}",
+            login.row,
+            login.token_host
+        )
+    };
+    let answered = post(
+        login.token_host,
+        login.token_path,
+        oauth::refresh_request(&here.refresh, login.client_id),
+    );
+    let new = match answered {
+        Ok((status, answer)) if (200..300).contains(&status) => {
+            oauth::refreshed(&answer).ok_or_else(|| refused("no access token in the answer".into()))
+        }
+        // Only the status: an answer's body is the server's to word, and is shown to a box.
+        Ok((status, _)) => Err(refused(format!("it answered {status}"))),
+        Err(e) => Err(refused(e)),
+    };
+    let new = match new {
+        Ok(n) => n,
+        Err(e) => {
+            if let Some((s, mut stored, version)) = leased {
+                stored.lease = None;
+                let _ =
+                    s.store
+                        .put_account(login.row, &serde_json::to_vec(&stored)?, version.as_ref());
+            }
+            return Err(e);
+        }
+    };
+    let now = now_ms();
+    let after = oauth::claude_after_refresh(text, &new, now)
+        .ok_or_else(|| refused("the login file changed shape".into()))?;
+    if let Some((s, mut stored, version)) = leased {
+        stored.lease = None;
+        stored.sealed = Some(seal(&after, s.password)?);
+        stored.expires_at_ms = now + new.expires_in_s * 1000;
+        stored.refreshed_by = Some(s.node.to_string());
+        stored.refreshed_at_ms = Some(now);
+        match s
+            .store
+            .put_account(login.row, &serde_json::to_vec(&stored)?, version.as_ref())
+        {
+            Ok(Cas::Written(_)) => {}
+            Ok(Cas::Conflict) => tracing::warn!(
+                "the store's {} login changed while this node held its lease; this node keeps the refreshed one",
+                login.row
+            ),
+            Err(e) => tracing::warn!(
+                "keeping the refreshed {} login in the store: {e:#}; other nodes will refresh it again",
+                login.row
+            ),
+        }
+    }
+    write_login(login.file, &after)?;
+    tracing::info!("refreshed the {} login at {}", login.row, login.token_host);
+    Ok(())
+}
+
+/// `text` sealed under `password` with fresh randomness.
+fn seal(text: &str, password: &[u8]) -> Result<Sealed> {
+    let mut random = restic_key::Randomness {
+        salt: [0; 64],
+        iv: [0; 16],
+    };
+    host::random_bytes(&mut random.salt)?;
+    host::random_bytes(&mut random.iv)?;
+    let data = restic_key::seal_with(password, &random, text.as_bytes().to_vec())?;
+    Ok(Sealed {
+        salt: STANDARD.encode(random.salt),
+        data: STANDARD.encode(data),
+    })
+}
+
+/// The login the store holds, opened with `password`.
+fn open(stored: &StoredLogin, password: &[u8]) -> Result<String> {
+    let sealed = stored.sealed.as_ref().context("nothing sealed")?;
+    let salt = STANDARD.decode(&sealed.salt).context("the sealed salt")?;
+    let data = STANDARD.decode(&sealed.data).context("the sealed login")?;
+    let plain = restic_key::open_with(password, &salt, &data)
+        .context("opening the store's login (is RESTIC_PASSWORD the same on every node?)")?;
+    String::from_utf8(plain).context("the store's login is no text")
+}
+
+/// POST `body` (JSON) to `https://host:port/path`, its certificate checked by `connector`; the
+/// status and the answer.
+pub(crate) async fn post(
+    connector: &TlsConnector,
+    host: &str,
+    port: u16,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>), String> {
+    let exchange = async {
+        let addrs: Vec<_> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("resolving {host}: {e}"))?
+            .collect();
+        let addr = addrs
+            .first()
+            .ok_or_else(|| format!("{host} has no address"))?;
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting to {host}: {e}"))?;
+        let name =
+            ServerName::try_from(host.to_string()).map_err(|e| format!("server name: {e}"))?;
+        let tls = connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS to {host}: {e}"))?;
+        let (mut sender, link) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("handshake with {host}: {e}"))?;
+        tokio::spawn(link);
+        let req = Request::post(path)
+            .header(header::HOST, host)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::USER_AGENT, "ag-box-broker")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| format!("the request: {e}"))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("{host}: {e}"))?;
+        let status = resp.status().as_u16();
+        let answer = Limited::new(resp.into_body(), MAX_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("{host}'s answer: {e}"))?
+            .to_bytes();
+        Ok((status, answer.to_vec()))
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("{host}: timed out"))?
+}
+
+/// A TLS client trusting the system's CAs.
+pub(crate) fn system_connector() -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::warn!("reading the system's CA certificates: {e}");
+    }
+    roots.add_parsable_certificates(native.certs);
+    let mut client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TlsConnector::from(std::sync::Arc::new(client))
+}
