@@ -461,6 +461,9 @@ EOF
 /// and curl's arguments to sign a request to it as the nodes do.
 const ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/claude-oauth.json";
 const SIGNED: &str = "--aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
+/// restic's view of the rig's repository.
+const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
+    RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
 
 /// The stand-in's log lines of `summary` (the model requests it answered).
 fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
@@ -984,6 +987,32 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
         .ok();
     }
 
+    // `globals push` on A carries the login through the store, sealed, not in its snapshot.
+    let pushed = c.a.sh("ag-box globals push");
+    assert!(
+        pushed
+            .ok()
+            .stderr()
+            .contains("the claude-oauth login is in the store for the other nodes' brokers"),
+        "{}",
+        pushed.stderr()
+    );
+    let raw =
+        c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+            .ok()
+            .stdout();
+    assert!(!raw.contains("sk-ant-"), "{raw}");
+    let offered: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(offered["expires_at_ms"], expired, "{offered}");
+    assert_eq!(
+        c.a.sh(&format!(
+            "{RESTIC_ENV}; restic ls latest --tag globals | grep -c credentials.json || true"
+        ))
+        .ok()
+        .stdout(),
+        "0\n"
+    );
+
     // Node C's refresher dies right after it took the account's lease (as a power cut would):
     // the lease stays in the store until it ends.
     let died = std::time::SystemTime::now();
@@ -1083,6 +1112,30 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
         .cloned()
         .unwrap();
     assert_eq!(row["refreshed_by"], stored["refreshed_by"], "{row:#}");
+    // `doctor` finds the store's copy opens with this node's password.
+    let doctor: serde_json::Value =
+        serde_json::from_str(&c.b.sh("ag-box doctor --json").stdout()).unwrap();
+    let check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "claude-oauth login")
+        .cloned()
+        .unwrap();
+    assert!(
+        check["status"] == "ok"
+            && check["detail"].as_str().unwrap().contains(&format!(
+                "the store's copy, refreshed by {}",
+                stored["refreshed_by"].as_str().unwrap()
+            )),
+        "{check:#}"
+    );
+    // Node C still holds the spent login: `globals pull` there takes the store's instead (an
+    // older globals snapshot never puts one back).
+    c.c.sh("ag-box globals pull").ok();
+    let node: serde_json::Value =
+        serde_json::from_str(&c.c.read("/root/.claude/.credentials.json")).unwrap();
+    assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
     for (name, n, _) in boxes {
         n.sh(&format!("ag-box park {name}")).ok();
     }

@@ -51,13 +51,6 @@ struct Ca {
     detail: String,
 }
 
-/// Milliseconds since the epoch, as RFC 3339.
-fn rfc3339(ms: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
-}
-
 /// The store's copy of an OAuth login, where the store keeps one (a store that cannot be read
 /// is said, and the row shown without it).
 fn stored_login(store: &dyn Accounts, row: &str) -> Option<StoredLogin> {
@@ -82,9 +75,12 @@ pub(crate) fn run(json: bool) -> Result<()> {
                 login: rule.login,
                 file: rule.copied,
                 oauth: rule.oauth.is_some(),
-                expires: held.expires_at_ms.map(rfc3339),
+                expires: held.expires_at_ms.map(crate::plan::text::rfc3339_ms),
                 refreshed_by: stored.as_ref().and_then(|s| s.refreshed_by.clone()),
-                refreshed_at: stored.as_ref().and_then(|s| s.refreshed_at_ms).map(rfc3339),
+                refreshed_at: stored
+                    .as_ref()
+                    .and_then(|s| s.refreshed_at_ms)
+                    .map(crate::plan::text::rfc3339_ms),
                 accounts: held.accounts,
                 tokens: held.tokens,
                 hosts: rule.hosts.to_vec(),

@@ -48,6 +48,7 @@ pub(crate) fn run(json: bool, unlock: bool) -> Result<()> {
         checks.extend(peers_and_agents(ctx));
         checks.push(free_space(&ctx.config.home));
         checks.push(crate::sys::node_ca::check(&ctx.config.state_dir.join("ca")));
+        checks.extend(oauth_logins(ctx));
     }
     checks.extend(timers());
     checks.push(tiocsti());
@@ -367,6 +368,55 @@ fn peers_and_agents(ctx: &Ctx) -> Vec<Check> {
     }
     out.push(doctor::agents(&agent_versions(), &theirs));
     out
+}
+
+/// The broker's OAuth logins: when this node's expires, and whether the store's copy (where
+/// nodes share one) opens with this node's `RESTIC_PASSWORD`.
+fn oauth_logins(ctx: &Ctx) -> Vec<Check> {
+    use crate::plan::doctor::StoredFound;
+    use crate::store::Accounts;
+    let store: &dyn Accounts = ctx.store.as_ref();
+    super::refresh::oauth_files(ctx)
+        .into_iter()
+        .map(|(row, file)| {
+            let on_node = match crate::sys::oauth_refresh::read_login(&file) {
+                Ok((_, tokens)) => Ok(Some(crate::plan::text::rfc3339_ms(tokens.expires_at_ms))),
+                Err(_) if !file.exists() => Ok(None),
+                Err(e) => Err(format!("{e:#}")),
+            };
+            let stored = if store.keeps_accounts() {
+                match store.account(row) {
+                    Ok(None) => StoredFound::Absent,
+                    Ok(Some((bytes, _))) => stored_found(&bytes, ctx),
+                    Err(e) => StoredFound::Unreadable(format!("{e:#}")),
+                }
+            } else {
+                StoredFound::NotShared
+            };
+            doctor::oauth_login(row, &on_node, &stored)
+        })
+        .collect()
+}
+
+/// What this node finds of the store's copy of a login.
+fn stored_found(bytes: &[u8], ctx: &Ctx) -> crate::plan::doctor::StoredFound {
+    use crate::plan::doctor::StoredFound;
+    let Ok(stored) = serde_json::from_slice::<crate::plan::oauth::StoredLogin>(bytes) else {
+        return StoredFound::Unreadable("not a login the broker keeps".into());
+    };
+    if stored.sealed.is_none() {
+        return StoredFound::Absent;
+    }
+    let Some(password) = &ctx.config.restic_password else {
+        return StoredFound::Sealed("this node has no RESTIC_PASSWORD".into());
+    };
+    match crate::sys::oauth_refresh::open_stored(&stored, password.expose().as_bytes()) {
+        Ok(_) => StoredFound::Opens {
+            expires: crate::plan::text::rfc3339_ms(stored.expires_at_ms),
+            by: stored.refreshed_by.unwrap_or_else(|| "?".into()),
+        },
+        Err(e) => StoredFound::Sealed(format!("{e:#}")),
+    }
 }
 
 fn free_space(home: &Path) -> Check {

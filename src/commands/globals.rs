@@ -7,10 +7,11 @@ use super::{Ctx, require_tools};
 use crate::error::UserError;
 use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
 use crate::plan::names::BoxName;
+use crate::plan::oauth::StoredLogin;
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
 use crate::plan::text::escaped;
 use crate::sys::agent_home::{self, Adopted};
-use crate::sys::restore;
+use crate::sys::{oauth_refresh, restore};
 
 /// What `globals` is asked to do.
 pub(crate) enum Action {
@@ -47,9 +48,21 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     if role == Some(Role::Pull) {
         tracing::warn!("{PUSH_FROM_PULL_NODE}");
     }
+    // An OAuth login the broker keeps travels through the store, sealed, never in a snapshot
+    // (a pull of an older one would roll a spent refresh token back).
+    let brokered = brokered_logins(ctx, |_, file| oauth_refresh::read_login(file).is_ok());
+    for (row, file) in &brokered {
+        if let Some(shared) = super::refresh::shared(ctx)
+            && oauth_refresh::offer(row, file, &shared)?
+        {
+            say!(
+                "the {row} login is in the store for the other nodes' brokers (sealed; no snapshot holds it)"
+            );
+        }
+    }
     let paths: Vec<_> = globals::global_paths(&ctx.config.home)
         .into_iter()
-        .filter(|p| p.exists())
+        .filter(|p| p.exists() && !brokered.iter().any(|(_, f)| f == p))
         .collect();
     if paths.is_empty() {
         say!("no global agent files on this node: nothing to push");
@@ -82,7 +95,21 @@ fn pull(ctx: &Ctx) -> Result<()> {
             )
         })?;
     let home = ctx.config.home.clone();
-    let candidates = globals::global_paths(&home);
+    // An older snapshot may hold one: it is not put back over what the store holds.
+    let brokered = brokered_logins(ctx, |row, _| {
+        super::refresh::shared(ctx).is_some_and(|s| {
+            s.store
+                .account(row)
+                .ok()
+                .flatten()
+                .and_then(|(bytes, _)| serde_json::from_slice::<StoredLogin>(&bytes).ok())
+                .is_some_and(|stored| stored.sealed.is_some())
+        })
+    });
+    let candidates: Vec<_> = globals::global_paths(&home)
+        .into_iter()
+        .filter(|p| !brokered.iter().any(|(_, f)| f == p))
+        .collect();
     let placed = restore::restore_into_live(
         restic,
         &newest.id,
@@ -96,7 +123,29 @@ fn pull(ctx: &Ctx) -> Result<()> {
         newest.id.short(),
         newest.time
     );
+    if let Some(shared) = super::refresh::shared(ctx) {
+        for (row, file) in &brokered {
+            if oauth_refresh::take(row, file, &shared)? {
+                say!("took the {row} login from the store (newer than this node's)");
+            }
+        }
+    }
     Ok(())
+}
+
+/// The OAuth logins the broker keeps in the store (where nodes share one) that `globals`
+/// carries through it rather than in snapshots: those `through_store` picks.
+fn brokered_logins(
+    ctx: &Ctx,
+    through_store: impl Fn(&str, &std::path::Path) -> bool,
+) -> Vec<(&'static str, std::path::PathBuf)> {
+    if super::refresh::shared(ctx).is_none() {
+        return vec![];
+    }
+    super::refresh::oauth_files(ctx)
+        .into_iter()
+        .filter(|(row, file)| through_store(row, file))
+        .collect()
 }
 
 fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {

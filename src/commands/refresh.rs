@@ -9,6 +9,30 @@ use crate::plan::broker::RULES;
 use crate::store::Accounts;
 use crate::sys::oauth_refresh::{self, Login, Shared};
 
+/// Where this node shares the broker's logins with others: a store that keeps them, and the
+/// password that seals them there.
+pub(crate) fn shared(ctx: &Ctx) -> Option<Shared<'_>> {
+    let store: &dyn Accounts = ctx.store.as_ref();
+    ctx.config
+        .restic_password
+        .as_ref()
+        .filter(|_| store.keeps_accounts())
+        .map(|password| Shared {
+            store,
+            node: &ctx.config.node,
+            password: password.expose().as_bytes(),
+        })
+}
+
+/// The broker's OAuth logins, by row, and their node files.
+pub(crate) fn oauth_files(ctx: &Ctx) -> Vec<(&'static str, std::path::PathBuf)> {
+    RULES
+        .iter()
+        .filter(|r| r.oauth.is_some())
+        .map(|r| (r.name, ctx.config.home.join(r.copied)))
+        .collect()
+}
+
 pub(crate) fn run(row: &str) -> Result<()> {
     let ctx = Ctx::load()?;
     let (rule, endpoint) = RULES
@@ -23,17 +47,7 @@ pub(crate) fn run(row: &str) -> Result<()> {
         token_path: endpoint.path,
         client_id: endpoint.client_id,
     };
-    let store: &dyn Accounts = ctx.store.as_ref();
-    let shared = ctx
-        .config
-        .restic_password
-        .as_ref()
-        .filter(|_| store.keeps_accounts())
-        .map(|password| Shared {
-            store,
-            node: &ctx.config.node,
-            password: password.expose().as_bytes(),
-        });
+    let shared = shared(&ctx);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

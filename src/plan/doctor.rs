@@ -311,10 +311,124 @@ pub(crate) fn broker_ca(dir: &str, found: CaFound, system_bundle: bool) -> Check
     }
 }
 
+/// What the store holds of an OAuth login the broker keeps, as this node finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StoredFound {
+    /// The node's store serves it alone (local): nothing kept there.
+    NotShared,
+    Absent,
+    /// Sealed there, and it opens with this node's password: when it expires, who refreshed it.
+    Opens {
+        expires: String,
+        by: String,
+    },
+    /// Sealed there, and it does not open here.
+    Sealed(String),
+    Unreadable(String),
+}
+
+/// The broker's OAuth login `login` (its node file's access token expiry, if it holds one; or
+/// why it cannot be read) and the store's copy of it.
+pub(crate) fn oauth_login(
+    login: &str,
+    on_node: &Result<Option<String>, String>,
+    stored: &StoredFound,
+) -> Check {
+    let check = format!("{login} login");
+    let here = match on_node {
+        Ok(Some(expires)) => {
+            format!("this node's access token expires {expires} (the broker refreshes it when due)")
+        }
+        Ok(None) => "none on this node".to_string(),
+        Err(why) => {
+            return warn(
+                &check,
+                format!("this node's file cannot be read: {why}"),
+                "log in again on the node",
+            );
+        }
+    };
+    match stored {
+        StoredFound::Sealed(why) => fail(
+            &check,
+            format!(
+                "{here}; the store's copy does not open with this node's RESTIC_PASSWORD ({why}): the nodes cannot share its refreshes"
+            ),
+            "give every node the same RESTIC_PASSWORD",
+        ),
+        StoredFound::Unreadable(why) => warn(
+            &check,
+            format!("{here}; the store's copy cannot be read: {why}"),
+            "check the store with 'ag-box doctor' on another node",
+        ),
+        StoredFound::Opens { expires, by } => ok(
+            &check,
+            format!("{here}; the store's copy, refreshed by {by}, expires {expires}"),
+        ),
+        StoredFound::Absent if on_node.as_ref().is_ok_and(Option::is_some) => ok(
+            &check,
+            format!("{here}; none in the store yet (the first refresh leaves it there)"),
+        ),
+        StoredFound::Absent | StoredFound::NotShared => ok(&check, here),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn an_oauth_login_that_does_not_open_in_the_store_fails() {
+        let at = "2026-12-04T10:00:00Z".to_string();
+        assert_eq!(
+            oauth_login(
+                "claude-oauth",
+                &Ok(Some(at.clone())),
+                &StoredFound::Opens {
+                    expires: at.clone(),
+                    by: "nodeB".into()
+                }
+            ),
+            ok(
+                "claude-oauth login",
+                format!(
+                    "this node's access token expires {at} (the broker refreshes it when due); the store's copy, refreshed by nodeB, expires {at}"
+                )
+            )
+        );
+        assert_eq!(
+            oauth_login("claude-oauth", &Ok(None), &StoredFound::NotShared),
+            ok("claude-oauth login", "none on this node")
+        );
+        assert_eq!(
+            oauth_login("claude-oauth", &Ok(Some(at.clone())), &StoredFound::Absent).detail,
+            format!(
+                "this node's access token expires {at} (the broker refreshes it when due); none in the store yet (the first refresh leaves it there)"
+            )
+        );
+        assert_eq!(
+            oauth_login(
+                "claude-oauth",
+                &Ok(None),
+                &StoredFound::Sealed("bad tag".into())
+            ),
+            fail(
+                "claude-oauth login",
+                "none on this node; the store's copy does not open with this node's RESTIC_PASSWORD (bad tag): the nodes cannot share its refreshes",
+                "give every node the same RESTIC_PASSWORD"
+            )
+        );
+        assert_eq!(
+            oauth_login(
+                "claude-oauth",
+                &Err("not a file".into()),
+                &StoredFound::Absent
+            )
+            .status,
+            Status::Warn
+        );
+    }
 
     #[test]
     fn versions_from_version_lines() {

@@ -76,6 +76,13 @@ pub(crate) fn count(n: usize, noun: &str) -> String {
     }
 }
 
+/// Milliseconds since the epoch (none before it), as RFC 3339 to the second.
+pub(crate) fn rfc3339_ms(ms: i64) -> String {
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// A span of seconds as a person reads an age: `42s`, `5m`, `3h`, `2d`.
 pub(crate) fn age(secs: u64) -> String {
     match secs {

@@ -135,7 +135,7 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
                 let (Some(s), Some(stored)) = (shared, &stored) else {
                     bail!("nothing in the store to take");
                 };
-                let taken = open(stored, s.password)?;
+                let taken = open_stored(stored, s.password)?;
                 oauth::claude_tokens(&taken)
                     .with_context(|| format!("the store's {} login holds no tokens", login.row))?;
                 tracing::info!(
@@ -158,6 +158,20 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
                 std::thread::sleep(Duration::from_millis(500));
             }
             Next::Lease => {
+                // The newest login known is redeemed: the store's, when this node's file is
+                // older (a globals pull or an old copy put it back; its refresh token is spent).
+                let (text, here) = match (shared, &stored) {
+                    (Some(s), Some(st))
+                        if st.sealed.is_some() && st.expires_at_ms > here.expires_at_ms =>
+                    {
+                        let newer = open_stored(st, s.password)?;
+                        let tokens = oauth::claude_tokens(&newer).with_context(|| {
+                            format!("the store's {} login holds no tokens", login.row)
+                        })?;
+                        (newer, tokens)
+                    }
+                    _ => (text, here),
+                };
                 let leased = match shared {
                     Some(s) => {
                         let mut taking = stored.unwrap_or_default();
@@ -250,6 +264,70 @@ fn redeem(
     Ok(())
 }
 
+/// `globals push`: this node's login into the store, where the store holds none as new and no
+/// other node is refreshing it; whether it was put there.
+pub(crate) fn offer(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
+    let Ok((text, here)) = read_login(file) else {
+        return Ok(false);
+    };
+    loop {
+        let (stored, version) = match shared.store.account(row)? {
+            Some((bytes, v)) => (
+                serde_json::from_slice::<StoredLogin>(&bytes)
+                    .with_context(|| format!("parsing the store's {row} login"))?,
+                Some(v),
+            ),
+            None => (StoredLogin::default(), None),
+        };
+        let refreshing = stored
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.node != shared.node && l.until_ms > now_ms());
+        if refreshing || (stored.sealed.is_some() && stored.expires_at_ms >= here.expires_at_ms) {
+            return Ok(false);
+        }
+        let offered = StoredLogin {
+            lease: None,
+            sealed: Some(seal(&text, shared.password)?),
+            expires_at_ms: here.expires_at_ms,
+            ..stored
+        };
+        match shared
+            .store
+            .put_account(row, &serde_json::to_vec(&offered)?, version.as_ref())?
+        {
+            Cas::Written(_) => return Ok(true),
+            Cas::Conflict => {}
+        }
+    }
+}
+
+/// `globals pull`: the store's login into this node's file (made, root's alone, where there
+/// is none), where it is newer than the node's; whether it was.
+pub(crate) fn take(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
+    let Some((bytes, _)) = shared.store.account(row)? else {
+        return Ok(false);
+    };
+    let stored: StoredLogin = serde_json::from_slice(&bytes)
+        .with_context(|| format!("parsing the store's {row} login"))?;
+    if stored.sealed.is_none() {
+        return Ok(false);
+    }
+    if let Ok((_, here)) = read_login(file)
+        && here.expires_at_ms >= stored.expires_at_ms
+    {
+        return Ok(false);
+    }
+    let text = open_stored(&stored, shared.password)?;
+    oauth::claude_tokens(&text)
+        .with_context(|| format!("the store's {row} login holds no tokens"))?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_login(file, &text)?;
+    Ok(true)
+}
+
 /// `text` sealed under `password` with fresh randomness.
 fn seal(text: &str, password: &[u8]) -> Result<Sealed> {
     let mut random = restic_key::Randomness {
@@ -266,7 +344,7 @@ fn seal(text: &str, password: &[u8]) -> Result<Sealed> {
 }
 
 /// The login the store holds, opened with `password`.
-fn open(stored: &StoredLogin, password: &[u8]) -> Result<String> {
+pub(crate) fn open_stored(stored: &StoredLogin, password: &[u8]) -> Result<String> {
     let sealed = stored.sealed.as_ref().context("nothing sealed")?;
     let salt = STANDARD.decode(&sealed.salt).context("the sealed salt")?;
     let data = STANDARD.decode(&sealed.data).context("the sealed login")?;
@@ -341,4 +419,173 @@ pub(crate) fn system_connector() -> TlsConnector {
         .with_no_client_auth();
     client.alpn_protocols = vec![b"http/1.1".to_vec()];
     TlsConnector::from(std::sync::Arc::new(client))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::cell::RefCell;
+
+    /// A store that keeps accounts in memory, versions counted.
+    #[derive(Default)]
+    struct Memory {
+        objects: RefCell<Option<(Vec<u8>, u32)>>,
+    }
+
+    impl Accounts for Memory {
+        fn keeps_accounts(&self) -> bool {
+            true
+        }
+        fn account(&self, _: &str) -> Result<Option<(Vec<u8>, Version)>> {
+            Ok(self
+                .objects
+                .borrow()
+                .clone()
+                .map(|(b, v)| (b, Version(v.to_string()))))
+        }
+        fn put_account(&self, _: &str, bytes: &[u8], expected: Option<&Version>) -> Result<Cas> {
+            let mut held = self.objects.borrow_mut();
+            let now = held.as_ref().map(|(_, v)| Version(v.to_string()));
+            if now.as_ref() != expected {
+                return Ok(Cas::Conflict);
+            }
+            let next = held.as_ref().map_or(1, |(_, v)| v + 1);
+            *held = Some((bytes.to_vec(), next));
+            Ok(Cas::Written(Some(Version(next.to_string()))))
+        }
+    }
+
+    fn login_file(
+        dir: &Path,
+        name: &str,
+        access: &str,
+        refresh: &str,
+        expires: i64,
+    ) -> std::path::PathBuf {
+        let file = dir.join(name);
+        std::fs::write(
+            &file,
+            format!(r#"{{"claudeAiOauth":{{"accessToken":"{access}","refreshToken":"{refresh}","expiresAt":{expires}}}}}"#),
+        )
+        .unwrap();
+        file
+    }
+
+    #[test]
+    fn one_node_redeems_and_the_next_takes_its_login_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = login_file(dir.path(), "a.json", "A0", "R0", 0);
+        let b = login_file(dir.path(), "b.json", "A0", "R0", 0);
+        let store = Memory::default();
+        let asked = RefCell::new(Vec::new());
+        let post = |host: &str, path: &str, body: Vec<u8>| {
+            asked.borrow_mut().push((
+                host.to_string(),
+                path.to_string(),
+                String::from_utf8(body).unwrap(),
+            ));
+            Ok((
+                200,
+                br#"{"access_token":"sk-ant-oat01-A1","refresh_token":"sk-ant-ort01-R1","expires_in":3600}"#.to_vec(),
+            ))
+        };
+        let login = |file| Login {
+            row: "claude-oauth",
+            file,
+            token_host: "platform.example",
+            token_path: "/v1/oauth/token",
+            client_id: "c",
+        };
+        let shared = |node| Shared {
+            store: &store,
+            node,
+            password: b"pw",
+        };
+        refresh(&login(&a), Some(&shared("nodeA")), &post).unwrap();
+        refresh(&login(&b), Some(&shared("nodeB")), &post).unwrap();
+        // One redeem, of R0; both files hold the new login.
+        assert_eq!(
+            asked.borrow().clone(),
+            [(
+                "platform.example".to_string(),
+                "/v1/oauth/token".to_string(),
+                r#"{"grant_type":"refresh_token","refresh_token":"R0","client_id":"c"}"#
+                    .to_string()
+            )]
+        );
+        for file in [&a, &b] {
+            let (_, t) = read_login(file).unwrap();
+            assert_eq!(
+                (t.access.as_str(), t.refresh.as_str()),
+                ("sk-ant-oat01-A1", "sk-ant-ort01-R1")
+            );
+        }
+        // The store: sealed (no token in clear), no lease, who refreshed it.
+        let (bytes, _) = store.account("claude-oauth").unwrap().unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(!text.contains("sk-ant-"), "{text}");
+        let stored: StoredLogin = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            (&stored.lease, stored.refreshed_by.as_deref()),
+            (&None, Some("nodeA"))
+        );
+        assert!(open_stored(&stored, b"other").is_err());
+
+        // A node whose file went back to the spent login (an old copy) redeems the store's
+        // newer refresh token, not its own, once the store's is due too.
+        let c = login_file(dir.path(), "c.json", "A0", "R0", 0);
+        let mut due = stored.clone();
+        due.expires_at_ms = 1;
+        store.objects.borrow_mut().as_mut().unwrap().0 = serde_json::to_vec(&due).unwrap();
+        refresh(&login(&c), Some(&shared("nodeC")), &post).unwrap();
+        assert!(
+            asked.borrow()[1]
+                .2
+                .contains(r#""refresh_token":"sk-ant-ort01-R1""#),
+            "{:?}",
+            asked.borrow()
+        );
+
+        // `globals pull` takes the store's; `globals push` offers only what is newer.
+        let d = login_file(dir.path(), "d.json", "A0", "R0", 0);
+        assert!(take("claude-oauth", &d, &shared("nodeD")).unwrap());
+        assert_eq!(read_login(&d).unwrap().1.access, "sk-ant-oat01-A1");
+        assert!(!take("claude-oauth", &d, &shared("nodeD")).unwrap());
+        assert!(!offer("claude-oauth", &d, &shared("nodeD")).unwrap());
+    }
+
+    #[test]
+    fn a_refused_refresh_gives_the_lease_back_and_says_only_the_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = login_file(dir.path(), "a.json", "A0", "R0", 0);
+        let store = Memory::default();
+        let post = |_: &str, _: &str, _: Vec<u8>| {
+            Ok((
+                400,
+                br#"{"error":"invalid_grant","secret":"sk-ant-x"}"#.to_vec(),
+            ))
+        };
+        let login = Login {
+            row: "claude-oauth",
+            file: &a,
+            token_host: "platform.example",
+            token_path: "/t",
+            client_id: "c",
+        };
+        let shared = Shared {
+            store: &store,
+            node: "nodeA",
+            password: b"pw",
+        };
+        let err = refresh(&login, Some(&shared), &post).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "refreshing the claude-oauth login at platform.example: it answered 400"
+        );
+        let (bytes, _) = store.account("claude-oauth").unwrap().unwrap();
+        let stored: StoredLogin = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(stored.lease, None);
+        assert_eq!(read_login(&a).unwrap().1.access, "A0");
+    }
 }
