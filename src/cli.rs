@@ -437,6 +437,9 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     Refresh {
         #[arg(long)]
         login: String,
+        /// The box's start found a store shared by nodes: refuse to refresh without its lease.
+        #[arg(long)]
+        shared: bool,
     },
 }
 

@@ -227,7 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             netns,
             node_list,
         }),
-        Cmd::Refresh { login } => commands::refresh::run(&login),
+        Cmd::Refresh { login, shared } => commands::refresh::run(&login, shared),
         Cmd::Become(b) => exit_with(sys::privs::run(
             &plan::sandbox::Become {
                 ids: plan::account::Ids {

@@ -33,21 +33,38 @@ pub(crate) fn oauth_files(ctx: &Ctx) -> Vec<(&'static str, std::path::PathBuf)> 
         .collect()
 }
 
-pub(crate) fn run(row: &str) -> Result<()> {
+pub(crate) fn run(row: &str, expect_shared: bool) -> Result<()> {
+    // A refresh under way is not cut short by the stop of the box whose proxy started it: the
+    // refresh token it redeems is spent, and only this process can keep the new one.
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(signal, heard.clone())
+            .context("keeping the refresh from being cut short")?;
+    }
     let ctx = Ctx::load()?;
     let (rule, endpoint) = RULES
         .iter()
         .find_map(|r| Some((r, r.oauth?)).filter(|(r, _)| r.name == row))
         .with_context(|| format!("{row} is no OAuth login of the broker"))?;
     let file = ctx.config.home.join(rule.copied);
+    let lock = crate::plan::broker::lock_file(row);
     let login = Login {
         row,
         file: &file,
+        lock: &lock,
         token_host: endpoint.host,
         token_path: endpoint.path,
         client_id: endpoint.client_id,
     };
     let shared = shared(&ctx);
+    anyhow::ensure!(
+        shared.is_some() || !expect_shared,
+        "this node's config names no store shared by nodes (or no RESTIC_PASSWORD), but the box's start found one: refusing to refresh the {row} login without the store's lease"
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

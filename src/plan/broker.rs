@@ -133,8 +133,13 @@ pub(crate) fn file(run_dir: &std::path::Path) -> std::path::PathBuf {
     run_dir.join("broker.json")
 }
 
-/// Where the node's proxies take turns to refresh an OAuth login (`<row name>.lock`, root's).
-pub(crate) const LOCK_DIR: &str = "/run/box/.broker";
+/// Where the node's refreshers take turns to refresh an OAuth login (root's).
+const LOCK_DIR: &str = "/run/box/.broker";
+
+/// The lock of the broker's row `row` (an OAuth login).
+pub(crate) fn lock_file(row: &str) -> std::path::PathBuf {
+    std::path::Path::new(LOCK_DIR).join(format!("{row}.lock"))
+}
 
 /// The port a ruled host is terminated on; a CONNECT to any other port is tunnelled.
 pub(crate) const TLS_PORT: u16 = 443;
@@ -238,14 +243,11 @@ pub(crate) struct OauthAccount {
     pub refresh: String,
     /// The node's file of the login (root's), the tokens' one home on the node.
     pub file: std::path::PathBuf,
-    /// Held (`flock`) while the login is refreshed, by every proxy of the node.
-    pub lock: std::path::PathBuf,
     pub token_host: String,
     pub token_path: String,
     pub client_id: String,
-    /// What refreshes it where nodes share a store (`ag-box __refresh`, and the environment
-    /// that finds the node's config); None: the proxy itself, the node being the only one.
-    pub refresher: Option<Refresher>,
+    /// What refreshes it: `ag-box __refresh`, and the environment that finds the node's config.
+    pub refresher: Refresher,
 }
 
 /// A command and the whole environment it runs with.

@@ -65,6 +65,29 @@ pub(crate) fn claude_shown(text: &str, access: &str, refresh: &str, now_ms: i64)
     serde_json::to_string(&Value::Object(out)).ok()
 }
 
+/// Claude Code's login alone of its credentials file (`{"claudeAiOauth": ...}`): what the store
+/// keeps, never the file's other entries (MCP servers' tokens are each node's own).
+pub(crate) fn claude_login_only(text: &str) -> Option<String> {
+    claude_tokens(text)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    let mut out = Map::new();
+    out.insert(CLAUDE_KEY.into(), v.get(CLAUDE_KEY)?.clone());
+    serde_json::to_string(&Value::Object(out)).ok()
+}
+
+/// This node's credentials file (`local`, None when it has none or one that does not parse)
+/// with the login of `login` (a [`claude_login_only`]) in place of its own, all else kept.
+pub(crate) fn claude_with_login(local: Option<&str>, login: &str) -> Option<String> {
+    let login: Value = serde_json::from_str(login).ok()?;
+    let mut v = local
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    v.as_object_mut()?
+        .insert(CLAUDE_KEY.into(), login.get(CLAUDE_KEY)?.clone());
+    serde_json::to_string_pretty(&v).ok()
+}
+
 /// What a token endpoint answered to a refresh: the new tokens (a refresh token is kept when
 /// none is sent back) and its lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,8 +255,16 @@ pub(crate) enum Next {
     Lease,
 }
 
-/// [`Next`] for `node` at `now_ms`.
-pub(crate) fn next(here: &Tokens, stored: Option<&StoredLogin>, node: &str, now_ms: i64) -> Next {
+/// [`Next`] for `node` at `now_ms`, having watched the store's object stay as it is for
+/// `watched_ms` (this node's own monotonic clock: a lease lives [`LEASE_MS`] from when this node
+/// first saw it, whatever the holder's clock says).
+pub(crate) fn next(
+    here: &Tokens,
+    stored: Option<&StoredLogin>,
+    node: &str,
+    now_ms: i64,
+    watched_ms: i64,
+) -> Next {
     if !here.stale(now_ms) {
         return Next::Done;
     }
@@ -248,7 +279,7 @@ pub(crate) fn next(here: &Tokens, stored: Option<&StoredLogin>, node: &str, now_
         return Next::Take;
     }
     match &stored.lease {
-        Some(lease) if lease.node != node && lease.until_ms > now_ms => Next::Wait,
+        Some(lease) if lease.node != node && watched_ms < LEASE_MS => Next::Wait,
         _ => Next::Lease,
     }
 }
@@ -285,6 +316,27 @@ mod tests {
             }})
         );
         assert_eq!(claude_shown(r#"{"x":1}"#, "A", "R", 0), None);
+    }
+
+    #[test]
+    fn the_store_keeps_the_login_alone_and_a_node_keeps_its_other_entries() {
+        let only = claude_login_only(FILE).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&only).unwrap(),
+            json!({"claudeAiOauth": {"accessToken": "sk-ant-oat01-real", "refreshToken": "sk-ant-ort01-real", "expiresAt": 1000, "scopes": ["user:inference"], "subscriptionType": "max"}})
+        );
+        let local = r#"{"claudeAiOauth":{"accessToken":"old","refreshToken":"old"},"mcpOAuth":{"mine":{}}}"#;
+        let merged: Value =
+            serde_json::from_str(&claude_with_login(Some(local), &only).unwrap()).unwrap();
+        assert_eq!(merged["mcpOAuth"], json!({"mine": {}}));
+        assert_eq!(merged["claudeAiOauth"]["accessToken"], "sk-ant-oat01-real");
+        // None here, or one that does not parse: the login alone.
+        for none in [None, Some("not json")] {
+            let made: Value =
+                serde_json::from_str(&claude_with_login(none, &only).unwrap()).unwrap();
+            assert_eq!(made, serde_json::from_str::<Value>(&only).unwrap());
+        }
+        assert_eq!(claude_login_only(r#"{"mcpOAuth":{}}"#), None);
     }
 
     #[test]
@@ -386,26 +438,35 @@ mod tests {
         };
         let hour = 3_600_000;
         let stale = here(now - 1);
-        assert_eq!(next(&here(now + hour), None, "nodeA", now), Next::Done);
-        assert_eq!(next(&stale, None, "nodeA", now), Next::Lease);
+        assert_eq!(next(&here(now + hour), None, "nodeA", now, 0), Next::Done);
+        assert_eq!(next(&stale, None, "nodeA", now, 0), Next::Lease);
         assert_eq!(
-            next(&stale, Some(&stored(now + hour, None)), "nodeA", now),
+            next(&stale, Some(&stored(now + hour, None)), "nodeA", now, 0),
             Next::Take
         );
-        // The store's is no fresher: this node redeems, unless another holds a live lease.
-        let old = stored(now - 1, Some(("nodeB", now + 1)));
-        assert_eq!(next(&stale, Some(&old), "nodeA", now), Next::Wait);
-        let dead = stored(now - 1, Some(("nodeB", now)));
-        assert_eq!(next(&stale, Some(&dead), "nodeA", now), Next::Lease);
+        // The store's is no fresher: this node redeems, unless another holds a lease this node
+        // has seen for less than a lease's length (its own clock; the holder's may differ).
+        let held = stored(now - 1, Some(("nodeB", now - hour)));
+        assert_eq!(
+            next(&stale, Some(&held), "nodeA", now, LEASE_MS - 1),
+            Next::Wait
+        );
+        assert_eq!(
+            next(&stale, Some(&held), "nodeA", now, LEASE_MS),
+            Next::Lease
+        );
         let own = stored(now - 1, Some(("nodeA", now + LEASE_MS)));
-        assert_eq!(next(&stale, Some(&own), "nodeA", now), Next::Lease);
+        assert_eq!(next(&stale, Some(&own), "nodeA", now, 0), Next::Lease);
         // Newer but due itself, or nothing sealed: not taken.
         let due = stored(now + REFRESH_MARGIN_MS - 1, None);
-        assert_eq!(next(&here(now - 5), Some(&due), "nodeA", now), Next::Lease);
+        assert_eq!(
+            next(&here(now - 5), Some(&due), "nodeA", now, 0),
+            Next::Lease
+        );
         let empty = StoredLogin {
             sealed: None,
             ..stored(now + hour, None)
         };
-        assert_eq!(next(&stale, Some(&empty), "nodeA", now), Next::Lease);
+        assert_eq!(next(&stale, Some(&empty), "nodeA", now, 0), Next::Lease);
     }
 }

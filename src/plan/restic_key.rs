@@ -89,10 +89,20 @@ pub(crate) fn key_file(
 /// Wiped from memory when dropped.
 type Keys = Zeroizing<[u8; 64]>;
 
+/// scrypt's cost for what is sealed under the operator's password (`RESTIC_PASSWORD`, chosen
+/// by a person): N = 2^16 (64 MiB, a fifth of a second), of the order restic calibrates the
+/// repository's own key file of that password to.
+const SEAL_LOG_N: u8 = 16;
+
 /// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
+    derive_at(password, salt, LOG_N)
+}
+
+/// [`derive`] at the cost 2^`log_n`.
+fn derive_at(password: &[u8], salt: &[u8], log_n: u8) -> Result<Keys> {
     let params =
-        scrypt::Params::new(LOG_N, R, P).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
+        scrypt::Params::new(log_n, R, P).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
     let mut out = Zeroizing::new([0u8; 64]);
     scrypt::scrypt(password, salt, &params, out.as_mut())
         .map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;
@@ -114,14 +124,18 @@ fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
 /// derives from `password` and `random.salt`: what the store keeps that only the nodes may read
 /// (the broker's logins, under `RESTIC_PASSWORD`, which every node holds).
 pub(crate) fn seal_with(password: &[u8], random: &Randomness, plain: Vec<u8>) -> Result<Vec<u8>> {
-    seal(&*derive(password, &random.salt)?, &random.iv, plain)
+    seal(
+        &*derive_at(password, &random.salt, SEAL_LOG_N)?,
+        &random.iv,
+        plain,
+    )
 }
 
 /// What [`seal_with`] sealed with `password` and `salt`; Err when it was not (a wrong password,
 /// bytes changed).
 pub(crate) fn open_with(password: &[u8], salt: &[u8], sealed: &[u8]) -> Result<Vec<u8>> {
     anyhow::ensure!(sealed.len() >= 32, "sealed bytes too short");
-    let keys = derive(password, salt)?;
+    let keys = derive_at(password, salt, SEAL_LOG_N)?;
     let (iv, rest) = sealed.split_at(16);
     let (cipher, tag) = rest.split_at(rest.len() - 16);
     let iv: [u8; 16] = iv.try_into().context("the IV")?;

@@ -260,40 +260,32 @@ fn copy_oauth(
         broker::placeholder(t, key, &spec.name, row.name)
     });
     atomic::write(&dest, shown.as_bytes(), 0o644)?;
-    let lock = Path::new(broker::LOCK_DIR).join(format!("{}.lock", row.name));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(broker::LOCK_DIR)
-        .with_context(|| format!("creating {}", broker::LOCK_DIR))?;
-    fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&lock)
-        .with_context(|| format!("creating {}", lock.display()))?;
-    // Where nodes share a store, a process of its own with the node's config refreshes it;
-    // the proxy never holds the store's credentials.
-    let refresher = spec.shared_store.then(|| broker::Refresher {
-        argv: [
-            spec.exe.display().to_string(),
-            crate::plan::unit::REFRESH_SUBCOMMAND.into(),
-            "--login".into(),
-            row.name.into(),
-        ]
-        .to_vec(),
+    crate::sys::oauth_refresh::ensure_lock(&broker::lock_file(row.name))?;
+    // A process of its own with the node's config refreshes it: the proxy never holds the
+    // store's credentials. Told whether this node shares its store, it refuses to refresh
+    // without the store's lease where its config would say otherwise.
+    let mut argv = vec![
+        spec.exe.display().to_string(),
+        crate::plan::unit::REFRESH_SUBCOMMAND.into(),
+        "--login".into(),
+        row.name.into(),
+    ];
+    if spec.shared_store {
+        argv.push("--shared".into());
+    }
+    let refresher = broker::Refresher {
+        argv,
         env: crate::sys::runtime::config_env()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
-    });
+    };
     Ok(Some(broker::OauthAccount {
         login: row.login.into(),
         row: row.name.into(),
         access,
         refresh,
         file,
-        lock,
         token_host: endpoint.host.into(),
         token_path: endpoint.path.into(),
         client_id: endpoint.client_id.into(),

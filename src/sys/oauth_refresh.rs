@@ -5,7 +5,7 @@
 //! others to take instead of redeeming it again.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +35,8 @@ pub(crate) struct Login<'a> {
     /// The broker's row (`plan::broker::RULES`), which names it in the store.
     pub row: &'a str,
     pub file: &'a Path,
+    /// Held (`flock`) while the login is refreshed, by every process of the node that does.
+    pub lock: &'a Path,
     pub token_host: &'a str,
     pub token_path: &'a str,
     pub client_id: &'a str,
@@ -90,100 +92,195 @@ pub(crate) fn read_login(path: &Path) -> Result<(String, Tokens)> {
 }
 
 /// Rewrite the login file in place: its inode (a box on the host's network binds it), owner and
-/// mode stay; a file gone meanwhile is made anew, root's alone.
+/// mode stay; a file gone meanwhile is made anew, root's alone. The new text is padded with
+/// spaces to the old length and written at once, so no moment leaves the file empty or half
+/// old (a kill between the write and the trim leaves valid JSON).
 fn write_login(path: &Path, text: &str) -> Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
         .open(path)
         .with_context(|| format!("writing {}", path.display()))?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         bail!("{} is no regular file", path.display());
     }
-    file.write_all(text.as_bytes())
+    let old = usize::try_from(meta.len()).unwrap_or(0);
+    let mut bytes = text.as_bytes().to_vec();
+    if bytes.len() < old {
+        bytes.resize(old, b' ');
+    }
+    file.write_all(&bytes)
+        .and_then(|()| file.set_len(text.len() as u64))
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Make the login file's access token fresh: nothing to do when it is; else the newer login
-/// another node left in the store, or a refresh here (under the account's lease where nodes
-/// share a store), the new login left in the store before this node's file is rewritten.
-pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Result<()> {
-    let node = shared.map_or("", |s| s.node);
-    let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
-    loop {
-        let (text, here) = read_login(login.file)?;
-        let (stored, version) = match shared {
-            Some(s) => match s.store.account(login.row)? {
-                Some((bytes, v)) => (
-                    Some(
-                        serde_json::from_slice::<StoredLogin>(&bytes)
-                            .with_context(|| format!("parsing the store's {} login", login.row))?,
-                    ),
-                    Some(v),
+/// Make the login's lock (`plan::broker::lock_file`, root's alone) where it is missing: the
+/// box's start does, for a refresher whose sandbox may not write there.
+pub(crate) fn ensure_lock(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok(())
+}
+
+/// The login's lock, taken: every process of the node that refreshes the login takes it first.
+fn lock(path: &Path) -> Result<std::fs::File> {
+    if !path.exists() {
+        ensure_lock(path)?;
+    }
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
+/// How much of a lease must be left to redeem under it: the token endpoint's answer and the
+/// store's write of the result, with room to spare.
+const REDEEM_BUDGET: Duration = Duration::from_secs(20);
+
+/// The store's copy of the login, its version, and since when (this node's monotonic clock)
+/// this node has seen that version.
+struct Watch {
+    stored: Option<StoredLogin>,
+    version: Option<Version>,
+    since: Instant,
+}
+
+impl Watch {
+    fn read(row: &str, shared: Option<&Shared>, before: Option<&Watch>) -> Result<Watch> {
+        let Some(s) = shared else {
+            return Ok(Watch {
+                stored: None,
+                version: None,
+                since: Instant::now(),
+            });
+        };
+        let (stored, version) = match s.store.account(row)? {
+            Some((bytes, v)) => (
+                Some(
+                    serde_json::from_slice::<StoredLogin>(&bytes)
+                        .with_context(|| format!("parsing the store's {row} login"))?,
                 ),
-                None => (None, None),
-            },
+                Some(v),
+            ),
             None => (None, None),
         };
-        match oauth::next(&here, stored.as_ref(), node, now_ms()) {
+        let since = before
+            .filter(|b| b.version == version)
+            .map_or_else(Instant::now, |b| b.since);
+        Ok(Watch {
+            stored,
+            version,
+            since,
+        })
+    }
+}
+
+/// Make the login file's access token fresh, under the node's lock of the login: nothing to do
+/// when it is; else the newer login another node left in the store, or a refresh here (under
+/// the account's lease where nodes share a store), the new login left in the store before this
+/// node's file is rewritten.
+pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Result<()> {
+    let _lock = lock(login.lock)?;
+    let node = shared.map_or("", |s| s.node);
+    let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
+    let mut watch: Option<Watch> = None;
+    loop {
+        let seen = Watch::read(login.row, shared, watch.as_ref())?;
+        let local = read_login(login.file);
+        let (text, here) = match (&local, shared, &seen.stored) {
+            (Ok((text, here)), _, _) => (Some(text.clone()), here.clone()),
+            // A file that does not parse (or is gone) takes the store's login where it has one.
+            (Err(_), Some(s), Some(stored)) if stored.sealed.is_some() => {
+                return take_stored(login, s, stored, None);
+            }
+            (Err(e), _, _) => bail!("{e:#}"),
+        };
+        let watched = i64::try_from(seen.since.elapsed().as_millis()).unwrap_or(i64::MAX);
+        match oauth::next(&here, seen.stored.as_ref(), node, now_ms(), watched) {
             Next::Done => return Ok(()),
             Next::Take => {
-                let (Some(s), Some(stored)) = (shared, &stored) else {
+                let (Some(s), Some(stored)) = (shared, &seen.stored) else {
                     bail!("nothing in the store to take");
                 };
-                let taken = open_stored(stored, s.password)?;
-                oauth::claude_tokens(&taken)
-                    .with_context(|| format!("the store's {} login holds no tokens", login.row))?;
-                tracing::info!(
-                    "took the {} login {} refreshed from the store",
-                    login.row,
-                    stored.refreshed_by.as_deref().unwrap_or("another node")
-                );
-                return write_login(login.file, &taken);
+                return take_stored(login, s, stored, text.as_deref());
             }
             Next::Wait => {
                 if Instant::now() > deadline {
                     bail!(
                         "the {} login is being refreshed by {} and it has not finished",
                         login.row,
-                        stored
-                            .and_then(|s| s.lease.map(|l| l.node))
+                        seen.stored
+                            .as_ref()
+                            .and_then(|s| s.lease.as_ref().map(|l| l.node.clone()))
                             .unwrap_or_default()
                     );
                 }
                 std::thread::sleep(Duration::from_millis(500));
+                watch = Some(seen);
             }
             Next::Lease => {
                 // The newest login known is redeemed: the store's, when this node's file is
                 // older (a globals pull or an old copy put it back; its refresh token is spent).
-                let (text, here) = match (shared, &stored) {
+                let (text, here) = match (shared, &seen.stored) {
                     (Some(s), Some(st))
                         if st.sealed.is_some() && st.expires_at_ms > here.expires_at_ms =>
                     {
-                        let newer = open_stored(st, s.password)?;
+                        let newer = oauth::claude_with_login(
+                            text.as_deref(),
+                            &open_stored(st, s.password)?,
+                        )
+                        .context("the store's login")?;
                         let tokens = oauth::claude_tokens(&newer).with_context(|| {
                             format!("the store's {} login holds no tokens", login.row)
                         })?;
                         (newer, tokens)
                     }
-                    _ => (text, here),
+                    _ => (text.unwrap_or_default(), here),
                 };
                 let leased = match shared {
                     Some(s) => {
-                        let mut taking = stored.unwrap_or_default();
+                        let asked = Instant::now();
+                        let mut taking = seen.stored.clone().unwrap_or_default();
                         taking.lease = Some(AccountLease {
                             node: node.to_string(),
                             until_ms: now_ms() + oauth::LEASE_MS,
                         });
                         let bytes = serde_json::to_vec(&taking)?;
-                        match s.store.put_account(login.row, &bytes, version.as_ref())? {
+                        let version = match s.store.put_account(
+                            login.row,
+                            &bytes,
+                            seen.version.as_ref(),
+                        )? {
                             Cas::Conflict => continue,
-                            Cas::Written(v) => Some((s, taking, v)),
+                            Cas::Written(None) => bail!(
+                                "the store named no version of the {} login it wrote: it cannot guard a refresh",
+                                login.row
+                            ),
+                            Cas::Written(Some(v)) => v,
+                        };
+                        // A lease whose write took most of it is taken again, not redeemed under.
+                        let lease = Duration::from_millis(oauth::LEASE_MS.unsigned_abs());
+                        if asked.elapsed() + REDEEM_BUDGET > lease {
+                            watch = None;
+                            continue;
                         }
+                        Some((s, taking, version))
                     }
                     None => None,
                 };
@@ -194,13 +291,32 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
     }
 }
 
+/// The store's login into this node's file, its other entries kept.
+fn take_stored(
+    login: &Login,
+    shared: &Shared,
+    stored: &StoredLogin,
+    local: Option<&str>,
+) -> Result<()> {
+    let taken = open_stored(stored, shared.password)?;
+    let text = oauth::claude_with_login(local, &taken).context("the store's login")?;
+    oauth::claude_tokens(&text)
+        .with_context(|| format!("the store's {} login holds no tokens", login.row))?;
+    tracing::info!(
+        "took the {} login {} refreshed from the store",
+        login.row,
+        stored.refreshed_by.as_deref().unwrap_or("another node")
+    );
+    write_login(login.file, &text)
+}
+
 /// Redeem the refresh token here (this node holds the lease where there is one); the new
 /// login into the store (sealed, the lease given back), then into the node's file.
 fn redeem(
     login: &Login,
     text: &str,
     here: &Tokens,
-    leased: Option<(&Shared, StoredLogin, Option<Version>)>,
+    leased: Option<(&Shared, StoredLogin, Version)>,
     post: &Post,
 ) -> Result<()> {
     let refused = |why: String| {
@@ -230,7 +346,7 @@ fn redeem(
                 stored.lease = None;
                 let _ =
                     s.store
-                        .put_account(login.row, &serde_json::to_vec(&stored)?, version.as_ref());
+                        .put_account(login.row, &serde_json::to_vec(&stored)?, Some(&version));
             }
             return Err(e);
         }
@@ -238,30 +354,64 @@ fn redeem(
     let now = now_ms();
     let after = oauth::claude_after_refresh(text, &new, now)
         .ok_or_else(|| refused("the login file changed shape".into()))?;
-    if let Some((s, mut stored, version)) = leased {
-        stored.lease = None;
-        stored.sealed = Some(seal(&after, s.password)?);
-        stored.expires_at_ms = now + new.expires_in_s * 1000;
-        stored.refreshed_by = Some(s.node.to_string());
-        stored.refreshed_at_ms = Some(now);
-        match s
-            .store
-            .put_account(login.row, &serde_json::to_vec(&stored)?, version.as_ref())
-        {
-            Ok(Cas::Written(_)) => {}
-            Ok(Cas::Conflict) => tracing::warn!(
-                "the store's {} login changed while this node held its lease; this node keeps the refreshed one",
-                login.row
-            ),
-            Err(e) => tracing::warn!(
-                "keeping the refreshed {} login in the store: {e:#}; other nodes will refresh it again",
-                login.row
-            ),
-        }
+    if let Some((s, _, version)) = leased {
+        let kept = StoredLogin {
+            lease: None,
+            sealed: Some(seal(
+                &oauth::claude_login_only(&after).context("the refreshed login")?,
+                s.password,
+            )?),
+            expires_at_ms: now + new.expires_in_s * 1000,
+            refreshed_by: Some(s.node.to_string()),
+            refreshed_at_ms: Some(now),
+        };
+        keep(login.row, s, &kept, version);
     }
     write_login(login.file, &after)?;
     tracing::info!("refreshed the {} login at {}", login.row, login.token_host);
     Ok(())
+}
+
+/// The refreshed login into the store, whatever it takes: the refresh token it replaces is
+/// spent, and a node that does not find the new one there would redeem the spent one.
+fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) {
+    let Ok(bytes) = serde_json::to_vec(kept) else {
+        return;
+    };
+    for attempt in 0..20 {
+        match shared.store.put_account(row, &bytes, Some(&version)) {
+            Ok(Cas::Written(_)) => return,
+            // Written over meanwhile (this node's lease ran out): unless what is there is newer,
+            // this login goes in over it.
+            Ok(Cas::Conflict) => match shared.store.account(row) {
+                Ok(Some((now, v))) => {
+                    let there: Option<StoredLogin> = serde_json::from_slice(&now).ok();
+                    if there.is_some_and(|t| t.expires_at_ms > kept.expires_at_ms) {
+                        return;
+                    }
+                    version = v;
+                }
+                Ok(None) => {
+                    if matches!(
+                        shared.store.put_account(row, &bytes, None),
+                        Ok(Cas::Written(_))
+                    ) {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!("reading the store's {row} login: {e:#}"),
+            },
+            Err(e) => {
+                tracing::warn!(
+                    "keeping the refreshed {row} login in the store (try {attempt}): {e:#}"
+                );
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+    tracing::error!(
+        "the refreshed {row} login is in this node's file but not in the store: run 'ag-box globals push' here before another node refreshes it"
+    );
 }
 
 /// `globals push`: this node's login into the store, where the store holds none as new and no
@@ -288,7 +438,10 @@ pub(crate) fn offer(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
         }
         let offered = StoredLogin {
             lease: None,
-            sealed: Some(seal(&text, shared.password)?),
+            sealed: Some(seal(
+                &oauth::claude_login_only(&text).context("this node's login")?,
+                shared.password,
+            )?),
             expires_at_ms: here.expires_at_ms,
             ..stored
         };
@@ -313,12 +466,18 @@ pub(crate) fn take(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
     if stored.sealed.is_none() {
         return Ok(false);
     }
-    if let Ok((_, here)) = read_login(file)
-        && here.expires_at_ms >= stored.expires_at_ms
+    let local = read_login(file).ok();
+    if local
+        .as_ref()
+        .is_some_and(|(_, here)| here.expires_at_ms >= stored.expires_at_ms)
     {
         return Ok(false);
     }
-    let text = open_stored(&stored, shared.password)?;
+    let text = oauth::claude_with_login(
+        local.as_ref().map(|(t, _)| t.as_str()),
+        &open_stored(&stored, shared.password)?,
+    )
+    .context("the store's login")?;
     oauth::claude_tokens(&text)
         .with_context(|| format!("the store's {row} login holds no tokens"))?;
     if let Some(dir) = file.parent() {
@@ -490,9 +649,11 @@ mod tests {
                 br#"{"access_token":"sk-ant-oat01-A1","refresh_token":"sk-ant-ort01-R1","expires_in":3600}"#.to_vec(),
             ))
         };
+        let lock = dir.path().join("lock");
         let login = |file| Login {
             row: "claude-oauth",
             file,
+            lock: &lock,
             token_host: "platform.example",
             token_path: "/v1/oauth/token",
             client_id: "c",
@@ -566,9 +727,11 @@ mod tests {
                 br#"{"error":"invalid_grant","secret":"sk-ant-x"}"#.to_vec(),
             ))
         };
+        let lock = dir.path().join("lock");
         let login = Login {
             row: "claude-oauth",
             file: &a,
+            lock: &lock,
             token_host: "platform.example",
             token_path: "/t",
             client_id: "c",

@@ -94,19 +94,9 @@ impl Broker {
                     .any(|a| a.token_host.eq_ignore_ascii_case(host)))
     }
 
-    /// The port ruled hosts are served on, here and at the real hosts.
-    pub(super) fn port(&self) -> u16 {
-        self.file.port
-    }
-
     /// The OAuth logins the broker stands in for, each with its gate.
     pub(super) fn oauth(&self) -> impl Iterator<Item = (&broker::OauthAccount, &oauth::Gate)> {
         self.file.oauth.iter().zip(&self.gates)
-    }
-
-    /// What connects to the real hosts (the system's CAs).
-    pub(super) fn connector(&self) -> &TlsConnector {
-        &self.connector
     }
 
     /// Every placeholder the box may send: its logins' tokens', and its OAuth logins' (their
@@ -224,7 +214,7 @@ async fn brokered(
         .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
         && req.method() == hyper::Method::POST
     {
-        return Ok(oauth::token_request(req, account, gate, &conn.broker, &attempt).await);
+        return Ok(oauth::token_request(req, account, gate, &attempt).await);
     }
     let mut secrets = file.secrets.clone();
     match oauth::secrets(req.headers(), &conn.broker).await {

@@ -864,8 +864,7 @@ mod tests {
     }
 
     /// A TLS server for `localhost` (its certificate by a CA of its own, returned as roots)
-    /// that answers every request with the request's head as received; a POST to
-    /// `/v1/oauth/token` (a token endpoint), with new tokens numbered by the refreshes made.
+    /// that answers every request with the request's head as received.
     fn tls_upstream() -> (u16, rustls::RootCertStore) {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().unwrap();
@@ -900,13 +899,6 @@ mod tests {
                 while !head.ends_with(b"\r\n\r\n") && tls.read(&mut byte).unwrap_or(0) == 1 {
                     head.push(byte[0]);
                 }
-                if head.starts_with(b"POST /v1/oauth/token ") {
-                    let n = REFRESHES.fetch_add(1, Ordering::SeqCst) + 1;
-                    head = format!(
-                        r#"{{"access_token":"sk-ant-oat01-NEW{n}","refresh_token":"sk-ant-ort01-NEW{n}","expires_in":3600}}"#
-                    )
-                    .into_bytes();
-                }
                 let reply = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     head.len()
@@ -920,9 +912,6 @@ mod tests {
         });
         (port, roots)
     }
-
-    /// The refreshes [`tls_upstream`]'s token endpoint answered (one test uses it).
-    static REFRESHES: AtomicU64 = AtomicU64::new(0);
 
     const REAL: &str = "gho_REALTOKENREALTOKENREALTOKENREALTOKEN";
     const SHOWN: &str = "gho_placeholderplaceholderplaceholder12";
@@ -974,7 +963,13 @@ mod tests {
 
     /// A proxy whose broker stands in for a Claude OAuth login on `localhost:port` (its token
     /// endpoint there too), the login's file in the returned dir, its access token expired.
-    fn oauth_proxy(port: u16, roots: rustls::RootCertStore) -> (Proxy, String, tempfile::TempDir) {
+    /// Its refresher is the script `refresher` makes of the dir (`sys::oauth_refresh` has tests
+    /// of its own), run with the login's file and `refreshes` (a count of its runs) as $1, $2.
+    fn oauth_proxy(
+        port: u16,
+        roots: rustls::RootCertStore,
+        refresher: impl FnOnce(&Path) -> String,
+    ) -> (Proxy, String, tempfile::TempDir) {
         use crate::plan::broker::{BrokerFile, OauthAccount, Rule};
         let dir = tempfile::tempdir().unwrap();
         let hosts = vec!["localhost".to_string()];
@@ -986,8 +981,7 @@ mod tests {
             r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-OLD","refreshToken":"sk-ant-ort01-OLD","expiresAt":1000,"scopes":["user:inference"]}}"#,
         )
         .unwrap();
-        let lock = dir.path().join("claude.lock");
-        std::fs::write(&lock, "").unwrap();
+        let script = refresher(dir.path());
         let broker_file = BrokerFile {
             rules: vec![Rule {
                 login: "claude".into(),
@@ -1002,12 +996,21 @@ mod tests {
                 row: "claude-oauth".into(),
                 access: ACCESS_SHOWN.into(),
                 refresh: REFRESH_SHOWN.into(),
-                file,
-                lock,
+                file: file.clone(),
                 token_host: "localhost".into(),
                 token_path: "/v1/oauth/token".into(),
                 client_id: "client".into(),
-                refresher: None,
+                refresher: crate::plan::broker::Refresher {
+                    argv: vec![
+                        "/bin/sh".into(),
+                        "-c".into(),
+                        script,
+                        "refresher".into(),
+                        file.display().to_string(),
+                        dir.path().join("refreshes").display().to_string(),
+                    ],
+                    env: vec![],
+                },
             }],
         };
         let proxy = Proxy::start_with(
@@ -1020,48 +1023,40 @@ mod tests {
     #[test]
     fn an_oauth_login_is_refreshed_by_the_broker_once_and_the_box_keeps_its_placeholders() {
         let (port, roots) = tls_upstream();
-        let (proxy, ca_pem, dir) = oauth_proxy(port, roots);
-        let before = REFRESHES.load(Ordering::SeqCst);
+        let far = (SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600)
+            * 1000;
+        // Writes a new login, as `ag-box __refresh` would.
+        let (proxy, ca_pem, dir) = oauth_proxy(port, roots, |_| {
+            format!(
+                r#"printf '%s' '{{"claudeAiOauth":{{"accessToken":"sk-ant-oat01-NEW","refreshToken":"sk-ant-ort01-NEW","expiresAt":{far}}}}}' > "$1"; echo run >> "$2""#
+            )
+        });
+        let runs = || {
+            std::fs::read_to_string(dir.path().join("refreshes"))
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
         let mut tls = tls_to(&proxy, port, &ca_pem);
         let get = format!(
             "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {ACCESS_SHOWN}\r\n\r\n"
         );
         tls.write_all(get.as_bytes()).unwrap();
         let first = answer_on(&mut tls);
-        let n = before + 1;
         assert!(
             first.starts_with("HTTP/1.1 200")
-                && first.contains(&format!("authorization: Bearer sk-ant-oat01-NEW{n}")),
+                && first.contains("authorization: Bearer sk-ant-oat01-NEW\r\n"),
             "{first}"
-        );
-        // The node's file holds the new tokens, good for the hour the endpoint said.
-        let text = std::fs::read_to_string(dir.path().join("credentials.json")).unwrap();
-        let tokens = crate::plan::oauth::claude_tokens(&text).unwrap();
-        assert_eq!(
-            (tokens.access.as_str(), tokens.refresh.as_str()),
-            (
-                format!("sk-ant-oat01-NEW{n}").as_str(),
-                format!("sk-ant-ort01-NEW{n}").as_str()
-            )
-        );
-        assert!(
-            !tokens.stale(
-                i64::try_from(
-                    SystemTime::now()
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .unwrap()
-                        .as_millis()
-                )
-                .unwrap()
-            )
         );
         // The next request uses it as it is.
         tls.write_all(get.as_bytes()).unwrap();
         let second = answer_on(&mut tls);
-        assert!(
-            second.contains(&format!("Bearer sk-ant-oat01-NEW{n}")),
-            "{second}"
-        );
+        assert!(second.contains("Bearer sk-ant-oat01-NEW\r\n"), "{second}");
+        assert_eq!(runs(), 1);
         // The box's own refresh of its placeholder is answered here with its placeholders.
         let asked = r#"{"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-shownshownshown","client_id":"c"}"#;
         tls.write_all(
@@ -1106,7 +1101,32 @@ mod tests {
         .unwrap();
         let refused = answer_on(&mut tls);
         assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
-        assert_eq!(REFRESHES.load(Ordering::SeqCst), n);
+        assert_eq!(runs(), 1);
+    }
+
+    #[test]
+    fn a_refresh_that_fails_is_not_tried_again_at_once_and_the_box_learns_no_reason() {
+        let (port, roots) = tls_upstream();
+        // Fails, saying what the box must not see.
+        let (proxy, ca_pem, dir) = oauth_proxy(port, roots, |_| {
+            r#"echo run >> "$2"; echo 'secret detail s3://bucket' >&2; exit 1"#.to_string()
+        });
+        let get = format!(
+            "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {ACCESS_SHOWN}\r\n\r\n"
+        );
+        for _ in 0..3 {
+            let mut tls = tls_to(&proxy, port, &ca_pem);
+            tls.write_all(get.as_bytes()).unwrap();
+            let refused = answer_on(&mut tls);
+            assert!(
+                refused.starts_with("HTTP/1.1 403")
+                    && refused.contains("the node's claude login could not be refreshed")
+                    && !refused.contains("secret detail"),
+                "{refused}"
+            );
+        }
+        let runs = std::fs::read_to_string(dir.path().join("refreshes")).unwrap();
+        assert_eq!(runs.lines().count(), 1, "{runs}");
     }
 
     /// Through `proxy`: CONNECT localhost:port, TLS trusting `ca_pem`, then `requests` in turn

@@ -3,6 +3,7 @@
 //! login's lock; `sys::oauth_refresh`), and a box's own refresh answered here with its
 //! placeholders again: the real tokens never reach a box.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -49,7 +50,7 @@ pub(super) async fn secrets(
             ));
         }
         let real = if carries(&account.access) {
-            current(account, broker, gate).await?
+            current(account, gate).await?
         } else {
             String::new()
         };
@@ -63,15 +64,24 @@ pub(super) async fn secrets(
     Ok(out)
 }
 
-/// What a proxy keeps of one OAuth login: one refresh at a time, and the last one that failed
-/// (a box cannot make the proxy try again and again while the token endpoint refuses).
+/// What a proxy keeps of one OAuth login: one refresh at a time, run by a task of its own that
+/// records how it ended (a box that hangs up changes neither), and the last one that failed,
+/// answered for [`BACKOFF`] without another try.
 #[derive(Default)]
 pub(super) struct Gate {
-    failed: tokio::sync::Mutex<Option<(Instant, String)>>,
+    failed: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
 }
 
 /// How long a failed refresh is answered for without another try.
 const BACKOFF: Duration = Duration::from_secs(30);
+
+/// What a box is told when its login cannot be made fresh (the reason goes to the node's log:
+/// it may name the store, other nodes, the endpoint's words).
+fn not_fresh(login: &str) -> String {
+    format!(
+        "the node's {login} login could not be refreshed; its reason is in the log of this box's proxy on the node"
+    )
+}
 
 /// The login's access token, if its file holds one that is fresh.
 fn fresh(account: &OauthAccount) -> Option<String> {
@@ -81,68 +91,50 @@ fn fresh(account: &OauthAccount) -> Option<String> {
         .map(|(_, t)| t.access)
 }
 
-/// The login's access token as it is now, made fresh first when it is due. The refresh runs
-/// to its end on a thread of its own whatever becomes of the request that wanted it (a box
-/// that hangs up must not leave a redeemed refresh token unwritten).
-async fn current(account: &OauthAccount, broker: &Broker, gate: &Gate) -> Result<String, String> {
+/// The login's access token as it is now, made fresh first when it is due.
+async fn current(account: &OauthAccount, gate: &Gate) -> Result<String, String> {
     if let Some(access) = fresh(account) {
         return Ok(access);
     }
-    let mut failed = gate.failed.lock().await;
-    if let Some((at, why)) = failed.as_ref()
-        && at.elapsed() < BACKOFF
-    {
-        return Err(why.clone());
-    }
-    if let Some(access) = fresh(account) {
-        return Ok(access);
-    }
-    let job = (account.clone(), broker.connector().clone(), broker.port());
-    let handle = tokio::runtime::Handle::current();
-    let done = tokio::task::spawn_blocking(move || {
-        let (account, connector, port) = job;
-        refresh_locked(&account, &|host, path, body| {
-            handle.block_on(oauth_refresh::post(&connector, host, port, path, body))
-        })
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("the refresh: {e}")));
-    match done.and_then(|()| {
-        fresh(account)
-            .ok_or_else(|| format!("the {} login is still due after a refresh", account.login))
-    }) {
-        Ok(access) => {
-            *failed = None;
-            Ok(access)
+    let failed = gate.failed.clone();
+    let job = account.clone();
+    let refresh = tokio::spawn(async move {
+        let mut failed = failed.lock().await;
+        if let Some((at, _)) = failed.as_ref()
+            && at.elapsed() < BACKOFF
+        {
+            return Err(not_fresh(&job.login));
         }
-        Err(why) => {
-            *failed = Some((Instant::now(), why.clone()));
-            Err(why)
+        if fresh(&job).is_some() {
+            return Ok(());
         }
-    }
+        let login = job.login.clone();
+        let done = tokio::task::spawn_blocking(move || run_refresher(&job))
+            .await
+            .unwrap_or_else(|e| Err(format!("the refresh: {e}")));
+        match done {
+            Ok(()) => {
+                *failed = None;
+                Ok(())
+            }
+            Err(why) => {
+                tracing::warn!("the {login} login: {why}");
+                *failed = Some((Instant::now(), why));
+                Err(not_fresh(&login))
+            }
+        }
+    });
+    refresh
+        .await
+        .unwrap_or_else(|e| Err(format!("the refresh: {e}")))?;
+    fresh(account).ok_or_else(|| not_fresh(&account.login))
 }
 
-/// Under the node's lock of the login (every box's proxy takes it), read again and refresh if
-/// still due: here where the node alone holds it, else by `ag-box __refresh` (the store's
-/// account lease, and the new login left there for the other nodes).
-fn refresh_locked(account: &OauthAccount, post: &oauth_refresh::Post) -> Result<(), String> {
-    let lock = std::fs::File::open(&account.lock)
-        .map_err(|e| format!("opening {}: {e}", account.lock.display()))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| format!("locking {}: {e}", account.lock.display()))?;
-    if fresh(account).is_some() {
-        return Ok(());
-    }
-    let Some(refresher) = &account.refresher else {
-        let login = oauth_refresh::Login {
-            row: &account.row,
-            file: &account.file,
-            token_host: &account.token_host,
-            token_path: &account.token_path,
-            client_id: &account.client_id,
-        };
-        return oauth_refresh::refresh(&login, None, post).map_err(|e| format!("{e:#}"));
-    };
+/// `ag-box __refresh` (`sys::oauth_refresh`: the node's lock, and the store's account lease
+/// where nodes share one), in a process of its own: the store's credentials never enter the
+/// proxy, and a refresh under way is not cut short with it.
+fn run_refresher(account: &OauthAccount) -> Result<(), String> {
+    let refresher = &account.refresher;
     let (exe, args) = refresher
         .argv
         .split_first()
@@ -172,7 +164,6 @@ pub(super) async fn token_request(
     req: Request<Incoming>,
     account: &OauthAccount,
     gate: &Gate,
-    broker: &Broker,
     attempt: &Attempt,
 ) -> Response<Body> {
     let rule = "answered by the broker";
@@ -195,7 +186,7 @@ pub(super) async fn token_request(
             ));
         }
     }
-    if let Err(e) = current(account, broker, gate).await {
+    if let Err(e) = current(account, gate).await {
         return attempt.unreachable(rule, &e);
     }
     attempt.log(Ok(rule), None, (0, 0));
