@@ -360,6 +360,8 @@ fn a_box_sees_placeholders_and_the_proxy_puts_the_token_in_only_for_its_hosts() 
 /// `auth.json`, as `codex login --with-api-key` writes it).
 const ANTHROPIC_KEY: &str = "sk-ant-api03-RigRealAnthropicKeyRigRealAnthropicKey00";
 const OPENAI_KEY: &str = "sk-proj-RigRealOpenaiKeyRigRealOpenaiKeyRigRealOpenai00";
+/// Grok's (`apiKey` in its `~/.grok/user-settings.json`), for xAI's API.
+const XAI_KEY: &str = "xai-RigRealXaiKeyRigRealXaiKeyRigRealXaiKeyRigRealXai00";
 /// Another service's key the operator keeps in Claude Code's settings: no box reads it either.
 const OTHER_KEY: &str = "sk-proj-RigOtherServiceKeyRigOtherServiceKey000000000";
 const AGENTS: &str = "/usr/local/lib/ag-box-test-agents/bin";
@@ -377,7 +379,7 @@ impl Drop for ModelStage<'_> {
             "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
              sed -i '/anthropic.com/d' /etc/hosts
              rm -f /usr/local/bin/claude /usr/local/bin/codex
-             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
                rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
              done"
         ));
@@ -398,7 +400,12 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
     test_ca_cert(
         &c.c,
         "models",
-        &["api.anthropic.com", "api.openai.com", "platform.claude.com"],
+        &[
+            "api.anthropic.com",
+            "api.openai.com",
+            "platform.claude.com",
+            "api.x.ai",
+        ],
     );
     c.c.sh(
         "set -e; : > /root/models.log
@@ -425,15 +432,16 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
          [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
          cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
          sed -i '/anthropic.com/d' /etc/hosts
-         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com' >> /etc/hosts
-         mkdir -p /root/.claude /root/.codex
-         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json; do
+         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai' >> /etc/hosts
+         mkdir -p /root/.claude /root/.codex /root/.grok
+         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
            [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
          done
          ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
          echo '{settings}' > /root/.claude/settings.json
          echo '{claude_json}' > /root/.claude.json
          printf '{{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"{OPENAI_KEY}\"}}' > /root/.codex/auth.json
+         printf '{{\"apiKey\": \"{XAI_KEY}\", \"baseURL\": \"https://api.x.ai/v1\", \"defaultModel\": \"grok-4\"}}' > /root/.grok/user-settings.json
          chmod 600 /root/.codex/auth.json
          cat > /root/.codex/config.toml <<EOF
 model = \"gpt-standin\"
@@ -490,7 +498,7 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
     c.parked_box(name);
     c.a.sh(&format!(
         "echo '# no node entries in this test' > /etc/box/egress-allow.txt
-         ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,api.openai.com:443,10.200.0.3:443,{PLAIN} creds=claude,codex
+         ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,api.openai.com:443,api.x.ai:443,10.200.0.3:443,{PLAIN} creds=claude,codex,grok
          ag-box up {name} --node nodeA"
     ))
     .ok();
@@ -529,13 +537,14 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
     let (a_head, a_tail) = ANTHROPIC_KEY.split_at(16);
     let (o_head, o_tail) = OPENAI_KEY.split_at(12);
     let (x_head, x_tail) = OTHER_KEY.split_at(12);
+    let (g_head, g_tail) = XAI_KEY.split_at(12);
     let search = inside(
         &c.a,
         name,
         &format!(
-            "a=\"{a_head}\"\"{a_tail}\"; o=\"{o_head}\"\"{o_tail}\"; x=\"{x_head}\"\"{x_tail}\"
-             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\") / | head -5
-             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\") || true"
+            "a=\"{a_head}\"\"{a_tail}\"; o=\"{o_head}\"\"{o_tail}\"; x=\"{x_head}\"\"{x_tail}\"; g=\"{g_head}\"\"{g_tail}\"
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -f <(printf \"%s\\n%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\" \"$g\") / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f <(printf \"%s\\n%s\\n%s\\n%s\\n\" \"$a\" \"$o\" \"$x\" \"$g\") || true"
         ),
     );
     assert_eq!(
@@ -585,6 +594,50 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
             .all(|m| m["auth"] == format!("Bearer {OPENAI_KEY}")),
         "{responses:?}"
     );
+    // Grok's key: a placeholder of its shape in its settings (where they send requests kept),
+    // the real key in a request to xAI's API.
+    let grok: serde_json::Value = serde_json::from_str(
+        &inside(&c.a, name, "cat ~/.grok/user-settings.json")
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    let grok_shown = grok["apiKey"].as_str().unwrap().to_string();
+    assert!(
+        grok_shown.len() == XAI_KEY.len()
+            && grok_shown.starts_with("xai-")
+            && grok_shown != XAI_KEY,
+        "{grok}"
+    );
+    assert_eq!(
+        (&grok["baseURL"], &grok["defaultModel"]),
+        (
+            &serde_json::json!("https://api.x.ai/v1"),
+            &serde_json::json!("grok-4")
+        )
+    );
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 30 https://api.x.ai/v1/chat/completions -H 'Authorization: Bearer {grok_shown}' \
+               -H 'content-type: application/json' -d '{{\"model\":\"grok-4\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hi grok?\"}}]}}'"
+        ),
+    );
+    assert!(
+        out.ok()
+            .stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi grok?"),
+        "{out:?}"
+    );
+    let chats = answered(&c, "openai.chat");
+    assert!(
+        !chats.is_empty()
+            && chats
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {XAI_KEY}") && m["host"] == "api.x.ai"),
+        "{chats:?}"
+    );
 
     // A key's placeholder anywhere else is refused: to the other API, to its own API but
     // for what is no model request (one that could mint another key), or to a listed host
@@ -595,14 +648,16 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
         &format!(
             "curl -sS -m 10 https://api.openai.com/v1/models -H 'x-api-key: {claude_shown}'; echo
              curl -sS -m 10 -X POST https://api.anthropic.com/api/oauth/claude_cli/create_api_key -H 'x-api-key: {claude_shown}'; echo
-             curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {codex_shown}'"
+             curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {codex_shown}'; echo
+             curl -sS -m 10 https://api.openai.com/v1/models -H 'Authorization: Bearer {grok_shown}'"
         ),
     );
     let seen = refused.stdout();
     assert!(
         seen.contains("a placeholder of the claude login went to api.openai.com; its token is for api.anthropic.com only")
             && seen.contains("the broker puts the claude key only into model requests (/v1/messages, /v1/models), not into one to /api/oauth/claude_cli/create_api_key")
-            && seen.contains("a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"),
+            && seen.contains("a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP")
+            && seen.contains("a placeholder of the grok login went to api.openai.com; its token is for api.x.ai only"),
         "{seen}"
     );
     let log = c.c.sh("cat /root/models.log").ok().stdout();
@@ -622,7 +677,11 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
             .cloned()
             .unwrap_or_else(|| panic!("no {l} in {creds:#}"))
     };
-    for (l, host) in [("claude", "api.anthropic.com"), ("codex", "api.openai.com")] {
+    for (l, host) in [
+        ("claude", "api.anthropic.com"),
+        ("codex", "api.openai.com"),
+        ("grok", "api.x.ai"),
+    ] {
         let row = login(l);
         assert_eq!(
             (&row["tokens"], &row["hosts"]),

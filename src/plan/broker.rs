@@ -44,7 +44,8 @@ pub(crate) struct OauthEndpoint {
 /// The brokered logins: data, one row per file. Claude Code's are its API key
 /// (`ANTHROPIC_API_KEY`/`ANTHROPIC_AUTH_TOKEN` in the node's `~/.claude/settings.json`) and its
 /// OAuth login (`~/.claude/.credentials.json`, refreshed by the broker); Codex's is its API key
-/// (`OPENAI_API_KEY` in `~/.codex/auth.json`; its login to `ChatGPT` is not brokered yet).
+/// (`OPENAI_API_KEY` in `~/.codex/auth.json`; its login to `ChatGPT` is not brokered yet);
+/// Grok's is its API key (`apiKey` of `~/.grok/user-settings.json`, for xAI's API).
 pub(crate) const RULES: &[LoginRule] = &[
     LoginRule {
         login: "gh",
@@ -86,6 +87,21 @@ pub(crate) const RULES: &[LoginRule] = &[
         paths: &[
             "/v1/responses",
             "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/models",
+            "/v1/embeddings",
+        ],
+        oauth: None,
+    },
+    LoginRule {
+        login: "grok",
+        name: "grok",
+        copied: ".grok/user-settings.json",
+        hosts: &["api.x.ai"],
+        key_header: None,
+        paths: &[
+            "/v1/chat/completions",
+            "/v1/responses",
             "/v1/completions",
             "/v1/models",
             "/v1/embeddings",
@@ -273,6 +289,7 @@ const TOKEN_PREFIXES: &[&str] = &[
     "sk-ant-ort01-",
     "sk-ant-admin01-",
     "sk-ant-",
+    "xai-",
     "sk-proj-",
     "sk-svcacct-",
     "sk-admin-",
@@ -617,6 +634,34 @@ pub(crate) fn claude_settings_placeheld(
     Some((text, found))
 }
 
+/// Grok's settings with their `apiKey` replaced by `placeholder(key)`, and the key; None when it
+/// is no JSON object, holds no key, or sends its requests elsewhere than xAI's API (`baseURL`
+/// naming another host: a gateway of the operator's, for which the broker has no rule).
+pub(crate) fn grok_settings_placeheld(
+    text: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<String>)> {
+    let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let settings = v.as_object_mut()?;
+    if let Some(base) = settings.get("baseURL").and_then(|b| b.as_str())
+        && !base.trim().is_empty()
+        && !url_host(base.trim())
+            .is_some_and(|h| h.trim_end_matches('.').eq_ignore_ascii_case("api.x.ai"))
+    {
+        return None;
+    }
+    let Some(serde_json::Value::String(key)) = settings.get_mut("apiKey") else {
+        return None;
+    };
+    if key.is_empty() {
+        return None;
+    }
+    let found = vec![key.clone()];
+    *key = placeholder(key);
+    let text = serde_json::to_string_pretty(&v).ok()?;
+    Some((text, found))
+}
+
 /// The host of an `http(s)://host[:port][/...]` URL.
 fn url_host(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
@@ -748,7 +793,8 @@ mod tests {
                 "api.github.com",
                 "api.anthropic.com",
                 "platform.claude.com",
-                "api.openai.com"
+                "api.openai.com",
+                "api.x.ai"
             ]
         );
         // Claude Code's settings are every box's to read: a box not given the login sees
@@ -1038,6 +1084,32 @@ mod tests {
             codex_auth_placeheld(r#"{"OPENAI_API_KEY": null}"#, |k| k.into()),
             None
         );
+        // Grok's key, for xAI's API (its own baseURL, or none); another baseURL is a gateway.
+        for settings in [
+            r#"{"apiKey": "xai-real", "baseURL": "https://API.x.ai./v1"}"#,
+            r#"{"apiKey": "xai-real"}"#,
+        ] {
+            let (text, keys) = grok_settings_placeheld(settings, |k| format!("P({k})")).unwrap();
+            assert_eq!(
+                (
+                    serde_json::from_str::<serde_json::Value>(&text).unwrap()["apiKey"].clone(),
+                    keys
+                ),
+                (
+                    serde_json::json!("P(xai-real)"),
+                    vec!["xai-real".to_string()]
+                ),
+                "{settings}"
+            );
+        }
+        for none in [
+            r#"{"apiKey": "xai-real", "baseURL": "https://gateway.example/v1"}"#,
+            r#"{"apiKey": ""}"#,
+            r#"{"defaultModel": "grok-4"}"#,
+            "[]",
+        ] {
+            assert_eq!(grok_settings_placeheld(none, |k| k.into()), None, "{none}");
+        }
         // The placeholder keeps the key's kind.
         let p = placeholder("sk-ant-api03-abcdefghij0123456789", b"k", "demo", "claude");
         assert_eq!((p.len(), &p[..13]), (33, "sk-ant-api03-"));

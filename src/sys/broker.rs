@@ -148,6 +148,7 @@ fn placeheld(
     match row.login {
         "claude" => broker::claude_settings_placeheld(text, placeholder),
         "codex" => broker::codex_auth_placeheld(text, placeholder),
+        "grok" => broker::grok_settings_placeheld(text, placeholder),
         _ => None,
     }
 }
@@ -167,8 +168,8 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
                 .ok()
                 .flatten()
                 .is_some_and(|(text, _)| oauth::claude_tokens(&text).is_some()),
-            // Only a box given codex sees its file: as before unless the broker holds its key.
-            "codex" => node_file(home, row)
+            // Only a box given the login sees its file: as before unless the broker holds its key.
+            "codex" | "grok" => node_file(home, row)
                 .ok()
                 .flatten()
                 .is_some_and(|(text, _)| brokered_keys(row, &text).is_some()),
