@@ -440,6 +440,9 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         /// The box's start found a store shared by nodes: refuse to refresh without its lease.
         #[arg(long)]
         shared: bool,
+        /// The login this box made itself, which the broker keeps for it alone.
+        #[arg(long = "box")]
+        box_name: Option<String>,
     },
 }
 

@@ -227,7 +227,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             netns,
             node_list,
         }),
-        Cmd::Refresh { login, shared } => commands::refresh::run(&login, shared),
+        Cmd::Refresh {
+            login,
+            shared,
+            box_name,
+        } => commands::refresh::run(&login, shared, box_name.as_deref()),
         Cmd::Become(b) => exit_with(sys::privs::run(
             &plan::sandbox::Become {
                 ids: plan::account::Ids {

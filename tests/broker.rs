@@ -916,7 +916,7 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
     );
     let seen = refused.stdout();
     assert!(
-        seen.contains("a authorization_code grant from a box would replace it")
+        seen.contains("which the authorization_code grant would replace")
             && seen.contains("the claude login's refresh token goes to platform.claude.com only")
             && seen.contains("the broker puts the claude key only into model requests"),
         "{seen}"
@@ -991,7 +991,9 @@ impl Drop for SharedStage<'_> {
             n.sh(&format!(
                 "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
                  sed -i '/anthropic.com/d' /etc/hosts
-                 f=/root/.claude/.credentials.json; rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f"
+                 for f in /root/.claude/.credentials.json /root/.claude/settings.json; do
+                   rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
+                 done"
             ));
         }
         self.c.a.sh(&format!(
@@ -1198,4 +1200,184 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
     for (name, n, _) in boxes {
         n.sh(&format!("ag-box park {name}")).ok();
     }
+}
+
+/// Trust the test CA and send the model APIs' names to node C on `nodes`, with no Claude login
+/// and settings without a key (what [`SharedStage`] puts back).
+fn trust_models(c: &Cluster, nodes: &[&Node]) {
+    let test_ca = c.c.read("/root/test-ca.pem");
+    for n in nodes {
+        n.write("/root/test-ca.pem", &test_ca);
+        n.sh(&format!(
+            "set -e
+             [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
+             cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
+             sed -i '/anthropic.com/d' /etc/hosts
+             echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai' >> /etc/hosts
+             mkdir -p /root/.claude
+             for f in /root/.claude/.credentials.json /root/.claude/settings.json; do
+               [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved; rm -f $f
+             done
+             echo '{{\"env\": {{\"DISABLE_AUTOUPDATER\": \"1\", \"DISABLE_TELEMETRY\": \"1\", \"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC\": \"1\"}}}}' > /root/.claude/settings.json"
+        ))
+        .ok();
+    }
+}
+
+/// A login made inside a box on a node with none: the broker keeps it for that box alone (the
+/// box sees placeholders, its CLI works), until `globals adopt` makes it the node's; then
+/// another box, and a box on another node, use it.
+#[test]
+fn a_login_made_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
+    let Some(c) = Cluster::get() else { return };
+    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
+        common::missing("the agent CLIs (tests/rig.sh install)");
+        return;
+    }
+    let _stage = stage_models(&c);
+    let _shared = SharedStage { c: &c };
+    trust_models(&c, &[&c.a, &c.b]);
+    let name = "login-inside";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,platform.claude.com:443,10.200.0.3:443 creds=claude
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+    // No login yet: the box's copy is empty, and its own to write.
+    assert_eq!(
+        inside(
+            &c.a,
+            name,
+            "cat ~/.claude/.credentials.json; test -w ~/.claude/.credentials.json && echo writable"
+        )
+        .ok()
+        .stdout(),
+        "{}writable\n"
+    );
+    // The code exchange of a login (as `claude /login` makes it): the stand-in issues the
+    // tokens, the box gets placeholders (and the account the answer names).
+    let exchange = "curl -sS -m 30 https://platform.claude.com/v1/oauth/token -H 'content-type: application/json' \
+         -d '{\"grant_type\":\"authorization_code\",\"code\":\"rig-code\",\"client_id\":\"9d1c250a-e61b-44d9-88ed-5944d1962f5e\",\"code_verifier\":\"v\",\"state\":\"s\",\"redirect_uri\":\"https://platform.claude.com/oauth/code/callback\"}'";
+    let answer: serde_json::Value =
+        serde_json::from_str(inside(&c.a, name, exchange).ok().stdout().trim()).unwrap();
+    let logins = token_lines(&c);
+    assert_eq!(logins.len(), 1, "{logins:#?}");
+    assert_eq!(logins[0]["grant"], "authorization_code");
+    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    let (access, refresh) = (
+        answer["access_token"].as_str().unwrap().to_string(),
+        answer["refresh_token"].as_str().unwrap().to_string(),
+    );
+    assert!(
+        access.starts_with("sk-ant-oat01-")
+            && refresh.starts_with("sk-ant-ort01-")
+            && access != issued
+            && answer["expires_in"].as_i64().unwrap() > 300 * 86_400
+            && answer["account"]["email_address"] == "rig@example.com",
+        "{answer}"
+    );
+    // Saved as the CLI saves it; the real CLI then completes a turn with it.
+    inside(
+        &c.a,
+        name,
+        &format!(
+            "printf '{{\"claudeAiOauth\":{{\"accessToken\":\"{access}\",\"refreshToken\":\"{refresh}\",\"expiresAt\":4102444800000,\"scopes\":[\"user:inference\"]}}}}' > ~/.claude/.credentials.json"
+        ),
+    )
+    .ok();
+    let out = inside(
+        &c.a,
+        name,
+        &format!("timeout 120 {AGENTS}/claude -p 'Hi from my own login?' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi from my own login?"),
+        "{out:?}"
+    );
+    let messages = answered(&c, "anthropic.messages");
+    assert!(
+        !messages.is_empty()
+            && messages
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{messages:#?}"
+    );
+    // The broker keeps it for this box alone, root's; the node has none; no real token is
+    // anywhere in the box. A second login from the box is refused.
+    let kept = format!("/var/lib/ag-box/broker/boxes/{name}/claude-oauth.json");
+    assert_eq!(
+        c.a.sh(&format!(
+            "stat -c '%U %a' {kept}; test -e /root/.claude/.credentials.json || echo none"
+        ))
+        .ok()
+        .stdout(),
+        "root 600\nnone\n"
+    );
+    let (head, tail) = issued.split_at(16);
+    let search = inside(
+        &c.a,
+        name,
+        &format!(
+            "printf '%s\\n' \"{head}\"\"{tail}\" > /tmp/real
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true"
+        ),
+    );
+    assert_eq!(search.stdout(), "0\n", "{}", search.stderr());
+    assert!(
+        inside(&c.a, name, exchange)
+            .stdout()
+            .contains("holds a claude login for this box already"),
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+
+    // Parked, it says where its login is; adopted, the login is the node's (and in the store).
+    let parked = c.a.sh(&format!("ag-box park {name}"));
+    assert!(
+        parked
+            .ok()
+            .stderr()
+            .contains("kept by the credential broker on this node"),
+        "{}",
+        parked.stderr()
+    );
+    assert_eq!(
+        c.a.sh(&format!("ag-box globals adopt {name}"))
+            .ok()
+            .stdout(),
+        "adopted /root/.claude/.credentials.json\n"
+    );
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.claude/.credentials.json")).unwrap();
+    assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
+    c.a.sh(&format!("test ! -e {kept}")).ok();
+    // Another box on a node that pulls it: its CLI works with the adopted login.
+    c.a.sh("ag-box globals push").ok();
+    c.b.sh("ag-box globals pull").ok();
+    let other = "login-other";
+    c.parked_box(other);
+    c.a.sh(&format!(
+        "ag-box set {other} agent=none network=allow allow=api.anthropic.com:443,platform.claude.com:443,10.200.0.3:443 creds=claude"
+    ))
+    .ok();
+    c.b.sh(&format!("ag-box up {other} --node nodeB")).ok();
+    let out = inside(
+        &c.b,
+        other,
+        &format!("timeout 120 {AGENTS}/claude -p 'Hi on node B?' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi on node B?"),
+        "{out:?}"
+    );
+    let last = answered(&c, "anthropic.messages");
+    assert_eq!(
+        last.last().unwrap()["auth"],
+        format!("Bearer {issued}").as_str()
+    );
+    c.b.sh(&format!("ag-box park {other}")).ok();
 }

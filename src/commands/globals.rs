@@ -161,7 +161,8 @@ fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {
         )
         .into());
     }
-    let adopted = agent_home::adopt_logins(&spec)?;
+    let mut adopted = agent_home::adopt_logins(&spec)?;
+    adopted.extend(crate::sys::broker::adopt_box_logins(&spec)?);
     if adopted.is_empty() {
         say!("box '{name}' holds no login of its own on this node: nothing to adopt");
         return Ok(());
@@ -179,6 +180,14 @@ fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {
         }
     }
     if adopted.iter().any(|(_, a)| matches!(a, Adopted::Moved(_))) {
+        // A broker's login goes into the store at once for the other nodes (sealed).
+        if let Some(shared) = super::refresh::shared(ctx) {
+            for (row, file) in super::refresh::oauth_files(ctx) {
+                if oauth_refresh::offer(row, &file, &shared)? {
+                    say!("the {row} login is in the store for the other nodes' brokers");
+                }
+            }
+        }
         say!(
             "every box on this node uses it from its next start; 'ag-box globals push' carries it to the other nodes"
         );

@@ -33,7 +33,7 @@ pub(crate) fn oauth_files(ctx: &Ctx) -> Vec<(&'static str, std::path::PathBuf)> 
         .collect()
 }
 
-pub(crate) fn run(row: &str, expect_shared: bool) -> Result<()> {
+pub(crate) fn run(row: &str, expect_shared: bool, box_name: Option<&str>) -> Result<()> {
     // A refresh under way is not cut short by the stop of the box whose proxy started it: the
     // refresh token it redeems is spent, and only this process can keep the new one.
     let heard = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -50,8 +50,17 @@ pub(crate) fn run(row: &str, expect_shared: bool) -> Result<()> {
         .iter()
         .find_map(|r| Some((r, r.oauth?)).filter(|(r, _)| r.name == row))
         .with_context(|| format!("{row} is no OAuth login of the broker"))?;
-    let file = ctx.config.home.join(rule.copied);
-    let lock = crate::plan::broker::lock_file(row);
+    // A box's own login: the broker's file of it, a lock of its own, never shared.
+    let (file, lock) = match box_name {
+        Some(name) => (
+            crate::plan::broker::box_login_file(&ctx.config.state_dir.join("broker"), name, row),
+            crate::plan::broker::lock_file(&format!("{row}.{name}")),
+        ),
+        None => (
+            ctx.config.home.join(rule.copied),
+            crate::plan::broker::lock_file(row),
+        ),
+    };
     let login = Login {
         row,
         file: &file,
@@ -60,7 +69,7 @@ pub(crate) fn run(row: &str, expect_shared: bool) -> Result<()> {
         token_path: endpoint.path,
         client_id: endpoint.client_id,
     };
-    let shared = shared(&ctx);
+    let shared = shared(&ctx).filter(|_| box_name.is_none());
     anyhow::ensure!(
         shared.is_some() || !expect_shared,
         "this node's config names no store shared by nodes (or no RESTIC_PASSWORD), but the box's start found one: refusing to refresh the {row} login without the store's lease"

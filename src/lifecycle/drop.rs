@@ -101,6 +101,14 @@ pub(crate) fn drop_box(
     CopyState::remove(&ctx.config.state_dir, name)?;
     CopyManifest::remove(&ctx.config.state_dir, name)?;
     let home_kept_at = set_aside_home(&spec, ctx.now())?;
+    // A login the box made through the broker is its own: a new box of the name starts without.
+    match std::fs::remove_dir_all(spec.box_logins()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
+            "box '{}': removing the logins the broker kept for it: {e}",
+            spec.name
+        ),
+        _ => {}
+    }
     restore::remove_any(&spec.run_dir)
         .with_context(|| format!("removing {}", spec.run_dir.display()))?;
     ctx.store.put_delta(name, None)?;

@@ -72,6 +72,7 @@ pub(crate) fn spec_for(config: &Config, meta: &Meta) -> BoxSpec {
         gpu: meta.gpu.then(|| host::gpu(Path::new("/dev"))),
         broker_held: crate::sys::broker::held_logins(&config.home),
         shared_store: config.s3.is_some(),
+        broker_state: config.state_dir.join("broker"),
     }
 }
 

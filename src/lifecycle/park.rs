@@ -161,6 +161,11 @@ fn parked(ctx: &Ctx, spec: &BoxSpec, epoch: u64, id: &SnapshotId, detail: Option
         Ok(_) => {}
         Err(e) => tracing::debug!("box '{name}': looking for logins made inside it: {e:#}"),
     }
+    if crate::sys::broker::kept_box_logins(spec) {
+        tracing::warn!(
+            "box '{name}' holds a login made inside it, kept by the credential broker on this node (the box sees placeholders): it stays on this node; 'ag-box globals adopt {name}' makes it this node's"
+        );
+    }
 }
 
 /// Stop the box (when `running`), reading meanwhile the manifest kept as its copy last

@@ -152,6 +152,17 @@ pub(crate) fn file(run_dir: &std::path::Path) -> std::path::PathBuf {
 /// Where the node's refreshers take turns to refresh an OAuth login (root's).
 const LOCK_DIR: &str = "/run/box/.broker";
 
+/// Where the broker (`$BOX_STATE_DIR/broker`, `state`) keeps the OAuth login of row `row` that
+/// box `name` made itself.
+pub(crate) fn box_login_file(state: &std::path::Path, name: &str, row: &str) -> std::path::PathBuf {
+    box_logins_dir(state, name).join(format!("{row}.json"))
+}
+
+/// Where the broker keeps the OAuth logins box `name` made itself (root's alone).
+pub(crate) fn box_logins_dir(state: &std::path::Path, name: &str) -> std::path::PathBuf {
+    state.join("boxes").join(name)
+}
+
 /// The lock of the broker's row `row` (an OAuth login).
 pub(crate) fn lock_file(row: &str) -> std::path::PathBuf {
     std::path::Path::new(LOCK_DIR).join(format!("{row}.lock"))
@@ -257,7 +268,10 @@ pub(crate) struct OauthAccount {
     pub row: String,
     pub access: String,
     pub refresh: String,
-    /// The node's file of the login (root's), the tokens' one home on the node.
+    /// The box has no login yet (neither the node nor the box made one): the answer to a
+    /// login's code exchange it makes is kept, in `file`, for it alone.
+    pub captures: bool,
+    /// Where the login's tokens are (root's): the node's file, or the broker's for this box.
     pub file: std::path::PathBuf,
     pub token_host: String,
     pub token_path: String,

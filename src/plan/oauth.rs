@@ -199,6 +199,41 @@ fn form_decoded(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The login file of a login's code exchange answered at `now_ms` (Claude Code's shape); None
+/// when the answer holds no access and refresh token.
+pub(crate) fn captured_login(answer: &[u8], now_ms: i64) -> Option<String> {
+    let new = refreshed(answer)?;
+    let refresh = new.refresh?;
+    let v: Value = serde_json::from_slice(answer).ok()?;
+    let scopes: Vec<&str> = v
+        .get("scope")
+        .and_then(Value::as_str)
+        .map(|s| s.split_whitespace().collect())
+        .unwrap_or_default();
+    serde_json::to_string_pretty(&json!({CLAUDE_KEY: {
+        "accessToken": new.access,
+        "refreshToken": refresh,
+        "expiresAt": now_ms + new.expires_in_s * 1000,
+        "scopes": scopes,
+    }}))
+    .ok()
+}
+
+/// A token endpoint's answer as the box sees it: its tokens the box's placeholders, good for a
+/// year; all else (the account it names) as it was.
+pub(crate) fn answer_with_placeholders(
+    answer: &[u8],
+    access: &str,
+    refresh: &str,
+) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(answer).ok()?;
+    let o = v.as_object_mut()?;
+    o.insert("access_token".into(), json!(access));
+    o.insert("refresh_token".into(), json!(refresh));
+    o.insert("expires_in".into(), json!(SHOWN_LIFETIME_S));
+    serde_json::to_vec(&v).ok()
+}
+
 /// The broker's answer to a box's refresh: its placeholders again, good for a year.
 pub(crate) fn answer_to_box(access: &str, refresh: &str) -> Vec<u8> {
     json!({
@@ -337,6 +372,25 @@ mod tests {
             assert_eq!(made, serde_json::from_str::<Value>(&only).unwrap());
         }
         assert_eq!(claude_login_only(r#"{"mcpOAuth":{}}"#), None);
+    }
+
+    #[test]
+    fn a_login_made_through_the_broker_is_kept_and_the_box_answered_with_placeholders() {
+        let answer = br#"{"token_type":"Bearer","access_token":"sk-ant-oat01-new","refresh_token":"sk-ant-ort01-new","expires_in":28800,"scope":"user:inference user:profile","account":{"uuid":"u","email_address":"a@b"}}"#;
+        let kept: Value = serde_json::from_str(&captured_login(answer, 1000).unwrap()).unwrap();
+        assert_eq!(
+            kept,
+            json!({"claudeAiOauth": {"accessToken": "sk-ant-oat01-new", "refreshToken": "sk-ant-ort01-new", "expiresAt": 1000 + 28_800_000, "scopes": ["user:inference", "user:profile"]}})
+        );
+        let shown: Value =
+            serde_json::from_slice(&answer_with_placeholders(answer, "A", "R").unwrap()).unwrap();
+        assert_eq!(
+            shown,
+            json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S, "scope": "user:inference user:profile", "account": {"uuid": "u", "email_address": "a@b"}})
+        );
+        // No refresh token: nothing to keep.
+        assert_eq!(captured_login(br#"{"access_token":"a"}"#, 0), None);
+        assert_eq!(answer_with_placeholders(b"[]", "A", "R"), None);
     }
 
     #[test]

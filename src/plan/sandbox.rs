@@ -71,6 +71,8 @@ pub(crate) struct BoxSpec {
     /// The node shares its store with other nodes (S3): an OAuth login is refreshed under the
     /// store's account lease (`ag-box __refresh`), not by the box's proxy alone.
     pub shared_store: bool,
+    /// `$BOX_STATE_DIR/broker`: where the broker keeps an OAuth login a box made itself.
+    pub broker_state: PathBuf,
 }
 
 /// The node's GPU device nodes (`/dev/nvidia*`, `/dev/dri`, `/dev/kfd`) and the groups that
@@ -265,6 +267,7 @@ impl BoxSpec {
             gpu: None,
             broker_held: vec!["gh"],
             shared_store: false,
+            broker_state: "/var/lib/ag-box/broker".into(),
         }
     }
 
@@ -365,7 +368,7 @@ impl BoxSpec {
     /// The node's dirs of the OAuth logins this box's proxy refreshes (it writes their files).
     pub(crate) fn broker_oauth_dirs(&self) -> Vec<PathBuf> {
         let rules = self.broker_rules();
-        broker::RULES
+        let mut dirs: Vec<PathBuf> = broker::RULES
             .iter()
             .filter(|r| {
                 r.oauth.is_some()
@@ -379,11 +382,17 @@ impl BoxSpec {
                     .parent()
                     .map(Path::to_path_buf)
             })
-            .collect()
+            .collect();
+        // And where the broker keeps a login the box made itself.
+        if !dirs.is_empty() {
+            dirs.push(self.box_logins());
+        }
+        dirs
     }
     /// The node's brokered files the box sees as copies (`broker::copies_seen`): where each
-    /// is, and its copy.
-    fn broker_copies(&self) -> Vec<(PathBuf, PathBuf)> {
+    /// is, its copy, and whether the box may write it (an OAuth login's: its CLI saves what a
+    /// refresh or a login through the broker answered, placeholders, into its own copy).
+    fn broker_copies(&self) -> Vec<(PathBuf, PathBuf, bool)> {
         broker::copies_seen(
             &self.agent_home.logins,
             self.egress.mode.isolated(),
@@ -395,15 +404,34 @@ impl BoxSpec {
             (
                 self.agent_home.home.join(r.copied),
                 self.broker_copy(r.name),
+                r.oauth.is_some(),
             )
         })
         .collect()
+    }
+    /// Where in HOME the box sees the broker's copies of OAuth logins, whether or not the node
+    /// has the file (mount points the start makes in the box's own agent home, relative to
+    /// HOME).
+    pub(crate) fn broker_copy_points(&self) -> Vec<PathBuf> {
+        self.broker_copies()
+            .into_iter()
+            .filter(|(_, _, writable)| *writable)
+            .filter_map(|(dest, _, _)| {
+                dest.strip_prefix(&self.agent_home.home)
+                    .ok()
+                    .map(Path::to_path_buf)
+            })
+            .collect()
+    }
+    /// Where the broker keeps the OAuth logins this box made itself (root's alone).
+    pub(crate) fn box_logins(&self) -> PathBuf {
+        broker::box_logins_dir(&self.broker_state, &self.name)
     }
     /// Whether the box sees the broker's copy where the node's file `node_file` would be.
     pub(crate) fn sees_broker_copy(&self, node_file: &Path) -> bool {
         self.broker_copies()
             .iter()
-            .any(|(dest, _)| dest == node_file)
+            .any(|(dest, _, _)| dest == node_file)
     }
     pub(crate) fn ca_bundle(&self) -> PathBuf {
         self.broker_dir().join("ca-bundle.pem")
@@ -478,20 +506,55 @@ impl BoxSpec {
                 });
             }
         }
-        let copied = self.broker_copies();
         // Over the node's dirs, which the start makes when the node has none.
         m.extend(MANAGED.iter().map(|managed| Mount::RoBind {
             src: self.managed_dir(managed),
             dest: managed.node_dir.into(),
         }));
         m.push(Mount::Tmpfs(self.home().to_path_buf()));
-        m.extend(self.agent_home.binds(exists).into_iter().map(|b| {
-            if let Some((dest, src)) = copied.iter().find(|(dest, _)| *dest == b.dest) {
+        m.extend(self.home_mounts(exists));
+        m.push(Mount::Bind {
+            src: self.project.clone(),
+            dest: self.project.clone(),
+        });
+        m.push(Mount::Bind {
+            src: self.socket_dir(),
+            dest: self.socket_dir(),
+        });
+        m.push(Mount::same(&self.tmux_conf()));
+        m.push(Mount::RoBind {
+            src: self.exe.clone(),
+            dest: BOX_EXE.into(),
+        });
+        with_parent_dirs(m)
+    }
+
+    /// What the box sees of HOME's shared files over its own agent home: the node's, or the
+    /// broker's copies of them (and of an OAuth login where the node has none).
+    fn home_mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
+        let copied = self.broker_copies();
+        let mut m = Vec::new();
+        let binds = self.agent_home.binds(exists);
+        let copy_mount = |dest: &PathBuf, src: &PathBuf, writable: bool| {
+            let (src, dest) = (src.clone(), dest.clone());
+            if writable {
+                Mount::Bind { src, dest }
+            } else {
+                Mount::RoBind { src, dest }
+            }
+        };
+        // A copy where the node has no file (an OAuth login the box may make through the
+        // broker) is bound over the box's own, after the agent home's dirs.
+        let uncovered: Vec<Mount> = copied
+            .iter()
+            .filter(|(dest, _, writable)| *writable && !binds.iter().any(|b| b.dest == *dest))
+            .map(|(dest, src, writable)| copy_mount(dest, src, *writable))
+            .collect();
+        m.extend(binds.into_iter().map(|b| {
+            if let Some((dest, src, writable)) = copied.iter().find(|(dest, _, _)| *dest == b.dest)
+            {
                 // What the broker stands in for: its copy with placeholders, never the node's.
-                return Mount::RoBind {
-                    src: src.clone(),
-                    dest: dest.clone(),
-                };
+                return copy_mount(dest, src, *writable);
             }
             match (b.access, b.is_node_file()) {
                 // The operator's tools rewrite these at any time (some by removing and
@@ -508,20 +571,8 @@ impl BoxSpec {
                 },
             }
         }));
-        m.push(Mount::Bind {
-            src: self.project.clone(),
-            dest: self.project.clone(),
-        });
-        m.push(Mount::Bind {
-            src: self.socket_dir(),
-            dest: self.socket_dir(),
-        });
-        m.push(Mount::same(&self.tmux_conf()));
-        m.push(Mount::RoBind {
-            src: self.exe.clone(),
-            dest: BOX_EXE.into(),
-        });
-        with_parent_dirs(m)
+        m.extend(uncovered);
+        m
     }
 
     /// Environment of every process in the box: the tmux server, attach and exec alike.
@@ -1046,13 +1097,17 @@ mod tests {
                 copy("claude", "/root/.claude/settings.json"),
             ]
         );
-        // Claude Code's OAuth login held: a box given claude sees its copy; one not given it,
-        // nothing of it.
+        // Claude Code's OAuth login held: a box given claude sees its copy, its own to write (its
+        // CLI saves what the broker answers); one not given it, nothing of it.
         let with_oauth = vec!["claude", "claude-oauth"];
+        let own_copy = |login: &str, dest: &str| Mount::Bind {
+            src: format!("/run/box/demo/broker/{login}").into(),
+            dest: dest.into(),
+        };
         assert_eq!(
             with(vec!["claude"], with_oauth.clone(), egress::Mode::Allow),
             vec![
-                copy("claude-oauth", "/root/.claude/.credentials.json"),
+                own_copy("claude-oauth", "/root/.claude/.credentials.json"),
                 copy("claude", "/root/.claude/settings.json"),
             ]
         );
@@ -1082,6 +1137,31 @@ mod tests {
                 Mount::BindTry("/root/.codex/auth.json".into()),
                 Mount::RoBindTry("/root/.claude/settings.json".into()),
             ]
+        );
+    }
+
+    #[test]
+    fn an_oauth_login_is_a_copy_the_box_may_write_even_where_the_node_has_none() {
+        let own_copy = |login: &str, dest: &str| Mount::Bind {
+            src: format!("/run/box/demo/broker/{login}").into(),
+            dest: dest.into(),
+        };
+        let with_oauth = vec!["claude", "claude-oauth"];
+        // The node has no such file (a box may log in through the broker): the copy all the same.
+        let spec = BoxSpec {
+            broker_held: with_oauth.clone(),
+            ..spec()
+        };
+        let mut given = spec.clone();
+        given.agent_home.logins = vec!["claude"];
+        let mounts = given.mounts(|p| p == Path::new(SYSTEM_CA_BUNDLE));
+        assert!(
+            mounts.contains(&own_copy("claude-oauth", "/root/.claude/.credentials.json")),
+            "{mounts:?}"
+        );
+        assert_eq!(
+            given.broker_copy_points(),
+            [PathBuf::from(".claude/.credentials.json")]
         );
     }
 

@@ -433,18 +433,25 @@ mod tests {
                 "--run-dir", "/run/box/demo", "--node-list", "/etc/box/egress-allow.txt",
             ]
         );
-        // A box whose proxy refreshes Claude Code's OAuth login may rewrite its node file.
+        // A box whose proxy refreshes Claude Code's OAuth login may rewrite its node file, and
+        // the broker's file of a login the box made itself.
         let mut oauth = BoxSpec {
             broker_held: vec!["claude-oauth"],
             ..spec.clone()
         };
         oauth.agent_home.logins = vec!["claude"];
         let argv = proxy_unit_argv(&oauth, &proxy);
-        let tail: Vec<_> = argv.iter().skip_while(|a| *a != "ReadWritePaths=/run/box/demo").take(3).collect();
-        assert_eq!(tail, ["ReadWritePaths=/run/box/demo", "-p", "ReadWritePaths=-/root/.claude"]);
+        let tail: Vec<_> = argv.iter().skip_while(|a| *a != "ReadWritePaths=/run/box/demo").take(5).collect();
+        assert_eq!(
+            tail,
+            [
+                "ReadWritePaths=/run/box/demo", "-p", "ReadWritePaths=-/root/.claude",
+                "-p", "ReadWritePaths=-/var/lib/ag-box/broker/boxes/demo",
+            ]
+        );
         // Not given claude: nothing of it.
         oauth.agent_home.logins = vec!["gh"];
-        assert!(!proxy_unit_argv(&oauth, &proxy).iter().any(|a| a.contains(".claude")));
+        assert!(!proxy_unit_argv(&oauth, &proxy).iter().any(|a| a.contains(".claude") || a.contains("broker")));
     }
 
     #[test]

@@ -79,6 +79,12 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
         };
         tree.ensure(rel, entry, mode, spec.ids)?;
     }
+    // Where the box sees the broker's copies (some where the node has no file): a Claude
+    // login the box made in its own home becomes the broker's for it first.
+    for rel in spec.broker_copy_points() {
+        crate::sys::broker::take_own_login(spec, &tree, &rel)?;
+        tree.ensure(&rel, Entry::File(b""), 0o644, spec.ids)?;
+    }
     // Shared credentials are rewritten by the agents (token refresh), and keyed config is
     // read: root's, in the group every box user is in, so every box on the node has them.
     // Not what this box sees as the broker's copy: the broker keeps that file.

@@ -43,9 +43,7 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     for row in copies {
         if let Some(endpoint) = row.oauth {
             let given = rules.iter().any(|r| r.login == row.login);
-            if let Some(account) = copy_oauth(spec, row, &endpoint, ca.secret())?
-                && given
-            {
+            if given && let Some(account) = copy_oauth(spec, row, &endpoint, ca.secret())? {
                 oauth.push(account);
             }
             continue;
@@ -163,11 +161,13 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
         .iter()
         .filter(|row| match row.login {
             "gh" => home.join(row.copied).is_dir(),
-            // A box sees the node's file as before unless it holds a login to stand in for.
-            _ if row.oauth.is_some() => node_file(home, row)
-                .ok()
-                .flatten()
-                .is_some_and(|(text, _)| oauth::claude_tokens(&text).is_some()),
+            // The node's login, or none (a box may log in through the broker); a file that
+            // holds something else is seen as before.
+            _ if row.oauth.is_some() => match node_file(home, row) {
+                Ok(None) => true,
+                Ok(Some((text, _))) => oauth::claude_tokens(&text).is_some(),
+                Err(_) => false,
+            },
             // Only a box given the login sees its file: as before unless the broker holds its key.
             "codex" | "grok" => node_file(home, row)
                 .ok()
@@ -222,31 +222,61 @@ fn copy_file(
     Ok(keys.into_iter().map(|real| (shown(&real), real)).collect())
 }
 
+/// The shapes of Claude Code's OAuth tokens, for placeholders made before any token is known (a
+/// box that may log in through the broker).
+const CLAUDE_ACCESS_SHAPE: &str = "sk-ant-oat01-000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+const CLAUDE_REFRESH_SHAPE: &str = "sk-ant-ort01-000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+
+/// The broker's file of the OAuth login of row `name` that box `spec` made itself.
+pub(crate) fn box_login(spec: &BoxSpec, name: &str) -> std::path::PathBuf {
+    broker::box_login_file(&spec.broker_state, &spec.name, name)
+}
+
 /// The copy the box sees of an OAuth login's file (its login alone, with lasting placeholders
-/// and a far expiry), and what its proxy needs to put the current token in; None when the
-/// node's file holds no login (the box sees an empty object).
+/// and a far expiry; the box's to write), and what its proxy needs to put the current token in.
+/// The login is the node's; where the node has none, the one the box made itself through the
+/// broker (kept by the broker for this box alone, until `globals adopt` makes it the node's);
+/// where neither is, a login the box makes is kept that way (`captures`). None when the
+/// node's file cannot be read (the box sees an empty copy).
 fn copy_oauth(
     spec: &BoxSpec,
     row: &broker::LoginRule,
     endpoint: &broker::OauthEndpoint,
     key: &[u8],
 ) -> Result<Option<broker::OauthAccount>> {
-    let file = spec.agent_home.home.join(row.copied);
     let dest = spec.broker_copy(row.name);
-    let tokens = match node_file(&spec.agent_home.home, row) {
-        Ok(Some((text, _))) => oauth::claude_tokens(&text).map(|t| (text, t)),
-        Ok(None) => None,
+    let give = |text: &[u8]| -> Result<()> {
+        atomic::write(&dest, text, 0o600)?;
+        std::os::unix::fs::chown(&dest, Some(spec.ids.uid), Some(spec.ids.gid))
+            .with_context(|| format!("handing {} to the box", dest.display()))
+    };
+    let on_node = match node_file(&spec.agent_home.home, row) {
+        Ok(found) => found.and_then(|(text, _)| oauth::claude_tokens(&text).map(|t| (text, t))),
         Err(why) => {
             tracing::warn!("box '{}': {why}; it sees an empty copy of it", spec.name);
-            None
+            give(b"{}")?;
+            return Ok(None);
         }
     };
-    let Some((text, tokens)) = tokens else {
-        atomic::write(&dest, b"{}", 0o644)?;
-        return Ok(None);
+    let own = box_login(spec, row.name);
+    let (file, found) = if let Some(found) = on_node {
+        (spec.agent_home.home.join(row.copied), Some(found))
+    } else {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(spec.box_logins())
+            .with_context(|| format!("creating {}", spec.box_logins().display()))?;
+        let found = crate::sys::oauth_refresh::read_login(&own).ok();
+        (own.clone(), found)
     };
-    let access = broker::lasting_placeholder(&tokens.access, key, &spec.name, "claude-access");
-    let refresh = broker::lasting_placeholder(&tokens.refresh, key, &spec.name, "claude-refresh");
+    let (real_access, real_refresh) = found
+        .as_ref()
+        .map_or((CLAUDE_ACCESS_SHAPE, CLAUDE_REFRESH_SHAPE), |(_, t)| {
+            (t.access.as_str(), t.refresh.as_str())
+        });
+    let access = broker::lasting_placeholder(real_access, key, &spec.name, "claude-access");
+    let refresh = broker::lasting_placeholder(real_refresh, key, &spec.name, "claude-refresh");
     let now_ms = i64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -254,14 +284,23 @@ fn copy_oauth(
             .as_millis(),
     )
     .unwrap_or(i64::MAX);
-    let shown = oauth::claude_shown(&text, &access, &refresh, now_ms).unwrap_or_default();
-    // Whatever else of a token's shape it held is not in the copy; this says so if a field
-    // of the login itself held one.
+    let shown = found
+        .as_ref()
+        .and_then(|(text, _)| oauth::claude_shown(text, &access, &refresh, now_ms))
+        .unwrap_or_else(|| "{}".into());
+    // Whatever else of a token's shape it held is not in the copy.
     let (shown, _) = broker::placehold_tokens(&shown, &[access.clone(), refresh.clone()], |t| {
         broker::placeholder(t, key, &spec.name, row.name)
     });
-    atomic::write(&dest, shown.as_bytes(), 0o644)?;
-    crate::sys::oauth_refresh::ensure_lock(&broker::lock_file(row.name))?;
+    give(shown.as_bytes())?;
+    // A login of the box's own is refreshed under a lock of its own, never shared.
+    let own_login = file == own;
+    let lock_name = if own_login {
+        format!("{}.{}", row.name, spec.name)
+    } else {
+        row.name.to_string()
+    };
+    crate::sys::oauth_refresh::ensure_lock(&broker::lock_file(&lock_name))?;
     // A process of its own with the node's config refreshes it: the proxy never holds the
     // store's credentials. Told whether this node shares its store, it refuses to refresh
     // without the store's lease where its config would say otherwise.
@@ -271,7 +310,9 @@ fn copy_oauth(
         "--login".into(),
         row.name.into(),
     ];
-    if spec.shared_store {
+    if own_login {
+        argv.extend(["--box".into(), spec.name.clone()]);
+    } else if spec.shared_store {
         argv.push("--shared".into());
     }
     let refresher = broker::Refresher {
@@ -286,12 +327,100 @@ fn copy_oauth(
         row: row.name.into(),
         access,
         refresh,
+        captures: found.is_none(),
         file,
         token_host: endpoint.host.into(),
         token_path: endpoint.path.into(),
         client_id: endpoint.client_id.into(),
         refresher,
     }))
+}
+
+/// Whether the broker keeps a login box `spec` made itself.
+pub(crate) fn kept_box_logins(spec: &BoxSpec) -> bool {
+    broker::RULES
+        .iter()
+        .filter(|r| r.oauth.is_some())
+        .any(|r| crate::sys::oauth_refresh::read_login(&box_login(spec, r.name)).is_ok())
+}
+
+/// `globals adopt`: the OAuth logins the broker keeps for box `spec` (made inside it) become
+/// the node's where the node has none (root's alone, never over one), and are gone from the
+/// broker's keeping for the box.
+pub(crate) fn adopt_box_logins(
+    spec: &BoxSpec,
+) -> Result<Vec<(&'static str, crate::sys::agent_home::Adopted)>> {
+    use crate::sys::agent_home::Adopted;
+    let mut done = Vec::new();
+    for row in broker::RULES.iter().filter(|r| r.oauth.is_some()) {
+        let own = box_login(spec, row.name);
+        let Ok((text, _)) = crate::sys::oauth_refresh::read_login(&own) else {
+            continue;
+        };
+        let dest = spec.agent_home.home.join(row.copied);
+        let on_node = node_file(&spec.agent_home.home, row)
+            .ok()
+            .flatten()
+            .is_some_and(|(t, _)| oauth::claude_tokens(&t).is_some());
+        if on_node {
+            done.push((row.copied, Adopted::NodeHasOne(dest)));
+            continue;
+        }
+        if let Some(dir) = dest.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        // A node file that holds no login (a leftover) gives way to the login.
+        let _ = fs::remove_file(&dest);
+        crate::sys::oauth_refresh::keep_new_login(&dest, &text)?;
+        fs::remove_file(&own).with_context(|| format!("removing {}", own.display()))?;
+        done.push((row.copied, Adopted::Moved(dest)));
+    }
+    Ok(done)
+}
+
+/// A Claude Code login the box made in its own agent home (before the broker kept such logins,
+/// or on the host's network) where the node has none and the broker keeps none for it yet:
+/// read with no link followed, moved into the broker's keeping for this box, and said.
+pub(crate) fn take_own_login(
+    spec: &BoxSpec,
+    tree: &crate::sys::box_tree::Tree,
+    rel: &Path,
+) -> Result<()> {
+    let Some(row) = broker::RULES
+        .iter()
+        .find(|r| r.oauth.is_some() && Path::new(r.copied) == rel)
+    else {
+        return Ok(());
+    };
+    let on_node = node_file(&spec.agent_home.home, row)
+        .ok()
+        .flatten()
+        .is_some_and(|(text, _)| oauth::claude_tokens(&text).is_some());
+    let own = box_login(spec, row.name);
+    if on_node || crate::sys::oauth_refresh::read_login(&own).is_ok() {
+        return Ok(());
+    }
+    let Some(bytes) = tree.read_file(rel, MAX_FILE)? else {
+        return Ok(());
+    };
+    let Some(login) = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(oauth::claude_login_only)
+    else {
+        return Ok(());
+    };
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(spec.box_logins())
+        .with_context(|| format!("creating {}", spec.box_logins().display()))?;
+    atomic::write(&own, login.as_bytes(), 0o600)?;
+    tree.remove(rel)?;
+    say!(
+        "box '{}': the Claude Code login it made is now kept by the credential broker; the box sees placeholders",
+        spec.name
+    );
+    Ok(())
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file

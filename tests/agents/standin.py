@@ -8,8 +8,8 @@ Speaks just enough of two wire protocols for the real CLIs to run a prompt end t
     otherwise), POST /v1/messages/count_tokens, GET /v1/models.
   * OpenAI Responses API (Codex):          POST /v1/responses (SSE when "stream": true, JSON
     otherwise), GET /v1/models, POST /v1/chat/completions (fallback, SSE or JSON).
-  * An OAuth token endpoint (Claude's):  POST /v1/oauth/token with grant_type=refresh_token
-    (JSON or a form) answers new tokens (`sk-ant-oat01-STANDIN<n>...`, `sk-ant-ort01-STANDIN<n>...`,
+  * An OAuth token endpoint (Claude's):  POST /v1/oauth/token with grant_type=refresh_token,
+    or authorization_code with any code (a login), (JSON or a form) answers new tokens (`sk-ant-oat01-STANDIN<n>...`, `sk-ant-ort01-STANDIN<n>...`,
     `--token-lifetime` seconds); a refresh token is good once, as real ones are (a second use
     is 400 invalid_grant "refresh token was already used").
 Anything else is logged with its headers and the start of its body and answered 404 {} (POST
@@ -261,7 +261,10 @@ class Handler(BaseHTTPRequestHandler):
         grant, refresh = body.get("grant_type"), body.get("refresh_token") or ""
         entry = dict(self.base_entry(), summary="oauth.token", grant=grant, refresh_token=refresh,
                      client_id=body.get("client_id"))
-        if grant != "refresh_token" or not refresh.startswith("sk-ant-ort01-"):
+        if grant == "authorization_code" and body.get("code"):
+            # A login: any code is good once.
+            refresh = "code:" + body["code"]
+        elif grant != "refresh_token" or not refresh.startswith("sk-ant-ort01-"):
             log(dict(entry, status=400))
             return self.send_json(400, {"error": "invalid_request"})
         with TOKEN_LOCK:
@@ -277,7 +280,8 @@ class Handler(BaseHTTPRequestHandler):
         log(dict(entry, status=200, issued=access))
         self.send_json(200, {"token_type": "Bearer", "access_token": access,
                              "refresh_token": new_refresh, "expires_in": TOKEN_LIFETIME,
-                             "scope": "user:inference user:profile"})
+                             "scope": "user:inference user:profile",
+                             "account": {"uuid": "rig-account", "email_address": "rig@example.com"}})
 
     def unknown(self, raw):
         entry = self.base_entry()

@@ -94,6 +94,11 @@ impl Broker {
                     .any(|a| a.token_host.eq_ignore_ascii_case(host)))
     }
 
+    /// What connects to the real hosts (the system's CAs), on the port ruled hosts are served on.
+    pub(super) fn upstream(&self) -> (&TlsConnector, u16) {
+        (&self.connector, self.file.port)
+    }
+
     /// The OAuth logins the broker stands in for, each with its gate.
     pub(super) fn oauth(&self) -> impl Iterator<Item = (&broker::OauthAccount, &oauth::Gate)> {
         self.file.oauth.iter().zip(&self.gates)
@@ -214,7 +219,7 @@ async fn brokered(
         .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
         && req.method() == hyper::Method::POST
     {
-        return Ok(oauth::token_request(req, account, gate, &attempt).await);
+        return Ok(oauth::token_request(req, account, gate, &conn.broker, &attempt).await);
     }
     let mut secrets = file.secrets.clone();
     match oauth::secrets(req.headers(), &conn.broker).await {

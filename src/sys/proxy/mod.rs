@@ -996,6 +996,7 @@ mod tests {
                 row: "claude-oauth".into(),
                 access: ACCESS_SHOWN.into(),
                 refresh: REFRESH_SHOWN.into(),
+                captures: false,
                 file: file.clone(),
                 token_host: "localhost".into(),
                 token_path: "/v1/oauth/token".into(),
@@ -1092,7 +1093,7 @@ mod tests {
         let refused = answer_on(&mut tls);
         assert!(
             refused.starts_with("HTTP/1.1 403")
-                && refused.contains("a authorization_code grant from a box would replace it"),
+                && refused.contains("which the authorization_code grant would replace"),
             "{refused}"
         );
         tls.write_all(

@@ -164,6 +164,7 @@ pub(super) async fn token_request(
     req: Request<Incoming>,
     account: &OauthAccount,
     gate: &Gate,
+    broker: &Broker,
     attempt: &Attempt,
 ) -> Response<Body> {
     let rule = "answered by the broker";
@@ -173,9 +174,16 @@ pub(super) async fn token_request(
     };
     match oauth::asked(&body) {
         Some(Asked::Refresh(token)) if token == account.refresh => {}
+        Some(Asked::Other(grant))
+            if grant == "authorization_code"
+                && account.captures
+                && oauth_refresh::read_login(&account.file).is_err() =>
+        {
+            return capture(body, account, broker, attempt).await;
+        }
         Some(Asked::Other(grant)) => {
             return attempt.refuse(&format!(
-                "the broker holds this node's {} login; a {grant} grant from a box would replace it, log in on the node",
+                "the broker holds a {} login for this box already, which the {grant} grant would replace; log in on the node instead",
                 account.login
             ));
         }
@@ -203,6 +211,69 @@ pub(super) async fn token_request(
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// A login's code exchange from a box that has none (and a node that has none): sent on as it
+/// is; what it answers is kept by the broker, for this box alone, and the box gets its
+/// placeholders in its place.
+async fn capture(
+    body: Bytes,
+    account: &OauthAccount,
+    broker: &Broker,
+    attempt: &Attempt,
+) -> Response<Body> {
+    let rule = "a login kept by the broker for this box";
+    let (connector, port) = broker.upstream();
+    let answered = oauth_refresh::post(
+        connector,
+        &account.token_host,
+        port,
+        &account.token_path,
+        body.to_vec(),
+    )
+    .await;
+    let (status, answer) = match answered {
+        Ok(a) => a,
+        Err(e) => return attempt.unreachable(rule, &e),
+    };
+    let json = |status: u16, bytes: Vec<u8>| {
+        let mut resp = Response::new(
+            Full::new(Bytes::from(bytes))
+                .map_err(|never| match never {})
+                .boxed(),
+        );
+        *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    };
+    // A refused exchange holds no token: the box reads why.
+    if !(200..300).contains(&status) {
+        attempt.log(
+            Ok(rule),
+            Some(format!("the login was refused ({status})")),
+            (0, 0),
+        );
+        return json(status, answer);
+    }
+    let kept = oauth::captured_login(&answer, now_ms());
+    let shown = oauth::answer_with_placeholders(&answer, &account.access, &account.refresh);
+    let (Some(kept), Some(shown)) = (kept, shown) else {
+        return attempt.unreachable(rule, "the login's answer holds no tokens");
+    };
+    let file = account.file.clone();
+    let stored = tokio::task::spawn_blocking(move || oauth_refresh::keep_new_login(&file, &kept))
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+    if let Err(e) = stored {
+        tracing::warn!("keeping the {} login a box made: {e:#}", account.login);
+        return attempt.unreachable(rule, &not_fresh(&account.login));
+    }
+    tracing::info!("kept the {} login this box made", account.login);
+    attempt.log(Ok(rule), None, (0, 0));
+    json(status, shown)
 }
 
 /// Whether a request to `host` for `path` is one to `account`'s token endpoint.
