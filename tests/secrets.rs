@@ -297,6 +297,55 @@ fn an_oauth_login_is_seen_as_placeholders() {
     );
 }
 
+/// A Claude Code login a box made in its own home (on the host's network, or before the broker
+/// kept such logins), where the node has none: its next start with a proxy moves it into the
+/// broker's keeping for that box (said once), and the box sees placeholders from then on.
+#[test]
+fn a_login_in_a_boxs_own_home_becomes_the_brokers_for_it() {
+    let Some(host) = Host::new("own-login") else {
+        return;
+    };
+    let name = format!("own-{}", std::process::id());
+    let base = host.base.display().to_string();
+    let b = BoxTest::on(&host, &name);
+    b.write(&Project::new(&name).file("f", "x\n"));
+    b.track().ok();
+    b.set(["network=host", "agent=claude"]).ok();
+    b.up().ok();
+    let access = "sk-ant-oat01-OwnLoginAccessOwnLoginAccessOwnLoginAccess00";
+    b.exec_sh(&format!(
+        r#"printf '{{"claudeAiOauth":{{"accessToken":"{access}","refreshToken":"sk-ant-ort01-OwnRefreshOwnRefreshOwnRefresh00","expiresAt":4102444800000}}}}' > ~/.claude/.credentials.json"#
+    ))
+    .ok();
+    b.stop().ok();
+    b.set(["network=allow"]).ok();
+    b.up()
+        .ok()
+        .stderr_has("the Claude Code login it made is now kept by the credential broker");
+    let kept = format!("{base}/state/broker/boxes/{name}/claude-oauth.json");
+    assert!(host.read(&kept).contains(access));
+    let shown: serde_json::Value =
+        serde_json::from_str(&b.exec_sh("cat ~/.claude/.credentials.json").ok().stdout()).unwrap();
+    let placeholder = shown["claudeAiOauth"]["accessToken"].as_str().unwrap();
+    assert!(
+        placeholder.starts_with("sk-ant-oat01-") && placeholder != access,
+        "{shown}"
+    );
+    let (head, tail) = access.split_at(20);
+    b.exec_sh(&format!(
+        "printf '%s\\n' \"{head}\"\"{tail}\" > /tmp/real
+         grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+         cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true"
+    ))
+    .ok()
+    .stdout_is("0\n");
+    b.park()
+        .ok()
+        .stderr_has("kept by the credential broker on this node");
+    b.ag(["drop", &name, "--yes"]).ok();
+    assert!(!host.exists(&kept), "a dropped box's login outlived it");
+}
+
 /// What a box plants where a login belongs is never adopted: a link to a root-only file, a fifo,
 /// a file too big, a file that is no login; each refused in one line, the node left as it was.
 #[test]
@@ -310,6 +359,8 @@ fn a_planted_login_is_never_adopted() {
     let b = BoxTest::on(&host, &name);
     b.write(&Project::new(&name).file("f", "x\n"));
     b.track().ok();
+    // On the host's network no broker's copy is bound over its own logins: it may plant there.
+    b.set(["network=host"]).ok();
     b.up().ok();
     let secret = format!("{base}/secret");
     std::fs::write(&secret, "root-only-secret\n").unwrap();
@@ -386,4 +437,24 @@ fn a_planted_login_is_never_adopted() {
     .stderr_has("nothing to adopt");
     assert!(!host.exists(&node_file(".gemini/oauth_creds.json")));
     assert_eq!(host.read(&secret), "root-only-secret\n");
+    // A link planted where Claude Code's login is, then a start with the broker's copy bound
+    // there (the node has no login): the start follows nothing, keeps nothing, and starts.
+    in_box(&format!("ln -sfn {secret} ~/.claude/.credentials.json"));
+    assert!(
+        std::fs::symlink_metadata(own_file(".claude/.credentials.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    b.set(["network=allow"]).ok();
+    b.up().ok();
+    b.exec_sh("cat ~/.claude/.credentials.json")
+        .ok()
+        .stdout_is("{}");
+    b.stop().ok();
+    assert!(!host.exists(&format!(
+        "{base}/state/broker/boxes/{name}/claude-oauth.json"
+    )));
+    assert_eq!(host.read(&secret), "root-only-secret\n");
+    assert!(!host.exists(&node_file(".claude/.credentials.json")));
 }

@@ -53,7 +53,7 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     let brokered = brokered_logins(ctx, |_, file| oauth_refresh::read_login(file).is_ok());
     for (row, file) in &brokered {
         if let Some(shared) = super::refresh::shared(ctx)
-            && oauth_refresh::offer(row, file, &shared)?
+            && oauth_refresh::offer(row, file, &crate::plan::broker::lock_file(row), &shared)?
         {
             say!(
                 "the {row} login is in the store for the other nodes' brokers (sealed; no snapshot holds it)"
@@ -125,7 +125,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
     );
     if let Some(shared) = super::refresh::shared(ctx) {
         for (row, file) in &brokered {
-            if oauth_refresh::take(row, file, &shared)? {
+            if oauth_refresh::take(row, file, &crate::plan::broker::lock_file(row), &shared)? {
                 say!("took the {row} login from the store (newer than this node's)");
             }
         }
@@ -183,7 +183,8 @@ fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {
         // A broker's login goes into the store at once for the other nodes (sealed).
         if let Some(shared) = super::refresh::shared(ctx) {
             for (row, file) in super::refresh::oauth_files(ctx) {
-                if oauth_refresh::offer(row, &file, &shared)? {
+                if oauth_refresh::offer(row, &file, &crate::plan::broker::lock_file(row), &shared)?
+                {
                     say!("the {row} login is in the store for the other nodes' brokers");
                 }
             }

@@ -657,8 +657,14 @@ pub(crate) fn grok_settings_placeheld(
 ) -> Option<(String, Vec<String>)> {
     let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
     let settings = v.as_object_mut()?;
+    // A URL this reads otherwise than a client might (a backslash, a space, a control byte)
+    // is taken for xAI's: the key stays the broker's.
     if let Some(base) = settings.get("baseURL").and_then(|b| b.as_str())
         && !base.trim().is_empty()
+        && !base
+            .trim()
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
         && !url_host(base.trim())
             .is_some_and(|h| h.trim_end_matches('.').eq_ignore_ascii_case("api.x.ai"))
     {
@@ -1102,6 +1108,8 @@ mod tests {
         for settings in [
             r#"{"apiKey": "xai-real", "baseURL": "https://API.x.ai./v1"}"#,
             r#"{"apiKey": "xai-real"}"#,
+            r#"{"apiKey": "xai-real", "baseURL": "https://api.x.ai\\v1"}"#,
+            r#"{"apiKey": "xai-real", "baseURL": "https://api.x.ai\t.evil/v1"}"#,
         ] {
             let (text, keys) = grok_settings_placeheld(settings, |k| format!("P({k})")).unwrap();
             assert_eq!(

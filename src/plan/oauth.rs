@@ -248,7 +248,7 @@ pub(crate) fn answer_to_box(access: &str, refresh: &str) -> Vec<u8> {
 
 /// How long a node may hold an account's lease to redeem its refresh token: past it, another
 /// node takes the lease over (a node that died holding it blocks the others no longer).
-pub(crate) const LEASE_MS: i64 = 30_000;
+pub(crate) const LEASE_MS: i64 = 45_000;
 
 /// An OAuth login as the store keeps it for every node (`accounts/<row>.json`): the login file
 /// sealed with a key only the nodes hold, and the lease of the node redeeming its refresh token.
@@ -270,11 +270,12 @@ pub(crate) struct AccountLease {
     pub until_ms: i64,
 }
 
-/// Sealed bytes and the salt their key was derived with (base64).
+/// Sealed bytes, the salt their key was derived with (base64), and scrypt's cost (2^`log_n`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Sealed {
     pub salt: String,
     pub data: String,
+    pub log_n: u8,
 }
 
 /// What a node whose login (`here`) wants refreshing does next, given the store's copy.
@@ -479,6 +480,7 @@ mod tests {
         let sealed = Some(Sealed {
             salt: "s".into(),
             data: "d".into(),
+            log_n: 16,
         });
         let stored = |expires, lease: Option<(&str, i64)>| StoredLogin {
             lease: lease.map(|(node, until_ms)| AccountLease {

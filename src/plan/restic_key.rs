@@ -92,7 +92,7 @@ type Keys = Zeroizing<[u8; 64]>;
 /// scrypt's cost for what is sealed under the operator's password (`RESTIC_PASSWORD`, chosen
 /// by a person): N = 2^16 (64 MiB, a fifth of a second), of the order restic calibrates the
 /// repository's own key file of that password to.
-const SEAL_LOG_N: u8 = 16;
+pub(crate) const SEAL_LOG_N: u8 = 16;
 
 /// scrypt's 64 bytes: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
@@ -120,22 +120,37 @@ fn seal(keys: &[u8; 64], iv: &[u8; 16], mut plain: Vec<u8>) -> Result<Vec<u8>> {
     Ok(plain)
 }
 
-/// `plain` sealed as restic seals its files (IV ‖ AES-256-CTR ‖ Poly1305-AES) under keys scrypt
-/// derives from `password` and `random.salt`: what the store keeps that only the nodes may read
-/// (the broker's logins, under `RESTIC_PASSWORD`, which every node holds).
-pub(crate) fn seal_with(password: &[u8], random: &Randomness, plain: Vec<u8>) -> Result<Vec<u8>> {
-    seal(
-        &*derive_at(password, &random.salt, SEAL_LOG_N)?,
-        &random.iv,
-        plain,
-    )
+/// What seals as restic seals its files (IV ‖ AES-256-CTR ‖ Poly1305-AES) under keys scrypt
+/// derives (at 2^[`SEAL_LOG_N`]) from a password and `random.salt`: what the store keeps that
+/// only the nodes may read (the broker's logins, under `RESTIC_PASSWORD`, which every node
+/// holds). Made before what it seals is known, so sealing itself takes no time.
+pub(crate) struct Sealer {
+    keys: Keys,
+    iv: [u8; 16],
 }
 
-/// What [`seal_with`] sealed with `password` and `salt`; Err when it was not (a wrong password,
-/// bytes changed).
-pub(crate) fn open_with(password: &[u8], salt: &[u8], sealed: &[u8]) -> Result<Vec<u8>> {
+impl Sealer {
+    pub(crate) fn new(password: &[u8], random: &Randomness) -> Result<Sealer> {
+        Ok(Sealer {
+            keys: derive_at(password, &random.salt, SEAL_LOG_N)?,
+            iv: random.iv,
+        })
+    }
+
+    pub(crate) fn seal(&self, plain: Vec<u8>) -> Result<Vec<u8>> {
+        seal(&self.keys, &self.iv, plain)
+    }
+}
+
+/// What a [`Sealer`] sealed with `password`, `salt` and scrypt's cost 2^`log_n`; Err when it was
+/// not (a wrong password, bytes changed).
+pub(crate) fn open_with(password: &[u8], salt: &[u8], log_n: u8, sealed: &[u8]) -> Result<Vec<u8>> {
     anyhow::ensure!(sealed.len() >= 32, "sealed bytes too short");
-    let keys = derive_at(password, salt, SEAL_LOG_N)?;
+    anyhow::ensure!(
+        (10..=20).contains(&log_n),
+        "scrypt cost 2^{log_n} is none ag-box seals with"
+    );
+    let keys = derive_at(password, salt, log_n)?;
     let (iv, rest) = sealed.split_at(16);
     let (cipher, tag) = rest.split_at(rest.len() - 16);
     let iv: [u8; 16] = iv.try_into().context("the IV")?;
@@ -209,18 +224,24 @@ mod tests {
             salt: [7; 64],
             iv: [9; 16],
         };
-        let sealed = seal_with(b"pw", &random, b"the login".to_vec()).unwrap();
+        let sealed = Sealer::new(b"pw", &random)
+            .unwrap()
+            .seal(b"the login".to_vec())
+            .unwrap();
         assert_eq!(sealed.len(), 16 + 9 + 16);
+        let open = |pw: &[u8], salt: &[u8], log_n, bytes: &[u8]| open_with(pw, salt, log_n, bytes);
         assert_eq!(
-            open_with(b"pw", &random.salt, &sealed).unwrap(),
+            open(b"pw", &random.salt, SEAL_LOG_N, &sealed).unwrap(),
             b"the login"
         );
-        assert!(open_with(b"other", &random.salt, &sealed).is_err());
-        assert!(open_with(b"pw", &[8; 64], &sealed).is_err());
+        assert!(open(b"other", &random.salt, SEAL_LOG_N, &sealed).is_err());
+        assert!(open(b"pw", &[8; 64], SEAL_LOG_N, &sealed).is_err());
+        assert!(open(b"pw", &random.salt, 12, &sealed).is_err());
+        assert!(open(b"pw", &random.salt, 40, &sealed).is_err());
         let mut changed = sealed.clone();
         changed[20] ^= 1;
-        assert!(open_with(b"pw", &random.salt, &changed).is_err());
-        assert!(open_with(b"pw", &random.salt, &sealed[..31]).is_err());
+        assert!(open(b"pw", &random.salt, SEAL_LOG_N, &changed).is_err());
+        assert!(open(b"pw", &random.salt, SEAL_LOG_N, &sealed[..31]).is_err());
     }
 
     const MASTER: &str = r#"{

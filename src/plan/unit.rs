@@ -158,6 +158,10 @@ pub(crate) fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         format!("RestartSec={}ms", PROXY_RESTART.as_millis()),
         "StartLimitIntervalSec=0".into(),
         format!("MemoryMax={}M", PROXY_MEMORY_MAX >> 20),
+        // A refresher of an OAuth login (`ag-box __refresh`) runs in this unit: an OOM kill of
+        // the proxy does not stop it, and a stop leaves it the time it may take.
+        "OOMPolicy=continue".into(),
+        "TimeoutStopSec=120s".into(),
         "NoNewPrivileges=yes".into(),
         "ProtectSystem=strict".into(),
         "ProtectHome=read-only".into(),
@@ -416,7 +420,7 @@ mod tests {
                 "--collect", "--quiet",
                 "-p", "BindsTo=boxrun-demo.service", "-p", "After=boxrun-demo.service",
                 "-p", "Restart=always", "-p", "RestartSec=200ms", "-p", "StartLimitIntervalSec=0",
-                "-p", "MemoryMax=256M",
+                "-p", "MemoryMax=256M", "-p", "OOMPolicy=continue", "-p", "TimeoutStopSec=120s",
                 "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict",
                 "-p", "ProtectHome=read-only", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",

@@ -400,8 +400,15 @@ pub(crate) fn take_own_login(
     if on_node || crate::sys::oauth_refresh::read_login(&own).is_ok() {
         return Ok(());
     }
-    let Some(bytes) = tree.read_file(rel, MAX_FILE)? else {
-        return Ok(());
+    // A link, a fifo, a file too big: nothing the broker keeps (the start then makes an empty
+    // file in its place, where the copy is bound).
+    let bytes = match tree.read_file(rel, MAX_FILE) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            tracing::warn!("box '{}': {e:#}; not kept as its login", spec.name);
+            return Ok(());
+        }
     };
     let Some(login) = std::str::from_utf8(&bytes)
         .ok()

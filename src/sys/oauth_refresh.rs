@@ -151,7 +151,7 @@ fn lock(path: &Path) -> Result<std::fs::File> {
 
 /// How much of a lease must be left to redeem under it: the token endpoint's answer and the
 /// store's write of the result, with room to spare.
-const REDEEM_BUDGET: Duration = Duration::from_secs(20);
+const REDEEM_BUDGET: Duration = Duration::from_secs(30);
 
 /// The store's copy of the login, its version, and since when (this node's monotonic clock)
 /// this node has seen that version.
@@ -201,12 +201,19 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
     let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
     let mut watch: Option<Watch> = None;
     loop {
+        if Instant::now() > deadline {
+            bail!(
+                "the {} login could not be refreshed in time (another node's lease, or a slow store)",
+                login.row
+            );
+        }
         let seen = Watch::read(login.row, shared, watch.as_ref())?;
         let local = read_login(login.file);
         let (text, here) = match (&local, shared, &seen.stored) {
             (Ok((text, here)), _, _) => (Some(text.clone()), here.clone()),
-            // A file that does not parse (or is gone) takes the store's login where it has one.
-            (Err(_), Some(s), Some(stored)) if stored.sealed.is_some() => {
+            // A file gone takes the store's login where it has one (one that holds something
+            // else is the operator's: never written over).
+            (Err(_), Some(s), Some(stored)) if stored.sealed.is_some() && !login.file.exists() => {
                 return take_stored(login, s, stored, None);
             }
             (Err(e), _, _) => bail!("{e:#}"),
@@ -221,16 +228,6 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
                 return take_stored(login, s, stored, text.as_deref());
             }
             Next::Wait => {
-                if Instant::now() > deadline {
-                    bail!(
-                        "the {} login is being refreshed by {} and it has not finished",
-                        login.row,
-                        seen.stored
-                            .as_ref()
-                            .and_then(|s| s.lease.as_ref().map(|l| l.node.clone()))
-                            .unwrap_or_default()
-                    );
-                }
                 std::thread::sleep(Duration::from_millis(500));
                 watch = Some(seen);
             }
@@ -274,11 +271,20 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
                             ),
                             Cas::Written(Some(v)) => v,
                         };
-                        // A lease whose write took most of it is taken again, not redeemed under.
+                        // A lease whose write took most of it is not redeemed under: given back.
                         let lease = Duration::from_millis(oauth::LEASE_MS.unsigned_abs());
                         if asked.elapsed() + REDEEM_BUDGET > lease {
-                            watch = None;
-                            continue;
+                            taking.lease = None;
+                            let _ = s.store.put_account(
+                                login.row,
+                                &serde_json::to_vec(&taking)?,
+                                Some(&version),
+                            );
+                            bail!(
+                                "the store took {}s to lease the {} login: too slow to redeem it under that lease",
+                                asked.elapsed().as_secs(),
+                                login.row
+                            );
                         }
                         Some((s, taking, version))
                     }
@@ -326,6 +332,10 @@ fn redeem(
             login.token_host
         )
     };
+    let sealing = match &leased {
+        Some((s, ..)) => Some(Sealing::new(s.password)?),
+        None => None,
+    };
     let answered = post(
         login.token_host,
         login.token_path,
@@ -354,13 +364,12 @@ fn redeem(
     let now = now_ms();
     let after = oauth::claude_after_refresh(text, &new, now)
         .ok_or_else(|| refused("the login file changed shape".into()))?;
-    if let Some((s, _, version)) = leased {
+    if let (Some((s, _, version)), Some(sealing)) = (leased, sealing) {
         let kept = StoredLogin {
             lease: None,
-            sealed: Some(seal(
-                &oauth::claude_login_only(&after).context("the refreshed login")?,
-                s.password,
-            )?),
+            sealed: Some(
+                sealing.seal(&oauth::claude_login_only(&after).context("the refreshed login")?)?,
+            ),
             expires_at_ms: now + new.expires_in_s * 1000,
             refreshed_by: Some(s.node.to_string()),
             refreshed_at_ms: Some(now),
@@ -430,7 +439,8 @@ pub(crate) fn keep_new_login(path: &Path, text: &str) -> Result<()> {
 
 /// `globals push`: this node's login into the store, where the store holds none as new and no
 /// other node is refreshing it; whether it was put there.
-pub(crate) fn offer(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
+pub(crate) fn offer(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> Result<bool> {
+    let _lock = lock(lock_at)?;
     let Ok((text, here)) = read_login(file) else {
         return Ok(false);
     };
@@ -443,19 +453,17 @@ pub(crate) fn offer(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
             ),
             None => (StoredLogin::default(), None),
         };
-        let refreshing = stored
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.node != shared.node && l.until_ms > now_ms());
+        // Whichever node holds it (this one too, in another process): its login is newer.
+        let refreshing = stored.lease.as_ref().is_some_and(|l| l.until_ms > now_ms());
         if refreshing || (stored.sealed.is_some() && stored.expires_at_ms >= here.expires_at_ms) {
             return Ok(false);
         }
         let offered = StoredLogin {
             lease: None,
-            sealed: Some(seal(
-                &oauth::claude_login_only(&text).context("this node's login")?,
-                shared.password,
-            )?),
+            sealed: Some(
+                Sealing::new(shared.password)?
+                    .seal(&oauth::claude_login_only(&text).context("this node's login")?)?,
+            ),
             expires_at_ms: here.expires_at_ms,
             ..stored
         };
@@ -471,7 +479,8 @@ pub(crate) fn offer(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
 
 /// `globals pull`: the store's login into this node's file (made, root's alone, where there
 /// is none), where it is newer than the node's; whether it was.
-pub(crate) fn take(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
+pub(crate) fn take(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> Result<bool> {
+    let _lock = lock(lock_at)?;
     let Some((bytes, _)) = shared.store.account(row)? else {
         return Ok(false);
     };
@@ -501,19 +510,34 @@ pub(crate) fn take(row: &str, file: &Path, shared: &Shared) -> Result<bool> {
     Ok(true)
 }
 
-/// `text` sealed under `password` with fresh randomness.
-fn seal(text: &str, password: &[u8]) -> Result<Sealed> {
-    let mut random = restic_key::Randomness {
-        salt: [0; 64],
-        iv: [0; 16],
-    };
-    host::random_bytes(&mut random.salt)?;
-    host::random_bytes(&mut random.iv)?;
-    let data = restic_key::seal_with(password, &random, text.as_bytes().to_vec())?;
-    Ok(Sealed {
-        salt: STANDARD.encode(random.salt),
-        data: STANDARD.encode(data),
-    })
+/// What seals a login under `password`, with fresh randomness; its key derived at once (scrypt
+/// takes a fifth of a second), so that sealing after a redeem takes no time.
+struct Sealing {
+    sealer: restic_key::Sealer,
+    salt: [u8; 64],
+}
+
+impl Sealing {
+    fn new(password: &[u8]) -> Result<Sealing> {
+        let mut random = restic_key::Randomness {
+            salt: [0; 64],
+            iv: [0; 16],
+        };
+        host::random_bytes(&mut random.salt)?;
+        host::random_bytes(&mut random.iv)?;
+        Ok(Sealing {
+            sealer: restic_key::Sealer::new(password, &random)?,
+            salt: random.salt,
+        })
+    }
+
+    fn seal(&self, text: &str) -> Result<Sealed> {
+        Ok(Sealed {
+            salt: STANDARD.encode(self.salt),
+            data: STANDARD.encode(self.sealer.seal(text.as_bytes().to_vec())?),
+            log_n: restic_key::SEAL_LOG_N,
+        })
+    }
 }
 
 /// The login the store holds, opened with `password`.
@@ -521,7 +545,7 @@ pub(crate) fn open_stored(stored: &StoredLogin, password: &[u8]) -> Result<Strin
     let sealed = stored.sealed.as_ref().context("nothing sealed")?;
     let salt = STANDARD.decode(&sealed.salt).context("the sealed salt")?;
     let data = STANDARD.decode(&sealed.data).context("the sealed login")?;
-    let plain = restic_key::open_with(password, &salt, &data)
+    let plain = restic_key::open_with(password, &salt, sealed.log_n, &data)
         .context("opening the store's login (is RESTIC_PASSWORD the same on every node?)")?;
     String::from_utf8(plain).context("the store's login is no text")
 }
@@ -724,10 +748,10 @@ mod tests {
 
         // `globals pull` takes the store's; `globals push` offers only what is newer.
         let d = login_file(dir.path(), "d.json", "A0", "R0", 0);
-        assert!(take("claude-oauth", &d, &shared("nodeD")).unwrap());
+        assert!(take("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
         assert_eq!(read_login(&d).unwrap().1.access, "sk-ant-oat01-A1");
-        assert!(!take("claude-oauth", &d, &shared("nodeD")).unwrap());
-        assert!(!offer("claude-oauth", &d, &shared("nodeD")).unwrap());
+        assert!(!take("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
+        assert!(!offer("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
     }
 
     #[test]

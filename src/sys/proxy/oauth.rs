@@ -64,12 +64,18 @@ pub(super) async fn secrets(
     Ok(out)
 }
 
-/// What a proxy keeps of one OAuth login: one refresh at a time, run by a task of its own that
-/// records how it ended (a box that hangs up changes neither), and the last one that failed,
-/// answered for [`BACKOFF`] without another try.
+/// What a proxy keeps of one OAuth login: the refresh under way (one at a time, run by a task of
+/// its own whose end every request waiting on it reads: a box that hangs up changes nothing),
+/// and the last one that failed, answered for [`BACKOFF`] without another try.
 #[derive(Default)]
 pub(super) struct Gate {
-    failed: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
+    state: Arc<std::sync::Mutex<GateState>>,
+}
+
+#[derive(Default)]
+struct GateState {
+    running: Option<tokio::sync::watch::Receiver<Option<bool>>>,
+    failed: Option<Instant>,
 }
 
 /// How long a failed refresh is answered for without another try.
@@ -96,38 +102,65 @@ async fn current(account: &OauthAccount, gate: &Gate) -> Result<String, String> 
     if let Some(access) = fresh(account) {
         return Ok(access);
     }
-    let failed = gate.failed.clone();
-    let job = account.clone();
-    let refresh = tokio::spawn(async move {
-        let mut failed = failed.lock().await;
-        if let Some((at, _)) = failed.as_ref()
-            && at.elapsed() < BACKOFF
-        {
-            return Err(not_fresh(&job.login));
+    let mut done = {
+        let mut state = gate
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.failed.is_some_and(|at| at.elapsed() < BACKOFF) {
+            return Err(not_fresh(&account.login));
         }
-        if fresh(&job).is_some() {
-            return Ok(());
+        if let Some(running) = &state.running {
+            running.clone()
+        } else {
+            let (tell, told) = tokio::sync::watch::channel(None);
+            state.running = Some(told.clone());
+            tokio::spawn(refresh_task(account.clone(), gate.state.clone(), tell));
+            told
         }
-        let login = job.login.clone();
-        let done = tokio::task::spawn_blocking(move || run_refresher(&job))
-            .await
-            .unwrap_or_else(|e| Err(format!("the refresh: {e}")));
-        match done {
-            Ok(()) => {
-                *failed = None;
-                Ok(())
-            }
-            Err(why) => {
-                tracing::warn!("the {login} login: {why}");
-                *failed = Some((Instant::now(), why));
-                Err(not_fresh(&login))
-            }
-        }
-    });
-    refresh
+    };
+    let fresh_now = done
+        .wait_for(Option::is_some)
         .await
-        .unwrap_or_else(|e| Err(format!("the refresh: {e}")))?;
+        .ok()
+        .and_then(|d| *d)
+        .unwrap_or(false);
+    if !fresh_now {
+        return Err(not_fresh(&account.login));
+    }
     fresh(account).ok_or_else(|| not_fresh(&account.login))
+}
+
+/// One refresh of `account`, to its end: whether it left the login fresh, told to every request
+/// waiting on it and kept in `state` (a failure starts the backoff).
+async fn refresh_task(
+    account: OauthAccount,
+    state: Arc<std::sync::Mutex<GateState>>,
+    tell: tokio::sync::watch::Sender<Option<bool>>,
+) {
+    let login = account.login.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        run_refresher(&account)?;
+        // A refresh that leaves it due (a lifetime within the margin) is a failure too.
+        fresh(&account)
+            .map(|_| ())
+            .ok_or_else(|| "the login is still due after a refresh".to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the refresh stopped: {e}")));
+    let mut s = state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    s.running = None;
+    match &done {
+        Ok(()) => s.failed = None,
+        Err(why) => {
+            tracing::warn!("the {login} login: {why}");
+            s.failed = Some(Instant::now());
+        }
+    }
+    drop(s);
+    let _ = tell.send(Some(done.is_ok()));
 }
 
 /// `ag-box __refresh` (`sys::oauth_refresh`: the node's lock, and the store's account lease
