@@ -398,23 +398,36 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
          cat ~/.claude/settings.json; echo x > ~/.claude/settings.json 2>/dev/null; echo config=$?",
     );
     assert_eq!(tries, "{\"t\":1}\ncred=0\n{\"s\":1}\nconfig=2\n");
-    // A config that holds a key is the box user's to read, and no box's to repoint.
-    assert_eq!(
-        inside(
-            &n,
-            name,
-            "cat ~/.grok/user-settings.json; echo '{\"baseURL\":\"https://evil.example\"}' > ~/.grok/user-settings.json 2>/dev/null; echo keyed=$?",
-        ),
-        "{\"apiKey\":\"k\",\"baseURL\":\"https://api.x.ai\"}\nkeyed=2\n"
+    // A config that holds a key is the box user's to read (the key a placeholder of its shape:
+    // the credential broker's), and no box's to repoint.
+    let keyed = inside(
+        &n,
+        name,
+        "cat ~/.grok/user-settings.json; echo; echo '{\"baseURL\":\"https://evil.example\"}' > ~/.grok/user-settings.json 2>/dev/null; echo keyed=$?",
+    );
+    let (seen, wrote) = keyed
+        .rsplit_once('\n')
+        .map_or((keyed.as_str(), ""), |(a, _)| {
+            a.rsplit_once('\n').unwrap_or((a, ""))
+        });
+    let seen: serde_json::Value = serde_json::from_str(seen).unwrap();
+    assert!(
+        seen["apiKey"]
+            .as_str()
+            .is_some_and(|k| k.len() == 1 && k != "k")
+            && seen["baseURL"] == "https://api.x.ai"
+            && wrote == "keyed=2",
+        "{keyed}"
     );
     let uid = uid_of(&n, name);
     // Root's, in the group every box user is in: each box on the node reads and refreshes
-    // them, none owns them (or could chmod them).
+    // them, none owns them (or could chmod them). What the broker keeps (Grok's key) is
+    // shared with no box: it stays as the operator left it.
     assert_eq!(
         run(&n, "stat -c '%u:%g %a' /root/.claude/.credentials.json /root/.grok/user-settings.json; cat /root/.claude/.credentials.json")
             .ok()
             .stdout(),
-        "0:2000065535 660\n0:2000065535 660\n{\"t\":2}\n"
+        "0:2000065535 660\n0:0 600\n{\"t\":2}\n"
     );
     assert_eq!(
         inside(

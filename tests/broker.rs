@@ -473,6 +473,30 @@ const SIGNED: &str = "--aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
     RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
 
+/// The real Claude Code CLI's turn in box `name` on `n`: it answers `prompt`, and each model
+/// request the stand-in got for it carried `credential` (as `Authorization` or `x-api-key`).
+fn claude_turn(c: &Cluster, n: &Node, name: &str, prompt: &str, credential: &str) {
+    let before = answered(c, "anthropic.messages").len();
+    let out = inside(
+        n,
+        name,
+        &format!("timeout 120 {AGENTS}/claude -p '{prompt}' --output-format json"),
+    );
+    assert!(
+        out.stdout()
+            .contains(&format!("STANDIN-REPLY turns=1 last={prompt}")),
+        "{out:?}"
+    );
+    let messages = answered(c, "anthropic.messages");
+    assert!(
+        messages.len() > before
+            && messages[before..]
+                .iter()
+                .all(|m| m["auth"] == credential && m["host"] == "api.anthropic.com"),
+        "{messages:#?}"
+    );
+}
+
 /// The stand-in's log lines of `summary` (the model requests it answered).
 fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
     c.c.sh("cat /root/models.log")
@@ -556,24 +580,7 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
 
     // The real CLIs complete a turn against "Anthropic" and "OpenAI" (the stand-in, over
     // TLS, trusted as a real host would be); the stand-in receives the real keys.
-    let out = inside(
-        &c.a,
-        name,
-        &format!("timeout 120 {AGENTS}/claude -p 'Hi from a keyed box?' --output-format json"),
-    );
-    assert!(
-        out.stdout()
-            .contains("STANDIN-REPLY turns=1 last=Hi from a keyed box?"),
-        "{out:?}"
-    );
-    let messages = answered(&c, "anthropic.messages");
-    assert!(!messages.is_empty());
-    assert!(
-        messages
-            .iter()
-            .all(|m| m["auth"] == ANTHROPIC_KEY && m["host"] == "api.anthropic.com"),
-        "{messages:?}"
-    );
+    claude_turn(&c, &c.a, name, "Hi from a keyed box?", ANTHROPIC_KEY);
     let out = inside(
         &c.a,
         name,
@@ -868,23 +875,12 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
     );
 
     // The real Claude Code CLI completes a turn with the login: the stand-in gets the token.
-    let out = inside(
+    claude_turn(
+        &c,
         &c.a,
         boxes[0],
-        &format!("timeout 120 {AGENTS}/claude -p 'Hi from an OAuth box?' --output-format json"),
-    );
-    assert!(
-        out.stdout()
-            .contains("STANDIN-REPLY turns=1 last=Hi from an OAuth box?"),
-        "{out:?}"
-    );
-    let messages = answered(&c, "anthropic.messages");
-    assert!(
-        !messages.is_empty()
-            && messages
-                .iter()
-                .all(|m| m["auth"] == format!("Bearer {issued}")),
-        "{messages:#?}"
+        "Hi from an OAuth box?",
+        &format!("Bearer {issued}"),
     );
 
     // The box's own refresh is answered by the broker with its placeholders (the stand-in
@@ -930,24 +926,12 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
          curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}"
     ))
     .ok();
-    let out = inside(
-        &c.a,
-        boxes[1],
-        &format!("timeout 120 {AGENTS}/claude -p 'Hi again?' --output-format json"),
-    );
-    assert!(
-        out.stdout()
-            .contains("STANDIN-REPLY turns=1 last=Hi again?"),
-        "{out:?}"
-    );
+    // (The token the stand-in issues next: its refreshes are numbered.)
+    let second = "sk-ant-oat01-STANDIN2".to_string() + &"A".repeat(80);
+    claude_turn(&c, &c.a, boxes[1], "Hi again?", &format!("Bearer {second}"));
     let refreshes = token_lines(&c);
     assert_eq!(refreshes.len(), 2, "{refreshes:#?}");
-    let second = refreshes[1]["issued"].as_str().unwrap().to_string();
-    let last = answered(&c, "anthropic.messages");
-    assert_eq!(
-        last.last().unwrap()["auth"],
-        format!("Bearer {second}").as_str()
-    );
+    assert_eq!(refreshes[1]["issued"], second.as_str());
     for name in boxes {
         no_real(name, &[&issued, &second]);
     }
@@ -1287,23 +1271,12 @@ fn a_login_made_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
         ),
     )
     .ok();
-    let out = inside(
+    claude_turn(
+        &c,
         &c.a,
         name,
-        &format!("timeout 120 {AGENTS}/claude -p 'Hi from my own login?' --output-format json"),
-    );
-    assert!(
-        out.stdout()
-            .contains("STANDIN-REPLY turns=1 last=Hi from my own login?"),
-        "{out:?}"
-    );
-    let messages = answered(&c, "anthropic.messages");
-    assert!(
-        !messages.is_empty()
-            && messages
-                .iter()
-                .all(|m| m["auth"] == format!("Bearer {issued}")),
-        "{messages:#?}"
+        "Hi from my own login?",
+        &format!("Bearer {issued}"),
     );
     // The broker keeps it for this box alone, root's; the node has none; no real token is
     // anywhere in the box. A second login from the box is refused.
@@ -1364,20 +1337,12 @@ fn a_login_made_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
     ))
     .ok();
     c.b.sh(&format!("ag-box up {other} --node nodeB")).ok();
-    let out = inside(
+    claude_turn(
+        &c,
         &c.b,
         other,
-        &format!("timeout 120 {AGENTS}/claude -p 'Hi on node B?' --output-format json"),
-    );
-    assert!(
-        out.stdout()
-            .contains("STANDIN-REPLY turns=1 last=Hi on node B?"),
-        "{out:?}"
-    );
-    let last = answered(&c, "anthropic.messages");
-    assert_eq!(
-        last.last().unwrap()["auth"],
-        format!("Bearer {issued}").as_str()
+        "Hi on node B?",
+        &format!("Bearer {issued}"),
     );
     c.b.sh(&format!("ag-box park {other}")).ok();
 }

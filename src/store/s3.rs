@@ -194,6 +194,11 @@ impl S3Store {
 
     /// An object's bytes, unconditionally (None: there is none).
     async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_with_etag(key).await?.map(|(bytes, _)| bytes))
+    }
+
+    /// An object's bytes and its `ETag` (None: there is none).
+    async fn get_with_etag(&self, key: &str) -> Result<Option<(Vec<u8>, Option<String>)>> {
         let resp = match self
             .client
             .get_object()
@@ -214,12 +219,13 @@ impl S3Store {
                 return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
             }
         };
+        let etag = resp.e_tag().map(str::to_string);
         let bytes = resp
             .body
             .collect()
             .await
             .with_context(|| format!("reading {key}"))?;
-        Ok(Some(bytes.into_bytes().to_vec()))
+        Ok(Some((bytes.into_bytes().to_vec(), etag)))
     }
 
     /// Write an object unconditionally (events, keys, deltas never conflict).
@@ -262,35 +268,12 @@ impl Accounts for S3Store {
 
     fn account(&self, row: &str) -> Result<Option<(Vec<u8>, Version)>> {
         let key = account_key(row);
-        self.rt.block_on(async {
-            let resp = match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .send()
-                .await
-            {
-                Ok(r) => r,
-                Err(e)
-                    if e.as_service_error().is_some_and(
-                        aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key,
-                    ) =>
-                {
-                    return Ok(None);
-                }
-                Err(e) => {
-                    return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
-                }
-            };
-            let version = Version(resp.e_tag().unwrap_or_default().to_string());
-            let bytes = resp
-                .body
-                .collect()
-                .await
-                .with_context(|| format!("reading {key}"))?;
-            Ok(Some((bytes.into_bytes().to_vec(), version)))
+        let got = self.rt.block_on(self.get_with_etag(&key))?;
+        got.map(|(bytes, etag)| {
+            let etag = etag.with_context(|| format!("{key} has no version (ETag)"))?;
+            Ok((bytes, Version(etag)))
         })
+        .transpose()
     }
 
     fn put_account(&self, row: &str, bytes: &[u8], expected: Option<&Version>) -> Result<Cas> {

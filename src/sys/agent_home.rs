@@ -2,7 +2,7 @@
 //! sessions, and owned by the box user.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -82,7 +82,7 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     // Where the box sees the broker's copies (some where the node has no file): a Claude
     // login the box made in its own home becomes the broker's for it first.
     for rel in spec.broker_copy_points() {
-        crate::sys::broker::take_own_login(spec, &tree, &rel)?;
+        take_own_login(spec, &tree, &rel)?;
         tree.ensure(&rel, Entry::File(b""), 0o644, spec.ids)?;
     }
     // Shared credentials are rewritten by the agents (token refresh), and keyed config is
@@ -109,6 +109,52 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
                 .with_context(|| format!("sharing {} with the boxes", b.src.display()))?;
         }
     }
+    Ok(())
+}
+
+/// A Claude Code login the box made in its own agent home (before the broker kept such logins,
+/// or on the host's network) where the node has none and the broker keeps none for it yet:
+/// read with no link followed, moved into the broker's keeping for this box, and said. A link,
+/// a fifo or a file too big is kept as nothing (the start then makes an empty file there).
+fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
+    use crate::plan::{broker, oauth};
+    use crate::sys::oauth_refresh::read_login;
+    let Some(row) = broker::RULES
+        .iter()
+        .find(|r| r.oauth.is_some() && Path::new(r.copied) == rel)
+    else {
+        return Ok(());
+    };
+    let own = broker::box_login_file(&spec.broker_state, &spec.name, row.name);
+    if read_login(&spec.home().join(row.copied)).is_ok() || read_login(&own).is_ok() {
+        return Ok(());
+    }
+    let bytes = match tree.read_file(rel, LOGIN_MAX) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            tracing::warn!("box '{}': {e:#}; not kept as its login", spec.name);
+            return Ok(());
+        }
+    };
+    let Some(login) = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(oauth::claude_login_only)
+    else {
+        return Ok(());
+    };
+    let dir = spec.box_logins();
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    atomic::write(&own, login.as_bytes(), 0o600)?;
+    tree.remove(rel)?;
+    say!(
+        "box '{}': the Claude Code login it made is now kept by the credential broker; the box sees placeholders",
+        spec.name
+    );
     Ok(())
 }
 

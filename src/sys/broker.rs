@@ -317,7 +317,7 @@ fn copy_oauth(
     }
     let refresher = broker::Refresher {
         argv,
-        env: crate::sys::runtime::config_env()
+        env: crate::sys::host::config_env()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
@@ -376,58 +376,6 @@ pub(crate) fn adopt_box_logins(
         done.push((row.copied, Adopted::Moved(dest)));
     }
     Ok(done)
-}
-
-/// A Claude Code login the box made in its own agent home (before the broker kept such logins,
-/// or on the host's network) where the node has none and the broker keeps none for it yet:
-/// read with no link followed, moved into the broker's keeping for this box, and said.
-pub(crate) fn take_own_login(
-    spec: &BoxSpec,
-    tree: &crate::sys::box_tree::Tree,
-    rel: &Path,
-) -> Result<()> {
-    let Some(row) = broker::RULES
-        .iter()
-        .find(|r| r.oauth.is_some() && Path::new(r.copied) == rel)
-    else {
-        return Ok(());
-    };
-    let on_node = node_file(&spec.agent_home.home, row)
-        .ok()
-        .flatten()
-        .is_some_and(|(text, _)| oauth::claude_tokens(&text).is_some());
-    let own = box_login(spec, row.name);
-    if on_node || crate::sys::oauth_refresh::read_login(&own).is_ok() {
-        return Ok(());
-    }
-    // A link, a fifo, a file too big: nothing the broker keeps (the start then makes an empty
-    // file in its place, where the copy is bound).
-    let bytes = match tree.read_file(rel, MAX_FILE) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(()),
-        Err(e) => {
-            tracing::warn!("box '{}': {e:#}; not kept as its login", spec.name);
-            return Ok(());
-        }
-    };
-    let Some(login) = std::str::from_utf8(&bytes)
-        .ok()
-        .and_then(oauth::claude_login_only)
-    else {
-        return Ok(());
-    };
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(spec.box_logins())
-        .with_context(|| format!("creating {}", spec.box_logins().display()))?;
-    atomic::write(&own, login.as_bytes(), 0o600)?;
-    tree.remove(rel)?;
-    say!(
-        "box '{}': the Claude Code login it made is now kept by the credential broker; the box sees placeholders",
-        spec.name
-    );
-    Ok(())
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file

@@ -172,6 +172,19 @@ impl std::io::Write for EscapedStderr {
     }
 }
 
+/// What a process of ag-box's own (a unit's, a refresher's) needs to read this node's config,
+/// and find its tools (restic above all: the one that parked the box), as this command does.
+pub(crate) fn config_env() -> Vec<(&'static str, String)> {
+    set_of(&["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"])
+}
+
+/// Those of `keys` set in this command's environment, with their values.
+pub(crate) fn set_of(keys: &[&'static str]) -> Vec<(&'static str, String)> {
+    keys.iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,7 +149,7 @@ impl Runtime {
             Runtime::Systemd => {
                 let name = unit::watch_unit_name(&spec.name);
                 stop_unit(&name)?;
-                run_unit(&unit::watch_unit_argv(spec, &config_env()), &name)
+                run_unit(&unit::watch_unit_argv(spec, &host::config_env()), &name)
             }
             Runtime::Direct => {
                 let child = spawn_detached(
@@ -353,27 +353,14 @@ fn spawn_detached(spec: &BoxSpec, verb: &str, log: &Path) -> Result<std::process
     Ok(c.spawn()?)
 }
 
-/// What a unit of ag-box's own needs to read this node's config, and find its tools (restic
-/// above all: the one that parked the box), as this command does.
-pub(crate) fn config_env() -> Vec<(&'static str, String)> {
-    set_of(&["HOME", "BOX_CONFIG_DIR", "BOX_STATE_DIR", "PATH"])
-}
-
 /// [`config_env`], and under test the crash points, which the finisher's unit has to reach as
 /// its detached process does (`sys::crash`).
 fn finisher_env() -> Vec<(&'static str, String)> {
-    let mut env = config_env();
+    let mut env = host::config_env();
     if cfg!(feature = "crash-points") {
-        env.extend(set_of(&["AG_BOX_CRASH_AT", "AG_BOX_PAUSE_AT"]));
+        env.extend(host::set_of(&["AG_BOX_CRASH_AT", "AG_BOX_PAUSE_AT"]));
     }
     env
-}
-
-/// Those of `keys` set in this command's environment, with their values.
-fn set_of(keys: &[&'static str]) -> Vec<(&'static str, String)> {
-    keys.iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v)))
-        .collect()
 }
 
 fn run_unit(argv: &[String], unit: &str) -> Result<()> {

@@ -212,21 +212,17 @@ async fn brokered(
         path: Some(req.uri().path().to_string()),
     };
     let host = attempt.host.as_str();
-    let file = &conn.broker.file;
     if let Some((account, gate)) = conn
         .broker
         .oauth()
         .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
         && req.method() == hyper::Method::POST
     {
-        return Ok(oauth::token_request(req, account, gate, &conn.broker, &attempt).await);
+        return Ok(
+            oauth::token_request(req, account, gate, conn.broker.upstream(), &attempt).await,
+        );
     }
-    let mut secrets = file.secrets.clone();
-    match oauth::secrets(req.headers(), &conn.broker).await {
-        Ok(current) => secrets.extend(current),
-        Err(reason) => return Ok(attempt.refuse(&reason)),
-    }
-    let put_in = match put_tokens_in(req.headers_mut(), host, &file.rules, &secrets) {
+    let put_in = match with_tokens(&mut req, host, &conn.broker).await {
         Ok(logins) => logins,
         Err(reason) => return Ok(attempt.refuse(&reason)),
     };
@@ -304,6 +300,19 @@ async fn brokered(
             Ok(answer(StatusCode::BAD_GATEWAY, &format!("{e}")))
         }
     }
+}
+
+/// The request with each placeholder put back as its token where it may go (the OAuth logins'
+/// current tokens looked up, made fresh when due): the logins whose tokens went in, or why the
+/// request is refused.
+async fn with_tokens(
+    req: &mut Request<Incoming>,
+    host: &str,
+    broker: &Broker,
+) -> Result<Vec<String>, String> {
+    let mut secrets = broker.file.secrets.clone();
+    secrets.extend(oauth::secrets(req.headers(), broker.oauth()).await?);
+    put_tokens_in(req.headers_mut(), host, &broker.file.rules, &secrets)
 }
 
 /// The request's headers with each placeholder put back as its token where it may go

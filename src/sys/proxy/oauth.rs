@@ -12,12 +12,12 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response};
 
-use super::broker::Broker;
 use super::{Attempt, Body};
 use crate::plan::broker::{OauthAccount, Secret};
 use crate::plan::oauth::{self, Asked};
 use crate::plan::text::escaped;
 use crate::sys::oauth_refresh;
+use tokio_rustls::TlsConnector;
 
 /// The most of a token request read (a few hundred bytes).
 const MAX_BODY: usize = 64 * 1024;
@@ -32,9 +32,9 @@ fn now_ms() -> i64 {
 /// The placeholders of the box's OAuth logins as secrets: an access token's with the current
 /// token where `headers` carry it (refreshed first when due), with none elsewhere (there it is
 /// only to be recognised and refused). Err: why the request is refused.
-pub(super) async fn secrets(
+pub(super) async fn secrets<'a>(
     headers: &hyper::HeaderMap,
-    broker: &Broker,
+    logins: impl Iterator<Item = (&'a OauthAccount, &'a Gate)>,
 ) -> Result<Vec<Secret>, String> {
     let carries = |placeholder: &str| {
         headers
@@ -42,7 +42,7 @@ pub(super) async fn secrets(
             .any(|v| String::from_utf8_lossy(v.as_bytes()).contains(placeholder))
     };
     let mut out = Vec::new();
-    for (account, gate) in broker.oauth() {
+    for (account, gate) in logins {
         if carries(&account.refresh) {
             return Err(format!(
                 "the {} login's refresh token goes to {} only, and the broker answers for it",
@@ -197,7 +197,7 @@ pub(super) async fn token_request(
     req: Request<Incoming>,
     account: &OauthAccount,
     gate: &Gate,
-    broker: &Broker,
+    upstream: (&TlsConnector, u16),
     attempt: &Attempt,
 ) -> Response<Body> {
     let rule = "answered by the broker";
@@ -212,7 +212,7 @@ pub(super) async fn token_request(
                 && account.captures
                 && oauth_refresh::read_login(&account.file).is_err() =>
         {
-            return capture(body, account, broker, attempt).await;
+            return capture(body, account, upstream, attempt).await;
         }
         Some(Asked::Other(grant)) => {
             return attempt.refuse(&format!(
@@ -231,14 +231,17 @@ pub(super) async fn token_request(
         return attempt.unreachable(rule, &e);
     }
     attempt.log(Ok(rule), None, (0, 0));
+    json(200, oauth::answer_to_box(&account.access, &account.refresh))
+}
+
+/// An answer of `status` with a JSON body.
+fn json(status: u16, bytes: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(
-        Full::new(Bytes::from(oauth::answer_to_box(
-            &account.access,
-            &account.refresh,
-        )))
-        .map_err(|never| match never {})
-        .boxed(),
+        Full::new(Bytes::from(bytes))
+            .map_err(|never| match never {})
+            .boxed(),
     );
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -252,11 +255,10 @@ pub(super) async fn token_request(
 async fn capture(
     body: Bytes,
     account: &OauthAccount,
-    broker: &Broker,
+    (connector, port): (&TlsConnector, u16),
     attempt: &Attempt,
 ) -> Response<Body> {
     let rule = "a login kept by the broker for this box";
-    let (connector, port) = broker.upstream();
     let answered = oauth_refresh::post(
         connector,
         &account.token_host,
@@ -268,19 +270,6 @@ async fn capture(
     let (status, answer) = match answered {
         Ok(a) => a,
         Err(e) => return attempt.unreachable(rule, &e),
-    };
-    let json = |status: u16, bytes: Vec<u8>| {
-        let mut resp = Response::new(
-            Full::new(Bytes::from(bytes))
-                .map_err(|never| match never {})
-                .boxed(),
-        );
-        *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp
     };
     // A refused exchange holds no token: the box reads why.
     if !(200..300).contains(&status) {
