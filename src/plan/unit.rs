@@ -179,7 +179,8 @@ pub(crate) fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK".into(),
         format!("ReadWritePaths={}", spec.run_dir.display()),
     ];
-    // The OAuth logins it refreshes: their node files are rewritten whole (a rename in the dir).
+    // The OAuth logins its refresher rewrites: the dir, not the file (the operator's own CLI may
+    // replace the file, and a bind of it would keep the old one here).
     let oauth = spec
         .broker_oauth_dirs()
         .into_iter()
