@@ -497,6 +497,22 @@ fn claude_turn(c: &Cluster, n: &Node, name: &str, prompt: &str, credential: &str
     );
 }
 
+/// The 8 requests for models the boxes made (the stage's own readiness probes carry no
+/// credential) each carried the OAuth token `issued`.
+fn all_models_carried(c: &Cluster, issued: &str) {
+    let models: Vec<_> = answered(c, "models")
+        .into_iter()
+        .filter(|m| !m["auth"].is_null())
+        .collect();
+    assert!(
+        models.len() >= 8
+            && models
+                .iter()
+                .all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{models:#?}"
+    );
+}
+
 /// The stand-in's log lines of `summary` (the model requests it answered).
 fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
     c.c.sh("cat /root/models.log")
@@ -841,18 +857,7 @@ fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() 
         (&serde_json::json!(OAUTH_REFRESH), &serde_json::json!(200)),
     );
     let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
-    // (The stage's own readiness probes carry no credential.)
-    let models: Vec<_> = answered(&c, "models")
-        .into_iter()
-        .filter(|m| !m["auth"].is_null())
-        .collect();
-    assert!(
-        models.len() >= 8
-            && models
-                .iter()
-                .all(|m| m["auth"] == format!("Bearer {issued}")),
-        "{models:#?}"
-    );
+    all_models_carried(&c, &issued);
     // The node's file holds the new tokens (the refresh token rotated), still root's alone.
     let node: serde_json::Value =
         serde_json::from_str(&c.a.read("/root/.claude/.credentials.json")).unwrap();
@@ -1117,17 +1122,7 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
         "redeemed at {at}, while node C's lease ran until {lease_ends} (it died at {died:?})"
     );
     let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
-    let models: Vec<_> = answered(&c, "models")
-        .into_iter()
-        .filter(|m| !m["auth"].is_null())
-        .collect();
-    assert!(
-        models.len() >= 8
-            && models
-                .iter()
-                .all(|m| m["auth"] == format!("Bearer {issued}")),
-        "{models:#?}"
-    );
+    all_models_carried(&c, &issued);
     // Both nodes hold the new login; the store has it sealed (no token in clear), the lease
     // given back, and which node refreshed it.
     for n in [&c.a, &c.b] {

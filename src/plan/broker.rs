@@ -653,7 +653,7 @@ pub(crate) fn claude_settings_placeheld(
 /// naming another host: a gateway of the operator's, for which the broker has no rule).
 pub(crate) fn grok_settings_placeheld(
     text: &str,
-    mut placeholder: impl FnMut(&str) -> String,
+    placeholder: impl FnMut(&str) -> String,
 ) -> Option<(String, Vec<String>)> {
     let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
     let settings = v.as_object_mut()?;
@@ -670,7 +670,17 @@ pub(crate) fn grok_settings_placeheld(
     {
         return None;
     }
-    let Some(serde_json::Value::String(key)) = settings.get_mut("apiKey") else {
+    key_placeheld(v, "apiKey", placeholder)
+}
+
+/// The JSON object `v` with its string field `field` (a key) replaced by `placeholder(key)`,
+/// and the key; None when it holds none.
+fn key_placeheld(
+    mut v: serde_json::Value,
+    field: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<String>)> {
+    let Some(serde_json::Value::String(key)) = v.as_object_mut()?.get_mut(field) else {
         return None;
     };
     if key.is_empty() {
@@ -695,23 +705,14 @@ fn url_host(url: &str) -> Option<&str> {
 /// brokered yet, the box gets the node's file as before).
 pub(crate) fn codex_auth_placeheld(
     text: &str,
-    mut placeholder: impl FnMut(&str) -> String,
+    placeholder: impl FnMut(&str) -> String,
 ) -> Option<(String, Vec<String>)> {
     let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
     let auth = v.as_object_mut()?;
     if auth.get("tokens").is_some_and(|t| !t.is_null()) {
         return None;
     }
-    let Some(serde_json::Value::String(key)) = auth.get_mut("OPENAI_API_KEY") else {
-        return None;
-    };
-    if key.is_empty() {
-        return None;
-    }
-    let found = vec![key.clone()];
-    *key = placeholder(key);
-    let text = serde_json::to_string_pretty(&v).ok()?;
-    Some((text, found))
+    key_placeheld(v, "OPENAI_API_KEY", placeholder)
 }
 
 /// The accounts of gh's `hosts.yml`: `user@host` for each host's `user:` (and each user of

@@ -228,6 +228,29 @@ impl S3Store {
         Ok(Some((bytes.into_bytes().to_vec(), etag)))
     }
 
+    /// Write a JSON object by compare-and-swap: only while it is at `expected` (None: only
+    /// while there is none).
+    fn put_if(&self, key: &str, body: Vec<u8>, expected: Option<&Version>) -> Result<Cas> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/json")
+            .body(ByteStream::from(body));
+        req = match expected {
+            None => req.if_none_match("*"),
+            Some(v) => req.if_match(&v.0),
+        };
+        match self.rt.block_on(req.send()) {
+            Ok(out) => Ok(Cas::Written(out.e_tag().map(|e| Version(e.to_string())))),
+            // 412: another writer won; 404 on If-Match: the object went away meanwhile.
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
+            Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
+            Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
+    }
+
     /// Write an object unconditionally (events, keys, deltas never conflict).
     fn put_bytes(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         self.rt
@@ -277,23 +300,7 @@ impl Accounts for S3Store {
     }
 
     fn put_account(&self, row: &str, bytes: &[u8], expected: Option<&Version>) -> Result<Cas> {
-        let mut req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(account_key(row))
-            .content_type("application/json")
-            .body(ByteStream::from(bytes.to_vec()));
-        req = match expected {
-            None => req.if_none_match("*"),
-            Some(v) => req.if_match(&v.0),
-        };
-        match self.rt.block_on(req.send()) {
-            Ok(out) => Ok(Cas::Written(out.e_tag().map(|e| Version(e.to_string())))),
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
-            Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
-            Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
-        }
+        self.put_if(&account_key(row), bytes.to_vec(), expected)
     }
 }
 
@@ -400,25 +407,7 @@ impl Records for S3Store {
     }
 
     fn put(&self, meta: &Meta, expected: Option<&Version>) -> Result<Cas> {
-        let body = serde_json::to_vec_pretty(meta)?;
-        let mut req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key(&meta.name))
-            .content_type("application/json")
-            .body(ByteStream::from(body));
-        req = match expected {
-            None => req.if_none_match("*"),
-            Some(v) => req.if_match(&v.0),
-        };
-        match self.rt.block_on(req.send()) {
-            Ok(out) => Ok(Cas::Written(out.e_tag().map(|e| Version(e.to_string())))),
-            // 412: another writer won; 404 on If-Match: the record went away meanwhile.
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(Cas::Conflict),
-            Err(e) if expected.is_some() && status(&e) == Some(404) => Ok(Cas::Conflict),
-            Err(e) => Err(self.unreachable("write", aws_sdk_s3::error::DisplayErrorContext(e))),
-        }
+        self.put_if(&key(&meta.name), serde_json::to_vec_pretty(meta)?, expected)
     }
 
     fn delete(&self, name: &str, expected: &Version) -> Result<Cas> {
