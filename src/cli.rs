@@ -367,6 +367,16 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         #[arg(long)]
         json: bool,
     },
+    /// Sign in to an agent's account for this node: the login is kept by the credential broker
+    /// (boxes given it see placeholders) and, where nodes share a store, sealed there
+    #[command(
+        after_help = "Example: ag-box login claude   (open the link it shows, paste the code back)"
+    )]
+    Login {
+        /// The agent whose account to sign in to (claude)
+        #[arg(add = ArgValueCandidates::new(agent_names))]
+        agent: String,
+    },
     /// Is this node set up right? Tools, runtime, config files, store, clock, repository and
     /// its locks, the other nodes, timers, TIOCSTI, free space, agent CLIs; each failure with
     /// its fix

@@ -152,6 +152,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Init => commands::init::run(),
         Cmd::Doctor { json, unlock } => commands::doctor::run(json, unlock),
         Cmd::Creds { json } => commands::creds::run(json),
+        Cmd::Login { agent } => commands::login::run(&agent),
         Cmd::Port {
             name,
             port,

@@ -1341,3 +1341,252 @@ fn a_login_made_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
     );
     c.b.sh(&format!("ag-box park {other}")).ok();
 }
+
+/// A command at a real terminal on a node (a tmux pane): what it shows, and lines typed in.
+struct Terminal<'a> {
+    n: &'a Node,
+    socket: &'static str,
+}
+
+impl<'a> Terminal<'a> {
+    /// `command` at a new terminal; its exit status shown after it (`exit=N`).
+    fn start(n: &'a Node, socket: &'static str, command: &str) -> Terminal<'a> {
+        n.write(
+            &format!("/root/{socket}.sh"),
+            &format!("{command}; echo exit=$?; sleep 600\n"),
+        );
+        n.sh(&format!(
+            "tmux -L {socket} kill-server 2>/dev/null || true
+             tmux -L {socket} new-session -d -s t -x 600 -y 50 'bash /root/{socket}.sh'"
+        ))
+        .ok();
+        Terminal { n, socket }
+    }
+
+    /// The screen, wrapped lines joined.
+    fn screen(&self) -> String {
+        self.n
+            .sh(&format!(
+                "tmux -L {} capture-pane -p -J -t t -S -200",
+                self.socket
+            ))
+            .ok()
+            .stdout()
+    }
+
+    /// The screen once it shows `text` (30 s at most).
+    fn shows(&self, text: &str) -> String {
+        for _ in 0..300 {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the terminal never showed {text:?}:\n{}", self.screen());
+    }
+
+    fn types(&self, line: &str) {
+        self.n
+            .sh(&format!(
+                "tmux -L {0} send-keys -t t -l '{line}' && tmux -L {0} send-keys -t t Enter",
+                self.socket
+            ))
+            .ok();
+    }
+}
+
+impl Drop for Terminal<'_> {
+    fn drop(&mut self) {
+        self.n.sh(&format!(
+            "tmux -L {0} kill-server 2>/dev/null; rm -f /root/{0}.sh",
+            self.socket
+        ));
+    }
+}
+
+/// The sign-in link `ag-box login claude` shows, from its screen.
+fn sign_in_link(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.starts_with("https://claude.com/cai/oauth/authorize?"))
+        .unwrap_or_else(|| panic!("no sign-in link:\n{screen}"))
+        .trim_end()
+        .to_string()
+}
+
+/// `ag-box login claude` from the operator's shell, at a real terminal: the link is Claude
+/// Code's sign-in, the code pasted back is redeemed with the sign-in's PKCE verifier, and the
+/// login is the node's (its other entries kept) and, sealed, the store's; a box on another node
+/// uses it. A code of another sign-in, or one the sign-in server refuses, changes nothing.
+#[test]
+fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
+    let Some(c) = Cluster::get() else { return };
+    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
+        common::missing("the agent CLIs (tests/rig.sh install)");
+        return;
+    }
+    let _stage = stage_models(&c);
+    let _shared = SharedStage { c: &c };
+    trust_models(&c, &[&c.a, &c.b]);
+    // Node A holds an older login, and an MCP server's token that stays.
+    let before = serde_json::json!({
+        "claudeAiOauth": {"accessToken": OAUTH_ACCESS, "refreshToken": OAUTH_REFRESH,
+                          "expiresAt": 4_102_444_800_000_i64, "scopes": ["user:inference"]},
+        "mcpOAuth": {"srv": {"accessToken": "mcp-kept"}},
+    })
+    .to_string();
+    c.a.write("/root/.claude/.credentials.json", &before);
+    c.a.sh("chmod 600 /root/.claude/.credentials.json").ok();
+    let browse = |link: &str| {
+        let query = link.split_once('?').unwrap().1;
+        c.c.sh(&format!(
+            "curl -sfk 'https://10.200.0.3/cai/oauth/authorize?{query}'"
+        ))
+        .ok()
+        .stdout()
+    };
+
+    // A code of another sign-in: refused before any request, nothing changed.
+    let term = Terminal::start(&c.a, "login-term", "ag-box login claude");
+    let screen = term.shows("Code: ");
+    let first = sign_in_link(&screen);
+    term.types(&browse(&first).replace('#', "#x"));
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("claude: the code pasted is of another sign-in")
+            && screen.contains("exit=1"),
+        "{screen}"
+    );
+    assert!(token_lines(&c).is_empty());
+    assert_eq!(c.a.read("/root/.claude/.credentials.json"), before);
+    drop(term);
+
+    // The sign-in: Claude Code's link; the page's code pasted back; the node's login replaced.
+    let term = Terminal::start(&c.a, "login-term", "ag-box login claude");
+    let link = sign_in_link(&term.shows("Code: "));
+    let query: Vec<(String, String)> = link
+        .split_once('?')
+        .unwrap()
+        .1
+        .split('&')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let value = |k: &str| query.iter().find(|(q, _)| q == k).unwrap().1.clone();
+    let (challenge, state) = (value("code_challenge"), value("state"));
+    assert!(
+        challenge.len() == 43
+            && state.len() == 43
+            && state != sign_in_link(&first).split("state=").nth(1).unwrap(),
+        "{link}"
+    );
+    assert_eq!(
+        query,
+        [
+            ("code", "true"),
+            ("client_id", "9d1c250a-e61b-44d9-88ed-5944d1962f5e"),
+            ("response_type", "code"),
+            ("redirect_uri", "https%3A%2F%2Fplatform.claude.com%2Foauth%2Fcode%2Fcallback"),
+            ("scope", "org%3Acreate_api_key+user%3Aprofile+user%3Ainference+user%3Asessions%3Aclaude_code+user%3Amcp_servers+user%3Afile_upload"),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("state", &state),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec()
+    );
+    let code = browse(&link);
+    term.types(&code);
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("signed in to claude: the node's login is replaced")
+            && screen.contains("exit=0"),
+        "{screen}"
+    );
+    drop(term);
+    let logins = token_lines(&c);
+    assert_eq!(logins.len(), 1, "{logins:#?}");
+    assert_eq!(
+        (
+            &logins[0]["grant"],
+            &logins[0]["pkce"],
+            &logins[0]["status"]
+        ),
+        (&"authorization_code".into(), &"ok".into(), &200.into())
+    );
+    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.claude/.credentials.json")).unwrap();
+    assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
+    assert_eq!(node["mcpOAuth"]["srv"]["accessToken"], "mcp-kept");
+    assert_eq!(
+        c.a.sh("stat -c '%U %a' /root/.claude/.credentials.json")
+            .ok()
+            .stdout(),
+        "root 600\n"
+    );
+    // The store holds it sealed, made by node A, no lease.
+    let stored =
+        c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+            .ok()
+            .stdout();
+    let v: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert!(
+        v["refreshed_by"] == "nodeA"
+            && v["lease"].is_null()
+            && v["sealed"]["data"].is_string()
+            && !stored.contains("STANDIN")
+            && !stored.contains("mcp-kept"),
+        "{stored}"
+    );
+
+    // A code the sign-in server refuses (its verifier is another sign-in's): said, nothing
+    // changed, here or in the store.
+    let now = c.a.read("/root/.claude/.credentials.json");
+    let term = Terminal::start(&c.a, "login-term", "ag-box login claude");
+    let again = sign_in_link(&term.shows("Code: "));
+    let state = again.split("state=").nth(1).unwrap();
+    term.types(&format!("{}#{state}", code.split('#').next().unwrap()));
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("claude: platform.claude.com refused the code (400: invalid_grant:")
+            && screen.contains("run 'ag-box login claude' again")
+            && screen.contains("exit=1"),
+        "{screen}"
+    );
+    drop(term);
+    assert_eq!(c.a.read("/root/.claude/.credentials.json"), now);
+    assert_eq!(
+        c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+            .ok()
+            .stdout(),
+        stored
+    );
+
+    // Node B takes it from the store; a box there completes a turn with it.
+    c.a.sh("ag-box globals push").ok();
+    assert!(
+        c.b.sh("ag-box globals pull")
+            .ok()
+            .stderr()
+            .contains("took the claude-oauth login from the store")
+    );
+    let name = "login-shell";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,platform.claude.com:443,10.200.0.3:443 creds=claude"
+    ))
+    .ok();
+    c.b.sh(&format!("ag-box up {name} --node nodeB")).ok();
+    claude_turn(
+        &c,
+        &c.b,
+        name,
+        "Hi after ag-box login?",
+        &format!("Bearer {issued}"),
+    );
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}

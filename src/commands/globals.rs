@@ -84,16 +84,6 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
 
 fn pull(ctx: &Ctx) -> Result<()> {
     let restic = ctx.restic()?;
-    let newest = restic
-        .snapshots(Some(GLOBALS_TAG))?
-        .into_iter()
-        .max_by(|a, b| a.time.cmp(&b.time))
-        .ok_or_else(|| {
-            UserError::failed(
-                "there is no globals snapshot yet",
-                "run 'ag-box globals push' on the push node first",
-            )
-        })?;
     let home = ctx.config.home.clone();
     // An older snapshot may hold one: it is not put back over what the store holds.
     let brokered = brokered_logins(ctx, |row, _| {
@@ -106,6 +96,31 @@ fn pull(ctx: &Ctx) -> Result<()> {
                 .is_some_and(|stored| stored.sealed.is_some())
         })
     });
+    // The logins first: they need no snapshot (`ag-box login` puts one in the store alone).
+    let mut took = 0;
+    if let Some(shared) = super::refresh::shared(ctx) {
+        for (row, file) in &brokered {
+            if oauth_refresh::take(row, file, &crate::plan::broker::lock_file(row), &shared)? {
+                say!("took the {row} login from the store (newer than this node's)");
+                took += 1;
+            }
+        }
+    }
+    let Some(newest) = restic
+        .snapshots(Some(GLOBALS_TAG))?
+        .into_iter()
+        .max_by(|a, b| a.time.cmp(&b.time))
+    else {
+        if took > 0 {
+            say!("there is no globals snapshot yet: only the store's logins were pulled");
+            return Ok(());
+        }
+        return Err(UserError::failed(
+            "there is no globals snapshot yet",
+            "run 'ag-box globals push' on the push node first",
+        )
+        .into());
+    };
     let candidates: Vec<_> = globals::global_paths(&home)
         .into_iter()
         .filter(|p| !brokered.iter().any(|(_, f)| f == p))
@@ -123,13 +138,6 @@ fn pull(ctx: &Ctx) -> Result<()> {
         newest.id.short(),
         newest.time
     );
-    if let Some(shared) = super::refresh::shared(ctx) {
-        for (row, file) in &brokered {
-            if oauth_refresh::take(row, file, &crate::plan::broker::lock_file(row), &shared)? {
-                say!("took the {row} login from the store (newer than this node's)");
-            }
-        }
-    }
     Ok(())
 }
 

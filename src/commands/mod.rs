@@ -16,6 +16,7 @@ pub(crate) mod fork;
 pub(crate) mod globals;
 pub(crate) mod history;
 pub(crate) mod init;
+pub(crate) mod login;
 pub(crate) mod ls;
 pub(crate) mod park;
 pub(crate) mod port;

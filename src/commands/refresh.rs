@@ -74,13 +74,5 @@ pub(crate) fn run(row: &str, expect_shared: bool, box_name: Option<&str>) -> Res
         shared.is_some() || !expect_shared,
         "this node's config names no store shared by nodes (or no RESTIC_PASSWORD), but the box's start found one: refusing to refresh the {row} login without the store's lease"
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the refresh's runtime")?;
-    let connector = oauth_refresh::system_connector();
-    let post = |host: &str, path: &str, body: Vec<u8>| {
-        rt.block_on(oauth_refresh::post(&connector, host, 443, path, body))
-    };
-    oauth_refresh::refresh(&login, shared.as_ref(), &post)
+    oauth_refresh::refresh(&login, shared.as_ref(), &*oauth_refresh::blocking_post()?)
 }

@@ -39,6 +39,11 @@ pub(crate) struct OauthEndpoint {
     pub host: &'static str,
     pub path: &'static str,
     pub client_id: &'static str,
+    /// Where a person signs in (`ag-box login`), the page that shows them the code to paste
+    /// back, and the scopes asked for: as the agent's own CLI asks.
+    pub authorize_url: &'static str,
+    pub redirect_uri: &'static str,
+    pub scopes: &'static str,
 }
 
 /// The brokered logins: data, one row per file. Claude Code's are its API key
@@ -76,6 +81,9 @@ pub(crate) const RULES: &[LoginRule] = &[
             host: "platform.claude.com",
             path: "/v1/oauth/token",
             client_id: "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+            authorize_url: "https://claude.com/cai/oauth/authorize",
+            redirect_uri: "https://platform.claude.com/oauth/code/callback",
+            scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
         }),
     },
     LoginRule {

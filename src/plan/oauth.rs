@@ -3,8 +3,12 @@
 //! (placeholders that never expire soon, so the CLI never refreshes by itself), and the token
 //! exchanges the broker makes and answers in its stead.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+
+use super::broker::OauthEndpoint;
 
 /// The key of Claude Code's login in its credentials file.
 const CLAUDE_KEY: &str = "claudeAiOauth";
@@ -138,6 +142,107 @@ pub(crate) fn refresh_request(refresh: &str, client_id: &str) -> Vec<u8> {
     })
     .to_string()
     .into_bytes()
+}
+
+/// A sign-in of `ag-box login` (OAuth's authorization code with PKCE, RFC 7636): the secret
+/// the code is redeemed with, its digest the sign-in page is given, and the state that ties
+/// the code pasted back to this sign-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SignIn {
+    pub verifier: String,
+    pub challenge: String,
+    pub state: String,
+}
+
+impl SignIn {
+    /// A sign-in from 32 random bytes each for its verifier and its state.
+    pub(crate) fn new(verifier: &[u8; 32], state: &[u8; 32]) -> SignIn {
+        use base64::Engine;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use sha2::{Digest, Sha256};
+        let verifier = URL_SAFE_NO_PAD.encode(verifier);
+        SignIn {
+            challenge: URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())),
+            verifier,
+            state: URL_SAFE_NO_PAD.encode(state),
+        }
+    }
+
+    /// The page where a person signs in, as the agent's own CLI builds it for a code to paste.
+    pub(crate) fn url(&self, at: &OauthEndpoint) -> String {
+        let query = [
+            ("code", "true"),
+            ("client_id", at.client_id),
+            ("response_type", "code"),
+            ("redirect_uri", at.redirect_uri),
+            ("scope", at.scopes),
+            ("code_challenge", &self.challenge),
+            ("code_challenge_method", "S256"),
+            ("state", &self.state),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encoded(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+        format!("{}?{query}", at.authorize_url)
+    }
+
+    /// The code in what the person pasted back (`code#state`, as the sign-in page shows it);
+    /// an error that says what is wrong with it.
+    pub(crate) fn code<'a>(&self, pasted: &'a str) -> Result<&'a str, &'static str> {
+        let pasted = pasted.trim();
+        let (code, state) = pasted.split_once('#').unwrap_or((pasted, ""));
+        if code.is_empty() || !code.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("no code was pasted (the sign-in page shows it as code#state)");
+        }
+        if state != self.state {
+            return Err("the code pasted is of another sign-in (its state is not this one's)");
+        }
+        Ok(code)
+    }
+
+    /// The body of the code's exchange at the token endpoint, as the agent's CLI sends it.
+    pub(crate) fn exchange(&self, code: &str, at: &OauthEndpoint) -> Vec<u8> {
+        json!({
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": at.redirect_uri,
+            "client_id": at.client_id,
+            "code_verifier": self.verifier,
+            "state": self.state,
+        })
+        .to_string()
+        .into_bytes()
+    }
+}
+
+/// A URL query's value: unreserved bytes as they are, a space as `+`, all else `%XX`.
+fn form_encoded(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(char::from(b));
+            }
+            b' ' => out.push('+'),
+            _ => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}
+
+/// What a token endpoint said when it refused a code or a refresh (RFC 6749 5.2), for the
+/// operator: its `error` and `error_description`, escaped; None when it said neither.
+pub(crate) fn refusal(answer: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(answer).ok()?;
+    let said = |k: &str| v.get(k).and_then(Value::as_str).map(super::text::escaped);
+    match (said("error"), said("error_description")) {
+        (Some(e), Some(d)) => Some(format!("{e}: {d}")),
+        (Some(e), None) => Some(e),
+        (None, d) => d,
+    }
 }
 
 /// What a box asked of a token endpoint.
@@ -326,6 +431,78 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     const FILE: &str = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-real","refreshToken":"sk-ant-ort01-real","expiresAt":1000,"scopes":["user:inference"],"subscriptionType":"max"},"mcpOAuth":{"srv":{"accessToken":"mcp-secret"}}}"#;
+
+    /// RFC 7636's example verifier and challenge.
+    const RFC_VERIFIER: [u8; 32] = [
+        116, 24, 223, 180, 151, 153, 224, 37, 79, 250, 96, 125, 216, 173, 187, 186, 22, 212, 37,
+        77, 105, 214, 191, 240, 91, 88, 5, 88, 83, 132, 141, 121,
+    ];
+
+    fn claude_endpoint() -> OauthEndpoint {
+        crate::plan::broker::RULES
+            .iter()
+            .find_map(|r| r.oauth)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_sign_in_asks_as_claude_code_does_and_takes_back_only_its_own_code() {
+        let sign_in = SignIn::new(&RFC_VERIFIER, &[0xfb; 32]);
+        assert_eq!(
+            sign_in,
+            SignIn {
+                verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
+                challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+                state: "-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s".into(),
+            }
+        );
+        let at = claude_endpoint();
+        assert_eq!(
+            sign_in.url(&at),
+            "https://claude.com/cai/oauth/authorize?code=true\
+             &client_id=9d1c250a-e61b-44d9-88ed-5944d1962f5e&response_type=code\
+             &redirect_uri=https%3A%2F%2Fplatform.claude.com%2Foauth%2Fcode%2Fcallback\
+             &scope=org%3Acreate_api_key+user%3Aprofile+user%3Ainference+user%3Asessions%3Aclaude_code+user%3Amcp_servers+user%3Afile_upload\
+             &code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256\
+             &state=-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s"
+        );
+        let state = &sign_in.state;
+        assert_eq!(
+            sign_in.code(&format!("  abc-123_x#{state}\n")),
+            Ok("abc-123_x")
+        );
+        let other = Err("the code pasted is of another sign-in (its state is not this one's)");
+        assert_eq!(sign_in.code("abc#other-state"), other);
+        assert_eq!(sign_in.code("abc"), other);
+        let none = Err("no code was pasted (the sign-in page shows it as code#state)");
+        assert_eq!(sign_in.code(&format!("#{state}")), none);
+        assert_eq!(sign_in.code(""), none);
+        assert_eq!(sign_in.code(&format!("a\u{1b}[2Jb#{state}")), none);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&sign_in.exchange("abc", &at)).unwrap(),
+            json!({
+                "grant_type": "authorization_code",
+                "code": "abc",
+                "redirect_uri": "https://platform.claude.com/oauth/code/callback",
+                "client_id": "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+                "code_verifier": "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+                "state": "-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s",
+            })
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_what_the_endpoint_said_escaped() {
+        assert_eq!(
+            refusal(br#"{"error":"invalid_grant","error_description":"code\u001b[2J used"}"#),
+            Some("invalid_grant: code\\x1b[2J used".into())
+        );
+        assert_eq!(
+            refusal(br#"{"error":"invalid_request"}"#),
+            Some("invalid_request".into())
+        );
+        assert_eq!(refusal(b"<html>"), None);
+    }
 
     #[test]
     fn the_login_is_read_and_a_box_sees_placeholders_that_do_not_expire_soon() {

@@ -53,7 +53,8 @@ pub(crate) struct Shared<'a> {
 /// What sends a refresh to a token endpoint: (host, path, JSON body) to (status, answer).
 pub(crate) type Post<'a> = dyn Fn(&str, &str, Vec<u8>) -> Result<(u16, Vec<u8>), String> + 'a;
 
-fn now_ms() -> i64 {
+/// Milliseconds since the epoch, by this node's clock.
+pub(crate) fn now_ms() -> i64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -423,6 +424,105 @@ fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) {
     );
 }
 
+/// What [`install`] did with a new login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Installed {
+    /// The node's file held a login before, now replaced.
+    pub replaced: bool,
+    /// The store shared by nodes holds it now.
+    pub stored: bool,
+}
+
+/// A login `ag-box login` made (`login`: a [`oauth::claude_login_only`]): into this node's file
+/// under the node's lock (its other entries kept), then, where nodes share a store, into the
+/// store over whatever login it held once no node refreshes that one (a refresh under way would
+/// write its login over this one), so that every node's broker takes it at its next refresh.
+pub(crate) fn install(
+    row: &str,
+    file: &Path,
+    lock_at: &Path,
+    shared: Option<&Shared>,
+    login: &str,
+) -> Result<Installed> {
+    let _lock = lock(lock_at)?;
+    let tokens = oauth::claude_tokens(login).context("the new login holds no tokens")?;
+    let local = match read_text(file) {
+        Ok(text) => Some(text),
+        Err(_) if !file.exists() => None,
+        Err(e) => return Err(e),
+    };
+    if local
+        .as_deref()
+        .is_some_and(|t| !serde_json::from_str::<serde_json::Value>(t).is_ok_and(|v| v.is_object()))
+    {
+        bail!(
+            "{} holds no JSON object: move it aside, then log in again",
+            file.display()
+        );
+    }
+    let replaced = local.as_deref().and_then(oauth::claude_tokens).is_some();
+    let text = oauth::claude_with_login(local.as_deref(), login).context("the new login")?;
+    if let Some(dir) = file.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_login(file, &text)?;
+    let Some(shared) = shared else {
+        return Ok(Installed {
+            replaced,
+            stored: false,
+        });
+    };
+    let sealed = Sealing::new(shared.password)?.seal(login)?;
+    let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
+    let mut watch: Option<Watch> = None;
+    loop {
+        let seen = Watch::read(row, Some(shared), watch.as_ref())?;
+        // Another node's lease, live by its word and not yet held past its length here.
+        let refreshing = seen
+            .stored
+            .as_ref()
+            .and_then(|s| s.lease.as_ref())
+            .is_some_and(|l| {
+                l.until_ms > now_ms()
+                    && seen.since.elapsed() < Duration::from_millis(oauth::LEASE_MS.unsigned_abs())
+            });
+        if Instant::now() > deadline {
+            bail!(
+                "the store's {row} login is still being refreshed or written by another node: the new one is in this node's file only; run 'ag-box globals push' here in a minute"
+            );
+        }
+        if refreshing {
+            std::thread::sleep(Duration::from_millis(500));
+            watch = Some(seen);
+            continue;
+        }
+        let now = now_ms();
+        let new = StoredLogin {
+            lease: None,
+            sealed: Some(sealed.clone()),
+            expires_at_ms: tokens.expires_at_ms,
+            refreshed_by: Some(shared.node.to_string()),
+            refreshed_at_ms: Some(now),
+        };
+        match shared
+            .store
+            .put_account(row, &serde_json::to_vec(&new)?, seen.version.as_ref())?
+        {
+            Cas::Written(_) => {
+                return Ok(Installed {
+                    replaced,
+                    stored: true,
+                });
+            }
+            Cas::Conflict => watch = Some(seen),
+        }
+    }
+}
+
 /// A login a box made through the broker, kept for it: a new file (never over one: a second
 /// exchange at once keeps the first), root's alone.
 pub(crate) fn keep_new_login(path: &Path, text: &str) -> Result<()> {
@@ -548,6 +648,19 @@ pub(crate) fn open_stored(stored: &StoredLogin, password: &[u8]) -> Result<Strin
     let plain = restic_key::open_with(password, &salt, sealed.log_n, &data)
         .context("opening the store's login (is RESTIC_PASSWORD the same on every node?)")?;
     String::from_utf8(plain).context("the store's login is no text")
+}
+
+/// A token endpoint's POST for a command (no runtime of its own): [`post`] at port 443, the
+/// certificate checked against the system's roots.
+pub(crate) fn blocking_post() -> Result<Box<Post<'static>>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the token request's runtime")?;
+    let connector = system_connector();
+    Ok(Box::new(move |host: &str, path: &str, body: Vec<u8>| {
+        rt.block_on(post(&connector, host, 443, path, body))
+    }))
 }
 
 /// POST `body` (JSON) to `https://host:port/path`, its certificate checked by `connector`; the

@@ -9,9 +9,12 @@ Speaks just enough of two wire protocols for the real CLIs to run a prompt end t
   * OpenAI Responses API (Codex):          POST /v1/responses (SSE when "stream": true, JSON
     otherwise), GET /v1/models, POST /v1/chat/completions (fallback, SSE or JSON).
   * An OAuth token endpoint (Claude's):  POST /v1/oauth/token with grant_type=refresh_token,
-    or authorization_code with any code (a login), (JSON or a form) answers new tokens (`sk-ant-oat01-STANDIN<n>...`, `sk-ant-ort01-STANDIN<n>...`,
+    or authorization_code (a login: a code its sign-in page issued, whose PKCE verifier, state
+    and redirect_uri must match; or any other code), (JSON or a form) answers new tokens (`sk-ant-oat01-STANDIN<n>...`, `sk-ant-ort01-STANDIN<n>...`,
     `--token-lifetime` seconds); a refresh token is good once, as real ones are (a second use
     is 400 invalid_grant "refresh token was already used").
+  * A sign-in page (Claude's):  GET /cai/oauth/authorize?client_id=..&code_challenge=..&state=..
+    answers the text `<code>#<state>` a person would paste back (as the real page shows it).
 Anything else is logged with its headers and the start of its body and answered 404 {} (POST
 telemetry-ish paths get 200 {}), so a CLI never hangs on us.
 
@@ -26,6 +29,8 @@ Every request is logged as one JSON line (time, method, path, Host, the credenti
 usage its reply reports, and its request or response id) to --log (default stderr).
 """
 import argparse
+import base64
+import hashlib
 import gzip
 import json
 import os
@@ -36,10 +41,12 @@ import time
 import uuid
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 LOG_LOCK = threading.Lock()
 TOKEN_LOCK = threading.Lock()
 USED_REFRESH = set()
+SIGN_INS = {}  # code issued by the sign-in page -> (challenge, state, redirect_uri)
 REFRESHES = iter(range(1, 10 ** 9))
 TOKEN_LIFETIME = 3600
 LOG_FILE = None
@@ -230,6 +237,8 @@ class Handler(BaseHTTPRequestHandler):
             with open("%s/%s" % (DUMP_DIR, name), "wb") as f:
                 f.write(raw)
         try:
+            if self.command == "GET" and path == "/cai/oauth/authorize":
+                return self.sign_in()
             if self.command == "POST" and path == "/v1/oauth/token":
                 return self.oauth_token(raw)
             if self.command == "POST" and path.endswith("/messages/count_tokens"):
@@ -262,8 +271,17 @@ class Handler(BaseHTTPRequestHandler):
         entry = dict(self.base_entry(), summary="oauth.token", grant=grant, refresh_token=refresh,
                      client_id=body.get("client_id"))
         if grant == "authorization_code" and body.get("code"):
-            # A login: any code is good once.
+            # A login: any code is good once; one the sign-in page issued, only with its PKCE.
             refresh = "code:" + body["code"]
+            issued = SIGN_INS.get(body["code"])
+            if issued is not None:
+                verifier = (body.get("code_verifier") or "").encode()
+                challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=").decode()
+                if (challenge, body.get("state"), body.get("redirect_uri")) != issued:
+                    log(dict(entry, status=400, error="pkce mismatch"))
+                    return self.send_json(400, {"error": "invalid_grant",
+                                                "error_description": "code verifier, state or redirect_uri mismatch"})
+                entry["pkce"] = "ok"
         elif grant != "refresh_token" or not refresh.startswith("sk-ant-ort01-"):
             log(dict(entry, status=400))
             return self.send_json(400, {"error": "invalid_request"})
@@ -282,6 +300,25 @@ class Handler(BaseHTTPRequestHandler):
                              "refresh_token": new_refresh, "expires_in": TOKEN_LIFETIME,
                              "scope": "user:inference user:profile",
                              "account": {"uuid": "rig-account", "email_address": "rig@example.com"}})
+
+    def sign_in(self):
+        q = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+        entry = dict(self.base_entry(), summary="oauth.authorize", query=q)
+        wanted = ("client_id", "redirect_uri", "code_challenge", "state", "scope")
+        if (q.get("response_type") != "code" or q.get("code_challenge_method") != "S256"
+                or not all(q.get(k) for k in wanted)):
+            log(dict(entry, status=400))
+            return self.send_json(400, {"error": "invalid_request"})
+        with TOKEN_LOCK:
+            code = "STANDINCODE%d" % next(REFRESHES)
+            SIGN_INS[code] = (q["code_challenge"], q["state"], q["redirect_uri"])
+        log(dict(entry, status=200, code=code))
+        text = ("%s#%s" % (code, q["state"])).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
 
     def unknown(self, raw):
         entry = self.base_entry()
