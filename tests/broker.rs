@@ -378,7 +378,7 @@ impl Drop for ModelStage<'_> {
         self.c.a.sh(&format!(
             "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
              sed -i '/anthropic.com/d' /etc/hosts
-             rm -f /usr/local/bin/claude /usr/local/bin/codex
+             rm -f /usr/local/bin/claude /usr/local/bin/codex /root/.claude/.credentials.json.redeemed
              for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
                rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
              done"
@@ -980,6 +980,7 @@ impl Drop for SharedStage<'_> {
             n.sh(&format!(
                 "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
                  sed -i '/anthropic.com/d' /etc/hosts
+                 rm -f /root/.claude/.credentials.json.redeemed
                  for f in /root/.claude/.credentials.json /root/.claude/settings.json; do
                    rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
                  done"
@@ -1179,6 +1180,102 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
     for (name, n, _) in boxes {
         n.sh(&format!("ag-box park {name}")).ok();
     }
+}
+
+/// The node's Claude Code login file.
+const NODE_LOGIN: &str = "/root/.claude/.credentials.json";
+
+/// A refresher killed after the token endpoint answered, before the store or its node's file
+/// held the new login (as a power cut would): its next run finishes the refresh from what it
+/// kept on disk, with no second redeem, and the other nodes take the login from the store.
+#[test]
+fn a_refresh_killed_after_the_answer_is_finished_by_the_next_run() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage_models(&c);
+    let _shared = SharedStage { c: &c };
+    trust_models(&c, &[&c.a, &c.c]);
+    let expired = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600)
+        * 1000;
+    let credentials = serde_json::json!({"claudeAiOauth": {
+        "accessToken": OAUTH_ACCESS,
+        "refreshToken": OAUTH_REFRESH,
+        "expiresAt": expired,
+        "scopes": ["user:inference"],
+    }})
+    .to_string();
+    let access = |n: &Node| {
+        serde_json::from_str::<serde_json::Value>(&n.read(NODE_LOGIN)).unwrap()["claudeAiOauth"]
+            ["accessToken"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let stored = || -> serde_json::Value {
+        serde_json::from_str(
+            &c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
+                .ok()
+                .stdout(),
+        )
+        .unwrap()
+    };
+    for n in [&c.a, &c.c] {
+        n.write(NODE_LOGIN, &credentials);
+        n.sh(&format!("chmod 600 {NODE_LOGIN}")).ok();
+    }
+    c.a.sh("ag-box globals push").ok();
+
+    let out = c.c.sh_env(
+        &[("AG_BOX_CRASH_AT", "refresh.answered")],
+        "ag-box __refresh --login claude-oauth",
+    );
+    assert!(
+        out.stderr().contains("crash point refresh.answered"),
+        "{:?} {}",
+        out.status,
+        out.stderr()
+    );
+    let logins = token_lines(&c);
+    assert_eq!(logins.len(), 1, "{logins:#?}");
+    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    // The answer is on node C's disk alone (root's); its file and the store as they were.
+    assert_eq!(
+        c.c.sh(&format!(
+            "stat -c '%U %a' {NODE_LOGIN}.redeemed; grep -c {issued} {NODE_LOGIN}.redeemed"
+        ))
+        .ok()
+        .stdout(),
+        "root 600\n1\n"
+    );
+    assert_eq!(access(&c.c), OAUTH_ACCESS);
+    assert_eq!(stored()["lease"]["node"], "nodeC");
+
+    // Node C's next run finishes it, without redeeming the spent refresh token again.
+    let finished = c.c.sh("ag-box __refresh --login claude-oauth");
+    assert!(
+        finished.ok().stderr().contains(
+            "finished a refresh of the claude-oauth login an earlier run was cut short in"
+        ),
+        "{}",
+        finished.stderr()
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+    assert_eq!(access(&c.c), issued);
+    assert!(!c.c.exists(&format!("{NODE_LOGIN}.redeemed")));
+    let now = stored();
+    assert!(
+        now["refreshed_by"] == "nodeC"
+            && now["lease"].is_null()
+            && now["expires_at_ms"].as_i64().unwrap() > i64::try_from(expired).unwrap() + 3_600_000,
+        "{now}"
+    );
+    // Node A's refresher takes it from the store.
+    c.a.sh("ag-box __refresh --login claude-oauth").ok();
+    assert_eq!(token_lines(&c).len(), 1);
+    assert_eq!(access(&c.a), issued);
 }
 
 /// Trust the test CA and send the model APIs' names to node C on `nodes`, with no Claude login

@@ -139,6 +139,84 @@ pub(crate) fn ensure_lock(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Where a refresh keeps the token endpoint's answer (the login file as it is to be) until the
+/// store and the login file hold it: beside the login file, in a dir its refresher may write.
+fn journal_of(file: &Path) -> std::path::PathBuf {
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(".redeemed");
+    file.with_file_name(name)
+}
+
+/// Keep the answer of a redeem on disk (root's alone, synced with its dir) before anything
+/// else: a refresher killed before the store and the file hold it (a power cut) leaves it for
+/// the next run to finish, instead of every node left with the spent refresh token.
+fn keep_answer(journal: &Path, text: &str) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits().cast_signed())
+        .open(journal)
+        .with_context(|| format!("writing {}", journal.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", journal.display()))?;
+    if let Some(dir) = journal.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// A redeem an earlier run was cut short after: its answer into the store (unless the store
+/// holds a newer login) and the login file (unless that is newer), then forgotten. A journal
+/// that holds no login was cut short itself: nothing of it is kept.
+fn finish_cut_short(login: &Login, shared: Option<&Shared>) -> Result<()> {
+    let journal = journal_of(login.file);
+    if journal.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let kept = read_text(&journal)
+        .ok()
+        .and_then(|t| Some((oauth::claude_login_only(&t)?, oauth::claude_tokens(&t)?)));
+    if let Some((answer, tokens)) = kept {
+        if let Some(s) = shared {
+            let newer_there = s.store.account(login.row)?.and_then(|(bytes, v)| {
+                Some((serde_json::from_slice::<StoredLogin>(&bytes).ok()?, v))
+            });
+            let stored = StoredLogin {
+                lease: None,
+                sealed: Some(Sealing::new(s.password)?.seal(&answer)?),
+                expires_at_ms: tokens.expires_at_ms,
+                refreshed_by: Some(s.node.to_string()),
+                refreshed_at_ms: Some(now_ms()),
+            };
+            match newer_there {
+                Some((there, _)) if there.expires_at_ms >= tokens.expires_at_ms => {}
+                Some((_, version)) => keep(login.row, s, &stored, version),
+                None => {
+                    s.store
+                        .put_account(login.row, &serde_json::to_vec(&stored)?, None)?;
+                }
+            }
+        }
+        let local = read_text(login.file).ok();
+        let here = local.as_deref().and_then(oauth::claude_tokens);
+        if here.is_none_or(|h| h.expires_at_ms < tokens.expires_at_ms) {
+            let text = oauth::claude_with_login(local.as_deref(), &answer)
+                .context("the login the cut-short refresh redeemed")?;
+            write_login(login.file, &text)?;
+        }
+        tracing::warn!(
+            "finished a refresh of the {} login an earlier run was cut short in",
+            login.row
+        );
+    }
+    std::fs::remove_file(&journal).with_context(|| format!("removing {}", journal.display()))
+}
+
 /// The login's lock, taken: every process of the node that refreshes the login takes it first.
 fn lock(path: &Path) -> Result<std::fs::File> {
     if !path.exists() {
@@ -198,6 +276,7 @@ impl Watch {
 /// node's file is rewritten.
 pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Result<()> {
     let _lock = lock(login.lock)?;
+    finish_cut_short(login, shared)?;
     let node = shared.map_or("", |s| s.node);
     let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
     let mut watch: Option<Watch> = None;
@@ -365,6 +444,11 @@ fn redeem(
     let now = now_ms();
     let after = oauth::claude_after_refresh(text, &new, now)
         .ok_or_else(|| refused("the login file changed shape".into()))?;
+    let journal = journal_of(login.file);
+    if let Err(e) = keep_answer(&journal, &after) {
+        tracing::warn!("{e:#}");
+    }
+    crash::point("refresh.answered");
     if let (Some((s, _, version)), Some(sealing)) = (leased, sealing) {
         let kept = StoredLogin {
             lease: None,
@@ -378,6 +462,7 @@ fn redeem(
         keep(login.row, s, &kept, version);
     }
     write_login(login.file, &after)?;
+    let _ = std::fs::remove_file(&journal);
     tracing::info!("refreshed the {} login at {}", login.row, login.token_host);
     Ok(())
 }
@@ -470,6 +555,8 @@ pub(crate) fn install(
             .with_context(|| format!("creating {}", dir.display()))?;
     }
     write_login(file, &text)?;
+    // A refresh of the old login cut short is superseded.
+    let _ = std::fs::remove_file(journal_of(file));
     let Some(shared) = shared else {
         return Ok(Installed {
             replaced,
@@ -865,6 +952,97 @@ mod tests {
         assert_eq!(read_login(&d).unwrap().1.access, "sk-ant-oat01-A1");
         assert!(!take("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
         assert!(!offer("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
+    }
+
+    #[test]
+    fn a_refresh_cut_short_after_its_answer_is_finished_by_the_next_run_without_a_redeem() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = login_file(dir.path(), "c.json", "A0", "R0", 0);
+        let store = Memory::default();
+        let lock = dir.path().join("lock");
+        let login = Login {
+            row: "claude-oauth",
+            file: &c,
+            lock: &lock,
+            token_host: "platform.example",
+            token_path: "/v1/oauth/token",
+            client_id: "c",
+        };
+        let shared = Shared {
+            store: &store,
+            node: "nodeC",
+            password: b"pw",
+        };
+        // As a run killed after the endpoint answered left it: the store's old login under this
+        // node's lease, the answer in the journal, the file as it was.
+        let old = StoredLogin {
+            lease: Some(AccountLease {
+                node: "nodeC".into(),
+                until_ms: now_ms() + 40_000,
+            }),
+            sealed: Some(
+                Sealing::new(b"pw")
+                    .unwrap()
+                    .seal(&std::fs::read_to_string(&c).unwrap())
+                    .unwrap(),
+            ),
+            expires_at_ms: 0,
+            refreshed_by: None,
+            refreshed_at_ms: None,
+        };
+        store
+            .put_account("claude-oauth", &serde_json::to_vec(&old).unwrap(), None)
+            .unwrap();
+        let expires = now_ms() + 3_600_000;
+        let answer = format!(
+            r#"{{"claudeAiOauth":{{"accessToken":"sk-ant-oat01-A1","refreshToken":"sk-ant-ort01-R1","expiresAt":{expires}}}}}"#
+        );
+        std::fs::write(journal_of(&c), &answer).unwrap();
+        let post = |_: &str, _: &str, _: Vec<u8>| -> Result<(u16, Vec<u8>), String> {
+            panic!("the spent refresh token was redeemed again")
+        };
+        refresh(&login, Some(&shared), &post).unwrap();
+        let (_, here) = read_login(&c).unwrap();
+        assert_eq!(
+            (here.access.as_str(), here.expires_at_ms),
+            ("sk-ant-oat01-A1", expires)
+        );
+        let (bytes, _) = store.account("claude-oauth").unwrap().unwrap();
+        let stored: StoredLogin = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            (
+                &stored.lease,
+                stored.refreshed_by.as_deref(),
+                stored.expires_at_ms
+            ),
+            (&None, Some("nodeC"), expires)
+        );
+        assert_eq!(
+            oauth::claude_tokens(&open_stored(&stored, b"pw").unwrap())
+                .unwrap()
+                .refresh,
+            "sk-ant-ort01-R1"
+        );
+        assert!(!journal_of(&c).exists());
+
+        // A journal cut short itself holds nothing to finish: dropped, and the refresh goes on.
+        login_file(dir.path(), "c.json", "A1", "sk-ant-ort01-R1", 0);
+        std::fs::write(journal_of(&c), "{\"claudeAiOa").unwrap();
+        let redeemed = RefCell::new(0);
+        let post = |_: &str, _: &str, _: Vec<u8>| {
+            *redeemed.borrow_mut() += 1;
+            Ok((
+                200,
+                br#"{"access_token":"sk-ant-oat01-A2","refresh_token":"sk-ant-ort01-R2","expires_in":3600}"#.to_vec(),
+            ))
+        };
+        let mut due = stored.clone();
+        due.expires_at_ms = 1;
+        store.objects.borrow_mut().as_mut().unwrap().0 = serde_json::to_vec(&due).unwrap();
+        refresh(&login, Some(&shared), &post).unwrap();
+        assert_eq!(*redeemed.borrow(), 1);
+        assert_eq!(read_login(&c).unwrap().1.access, "sk-ant-oat01-A2");
+        assert!(!journal_of(&c).exists());
     }
 
     #[test]
