@@ -9,7 +9,7 @@
 mod common;
 
 use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use common::{Checked, Cluster, Node, Target};
 
 /// The node's real gh token (as `gh auth login` writes it into hosts.yml).
@@ -405,6 +405,8 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
             "api.openai.com",
             "platform.claude.com",
             "api.x.ai",
+            "chatgpt.com",
+            "auth.openai.com",
         ],
     );
     c.c.sh(
@@ -432,7 +434,7 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
          [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
          cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
          sed -i '/anthropic.com/d' /etc/hosts
-         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai' >> /etc/hosts
+         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai chatgpt.com auth.openai.com' >> /etc/hosts
          mkdir -p /root/.claude /root/.codex /root/.grok
          for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
            [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
@@ -453,11 +455,15 @@ enabled = false
 [features]
 plugins = false
 apps = false
+# The stand-in reads no zstd (Python's library has none); the broker never reads a model
+# request's body either way.
+enable_request_compression = false
 [projects.\"/root/{KEYED}\"]
 trust_level = \"trusted\"
 EOF
          # No login of an earlier test left in the store for the nodes to take.
          curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}
+         curl -sf -o /dev/null {SIGNED} -X DELETE {CODEX_ACCOUNT_URL}
          for i in $(seq 100); do curl -sf https://api.anthropic.com/v1/models >/dev/null && exit 0; sleep 0.1; done
          echo 'the stand-in does not answer' >&2; exit 1"
     ))
@@ -468,6 +474,8 @@ EOF
 /// Where the store (the rig's S3 server) keeps the broker's copy of Claude Code's OAuth login,
 /// and curl's arguments to sign a request to it as the nodes do.
 const ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/claude-oauth.json";
+/// And of Codex's `ChatGPT` login.
+const CODEX_ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/codex-oauth.json";
 const SIGNED: &str = "--aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
 /// restic's view of the rig's repository.
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
@@ -527,12 +535,7 @@ fn answered(c: &Cluster, summary: &str) -> Vec<serde_json::Value> {
 #[test]
 fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
     let Some(c) = Cluster::get() else { return };
-    for tool in ["claude", "codex"] {
-        if !c.a.sh(&format!("test -x {AGENTS}/{tool}")).status.success() {
-            common::missing("the agent CLIs (tests/rig.sh install)");
-            return;
-        }
-    }
+    the_agent_clis(&c.a, &["claude", "codex"]);
     let _stage = stage_models(&c);
     let name = KEYED;
     c.parked_box(name);
@@ -727,6 +730,41 @@ fn agents_api_keys_never_enter_a_box_and_reach_only_their_apis() {
 const OAUTH_ACCESS: &str = "sk-ant-oat01-RigRealOauthAccessRigRealOauthAccessRigReal00";
 const OAUTH_REFRESH: &str = "sk-ant-ort01-RigRealOauthRefreshRigRealOauthRefreshRigRe00";
 
+/// The real agent CLIs `tools` are on node `n`: a test of them fails without.
+fn the_agent_clis(n: &Node, tools: &[&str]) {
+    for tool in tools {
+        if !n.sh(&format!("test -x {AGENTS}/{tool}")).status.success() {
+            common::missing("the agent CLIs (tests/rig.sh install)");
+        }
+    }
+}
+
+/// The store's copy of an OAuth login (`url`: [`ACCOUNT_URL`] or [`CODEX_ACCOUNT_URL`]), as
+/// text and parsed.
+fn store_account(c: &Cluster, url: &str) -> (String, serde_json::Value) {
+    let text = c.a.sh(&format!("curl -sf {SIGNED} {url}")).ok().stdout();
+    let parsed = serde_json::from_str(&text).unwrap();
+    (text, parsed)
+}
+
+/// When a login that expired an hour ago expired (ms), and Claude Code's file of it.
+fn expired_login() -> (u64, String) {
+    let expired = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600)
+        * 1000;
+    let file = serde_json::json!({"claudeAiOauth": {
+        "accessToken": OAUTH_ACCESS,
+        "refreshToken": OAUTH_REFRESH,
+        "expiresAt": expired,
+        "scopes": ["user:inference"],
+    }})
+    .to_string();
+    (expired, file)
+}
+
 /// The stand-in's token endpoint lines (`oauth.token`) and model requests since the start.
 fn token_lines(c: &Cluster) -> Vec<serde_json::Value> {
     answered(c, "oauth.token")
@@ -735,18 +773,10 @@ fn token_lines(c: &Cluster) -> Vec<serde_json::Value> {
 #[test]
 fn claudes_oauth_login_never_enters_a_box_and_is_refreshed_once_by_the_broker() {
     let Some(c) = Cluster::get() else { return };
-    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
-        common::missing("the agent CLIs (tests/rig.sh install)");
-        return;
-    }
+    the_agent_clis(&c.a, &["claude"]);
     let _stage = stage_models(&c);
     // The login alone: no API key in the settings, which Claude Code would prefer.
-    let expired = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        - 3600)
-        * 1000;
+    let expired = expired_login().0;
     let credentials = serde_json::json!({"claudeAiOauth": {
         "accessToken": OAUTH_ACCESS,
         "refreshToken": OAUTH_REFRESH,
@@ -999,19 +1029,7 @@ fn nodes_sharing_a_login_redeem_it_once_and_a_dead_nodes_lease_holds_them_only_u
     let Some(c) = Cluster::get() else { return };
     let _stage = stage_models(&c);
     let _shared = SharedStage { c: &c };
-    let expired = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        - 3600)
-        * 1000;
-    let credentials = serde_json::json!({"claudeAiOauth": {
-        "accessToken": OAUTH_ACCESS,
-        "refreshToken": OAUTH_REFRESH,
-        "expiresAt": expired,
-        "scopes": ["user:inference"],
-    }})
-    .to_string();
+    let (expired, credentials) = expired_login();
     let test_ca = c.c.read("/root/test-ca.pem");
     for n in c.all() {
         n.write("/root/test-ca.pem", &test_ca);
@@ -1194,19 +1212,7 @@ fn a_refresh_killed_after_the_answer_is_finished_by_the_next_run() {
     let _stage = stage_models(&c);
     let _shared = SharedStage { c: &c };
     trust_models(&c, &[&c.a, &c.c]);
-    let expired = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        - 3600)
-        * 1000;
-    let credentials = serde_json::json!({"claudeAiOauth": {
-        "accessToken": OAUTH_ACCESS,
-        "refreshToken": OAUTH_REFRESH,
-        "expiresAt": expired,
-        "scopes": ["user:inference"],
-    }})
-    .to_string();
+    let (expired, credentials) = expired_login();
     let access = |n: &Node| {
         serde_json::from_str::<serde_json::Value>(&n.read(NODE_LOGIN)).unwrap()["claudeAiOauth"]
             ["accessToken"]
@@ -1306,10 +1312,7 @@ fn trust_models(c: &Cluster, nodes: &[&Node]) {
 #[test]
 fn a_login_made_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
     let Some(c) = Cluster::get() else { return };
-    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
-        common::missing("the agent CLIs (tests/rig.sh install)");
-        return;
-    }
+    the_agent_clis(&c.a, &["claude"]);
     let _stage = stage_models(&c);
     let _shared = SharedStage { c: &c };
     trust_models(&c, &[&c.a, &c.b]);
@@ -1519,10 +1522,7 @@ fn sign_in_link(screen: &str) -> String {
 #[test]
 fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
     let Some(c) = Cluster::get() else { return };
-    if !c.a.sh(&format!("test -x {AGENTS}/claude")).status.success() {
-        common::missing("the agent CLIs (tests/rig.sh install)");
-        return;
-    }
+    the_agent_clis(&c.a, &["claude"]);
     let _stage = stage_models(&c);
     let _shared = SharedStage { c: &c };
     trust_models(&c, &[&c.a, &c.b]);
@@ -1626,11 +1626,7 @@ fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
         "root 600\n"
     );
     // The store holds it sealed, made by node A, no lease.
-    let stored =
-        c.a.sh(&format!("curl -sf {SIGNED} {ACCOUNT_URL}"))
-            .ok()
-            .stdout();
-    let v: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    let (stored, v) = store_account(&c, ACCOUNT_URL);
     assert!(
         v["refreshed_by"] == "nodeA"
             && v["lease"].is_null()
@@ -1686,4 +1682,243 @@ fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
         &format!("Bearer {issued}"),
     );
     c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// Codex's `ChatGPT` login (`tokens` of `~/.codex/auth.json`): the node's real tokens' signatures
+/// and refresh token, which no box may read.
+const CODEX_ACCESS_SIG: &str = "RigRealCodexAccessSignatureRigRealCodexAccessSig00";
+const CODEX_ID_SIG: &str = "RigRealCodexIdSignatureRigRealCodexIdSignature00";
+const CODEX_REFRESH: &str = "rt_RigRealCodexRefreshRigRealCodexRefreshRigReal00";
+
+/// A JWT of `claims` signed `signature` (the stand-in checks none).
+fn jwt(claims: &serde_json::Value, signature: &str) -> String {
+    format!(
+        "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.{}.{signature}",
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    )
+}
+
+/// The claims of a JWT.
+fn claims(token: &str) -> serde_json::Value {
+    let part = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).unwrap()).unwrap()
+}
+
+/// Codex's `ChatGPT` login never enters a box: the box sees JWT-shaped placeholders (the claims
+/// its CLI reads, a far expiry); the real Codex CLI completes a turn against `ChatGPT` with the
+/// real token, put in by the broker after it refreshed the expired login once; the box's own
+/// refresh gets its placeholders again, and a placeholder anywhere else is refused.
+#[test]
+fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
+    let Some(c) = Cluster::get() else { return };
+    the_agent_clis(&c.a, &["codex"]);
+    let _stage = stage_models(&c);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let account = serde_json::json!({"chatgpt_account_id": "acct-rig", "chatgpt_plan_type": "pro"});
+    let access = jwt(
+        &serde_json::json!({"https://api.openai.com/auth": account, "exp": now_s - 3600}),
+        CODEX_ACCESS_SIG,
+    );
+    let id = jwt(
+        &serde_json::json!({"https://api.openai.com/auth": account, "email": "rig@example.com", "exp": now_s - 3600}),
+        CODEX_ID_SIG,
+    );
+    let login = serde_json::json!({
+        "auth_mode": "chatgpt",
+        "OPENAI_API_KEY": null,
+        "tokens": {"id_token": id, "access_token": access, "refresh_token": CODEX_REFRESH, "account_id": "acct-rig"},
+        "last_refresh": "2026-11-01T00:00:00Z",
+    });
+    c.a.write("/root/.codex/auth.json", &login.to_string());
+    c.a.sh("chmod 600 /root/.codex/auth.json").ok();
+    let name = "codex-chatgpt";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow=chatgpt.com:443,auth.openai.com:443,10.200.0.3:443,{PLAIN} creds=codex
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+
+    // The box's copy: placeholders of the tokens' shapes, the claims its CLI reads, a far
+    // expiry; the box's to write (its CLI saves what its refresh is answered).
+    let shown: serde_json::Value = serde_json::from_str(
+        &inside(
+            &c.a,
+            name,
+            "test -w ~/.codex/auth.json && cat ~/.codex/auth.json",
+        )
+        .ok()
+        .stdout(),
+    )
+    .unwrap();
+    let shown_token = |k: &str| shown["tokens"][k].as_str().unwrap().to_string();
+    let (access_shown, refresh_shown, id_shown) = (
+        shown_token("access_token"),
+        shown_token("refresh_token"),
+        shown_token("id_token"),
+    );
+    assert_eq!(
+        (
+            &shown["OPENAI_API_KEY"],
+            &shown["auth_mode"],
+            &shown["tokens"]["account_id"]
+        ),
+        (
+            &serde_json::Value::Null,
+            &serde_json::json!("chatgpt"),
+            &serde_json::json!("acct-rig")
+        )
+    );
+    for (token, real) in [(&access_shown, &access), (&id_shown, &id)] {
+        let (seen, was) = (claims(token), claims(real));
+        assert!(
+            token != real
+                && seen["https://api.openai.com/auth"] == account
+                && seen["exp"].as_u64().unwrap() > now_s + 300 * 86_400
+                && seen.get("email") == was.get("email"),
+            "{token}"
+        );
+    }
+    assert!(
+        refresh_shown.starts_with("rt_")
+            && refresh_shown.len() == CODEX_REFRESH.len()
+            && refresh_shown != CODEX_REFRESH,
+        "{refresh_shown}"
+    );
+    // No real token anywhere the box can read.
+    let needles = [CODEX_ACCESS_SIG, CODEX_ID_SIG, CODEX_REFRESH]
+        .map(|t| {
+            let (head, tail) = t.split_at(10);
+            format!("\"{head}\"\"{tail}\"")
+        })
+        .join(" ");
+    let search = inside(
+        &c.a,
+        name,
+        &format!(
+            "printf '%s\\n' {needles} > /tmp/real
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true"
+        ),
+    );
+    assert_eq!(search.stdout(), "0\n", "{}", search.stderr());
+
+    // The real CLI's turn: the broker refreshed the expired login once, and every request to
+    // ChatGPT's backend carried the new token.
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "timeout 120 {AGENTS}/codex exec --skip-git-repo-check --json 'Hi codex on ChatGPT?' </dev/null"
+        ),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi codex on ChatGPT?"),
+        "{out:?}"
+    );
+    let refreshes = token_lines(&c);
+    assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+    assert_eq!(
+        (
+            &refreshes[0]["grant"],
+            &refreshes[0]["refresh_token"],
+            &refreshes[0]["client_id"],
+            &refreshes[0]["host"]
+        ),
+        (
+            &serde_json::json!("refresh_token"),
+            &serde_json::json!(CODEX_REFRESH),
+            &serde_json::json!("app_EMoamEEZ73f0CkXaXp7hrann"),
+            &serde_json::json!("auth.openai.com")
+        )
+    );
+    let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
+    for summary in ["openai.responses", "accounts.check"] {
+        let seen = answered(&c, summary);
+        assert!(
+            !seen.is_empty()
+                && seen
+                    .iter()
+                    .all(|m| m["auth"] == format!("Bearer {issued}") && m["host"] == "chatgpt.com"),
+            "{summary}: {seen:#?}"
+        );
+    }
+    // The node's file holds the new login, the account and mode kept.
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.codex/auth.json")).unwrap();
+    assert!(
+        node["tokens"]["access_token"] == issued.as_str()
+            && node["tokens"]["refresh_token"]
+                .as_str()
+                .unwrap()
+                .starts_with("rt_STANDIN")
+            && node["tokens"]["id_token"] != id.as_str()
+            && node["tokens"]["account_id"] == "acct-rig"
+            && node["auth_mode"] == "chatgpt",
+        "{node:#}"
+    );
+    // The store shared by the nodes holds it, sealed, for their brokers.
+    let (stored, v) = store_account(&c, CODEX_ACCOUNT_URL);
+    assert!(
+        v["refreshed_by"] == "nodeA"
+            && v["lease"].is_null()
+            && v["sealed"]["data"].is_string()
+            && !stored.contains("rt_STANDIN")
+            && !stored.contains(issued.split('.').nth(1).unwrap()),
+        "{stored}"
+    );
+
+    // The box's own refresh is answered with its placeholders; another token, or the refresh
+    // placeholder anywhere else, is refused.
+    let refresh_body = |token: &str| {
+        format!(
+            "curl -sS -m 30 https://auth.openai.com/oauth/token -H 'content-type: application/json' \
+               -d '{{\"client_id\":\"app_EMoamEEZ73f0CkXaXp7hrann\",\"grant_type\":\"refresh_token\",\"refresh_token\":\"{token}\",\"scope\":\"openid profile email\"}}'"
+        )
+    };
+    let answer: serde_json::Value = serde_json::from_str(
+        inside(&c.a, name, &refresh_body(&refresh_shown))
+            .ok()
+            .stdout()
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            &answer["access_token"],
+            &answer["refresh_token"],
+            &answer["id_token"]
+        ),
+        (
+            &serde_json::json!(access_shown),
+            &serde_json::json!(refresh_shown),
+            &serde_json::json!(id_shown)
+        )
+    );
+    let refused = inside(
+        &c.a,
+        name,
+        &format!(
+            "{}; echo
+             curl -sS -m 10 https://chatgpt.com/backend-api/codex/models -H 'Authorization: Bearer {refresh_shown}'; echo
+             curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {access_shown}'",
+            refresh_body("rt_SomeOtherRefreshToken")
+        ),
+    );
+    let seen = refused.stdout();
+    assert!(
+        seen.contains("the broker answers only a refresh of the codex login's placeholder")
+            && seen.contains("the codex login's refresh token goes to auth.openai.com only")
+            && seen.contains(
+                "a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"
+            ),
+        "{seen}"
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }

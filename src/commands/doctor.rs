@@ -379,8 +379,11 @@ fn oauth_logins(ctx: &Ctx) -> Vec<Check> {
     super::refresh::oauth_files(ctx)
         .into_iter()
         .map(|(row, file)| {
-            let on_node = match crate::sys::oauth_refresh::read_login(&file) {
-                Ok((_, tokens)) => Ok(Some(crate::plan::text::rfc3339_ms(tokens.expires_at_ms))),
+            // A file that holds no login of this row (Codex's with an API key alone) is none.
+            let on_node = match crate::sys::oauth_refresh::read_text(&file) {
+                Ok(text) => Ok(crate::plan::broker::shape_of(row)
+                    .tokens(&text)
+                    .map(|t| crate::plan::text::rfc3339_ms(t.expires_at_ms))),
                 Err(_) if !file.exists() => Ok(None),
                 Err(e) => Err(format!("{e:#}")),
             };

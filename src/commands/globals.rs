@@ -50,7 +50,9 @@ fn push(ctx: &Ctx, role: Option<Role>) -> Result<()> {
     }
     // An OAuth login the broker keeps travels through the store, sealed, never in a snapshot
     // (a pull of an older one would roll a spent refresh token back).
-    let brokered = brokered_logins(ctx, |_, file| oauth_refresh::read_login(file).is_ok());
+    let brokered = brokered_logins(ctx, |row, file| {
+        oauth_refresh::read_login(file, crate::plan::broker::shape_of(row)).is_ok()
+    });
     for (row, file) in &brokered {
         if let Some(shared) = super::refresh::shared(ctx)
             && oauth_refresh::offer(row, file, &crate::plan::broker::lock_file(row), &shared)?

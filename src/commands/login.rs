@@ -16,10 +16,10 @@ use crate::sys::{host, oauth_refresh};
 const MAX_PASTE: u64 = 8 * 1024;
 
 pub(crate) fn run(agent: &str) -> Result<()> {
-    let Some((row, at)) = RULES
-        .iter()
-        .find_map(|r| Some((r, r.oauth?)).filter(|(r, _)| r.login == agent))
-    else {
+    let Some((row, at, page)) = RULES.iter().find_map(|r| {
+        let at = r.oauth?;
+        Some((r, at, at.sign_in?)).filter(|(r, ..)| r.login == agent)
+    }) else {
         return Err(not_signed_in_here(agent).into());
     };
     let ctx = Ctx::load()?;
@@ -33,7 +33,7 @@ pub(crate) fn run(agent: &str) -> Result<()> {
     write!(
         err,
         "Open this link in a browser, sign in with the account {agent} is to use, and paste the code the page shows:\n\n{}\n\n",
-        sign_in.url(&at)
+        sign_in.url(at.client_id, &page)
     )
     .and_then(|()| {
         if std::io::stdin().is_terminal() {
@@ -53,32 +53,41 @@ pub(crate) fn run(agent: &str) -> Result<()> {
         .code(&pasted)
         .map_err(|why| UserError::failed(format!("{agent}: {why}"), again.clone()))?;
     let post = oauth_refresh::blocking_post()?;
-    let (status, answer) = post(at.host, at.path, sign_in.exchange(code, &at)).map_err(|e| {
-        UserError::failed(
-            format!("{agent}: {} did not answer: {e}", at.host),
-            again.clone(),
-        )
-    })?;
-    let now = oauth_refresh::now_ms();
-    let login = (200..300)
-        .contains(&status)
-        .then(|| oauth::captured_login(&answer, now))
-        .flatten()
-        .ok_or_else(|| {
-            let said = oauth::refusal(&answer).map_or_else(String::new, |s| format!(": {s}"));
-            UserError::failed(
-                format!("{agent}: {} refused the code ({status}{said})", at.host),
-                format!("a code is good once and for a few minutes: {again}"),
-            )
-        })?;
     let file = ctx.config.home.join(row.copied);
     let shared = super::refresh::shared(&ctx);
+    let mut login = String::new();
     let installed = oauth_refresh::install(
         row.name,
         &file,
         &broker::lock_file(row.name),
         shared.as_ref(),
-        &login,
+        || {
+            let (status, answer) = post(
+                at.host,
+                at.path,
+                sign_in.exchange(code, at.client_id, &page),
+            )
+            .map_err(|e| {
+                UserError::failed(
+                    format!("{agent}: {} did not answer: {e}", at.host),
+                    again.clone(),
+                )
+            })?;
+            let now = oauth_refresh::now_ms();
+            login = (200..300)
+                .contains(&status)
+                .then(|| oauth::captured_login(&answer, now))
+                .flatten()
+                .ok_or_else(|| {
+                    let said =
+                        oauth::refusal(&answer).map_or_else(String::new, |s| format!(": {s}"));
+                    UserError::failed(
+                        format!("{agent}: {} refused the code ({status}{said})", at.host),
+                        format!("a code is good once and for a few minutes: {again}"),
+                    )
+                })?;
+            Ok(login.clone())
+        },
     )?;
     out!("{}", crate::plan::text::escaped(&file.to_string_lossy()));
     let expires = oauth::claude_tokens(&login).map_or(0, |t| t.expires_at_ms);

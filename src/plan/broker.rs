@@ -7,6 +7,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::oauth::{Placeholders, Shape, SignInPage};
+
 /// A login whose token the broker keeps out of boxes, and the hosts that token is for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Rule {
@@ -39,17 +41,17 @@ pub(crate) struct OauthEndpoint {
     pub host: &'static str,
     pub path: &'static str,
     pub client_id: &'static str,
-    /// Where a person signs in (`ag-box login`), the page that shows them the code to paste
-    /// back, and the scopes asked for: as the agent's own CLI asks.
-    pub authorize_url: &'static str,
-    pub redirect_uri: &'static str,
-    pub scopes: &'static str,
+    /// The shape of the login's file.
+    pub shape: Shape,
+    /// Where `ag-box login` signs a person in; None: it does not (yet).
+    pub sign_in: Option<SignInPage>,
 }
 
 /// The brokered logins: data, one row per file. Claude Code's are its API key
 /// (`ANTHROPIC_API_KEY`/`ANTHROPIC_AUTH_TOKEN` in the node's `~/.claude/settings.json`) and its
 /// OAuth login (`~/.claude/.credentials.json`, refreshed by the broker); Codex's is its API key
-/// (`OPENAI_API_KEY` in `~/.codex/auth.json`; its login to `ChatGPT` is not brokered yet);
+/// (`OPENAI_API_KEY` in `~/.codex/auth.json`) and its `ChatGPT` login (the `tokens` of the same
+/// file, which then holds no key of the broker's: one row or the other stands in for it);
 /// Grok's is its API key (`apiKey` of `~/.grok/user-settings.json`, for xAI's API).
 pub(crate) const RULES: &[LoginRule] = &[
     LoginRule {
@@ -81,9 +83,12 @@ pub(crate) const RULES: &[LoginRule] = &[
             host: "platform.claude.com",
             path: "/v1/oauth/token",
             client_id: "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
-            authorize_url: "https://claude.com/cai/oauth/authorize",
-            redirect_uri: "https://platform.claude.com/oauth/code/callback",
-            scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
+            shape: Shape::Claude,
+            sign_in: Some(SignInPage {
+                authorize_url: "https://claude.com/cai/oauth/authorize",
+                redirect_uri: "https://platform.claude.com/oauth/code/callback",
+                scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
+            }),
         }),
     },
     LoginRule {
@@ -100,6 +105,26 @@ pub(crate) const RULES: &[LoginRule] = &[
             "/v1/embeddings",
         ],
         oauth: None,
+    },
+    LoginRule {
+        login: "codex",
+        name: "codex-oauth",
+        copied: ".codex/auth.json",
+        hosts: &["chatgpt.com"],
+        key_header: None,
+        paths: &[
+            "/backend-api/codex/responses",
+            "/backend-api/codex/models",
+            "/backend-api/wham/accounts/check",
+            "/backend-api/wham/usage",
+        ],
+        oauth: Some(OauthEndpoint {
+            host: "auth.openai.com",
+            path: "/oauth/token",
+            client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
+            shape: Shape::Codex,
+            sign_in: None,
+        }),
     },
     LoginRule {
         login: "grok",
@@ -145,6 +170,26 @@ pub(crate) fn ca_env() -> Vec<(String, String)> {
     .into_iter()
     .map(|k| (k.to_string(), BOX_CA_BUNDLE.to_string()))
     .collect()
+}
+
+/// The shape of the OAuth login of row `name` (Claude Code's for any other).
+pub(crate) fn shape_of(name: &str) -> Shape {
+    RULES
+        .iter()
+        .find(|r| r.name == name)
+        .and_then(|r| r.oauth)
+        .map_or(Shape::Claude, |o| o.shape)
+}
+
+impl OauthAccount {
+    /// The placeholders the box sees for its tokens.
+    pub(crate) fn shown(&self) -> Placeholders<'_> {
+        Placeholders {
+            access: &self.access,
+            refresh: &self.refresh,
+            id: self.id.as_deref(),
+        }
+    }
 }
 
 /// The part of HOME the box sees a brokered copy of for the row `name`, if it is one.
@@ -274,8 +319,13 @@ pub(crate) struct OauthAccount {
     pub login: String,
     /// The broker's row (`RULES`) of the login.
     pub row: String,
+    #[serde(default)]
+    pub shape: Shape,
     pub access: String,
     pub refresh: String,
+    /// The placeholder of its OpenID-Connect token, where the login has one (Codex's).
+    #[serde(default)]
+    pub id: Option<String>,
     /// The box has no login yet (neither the node nor the box made one): the answer to a
     /// login's code exchange it makes is kept, in `file`, for it alone.
     pub captures: bool,
@@ -311,6 +361,7 @@ const TOKEN_PREFIXES: &[&str] = &[
     "sk-ant-ort01-",
     "sk-ant-admin01-",
     "sk-ant-",
+    "rt_",
     "xai-",
     "sk-proj-",
     "sk-svcacct-",
@@ -451,25 +502,38 @@ fn key_header(login: &str) -> Option<&'static str> {
 
 /// Why a request to `path` may not get the tokens of `logins` it carries placeholders of (a
 /// login whose rule names paths, and this is none of them); None: it may.
-pub(crate) fn path_refusal(logins: &[String], path: &str) -> Option<String> {
+pub(crate) fn path_refusal(logins: &[String], host: &str, path: &str) -> Option<String> {
     logins.iter().find_map(|login| {
-        let rule = RULES.iter().find(|r| r.login == login.as_str())?;
+        // The login's rows for this host (Codex's API key and its ChatGPT login go to hosts of
+        // their own, each with its paths).
+        let rows: Vec<&LoginRule> = RULES
+            .iter()
+            .filter(|r| r.login == login.as_str())
+            .filter(|r| r.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+            .collect();
+        let mut paths: Vec<&str> = Vec::new();
+        for p in rows.iter().flat_map(|r| r.paths.iter().copied()) {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        if rows.is_empty() || rows.iter().any(|r| r.paths.is_empty()) {
+            return None;
+        }
         // A path a server may read otherwise than as written (dot segments, escaped slashes)
         // could name what no prefix allows.
-        if !rule.paths.is_empty() && !plain_path(path) {
+        if !plain_path(path) {
             return Some(format!(
                 "the broker puts the {login} key into no request whose path has dot segments, empty segments or escaped dots or slashes ({path})"
             ));
         }
-        let allowed = rule.paths.is_empty()
-            || rule
-                .paths
-                .iter()
-                .any(|p| path == *p || path.starts_with(&format!("{p}/")) || path.starts_with(&format!("{p}?")));
+        let allowed = paths.iter().any(|p| {
+            path == *p || path.starts_with(&format!("{p}/")) || path.starts_with(&format!("{p}?"))
+        });
         (!allowed).then(|| {
             format!(
                 "the broker puts the {login} key only into model requests ({}), not into one to {path}",
-                rule.paths.join(", ")
+                paths.join(", ")
             )
         })
     })
@@ -823,6 +887,8 @@ mod tests {
                 "api.anthropic.com",
                 "platform.claude.com",
                 "api.openai.com",
+                "chatgpt.com",
+                "auth.openai.com",
                 "api.x.ai"
             ]
         );
@@ -1243,13 +1309,13 @@ mod tests {
             "/v1/models",
             "/v1/models/x",
         ] {
-            assert_eq!(path_refusal(&claude, ok), None, "{ok}");
+            assert_eq!(path_refusal(&claude, "api.anthropic.com", ok), None, "{ok}");
         }
         assert_eq!(
-            path_refusal(&claude, "/api/oauth/claude_cli/create_api_key"),
+            path_refusal(&claude, "api.anthropic.com", "/api/oauth/claude_cli/create_api_key"),
             Some("the broker puts the claude key only into model requests (/v1/messages, /v1/models), not into one to /api/oauth/claude_cli/create_api_key".into())
         );
-        assert!(path_refusal(&claude, "/v1/messagesX").is_some());
+        assert!(path_refusal(&claude, "api.anthropic.com", "/v1/messagesX").is_some());
         // A path a server could read as another: dot segments, escaped ones, empty segments.
         for odd in [
             "/v1/messages/../../api/oauth/claude_cli/create_api_key",
@@ -1261,18 +1327,32 @@ mod tests {
             "/v1/models/%5c",
         ] {
             assert_eq!(
-                path_refusal(&claude, odd),
+                path_refusal(&claude, "api.anthropic.com", odd),
                 Some(format!(
                     "the broker puts the claude key into no request whose path has dot segments, empty segments or escaped dots or slashes ({odd})"
                 )),
                 "{odd}"
             );
         }
-        assert!(path_refusal(&claude, "/v1/organizations/invites").is_some());
-        assert_eq!(path_refusal(&codex, "/v1/responses"), None);
-        assert!(path_refusal(&codex, "/v1/organization/admin_api_keys").is_some());
+        assert!(path_refusal(&claude, "api.anthropic.com", "/v1/organizations/invites").is_some());
+        assert_eq!(
+            path_refusal(&codex, "api.openai.com", "/v1/responses"),
+            None
+        );
+        assert_eq!(
+            path_refusal(&codex, "chatgpt.com", "/backend-api/codex/responses"),
+            None
+        );
+        assert!(path_refusal(&codex, "chatgpt.com", "/v1/responses").is_some());
+        assert!(path_refusal(&codex, "chatgpt.com", "/backend-api/conversation").is_some());
+        assert!(
+            path_refusal(&codex, "api.openai.com", "/v1/organization/admin_api_keys").is_some()
+        );
         // gh's token may go to any path of its hosts.
-        assert_eq!(path_refusal(&["gh".to_string()], "/repos/a/b/keys"), None);
-        assert_eq!(path_refusal(&[], "/anything"), None);
+        assert_eq!(
+            path_refusal(&["gh".to_string()], "api.github.com", "/repos/a/b/keys"),
+            None
+        );
+        assert_eq!(path_refusal(&[], "api.github.com", "/anything"), None);
     }
 }

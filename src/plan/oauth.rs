@@ -8,8 +8,6 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::broker::OauthEndpoint;
-
 /// The key of Claude Code's login in its credentials file.
 const CLAUDE_KEY: &str = "claudeAiOauth";
 
@@ -52,6 +50,254 @@ pub(crate) fn claude_tokens(text: &str) -> Option<Tokens> {
         refresh: token("refreshToken")?,
         expires_at_ms: login.get("expiresAt").and_then(Value::as_i64).unwrap_or(0),
     })
+}
+
+/// The shape of an OAuth login's file: Claude Code's `~/.claude/.credentials.json`, or Codex's
+/// `~/.codex/auth.json` holding its `ChatGPT` login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Shape {
+    #[default]
+    Claude,
+    Codex,
+}
+
+/// The placeholders a box sees for an OAuth login's tokens (Codex's login has an OpenID-Connect token
+/// too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placeholders<'a> {
+    pub access: &'a str,
+    pub refresh: &'a str,
+    pub id: Option<&'a str>,
+}
+
+impl Shape {
+    /// The login of a file of this shape; None when it holds none.
+    pub(crate) fn tokens(self, text: &str) -> Option<Tokens> {
+        match self {
+            Shape::Claude => claude_tokens(text),
+            Shape::Codex => codex_tokens(text),
+        }
+    }
+
+    /// The copy a box sees (the login alone, `shown` in place of its tokens, an expiry far
+    /// ahead, so that the CLI never refreshes by itself); None when it holds no login.
+    pub(crate) fn shown(self, text: &str, shown: &Placeholders, now_ms: i64) -> Option<String> {
+        match self {
+            Shape::Claude => claude_shown(text, shown.access, shown.refresh, now_ms),
+            Shape::Codex => codex_shown(text, shown, now_ms),
+        }
+    }
+
+    /// The login alone of a file: what the store keeps (never the file's other entries).
+    pub(crate) fn login_only(self, text: &str) -> Option<String> {
+        match self {
+            Shape::Claude => claude_login_only(text),
+            Shape::Codex => {
+                self.tokens(text)?;
+                let v: Value = serde_json::from_str(text).ok()?;
+                let mut out = Map::new();
+                for key in CODEX_LOGIN_KEYS {
+                    if let Some(found) = v.get(key) {
+                        out.insert(key.to_string(), found.clone());
+                    }
+                }
+                serde_json::to_string(&Value::Object(out)).ok()
+            }
+        }
+    }
+
+    /// This node's file (`local`) with the login of `login` (a [`Shape::login_only`]) in place
+    /// of its own, all else kept.
+    pub(crate) fn with_login(self, local: Option<&str>, login: &str) -> Option<String> {
+        match self {
+            Shape::Claude => claude_with_login(local, login),
+            Shape::Codex => {
+                let login: Value = serde_json::from_str(login).ok()?;
+                let mut v = local
+                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                let o = v.as_object_mut()?;
+                for key in CODEX_LOGIN_KEYS {
+                    if let Some(found) = login.get(key) {
+                        o.insert(key.to_string(), found.clone());
+                    }
+                }
+                serde_json::to_string_pretty(&v).ok()
+            }
+        }
+    }
+
+    /// The file after a refresh at `now_ms`: the new tokens, all else as it was.
+    pub(crate) fn after_refresh(self, text: &str, new: &Refreshed, now_ms: i64) -> Option<String> {
+        match self {
+            Shape::Claude => claude_after_refresh(text, new, now_ms),
+            Shape::Codex => {
+                let mut v: Value = serde_json::from_str(text).ok()?;
+                let o = v.as_object_mut()?;
+                let tokens = o.get_mut("tokens")?.as_object_mut()?;
+                tokens.insert("access_token".into(), json!(new.access));
+                if let Some(refresh) = &new.refresh {
+                    tokens.insert("refresh_token".into(), json!(refresh));
+                }
+                if let Some(id) = &new.id {
+                    tokens.insert("id_token".into(), json!(id));
+                }
+                o.insert(
+                    "last_refresh".into(),
+                    json!(super::text::rfc3339_ms(now_ms)),
+                );
+                serde_json::to_string_pretty(&v).ok()
+            }
+        }
+    }
+
+    /// The body of a refresh of `refresh` at the login's token endpoint, as its CLI sends it.
+    pub(crate) fn refresh_request(self, refresh: &str, client_id: &str) -> Vec<u8> {
+        let body = match self {
+            Shape::Claude => json!({
+                "grant_type": "refresh_token",
+                "refresh_token": refresh,
+                "client_id": client_id,
+            }),
+            Shape::Codex => json!({
+                "client_id": client_id,
+                "grant_type": "refresh_token",
+                "refresh_token": refresh,
+                "scope": "openid profile email",
+            }),
+        };
+        body.to_string().into_bytes()
+    }
+
+    /// The login's OpenID-Connect token, where it keeps one (Codex's).
+    pub(crate) fn id_token(self, text: &str) -> Option<String> {
+        match self {
+            Shape::Claude => None,
+            Shape::Codex => serde_json::from_str::<Value>(text)
+                .ok()?
+                .get("tokens")?
+                .get("id_token")?
+                .as_str()
+                .filter(|t| !t.is_empty())
+                .map(String::from),
+        }
+    }
+
+    /// Whether a login made inside a box is kept by the broker for it (Claude Code's; Codex's
+    /// sign-in is not answered by the broker yet).
+    pub(crate) fn captures(self) -> bool {
+        self == Shape::Claude
+    }
+}
+
+/// The broker's answer to a box's refresh: its placeholders again, good for a year.
+pub(crate) fn answer_to_box(shown: &Placeholders) -> Vec<u8> {
+    let mut v = json!({
+        "token_type": "Bearer",
+        "access_token": shown.access,
+        "refresh_token": shown.refresh,
+        "expires_in": SHOWN_LIFETIME_S,
+    });
+    if let (Some(id), Some(o)) = (shown.id, v.as_object_mut()) {
+        o.insert("id_token".into(), json!(id));
+    }
+    v.to_string().into_bytes()
+}
+
+/// What of Codex's `auth.json` is its `ChatGPT` login (an API key beside it is the node's own).
+const CODEX_LOGIN_KEYS: &[&str] = &["auth_mode", "tokens", "last_refresh"];
+
+/// How long an access token that says nothing of its expiry is taken to last after its
+/// refresh.
+const UNSAID_LIFETIME_MS: i64 = 60 * 60 * 1000;
+
+/// Codex's `ChatGPT` login in its `auth.json`; its expiry the access token's (a JWT's `exp`), or
+/// an hour after its last refresh where the token says none.
+fn codex_tokens(text: &str) -> Option<Tokens> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let tokens = v.get("tokens")?;
+    let token = |k: &str| {
+        tokens
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+    };
+    let access = token("access_token")?;
+    let expires_at_ms = jwt_claims(&access)
+        .and_then(|c| c.get("exp")?.as_i64())
+        .map(|s| s.saturating_mul(1000))
+        .or_else(|| {
+            let at = humantime::parse_rfc3339_weak(v.get("last_refresh")?.as_str()?).ok()?;
+            let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+            Some(i64::try_from(ms).ok()? + UNSAID_LIFETIME_MS)
+        })
+        .unwrap_or(0);
+    Some(Tokens {
+        refresh: token("refresh_token")?,
+        access,
+        expires_at_ms,
+    })
+}
+
+/// The copy a box sees of Codex's `auth.json`: its `ChatGPT` login alone (no API key), the
+/// placeholders in place of its tokens (the account id kept: it is no secret, and goes in a
+/// header of its own), refreshed just now.
+fn codex_shown(text: &str, shown: &Placeholders, now_ms: i64) -> Option<String> {
+    codex_tokens(text)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    let real = v.get("tokens")?.as_object()?;
+    let mut tokens = Map::new();
+    if let Some(id) = shown.id {
+        tokens.insert("id_token".into(), json!(id));
+    }
+    tokens.insert("access_token".into(), json!(shown.access));
+    tokens.insert("refresh_token".into(), json!(shown.refresh));
+    if let Some(account) = real.get("account_id").filter(|a| a.is_string()) {
+        tokens.insert("account_id".into(), account.clone());
+    }
+    let mut out = Map::new();
+    if let Some(mode) = v.get("auth_mode").filter(|m| m.is_string()) {
+        out.insert("auth_mode".into(), mode.clone());
+    }
+    out.insert("OPENAI_API_KEY".into(), Value::Null);
+    out.insert("tokens".into(), Value::Object(tokens));
+    out.insert(
+        "last_refresh".into(),
+        json!(super::text::rfc3339_ms(now_ms)),
+    );
+    serde_json::to_string_pretty(&Value::Object(out)).ok()
+}
+
+/// The claims of a JWT (its middle part); None when it is none.
+fn jwt_claims(token: &str) -> Option<Map<String, Value>> {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut parts = token.split('.');
+    let (_, claims, _) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(claims.trim_end_matches('=')).ok()?;
+    match serde_json::from_slice(&bytes).ok()? {
+        Value::Object(map) => Some(map),
+        _ => None,
+    }
+}
+
+/// A placeholder of the JWT `real` a client reads: its header and claims (the account, the
+/// plan), an expiry [`SHOWN_LIFETIME_S`] past `now_ms`, and `signature` in place of its own (no
+/// server takes it). None when `real` is no JWT.
+pub(crate) fn jwt_placeholder(real: &str, signature: &str, now_ms: i64) -> Option<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = real.split('.').next()?;
+    let mut claims = jwt_claims(real)?;
+    claims.insert("exp".into(), json!(now_ms / 1000 + SHOWN_LIFETIME_S));
+    let claims = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Value::Object(claims)).ok()?);
+    Some(format!("{header}.{claims}.{signature}"))
 }
 
 /// The copy a box sees of Claude Code's credentials file: its login alone (other entries, such
@@ -98,6 +344,8 @@ pub(crate) fn claude_with_login(local: Option<&str>, login: &str) -> Option<Stri
 pub(crate) struct Refreshed {
     pub access: String,
     pub refresh: Option<String>,
+    /// An OpenID-Connect token, where the endpoint sends one (Codex's login keeps it).
+    pub id: Option<String>,
     pub expires_in_s: i64,
 }
 
@@ -112,6 +360,11 @@ pub(crate) fn refreshed(answer: &[u8]) -> Option<Refreshed> {
         access,
         refresh: v
             .get("refresh_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(String::from),
+        id: v
+            .get("id_token")
             .and_then(Value::as_str)
             .filter(|t| !t.is_empty())
             .map(String::from),
@@ -133,15 +386,13 @@ pub(crate) fn claude_after_refresh(text: &str, new: &Refreshed, now_ms: i64) -> 
     serde_json::to_string_pretty(&v).ok()
 }
 
-/// The body of a refresh of `refresh` at Claude's token endpoint, as Claude Code sends it.
-pub(crate) fn refresh_request(refresh: &str, client_id: &str) -> Vec<u8> {
-    json!({
-        "grant_type": "refresh_token",
-        "refresh_token": refresh,
-        "client_id": client_id,
-    })
-    .to_string()
-    .into_bytes()
+/// Where a person signs in (`ag-box login`), the page that shows them the code to paste back,
+/// and the scopes asked for: as the agent's own CLI asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SignInPage {
+    pub authorize_url: &'static str,
+    pub redirect_uri: &'static str,
+    pub scopes: &'static str,
 }
 
 /// A sign-in of `ag-box login` (OAuth's authorization code with PKCE, RFC 7636): the secret
@@ -169,13 +420,13 @@ impl SignIn {
     }
 
     /// The page where a person signs in, as the agent's own CLI builds it for a code to paste.
-    pub(crate) fn url(&self, at: &OauthEndpoint) -> String {
+    pub(crate) fn url(&self, client_id: &str, page: &SignInPage) -> String {
         let query = [
             ("code", "true"),
-            ("client_id", at.client_id),
+            ("client_id", client_id),
             ("response_type", "code"),
-            ("redirect_uri", at.redirect_uri),
-            ("scope", at.scopes),
+            ("redirect_uri", page.redirect_uri),
+            ("scope", page.scopes),
             ("code_challenge", &self.challenge),
             ("code_challenge_method", "S256"),
             ("state", &self.state),
@@ -184,7 +435,7 @@ impl SignIn {
         .map(|(k, v)| format!("{k}={}", form_encoded(v)))
         .collect::<Vec<_>>()
         .join("&");
-        format!("{}?{query}", at.authorize_url)
+        format!("{}?{query}", page.authorize_url)
     }
 
     /// The code in what the person pasted back (`code#state`, as the sign-in page shows it);
@@ -202,12 +453,12 @@ impl SignIn {
     }
 
     /// The body of the code's exchange at the token endpoint, as the agent's CLI sends it.
-    pub(crate) fn exchange(&self, code: &str, at: &OauthEndpoint) -> Vec<u8> {
+    pub(crate) fn exchange(&self, code: &str, client_id: &str, page: &SignInPage) -> Vec<u8> {
         json!({
             "grant_type": "authorization_code",
             "code": code,
-            "redirect_uri": at.redirect_uri,
-            "client_id": at.client_id,
+            "redirect_uri": page.redirect_uri,
+            "client_id": client_id,
             "code_verifier": self.verifier,
             "state": self.state,
         })
@@ -339,18 +590,6 @@ pub(crate) fn answer_with_placeholders(
     serde_json::to_vec(&v).ok()
 }
 
-/// The broker's answer to a box's refresh: its placeholders again, good for a year.
-pub(crate) fn answer_to_box(access: &str, refresh: &str) -> Vec<u8> {
-    json!({
-        "token_type": "Bearer",
-        "access_token": access,
-        "refresh_token": refresh,
-        "expires_in": SHOWN_LIFETIME_S,
-    })
-    .to_string()
-    .into_bytes()
-}
-
 /// How long a node may hold an account's lease to redeem its refresh token: past it, another
 /// node takes the lease over (a node that died holding it blocks the others no longer).
 pub(crate) const LEASE_MS: i64 = 45_000;
@@ -438,12 +677,13 @@ mod tests {
         77, 105, 214, 191, 240, 91, 88, 5, 88, 83, 132, 141, 121,
     ];
 
-    fn claude_endpoint() -> OauthEndpoint {
-        crate::plan::broker::RULES
-            .iter()
-            .find_map(|r| r.oauth)
-            .unwrap()
-    }
+    /// Claude Code's sign-in page and client, as `plan::broker::RULES` has them.
+    const CLAUDE_CLIENT: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+    const CLAUDE_SIGN_IN: SignInPage = SignInPage {
+        authorize_url: "https://claude.com/cai/oauth/authorize",
+        redirect_uri: "https://platform.claude.com/oauth/code/callback",
+        scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
+    };
 
     #[test]
     fn a_sign_in_asks_as_claude_code_does_and_takes_back_only_its_own_code() {
@@ -456,9 +696,8 @@ mod tests {
                 state: "-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s".into(),
             }
         );
-        let at = claude_endpoint();
         assert_eq!(
-            sign_in.url(&at),
+            sign_in.url(CLAUDE_CLIENT, &CLAUDE_SIGN_IN),
             "https://claude.com/cai/oauth/authorize?code=true\
              &client_id=9d1c250a-e61b-44d9-88ed-5944d1962f5e&response_type=code\
              &redirect_uri=https%3A%2F%2Fplatform.claude.com%2Foauth%2Fcode%2Fcallback\
@@ -479,7 +718,12 @@ mod tests {
         assert_eq!(sign_in.code(""), none);
         assert_eq!(sign_in.code(&format!("a\u{1b}[2Jb#{state}")), none);
         assert_eq!(
-            serde_json::from_slice::<Value>(&sign_in.exchange("abc", &at)).unwrap(),
+            serde_json::from_slice::<Value>(&sign_in.exchange(
+                "abc",
+                CLAUDE_CLIENT,
+                &CLAUDE_SIGN_IN
+            ))
+            .unwrap(),
             json!({
                 "grant_type": "authorization_code",
                 "code": "abc",
@@ -502,6 +746,118 @@ mod tests {
             Some("invalid_request".into())
         );
         assert_eq!(refusal(b"<html>"), None);
+    }
+
+    /// A JWT of `claims` (an unsigned test one).
+    fn jwt(claims: &Value) -> String {
+        use base64::Engine;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!(
+            "eyJhbGciOiJSUzI1NiJ9.{}.c2lnbmF0dXJl",
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        )
+    }
+
+    #[test]
+    fn codexs_chatgpt_login_is_read_shown_as_placeholders_refreshed_and_kept_alone() {
+        let auth = json!({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-1", "chatgpt_plan_type": "pro"}});
+        let access = jwt(
+            &json!({"exp": 2_000_000, "https://api.openai.com/auth": auth["https://api.openai.com/auth"]}),
+        );
+        let id = jwt(&json!({"email": "a@b", "exp": 1_000}));
+        let file = json!({
+            "auth_mode": "chatgpt",
+            "OPENAI_API_KEY": "sk-proj-exchanged",
+            "tokens": {"id_token": id, "access_token": access, "refresh_token": "rt_real", "account_id": "acct-1"},
+            "last_refresh": "2026-12-01T00:00:00Z",
+            "other": "kept",
+        })
+        .to_string();
+        assert_eq!(
+            Shape::Codex.tokens(&file),
+            Some(Tokens {
+                access: access.clone(),
+                refresh: "rt_real".into(),
+                expires_at_ms: 2_000_000_000,
+            })
+        );
+        // A token that says no expiry: an hour after its last refresh.
+        let opaque = file.replace(&access, "opaque");
+        assert_eq!(
+            Shape::Codex.tokens(&opaque).unwrap().expires_at_ms,
+            1_796_083_200_000 + 3_600_000
+        );
+        assert_eq!(Shape::Codex.tokens(r#"{"OPENAI_API_KEY":"sk-x"}"#), None);
+
+        // The box's copy: placeholders, the account id, no API key, refreshed now.
+        let now_ms = 1_796_400_000_000;
+        let access_shown = jwt_placeholder(&access, "SIG", now_ms).unwrap();
+        assert!(
+            access_shown.starts_with("eyJhbGciOiJSUzI1NiJ9.")
+                && access_shown.rsplit('.').next() == Some("SIG")
+        );
+        assert_eq!(
+            jwt_claims(&access_shown).unwrap(),
+            json!({"exp": 1_796_400_000 + SHOWN_LIFETIME_S, "https://api.openai.com/auth": {"chatgpt_account_id": "acct-1", "chatgpt_plan_type": "pro"}})
+                .as_object()
+                .unwrap()
+                .clone()
+        );
+        assert_eq!(jwt_placeholder("rt_real", "SIG", now_ms), None);
+        let shown = Placeholders {
+            access: "A.B.C",
+            refresh: "rt_shown",
+            id: Some("I.D.S"),
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&Shape::Codex.shown(&file, &shown, now_ms).unwrap())
+                .unwrap(),
+            json!({
+                "auth_mode": "chatgpt",
+                "OPENAI_API_KEY": null,
+                "tokens": {"id_token": "I.D.S", "access_token": "A.B.C", "refresh_token": "rt_shown", "account_id": "acct-1"},
+                "last_refresh": "2026-12-04T16:00:00Z",
+            })
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&answer_to_box(&shown)).unwrap(),
+            json!({"token_type": "Bearer", "access_token": "A.B.C", "refresh_token": "rt_shown", "id_token": "I.D.S", "expires_in": SHOWN_LIFETIME_S})
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&Shape::Codex.refresh_request("rt_real", "app_x"))
+                .unwrap(),
+            json!({"client_id": "app_x", "grant_type": "refresh_token", "refresh_token": "rt_real", "scope": "openid profile email"})
+        );
+
+        // A refresh: the new tokens and the time, all else kept.
+        let new =
+            refreshed(br#"{"id_token":"i2","access_token":"a2","refresh_token":"rt_2"}"#).unwrap();
+        let after: Value =
+            serde_json::from_str(&Shape::Codex.after_refresh(&file, &new, now_ms).unwrap())
+                .unwrap();
+        assert_eq!(
+            after,
+            json!({
+                "auth_mode": "chatgpt",
+                "OPENAI_API_KEY": "sk-proj-exchanged",
+                "tokens": {"id_token": "i2", "access_token": "a2", "refresh_token": "rt_2", "account_id": "acct-1"},
+                "last_refresh": "2026-12-04T16:00:00Z",
+                "other": "kept",
+            })
+        );
+        // The store keeps the login alone; a node keeps its own key and entries.
+        let alone = Shape::Codex.login_only(&after.to_string()).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&alone).unwrap(),
+            json!({"auth_mode": "chatgpt", "tokens": after["tokens"], "last_refresh": "2026-12-04T16:00:00Z"})
+        );
+        let local = r#"{"OPENAI_API_KEY":"sk-proj-mine","tokens":{"access_token":"old","refresh_token":"rt_old"}}"#;
+        assert_eq!(
+            serde_json::from_str::<Value>(&Shape::Codex.with_login(Some(local), &alone).unwrap())
+                .unwrap(),
+            json!({"OPENAI_API_KEY": "sk-proj-mine", "tokens": after["tokens"], "auth_mode": "chatgpt", "last_refresh": "2026-12-04T16:00:00Z"})
+        );
+        assert!(!Shape::Codex.captures());
     }
 
     #[test]
@@ -591,6 +947,7 @@ mod tests {
             Refreshed {
                 access: "sk-ant-oat01-new".into(),
                 refresh: Some("sk-ant-ort01-new".into()),
+                id: None,
                 expires_in_s: 28800,
             }
         );
@@ -637,11 +994,16 @@ mod tests {
         assert_eq!(asked(b"refresh_token=R"), None);
         assert_eq!(asked(b"grant_type=%zz"), None);
         assert_eq!(
-            serde_json::from_slice::<Value>(&refresh_request("R", "c")).unwrap(),
+            serde_json::from_slice::<Value>(&Shape::Claude.refresh_request("R", "c")).unwrap(),
             json!({"grant_type": "refresh_token", "refresh_token": "R", "client_id": "c"})
         );
         assert_eq!(
-            serde_json::from_slice::<Value>(&answer_to_box("A", "R")).unwrap(),
+            serde_json::from_slice::<Value>(&answer_to_box(&Placeholders {
+                access: "A",
+                refresh: "R",
+                id: None
+            }))
+            .unwrap(),
             json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S})
         );
     }

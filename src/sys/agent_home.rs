@@ -117,16 +117,17 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
 /// read with no link followed, moved into the broker's keeping for this box, and said. A link,
 /// a fifo or a file too big is kept as nothing (the start then makes an empty file there).
 fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
-    use crate::plan::{broker, oauth};
+    use crate::plan::broker;
     use crate::sys::oauth_refresh::read_login;
     let Some(row) = broker::RULES
         .iter()
-        .find(|r| r.oauth.is_some() && Path::new(r.copied) == rel)
+        .find(|r| r.oauth.is_some_and(|o| o.shape.captures()) && Path::new(r.copied) == rel)
     else {
         return Ok(());
     };
+    let shape = broker::shape_of(row.name);
     let own = broker::box_login_file(&spec.broker_state, &spec.name, row.name);
-    if read_login(&spec.home().join(row.copied)).is_ok() || read_login(&own).is_ok() {
+    if read_login(&spec.home().join(row.copied), shape).is_ok() || read_login(&own, shape).is_ok() {
         return Ok(());
     }
     let bytes = match tree.read_file(rel, LOGIN_MAX) {
@@ -139,7 +140,7 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     };
     let Some(login) = std::str::from_utf8(&bytes)
         .ok()
-        .and_then(oauth::claude_login_only)
+        .and_then(|t| shape.login_only(t))
     else {
         return Ok(());
     };

@@ -154,8 +154,8 @@ fn placeheld(
 /// The brokered logins a guarded box sees as copies on this node (HOME `home`): gh's config
 /// dir; Claude Code's settings whenever the node has them (whatever they hold: a copy with
 /// every token of a key's shape a placeholder, so a file this cannot read never reaches a box
-/// as it is); Codex's `auth.json` where it holds an API key (an OAuth login is not brokered
-/// yet: a box given codex gets the node's file, shared as before).
+/// as it is); Codex's `auth.json` where it holds an API key, or its `ChatGPT` login (one row or
+/// the other: a file with a login is the login's).
 pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
     broker::RULES
         .iter()
@@ -163,11 +163,14 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
             "gh" => home.join(row.copied).is_dir(),
             // The node's login, or none (a box may log in through the broker); a file that
             // holds something else is seen as before.
-            _ if row.oauth.is_some() => match node_file(home, row) {
-                Ok(None) => true,
-                Ok(Some((text, _))) => oauth::claude_tokens(&text).is_some(),
-                Err(_) => false,
-            },
+            _ if row.oauth.is_some() => {
+                let shape = broker::shape_of(row.name);
+                match node_file(home, row) {
+                    Ok(None) => shape.captures(),
+                    Ok(Some((text, _))) => shape.tokens(&text).is_some(),
+                    Err(_) => false,
+                }
+            }
             // Only a box given the login sees its file: as before unless the broker holds its key.
             "codex" | "grok" => node_file(home, row)
                 .ok()
@@ -244,6 +247,7 @@ fn copy_oauth(
     endpoint: &broker::OauthEndpoint,
     key: &[u8],
 ) -> Result<Option<broker::OauthAccount>> {
+    let shape = endpoint.shape;
     let dest = spec.broker_copy(row.name);
     let give = |text: &[u8]| -> Result<()> {
         atomic::write(&dest, text, 0o600)?;
@@ -251,7 +255,7 @@ fn copy_oauth(
             .with_context(|| format!("handing {} to the box", dest.display()))
     };
     let on_node = match node_file(&spec.agent_home.home, row) {
-        Ok(found) => found.and_then(|(text, _)| oauth::claude_tokens(&text).map(|t| (text, t))),
+        Ok(found) => found.and_then(|(text, _)| shape.tokens(&text).map(|t| (text, t))),
         Err(why) => {
             tracing::warn!("box '{}': {why}; it sees an empty copy of it", spec.name);
             give(b"{}")?;
@@ -267,29 +271,27 @@ fn copy_oauth(
             .recursive(true)
             .create(spec.box_logins())
             .with_context(|| format!("creating {}", spec.box_logins().display()))?;
-        let found = crate::sys::oauth_refresh::read_login(&own).ok();
+        let found = crate::sys::oauth_refresh::read_login(&own, shape).ok();
         (own.clone(), found)
     };
-    let (real_access, real_refresh) = found
-        .as_ref()
-        .map_or((CLAUDE_ACCESS_SHAPE, CLAUDE_REFRESH_SHAPE), |(_, t)| {
-            (t.access.as_str(), t.refresh.as_str())
-        });
-    let access = broker::lasting_placeholder(real_access, key, &spec.name, "claude-access");
-    let refresh = broker::lasting_placeholder(real_refresh, key, &spec.name, "claude-refresh");
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX);
+    let now_ms = crate::sys::oauth_refresh::now_ms();
+    let (access, refresh, id) = oauth_placeholders(spec, row, key, found.as_ref(), now_ms);
+    let placeholders = oauth::Placeholders {
+        access: &access,
+        refresh: &refresh,
+        id: id.as_deref(),
+    };
     let shown = found
         .as_ref()
-        .and_then(|(text, _)| oauth::claude_shown(text, &access, &refresh, now_ms))
+        .and_then(|(text, _)| shape.shown(text, &placeholders, now_ms))
         .unwrap_or_else(|| "{}".into());
     // Whatever else of a token's shape it held is not in the copy.
-    let (shown, _) = broker::placehold_tokens(&shown, &[access.clone(), refresh.clone()], |t| {
+    let kept: Vec<String> = [Some(&access), Some(&refresh), id.as_ref()]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let (shown, _) = broker::placehold_tokens(&shown, &kept, |t| {
         broker::placeholder(t, key, &spec.name, row.name)
     });
     give(shown.as_bytes())?;
@@ -325,8 +327,10 @@ fn copy_oauth(
     Ok(Some(broker::OauthAccount {
         login: row.login.into(),
         row: row.name.into(),
+        shape,
         access,
         refresh,
+        id,
         captures: found.is_none(),
         file,
         token_host: endpoint.host.into(),
@@ -336,12 +340,60 @@ fn copy_oauth(
     }))
 }
 
+/// The placeholders box `spec` sees for the tokens of the OAuth login of `row` (`found`: its
+/// file and tokens; None: none yet, placeholders of Claude Code's shapes), the same whatever
+/// the tokens become. A JWT (Codex's tokens, whose claims its CLI reads) is shown as one: its
+/// claims, a far expiry, a placeholder of its signature.
+fn oauth_placeholders(
+    spec: &BoxSpec,
+    row: &broker::LoginRule,
+    key: &[u8],
+    found: Option<&(String, oauth::Tokens)>,
+    now_ms: i64,
+) -> (String, String, Option<String>) {
+    let shape = broker::shape_of(row.name);
+    let (real_access, real_refresh) = found
+        .map_or((CLAUDE_ACCESS_SHAPE, CLAUDE_REFRESH_SHAPE), |(_, t)| {
+            (t.access.as_str(), t.refresh.as_str())
+        });
+    let lasting = |real: &str, what: &str| {
+        let name = format!("{}-{what}", row.name);
+        let signature = real.rsplit('.').next().unwrap_or(real);
+        oauth::jwt_placeholder(
+            real,
+            &broker::lasting_placeholder(signature, key, &spec.name, &name),
+            now_ms,
+        )
+        .unwrap_or_else(|| broker::lasting_placeholder(real, key, &spec.name, &name))
+    };
+    match shape {
+        oauth::Shape::Claude => (
+            broker::lasting_placeholder(real_access, key, &spec.name, "claude-access"),
+            broker::lasting_placeholder(real_refresh, key, &spec.name, "claude-refresh"),
+            None,
+        ),
+        oauth::Shape::Codex => (
+            lasting(real_access, "access"),
+            lasting(real_refresh, "refresh"),
+            found
+                .and_then(|(text, _)| shape.id_token(text))
+                .map(|real| lasting(&real, "id")),
+        ),
+    }
+}
+
 /// Whether the broker keeps a login box `spec` made itself.
 pub(crate) fn kept_box_logins(spec: &BoxSpec) -> bool {
     broker::RULES
         .iter()
-        .filter(|r| r.oauth.is_some())
-        .any(|r| crate::sys::oauth_refresh::read_login(&box_login(spec, r.name)).is_ok())
+        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
+        .any(|r| {
+            crate::sys::oauth_refresh::read_login(
+                &box_login(spec, r.name),
+                broker::shape_of(r.name),
+            )
+            .is_ok()
+        })
 }
 
 /// `globals adopt`: the OAuth logins the broker keeps for box `spec` (made inside it) become
@@ -352,16 +404,25 @@ pub(crate) fn adopt_box_logins(
 ) -> Result<Vec<(&'static str, crate::sys::agent_home::Adopted)>> {
     use crate::sys::agent_home::Adopted;
     let mut done = Vec::new();
-    for row in broker::RULES.iter().filter(|r| r.oauth.is_some()) {
+    for row in broker::RULES
+        .iter()
+        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
+    {
+        let shape = broker::shape_of(row.name);
         let own = box_login(spec, row.name);
-        let Ok((text, _)) = crate::sys::oauth_refresh::read_login(&own) else {
+        crate::sys::oauth_refresh::finish_box_refresh(
+            row.name,
+            &own,
+            &broker::lock_file(&format!("{}.{}", row.name, spec.name)),
+        )?;
+        let Ok((text, _)) = crate::sys::oauth_refresh::read_login(&own, shape) else {
             continue;
         };
         let dest = spec.agent_home.home.join(row.copied);
         let on_node = node_file(&spec.agent_home.home, row)
             .ok()
             .flatten()
-            .is_some_and(|(t, _)| oauth::claude_tokens(&t).is_some());
+            .is_some_and(|(t, _)| shape.tokens(&t).is_some());
         if on_node {
             done.push((row.copied, Adopted::NodeHasOne(dest)));
             continue;
@@ -447,7 +508,7 @@ pub(crate) fn held(home: &Path, row: &broker::LoginRule) -> Held {
         let tokens = node_file(home, row)
             .ok()
             .flatten()
-            .and_then(|(text, _)| oauth::claude_tokens(&text));
+            .and_then(|(text, _)| broker::shape_of(row.name).tokens(&text));
         return Held {
             accounts: vec![],
             tokens: usize::from(tokens.is_some()),

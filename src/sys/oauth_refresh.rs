@@ -20,7 +20,8 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
-use crate::plan::oauth::{self, AccountLease, Next, Sealed, StoredLogin, Tokens};
+use crate::plan::broker::shape_of;
+use crate::plan::oauth::{self, AccountLease, Next, Sealed, Shape, StoredLogin, Tokens};
 use crate::plan::restic_key;
 use crate::store::{Accounts, Cas, Version};
 use crate::sys::{crash, host};
@@ -85,9 +86,10 @@ pub(crate) fn read_text(path: &Path) -> Result<String> {
 }
 
 /// The login file's text and its login.
-pub(crate) fn read_login(path: &Path) -> Result<(String, Tokens)> {
+pub(crate) fn read_login(path: &Path, shape: Shape) -> Result<(String, Tokens)> {
     let text = read_text(path)?;
-    let tokens = oauth::claude_tokens(&text)
+    let tokens = shape
+        .tokens(&text)
         .with_context(|| format!("{} holds no login", path.display()))?;
     Ok((text, tokens))
 }
@@ -174,16 +176,16 @@ fn keep_answer(journal: &Path, text: &str) -> Result<()> {
 /// holds a newer login) and the login file (unless that is newer), then forgotten. A journal
 /// that holds no login was cut short itself: nothing of it is kept.
 fn finish_cut_short(login: &Login, shared: Option<&Shared>) -> Result<()> {
+    let shape = shape_of(login.row);
     let journal = journal_of(login.file);
     if journal.symlink_metadata().is_err() {
         return Ok(());
     }
-    let kept = read_text(&journal)
-        .ok()
-        .and_then(|t| Some((oauth::claude_login_only(&t)?, oauth::claude_tokens(&t)?)));
-    if let Some((answer, tokens)) = kept {
+    // Unreadable now (not unparsable): kept for a later run, which may read it.
+    let text = read_text(&journal)?;
+    if let Some((answer, tokens)) = shape.login_only(&text).zip(shape.tokens(&text)) {
         if let Some(s) = shared {
-            let newer_there = s.store.account(login.row)?.and_then(|(bytes, v)| {
+            let there = s.store.account(login.row)?.and_then(|(bytes, v)| {
                 Some((serde_json::from_slice::<StoredLogin>(&bytes).ok()?, v))
             });
             let stored = StoredLogin {
@@ -193,19 +195,32 @@ fn finish_cut_short(login: &Login, shared: Option<&Shared>) -> Result<()> {
                 refreshed_by: Some(s.node.to_string()),
                 refreshed_at_ms: Some(now_ms()),
             };
-            match newer_there {
-                Some((there, _)) if there.expires_at_ms >= tokens.expires_at_ms => {}
+            let held = match there {
+                Some((there, _)) if there.expires_at_ms >= tokens.expires_at_ms => true,
                 Some((_, version)) => keep(login.row, s, &stored, version),
-                None => {
+                None => matches!(
                     s.store
-                        .put_account(login.row, &serde_json::to_vec(&stored)?, None)?;
-                }
+                        .put_account(login.row, &serde_json::to_vec(&stored)?, None)?,
+                    Cas::Written(_)
+                ),
+            };
+            if !held {
+                bail!(
+                    "the store does not take the {} login a refresh cut short earlier redeemed; it is kept in {} for the next try",
+                    login.row,
+                    journal.display()
+                );
             }
         }
-        let local = read_text(login.file).ok();
-        let here = local.as_deref().and_then(oauth::claude_tokens);
+        let local = match read_text(login.file) {
+            Ok(text) => Some(text),
+            Err(_) if !login.file.exists() => None,
+            Err(e) => return Err(e),
+        };
+        let here = local.as_deref().and_then(|t| shape.tokens(t));
         if here.is_none_or(|h| h.expires_at_ms < tokens.expires_at_ms) {
-            let text = oauth::claude_with_login(local.as_deref(), &answer)
+            let text = shape
+                .with_login(local.as_deref(), &answer)
                 .context("the login the cut-short refresh redeemed")?;
             write_login(login.file, &text)?;
         }
@@ -215,6 +230,21 @@ fn finish_cut_short(login: &Login, shared: Option<&Shared>) -> Result<()> {
         );
     }
     std::fs::remove_file(&journal).with_context(|| format!("removing {}", journal.display()))
+}
+
+/// A refresh of the login a box made itself (`file`, under the lock `lock_at`) cut short
+/// earlier, finished: before the login leaves the broker's keeping for the box.
+pub(crate) fn finish_box_refresh(row: &str, file: &Path, lock_at: &Path) -> Result<()> {
+    let _lock = lock(lock_at)?;
+    let login = Login {
+        row,
+        file,
+        lock: lock_at,
+        token_host: "",
+        token_path: "",
+        client_id: "",
+    };
+    finish_cut_short(&login, None)
 }
 
 /// The login's lock, taken: every process of the node that refreshes the login takes it first.
@@ -275,6 +305,7 @@ impl Watch {
 /// the account's lease where nodes share a store), the new login left in the store before this
 /// node's file is rewritten.
 pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Result<()> {
+    let shape = shape_of(login.row);
     let _lock = lock(login.lock)?;
     finish_cut_short(login, shared)?;
     let node = shared.map_or("", |s| s.node);
@@ -288,7 +319,7 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
             );
         }
         let seen = Watch::read(login.row, shared, watch.as_ref())?;
-        let local = read_login(login.file);
+        let local = read_login(login.file, shape);
         let (text, here) = match (&local, shared, &seen.stored) {
             (Ok((text, here)), _, _) => (Some(text.clone()), here.clone()),
             // A file gone takes the store's login where it has one (one that holds something
@@ -318,12 +349,10 @@ pub(crate) fn refresh(login: &Login, shared: Option<&Shared>, post: &Post) -> Re
                     (Some(s), Some(st))
                         if st.sealed.is_some() && st.expires_at_ms > here.expires_at_ms =>
                     {
-                        let newer = oauth::claude_with_login(
-                            text.as_deref(),
-                            &open_stored(st, s.password)?,
-                        )
-                        .context("the store's login")?;
-                        let tokens = oauth::claude_tokens(&newer).with_context(|| {
+                        let newer = shape
+                            .with_login(text.as_deref(), &open_stored(st, s.password)?)
+                            .context("the store's login")?;
+                        let tokens = shape.tokens(&newer).with_context(|| {
                             format!("the store's {} login holds no tokens", login.row)
                         })?;
                         (newer, tokens)
@@ -384,9 +413,13 @@ fn take_stored(
     stored: &StoredLogin,
     local: Option<&str>,
 ) -> Result<()> {
+    let shape = shape_of(login.row);
     let taken = open_stored(stored, shared.password)?;
-    let text = oauth::claude_with_login(local, &taken).context("the store's login")?;
-    oauth::claude_tokens(&text)
+    let text = shape
+        .with_login(local, &taken)
+        .context("the store's login")?;
+    shape
+        .tokens(&text)
         .with_context(|| format!("the store's {} login holds no tokens", login.row))?;
     tracing::info!(
         "took the {} login {} refreshed from the store",
@@ -405,6 +438,7 @@ fn redeem(
     leased: Option<(&Shared, StoredLogin, Version)>,
     post: &Post,
 ) -> Result<()> {
+    let shape = shape_of(login.row);
     let refused = |why: String| {
         anyhow::anyhow!(
             "refreshing the {} login at {}: {why}",
@@ -419,7 +453,7 @@ fn redeem(
     let answered = post(
         login.token_host,
         login.token_path,
-        oauth::refresh_request(&here.refresh, login.client_id),
+        shape.refresh_request(&here.refresh, login.client_id),
     );
     let new = match answered {
         Ok((status, answer)) if (200..300).contains(&status) => {
@@ -442,47 +476,53 @@ fn redeem(
         }
     };
     let now = now_ms();
-    let after = oauth::claude_after_refresh(text, &new, now)
+    let after = shape
+        .after_refresh(text, &new, now)
         .ok_or_else(|| refused("the login file changed shape".into()))?;
     let journal = journal_of(login.file);
     if let Err(e) = keep_answer(&journal, &after) {
         tracing::warn!("{e:#}");
     }
     crash::point("refresh.answered");
+    let mut stored = true;
     if let (Some((s, _, version)), Some(sealing)) = (leased, sealing) {
         let kept = StoredLogin {
             lease: None,
-            sealed: Some(
-                sealing.seal(&oauth::claude_login_only(&after).context("the refreshed login")?)?,
-            ),
-            expires_at_ms: now + new.expires_in_s * 1000,
+            sealed: Some(sealing.seal(&shape.login_only(&after).context("the refreshed login")?)?),
+            expires_at_ms: shape
+                .tokens(&after)
+                .map_or(now + new.expires_in_s * 1000, |t| t.expires_at_ms),
             refreshed_by: Some(s.node.to_string()),
             refreshed_at_ms: Some(now),
         };
-        keep(login.row, s, &kept, version);
+        stored = keep(login.row, s, &kept, version);
     }
     write_login(login.file, &after)?;
-    let _ = std::fs::remove_file(&journal);
+    // Kept until the store holds it too: the next refresh puts it there.
+    if stored {
+        let _ = std::fs::remove_file(&journal);
+    }
     tracing::info!("refreshed the {} login at {}", login.row, login.token_host);
     Ok(())
 }
 
 /// The refreshed login into the store, whatever it takes: the refresh token it replaces is
-/// spent, and a node that does not find the new one there would redeem the spent one.
-fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) {
+/// spent, and a node that does not find the new one there would redeem the spent one. Whether
+/// the store holds it (or a newer one) now.
+fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) -> bool {
     let Ok(bytes) = serde_json::to_vec(kept) else {
-        return;
+        return false;
     };
     for attempt in 0..20 {
         match shared.store.put_account(row, &bytes, Some(&version)) {
-            Ok(Cas::Written(_)) => return,
+            Ok(Cas::Written(_)) => return true,
             // Written over meanwhile (this node's lease ran out): unless what is there is newer,
             // this login goes in over it.
             Ok(Cas::Conflict) => match shared.store.account(row) {
                 Ok(Some((now, v))) => {
                     let there: Option<StoredLogin> = serde_json::from_slice(&now).ok();
                     if there.is_some_and(|t| t.expires_at_ms > kept.expires_at_ms) {
-                        return;
+                        return true;
                     }
                     version = v;
                 }
@@ -491,7 +531,7 @@ fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) {
                         shared.store.put_account(row, &bytes, None),
                         Ok(Cas::Written(_))
                     ) {
-                        return;
+                        return true;
                     }
                 }
                 Err(e) => tracing::warn!("reading the store's {row} login: {e:#}"),
@@ -507,6 +547,7 @@ fn keep(row: &str, shared: &Shared, kept: &StoredLogin, mut version: Version) {
     tracing::error!(
         "the refreshed {row} login is in this node's file but not in the store: run 'ag-box globals push' here before another node refreshes it"
     );
+    false
 }
 
 /// What [`install`] did with a new login.
@@ -518,19 +559,22 @@ pub(crate) struct Installed {
     pub stored: bool,
 }
 
-/// A login `ag-box login` made (`login`: a [`oauth::claude_login_only`]): into this node's file
-/// under the node's lock (its other entries kept), then, where nodes share a store, into the
-/// store over whatever login it held once no node refreshes that one (a refresh under way would
-/// write its login over this one), so that every node's broker takes it at its next refresh.
+/// A login `ag-box login` makes: under the node's lock, and where nodes share a store under
+/// the account's lease there (once no other node holds it), `sign_in` redeems the code (a
+/// [`Shape::login_only`] of the answer); the login goes into this node's file (its other
+/// entries kept), then into the store over whatever login it held. Held so, no node redeems
+/// the old login between the sign-in and the store's write, and every node's broker takes the
+/// new one at its next refresh. A node file that holds no JSON object stops it before any
+/// code is spent.
 pub(crate) fn install(
     row: &str,
     file: &Path,
     lock_at: &Path,
     shared: Option<&Shared>,
-    login: &str,
+    sign_in: impl FnOnce() -> Result<String>,
 ) -> Result<Installed> {
+    let shape = shape_of(row);
     let _lock = lock(lock_at)?;
-    let tokens = oauth::claude_tokens(login).context("the new login holds no tokens")?;
     let local = match read_text(file) {
         Ok(text) => Some(text),
         Err(_) if !file.exists() => None,
@@ -545,8 +589,35 @@ pub(crate) fn install(
             file.display()
         );
     }
-    let replaced = local.as_deref().and_then(oauth::claude_tokens).is_some();
-    let text = oauth::claude_with_login(local.as_deref(), login).context("the new login")?;
+    let held = match shared {
+        Some(s) => Some((s, lease_account(row, s)?)),
+        None => None,
+    };
+    let give_back = |held: Option<(&Shared, (StoredLogin, Version))>| {
+        if let Some((s, (mut stored, version))) = held {
+            stored.lease = None;
+            if let Ok(bytes) = serde_json::to_vec(&stored) {
+                let _ = s.store.put_account(row, &bytes, Some(&version));
+            }
+        }
+    };
+    let login = match sign_in().and_then(|login| {
+        let tokens = shape
+            .tokens(&login)
+            .context("the new login holds no tokens")?;
+        Ok((login, tokens))
+    }) {
+        Ok(found) => found,
+        Err(e) => {
+            give_back(held);
+            return Err(e);
+        }
+    };
+    let (login, tokens) = login;
+    let replaced = local.as_deref().and_then(|t| shape.tokens(t)).is_some();
+    let text = shape
+        .with_login(local.as_deref(), &login)
+        .context("the new login")?;
     if let Some(dir) = file.parent() {
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -557,19 +628,37 @@ pub(crate) fn install(
     write_login(file, &text)?;
     // A refresh of the old login cut short is superseded.
     let _ = std::fs::remove_file(journal_of(file));
-    let Some(shared) = shared else {
+    let Some((s, (_, version))) = held else {
         return Ok(Installed {
             replaced,
             stored: false,
         });
     };
-    let sealed = Sealing::new(shared.password)?.seal(login)?;
+    let new = StoredLogin {
+        lease: None,
+        sealed: Some(Sealing::new(s.password)?.seal(&login)?),
+        expires_at_ms: tokens.expires_at_ms,
+        refreshed_by: Some(s.node.to_string()),
+        refreshed_at_ms: Some(now_ms()),
+    };
+    Ok(Installed {
+        replaced,
+        stored: keep(row, s, &new, version),
+    })
+}
+
+/// The account's lease in the store for this node, once no other node holds one (a lease is
+/// waited for until this node has seen it unchanged for its length); the login the store held
+/// with it, and the version written.
+fn lease_account(row: &str, shared: &Shared) -> Result<(StoredLogin, Version)> {
     let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
     let mut watch: Option<Watch> = None;
     loop {
+        if Instant::now() > deadline {
+            bail!("another node still holds the store's {row} login: try again in a minute");
+        }
         let seen = Watch::read(row, Some(shared), watch.as_ref())?;
-        // Another node's lease, live by its word and not yet held past its length here.
-        let refreshing = seen
+        let held = seen
             .stored
             .as_ref()
             .and_then(|s| s.lease.as_ref())
@@ -577,35 +666,28 @@ pub(crate) fn install(
                 l.until_ms > now_ms()
                     && seen.since.elapsed() < Duration::from_millis(oauth::LEASE_MS.unsigned_abs())
             });
-        if Instant::now() > deadline {
-            bail!(
-                "the store's {row} login is still being refreshed or written by another node: the new one is in this node's file only; run 'ag-box globals push' here in a minute"
-            );
-        }
-        if refreshing {
+        if held {
             std::thread::sleep(Duration::from_millis(500));
             watch = Some(seen);
             continue;
         }
-        let now = now_ms();
-        let new = StoredLogin {
-            lease: None,
-            sealed: Some(sealed.clone()),
-            expires_at_ms: tokens.expires_at_ms,
-            refreshed_by: Some(shared.node.to_string()),
-            refreshed_at_ms: Some(now),
-        };
+        let mut taking = seen.stored.clone().unwrap_or_default();
+        taking.lease = Some(AccountLease {
+            node: shared.node.to_string(),
+            until_ms: now_ms() + oauth::LEASE_MS,
+        });
         match shared
             .store
-            .put_account(row, &serde_json::to_vec(&new)?, seen.version.as_ref())?
+            .put_account(row, &serde_json::to_vec(&taking)?, seen.version.as_ref())?
         {
-            Cas::Written(_) => {
-                return Ok(Installed {
-                    replaced,
-                    stored: true,
-                });
+            Cas::Written(Some(version)) => return Ok((taking, version)),
+            Cas::Written(None) => bail!(
+                "the store named no version of the {row} login it wrote: it cannot guard a sign-in"
+            ),
+            Cas::Conflict => {
+                std::thread::sleep(Duration::from_millis(200));
+                watch = Some(seen);
             }
-            Cas::Conflict => watch = Some(seen),
         }
     }
 }
@@ -627,11 +709,12 @@ pub(crate) fn keep_new_login(path: &Path, text: &str) -> Result<()> {
 /// `globals push`: this node's login into the store, where the store holds none as new and no
 /// other node is refreshing it; whether it was put there.
 pub(crate) fn offer(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> Result<bool> {
+    let shape = shape_of(row);
     let _lock = lock(lock_at)?;
-    let Ok((text, here)) = read_login(file) else {
+    let Ok((text, here)) = read_login(file, shape) else {
         return Ok(false);
     };
-    loop {
+    for _ in 0..20 {
         let (stored, version) = match shared.store.account(row)? {
             Some((bytes, v)) => (
                 serde_json::from_slice::<StoredLogin>(&bytes)
@@ -649,7 +732,7 @@ pub(crate) fn offer(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> 
             lease: None,
             sealed: Some(
                 Sealing::new(shared.password)?
-                    .seal(&oauth::claude_login_only(&text).context("this node's login")?)?,
+                    .seal(&shape.login_only(&text).context("this node's login")?)?,
             ),
             expires_at_ms: here.expires_at_ms,
             ..stored
@@ -659,14 +742,16 @@ pub(crate) fn offer(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> 
             .put_account(row, &serde_json::to_vec(&offered)?, version.as_ref())?
         {
             Cas::Written(_) => return Ok(true),
-            Cas::Conflict => {}
+            Cas::Conflict => std::thread::sleep(Duration::from_millis(200)),
         }
     }
+    bail!("the store's {row} login kept changing while this node offered its own: try again")
 }
 
 /// `globals pull`: the store's login into this node's file (made, root's alone, where there
 /// is none), where it is newer than the node's; whether it was.
 pub(crate) fn take(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> Result<bool> {
+    let shape = shape_of(row);
     let _lock = lock(lock_at)?;
     let Some((bytes, _)) = shared.store.account(row)? else {
         return Ok(false);
@@ -676,19 +761,24 @@ pub(crate) fn take(row: &str, file: &Path, lock_at: &Path, shared: &Shared) -> R
     if stored.sealed.is_none() {
         return Ok(false);
     }
-    let local = read_login(file).ok();
+    // The node's file as it is (another entry of it, an API key beside no login, is kept).
+    let local = match read_text(file) {
+        Ok(text) => Some(text),
+        Err(_) if !file.exists() => None,
+        Err(e) => return Err(e),
+    };
     if local
-        .as_ref()
-        .is_some_and(|(_, here)| here.expires_at_ms >= stored.expires_at_ms)
+        .as_deref()
+        .and_then(|t| shape.tokens(t))
+        .is_some_and(|here| here.expires_at_ms >= stored.expires_at_ms)
     {
         return Ok(false);
     }
-    let text = oauth::claude_with_login(
-        local.as_ref().map(|(t, _)| t.as_str()),
-        &open_stored(&stored, shared.password)?,
-    )
-    .context("the store's login")?;
-    oauth::claude_tokens(&text)
+    let text = shape
+        .with_login(local.as_deref(), &open_stored(&stored, shared.password)?)
+        .context("the store's login")?;
+    shape
+        .tokens(&text)
         .with_context(|| format!("the store's {row} login holds no tokens"))?;
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -853,6 +943,27 @@ mod tests {
         }
     }
 
+    /// Claude Code's login in `file`, refreshed at a stand-in endpoint under the lock `lock`.
+    fn test_login<'a>(file: &'a Path, lock: &'a Path) -> Login<'a> {
+        Login {
+            row: "claude-oauth",
+            file,
+            lock,
+            token_host: "platform.example",
+            token_path: "/v1/oauth/token",
+            client_id: "c",
+        }
+    }
+
+    /// `node` sharing `store`, its password "pw".
+    fn test_shared<'a>(store: &'a Memory, node: &'a str) -> Shared<'a> {
+        Shared {
+            store,
+            node,
+            password: b"pw",
+        }
+    }
+
     fn login_file(
         dir: &Path,
         name: &str,
@@ -896,11 +1007,7 @@ mod tests {
             token_path: "/v1/oauth/token",
             client_id: "c",
         };
-        let shared = |node| Shared {
-            store: &store,
-            node,
-            password: b"pw",
-        };
+        let shared = |node| test_shared(&store, node);
         refresh(&login(&a), Some(&shared("nodeA")), &post).unwrap();
         refresh(&login(&b), Some(&shared("nodeB")), &post).unwrap();
         // One redeem, of R0; both files hold the new login.
@@ -914,7 +1021,7 @@ mod tests {
             )]
         );
         for file in [&a, &b] {
-            let (_, t) = read_login(file).unwrap();
+            let (_, t) = read_login(file, Shape::Claude).unwrap();
             assert_eq!(
                 (t.access.as_str(), t.refresh.as_str()),
                 ("sk-ant-oat01-A1", "sk-ant-ort01-R1")
@@ -949,7 +1056,10 @@ mod tests {
         // `globals pull` takes the store's; `globals push` offers only what is newer.
         let d = login_file(dir.path(), "d.json", "A0", "R0", 0);
         assert!(take("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
-        assert_eq!(read_login(&d).unwrap().1.access, "sk-ant-oat01-A1");
+        assert_eq!(
+            read_login(&d, Shape::Claude).unwrap().1.access,
+            "sk-ant-oat01-A1"
+        );
         assert!(!take("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
         assert!(!offer("claude-oauth", &d, &lock, &shared("nodeD")).unwrap());
     }
@@ -960,19 +1070,8 @@ mod tests {
         let c = login_file(dir.path(), "c.json", "A0", "R0", 0);
         let store = Memory::default();
         let lock = dir.path().join("lock");
-        let login = Login {
-            row: "claude-oauth",
-            file: &c,
-            lock: &lock,
-            token_host: "platform.example",
-            token_path: "/v1/oauth/token",
-            client_id: "c",
-        };
-        let shared = Shared {
-            store: &store,
-            node: "nodeC",
-            password: b"pw",
-        };
+        let login = test_login(&c, &lock);
+        let shared = test_shared(&store, "nodeC");
         // As a run killed after the endpoint answered left it: the store's old login under this
         // node's lease, the answer in the journal, the file as it was.
         let old = StoredLogin {
@@ -1002,7 +1101,7 @@ mod tests {
             panic!("the spent refresh token was redeemed again")
         };
         refresh(&login, Some(&shared), &post).unwrap();
-        let (_, here) = read_login(&c).unwrap();
+        let (_, here) = read_login(&c, Shape::Claude).unwrap();
         assert_eq!(
             (here.access.as_str(), here.expires_at_ms),
             ("sk-ant-oat01-A1", expires)
@@ -1018,7 +1117,8 @@ mod tests {
             (&None, Some("nodeC"), expires)
         );
         assert_eq!(
-            oauth::claude_tokens(&open_stored(&stored, b"pw").unwrap())
+            Shape::Claude
+                .tokens(&open_stored(&stored, b"pw").unwrap())
                 .unwrap()
                 .refresh,
             "sk-ant-ort01-R1"
@@ -1041,7 +1141,99 @@ mod tests {
         store.objects.borrow_mut().as_mut().unwrap().0 = serde_json::to_vec(&due).unwrap();
         refresh(&login, Some(&shared), &post).unwrap();
         assert_eq!(*redeemed.borrow(), 1);
-        assert_eq!(read_login(&c).unwrap().1.access, "sk-ant-oat01-A2");
+        assert_eq!(
+            read_login(&c, Shape::Claude).unwrap().1.access,
+            "sk-ant-oat01-A2"
+        );
+        assert!(!journal_of(&c).exists());
+    }
+
+    #[test]
+    fn a_sign_in_holds_the_account_until_the_store_has_its_login() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = login_file(dir.path(), "a.json", "A0", "R0", 5);
+        let store = Memory::default();
+        let lock = dir.path().join("lock");
+        let shared = test_shared(&store, "nodeA");
+        let stored = |store: &Memory| -> StoredLogin {
+            serde_json::from_slice(&store.account("claude-oauth").unwrap().unwrap().0).unwrap()
+        };
+        // Refused: the lease given back, nothing else changed.
+        let before = std::fs::read_to_string(&a).unwrap();
+        let refused = install("claude-oauth", &a, &lock, Some(&shared), || {
+            assert_eq!(stored(&store).lease.unwrap().node, "nodeA");
+            bail!("refused")
+        });
+        assert!(refused.is_err());
+        assert_eq!(stored(&store).lease, None);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), before);
+        // Signed in: the sign-in ran under this node's lease; the login is the file's and,
+        // sealed, the store's, the lease gone; a leftover journal dropped.
+        std::fs::write(journal_of(&a), "{}").unwrap();
+        let login = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-N","refreshToken":"sk-ant-ort01-N","expiresAt":99}}"#;
+        let done = install("claude-oauth", &a, &lock, Some(&shared), || {
+            assert_eq!(stored(&store).lease.unwrap().node, "nodeA");
+            Ok(login.to_string())
+        })
+        .unwrap();
+        assert_eq!(
+            done,
+            Installed {
+                replaced: true,
+                stored: true
+            }
+        );
+        assert_eq!(
+            read_login(&a, Shape::Claude).unwrap().1.access,
+            "sk-ant-oat01-N"
+        );
+        let now = stored(&store);
+        assert_eq!(
+            (&now.lease, now.expires_at_ms, now.refreshed_by.as_deref()),
+            (&None, 99, Some("nodeA"))
+        );
+        assert_eq!(open_stored(&now, b"pw").unwrap(), login);
+        assert!(!journal_of(&a).exists());
+        // A node file that is no JSON object stops it before any code is spent.
+        std::fs::write(&a, "not json").unwrap();
+        let err = install("claude-oauth", &a, &lock, None, || {
+            panic!("a code was spent")
+        })
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("holds no JSON object"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn a_cut_short_refresh_never_puts_an_older_login_over_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        // The file is newer than the journal: kept; the store likewise.
+        let c = login_file(dir.path(), "c.json", "A9", "sk-ant-ort01-R9", 9_000);
+        std::fs::write(
+            journal_of(&c),
+            r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-A1","refreshToken":"sk-ant-ort01-R1","expiresAt":1000}}"#,
+        )
+        .unwrap();
+        let store = Memory::default();
+        let newer = StoredLogin {
+            expires_at_ms: 5_000,
+            ..StoredLogin::default()
+        };
+        store
+            .put_account("claude-oauth", &serde_json::to_vec(&newer).unwrap(), None)
+            .unwrap();
+        let lock = dir.path().join("lock");
+        let login = test_login(&c, &lock);
+        let shared = test_shared(&store, "nodeC");
+        finish_cut_short(&login, Some(&shared)).unwrap();
+        assert_eq!(read_login(&c, Shape::Claude).unwrap().1.access, "A9");
+        let (bytes, _) = store.account("claude-oauth").unwrap().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<StoredLogin>(&bytes).unwrap(),
+            newer
+        );
         assert!(!journal_of(&c).exists());
     }
 
@@ -1065,11 +1257,7 @@ mod tests {
             token_path: "/t",
             client_id: "c",
         };
-        let shared = Shared {
-            store: &store,
-            node: "nodeA",
-            password: b"pw",
-        };
+        let shared = test_shared(&store, "nodeA");
         let err = refresh(&login, Some(&shared), &post).unwrap_err();
         assert_eq!(
             format!("{err:#}"),
@@ -1078,6 +1266,6 @@ mod tests {
         let (bytes, _) = store.account("claude-oauth").unwrap().unwrap();
         let stored: StoredLogin = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(stored.lease, None);
-        assert_eq!(read_login(&a).unwrap().1.access, "A0");
+        assert_eq!(read_login(&a, Shape::Claude).unwrap().1.access, "A0");
     }
 }

@@ -234,7 +234,7 @@ async fn brokered(
     if let Some(reason) = broker::refuses_target(&target, host, &conn.broker.placeholders()) {
         return Ok(attempt.refuse(&reason));
     }
-    if let Some(reason) = broker::path_refusal(&put_in, req.uri().path()) {
+    if let Some(reason) = broker::path_refusal(&put_in, host, req.uri().path()) {
         return Ok(attempt.refuse(&reason));
     }
     let put_in = !put_in.is_empty();

@@ -994,8 +994,10 @@ mod tests {
             oauth: vec![OauthAccount {
                 login: "claude".into(),
                 row: "claude-oauth".into(),
+                shape: crate::plan::oauth::Shape::Claude,
                 access: ACCESS_SHOWN.into(),
                 refresh: REFRESH_SHOWN.into(),
+                id: None,
                 captures: false,
                 file: file.clone(),
                 token_host: "localhost".into(),

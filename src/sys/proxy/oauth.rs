@@ -91,7 +91,7 @@ fn not_fresh(login: &str) -> String {
 
 /// The login's access token, if its file holds one that is fresh.
 fn fresh(account: &OauthAccount) -> Option<String> {
-    oauth_refresh::read_login(&account.file)
+    oauth_refresh::read_login(&account.file, account.shape)
         .ok()
         .filter(|(_, t)| !t.stale(now_ms()))
         .map(|(_, t)| t.access)
@@ -210,7 +210,8 @@ pub(super) async fn token_request(
         Some(Asked::Other(grant))
             if grant == "authorization_code"
                 && account.captures
-                && oauth_refresh::read_login(&account.file).is_err() =>
+                && account.shape.captures()
+                && oauth_refresh::read_login(&account.file, account.shape).is_err() =>
         {
             return capture(body, account, upstream, attempt).await;
         }
@@ -231,7 +232,7 @@ pub(super) async fn token_request(
         return attempt.unreachable(rule, &e);
     }
     attempt.log(Ok(rule), None, (0, 0));
-    json(200, oauth::answer_to_box(&account.access, &account.refresh))
+    json(200, oauth::answer_to_box(&account.shown()))
 }
 
 /// An answer of `status` with a JSON body.
