@@ -379,7 +379,7 @@ impl Drop for ModelStage<'_> {
             "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
              sed -i '/anthropic.com/d' /etc/hosts
              rm -f /usr/local/bin/claude /usr/local/bin/codex /root/.claude/.credentials.json.redeemed
-             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
+             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json; do
                rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
              done"
         ));
@@ -407,6 +407,8 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
             "api.x.ai",
             "chatgpt.com",
             "auth.openai.com",
+            "cloudcode-pa.googleapis.com",
+            "oauth2.googleapis.com",
         ],
     );
     c.c.sh(
@@ -434,9 +436,9 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
          [ -f /root/broker-saved.crt ] || cp {BUNDLE} /root/broker-saved.crt
          cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
          sed -i '/anthropic.com/d' /etc/hosts
-         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai chatgpt.com auth.openai.com' >> /etc/hosts
-         mkdir -p /root/.claude /root/.codex /root/.grok
-         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json; do
+         echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai chatgpt.com auth.openai.com cloudcode-pa.googleapis.com oauth2.googleapis.com' >> /etc/hosts
+         mkdir -p /root/.claude /root/.codex /root/.grok /root/.gemini
+         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json; do
            [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
          done
          ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
@@ -464,6 +466,7 @@ EOF
          # No login of an earlier test left in the store for the nodes to take.
          curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNT_URL}
          curl -sf -o /dev/null {SIGNED} -X DELETE {CODEX_ACCOUNT_URL}
+         curl -sf -o /dev/null {SIGNED} -X DELETE {ACCOUNTS}/gemini-oauth.json
          for i in $(seq 100); do curl -sf https://api.anthropic.com/v1/models >/dev/null && exit 0; sleep 0.1; done
          echo 'the stand-in does not answer' >&2; exit 1"
     ))
@@ -474,8 +477,9 @@ EOF
 /// Where the store (the rig's S3 server) keeps the broker's copy of Claude Code's OAuth login,
 /// and curl's arguments to sign a request to it as the nodes do.
 const ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/claude-oauth.json";
-/// And of Codex's `ChatGPT` login.
+/// And of Codex's `ChatGPT` login; where the store keeps them all.
 const CODEX_ACCOUNT_URL: &str = "http://10.200.0.1:5001/agent-boxes/accounts/codex-oauth.json";
+const ACCOUNTS: &str = "http://10.200.0.1:5001/agent-boxes/accounts";
 const SIGNED: &str = "--aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
 /// restic's view of the rig's repository.
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
@@ -745,6 +749,54 @@ fn store_account(c: &Cluster, url: &str) -> (String, serde_json::Value) {
     let text = c.a.sh(&format!("curl -sf {SIGNED} {url}")).ok().stdout();
     let parsed = serde_json::from_str(&text).unwrap();
     (text, parsed)
+}
+
+/// None of `secrets` is anywhere box `name` can read: its files, its processes' environments
+/// and command lines (the search itself names each in two halves).
+fn nowhere_in_the_box(n: &Node, name: &str, secrets: &[&str]) {
+    let needles: Vec<String> = secrets
+        .iter()
+        .map(|t| {
+            let (head, tail) = t.split_at(10);
+            format!("\"{head}\"\"{tail}\"")
+        })
+        .collect();
+    let search = inside(
+        n,
+        name,
+        &format!(
+            "printf '%s\\n' {} > /tmp/real
+             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
+             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true",
+            needles.join(" ")
+        ),
+    );
+    assert_eq!(search.stdout(), "0\n", "{}", search.stderr());
+}
+
+/// The stand-in's token endpoint was asked once, for a refresh of `refresh` by `client` at
+/// `host`, and answered it; the access token it issued.
+fn refreshed_once(c: &Cluster, refresh: &str, client: &str, host: &str) -> String {
+    let refreshes = token_lines(c);
+    assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+    let r = &refreshes[0];
+    assert_eq!(
+        (
+            &r["grant"],
+            &r["refresh_token"],
+            &r["client_id"],
+            &r["host"],
+            &r["status"]
+        ),
+        (
+            &serde_json::json!("refresh_token"),
+            &serde_json::json!(refresh),
+            &serde_json::json!(client),
+            &serde_json::json!(host),
+            &serde_json::json!(200)
+        )
+    );
+    r["issued"].as_str().unwrap().to_string()
 }
 
 /// When a login that expired an hour ago expired (ms), and Claude Code's file of it.
@@ -1774,38 +1826,22 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
         )
     );
     for (token, real) in [(&access_shown, &access), (&id_shown, &id)] {
-        let (seen, was) = (claims(token), claims(real));
+        let seen = claims(token);
         assert!(
             token != real
                 && seen["https://api.openai.com/auth"] == account
-                && seen["exp"].as_u64().unwrap() > now_s + 300 * 86_400
-                && seen.get("email") == was.get("email"),
+                && seen["exp"].as_u64().unwrap() > now_s + 300 * 86_400,
             "{token}"
         );
     }
+    assert_eq!(claims(&id_shown)["email"], "rig@example.com");
     assert!(
         refresh_shown.starts_with("rt_")
             && refresh_shown.len() == CODEX_REFRESH.len()
             && refresh_shown != CODEX_REFRESH,
         "{refresh_shown}"
     );
-    // No real token anywhere the box can read.
-    let needles = [CODEX_ACCESS_SIG, CODEX_ID_SIG, CODEX_REFRESH]
-        .map(|t| {
-            let (head, tail) = t.split_at(10);
-            format!("\"{head}\"\"{tail}\"")
-        })
-        .join(" ");
-    let search = inside(
-        &c.a,
-        name,
-        &format!(
-            "printf '%s\\n' {needles} > /tmp/real
-             grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude=real -f /tmp/real / | head -5
-             cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -caF -f /tmp/real || true"
-        ),
-    );
-    assert_eq!(search.stdout(), "0\n", "{}", search.stderr());
+    nowhere_in_the_box(&c.a, name, &[CODEX_ACCESS_SIG, CODEX_ID_SIG, CODEX_REFRESH]);
 
     // The real CLI's turn: the broker refreshed the expired login once, and every request to
     // ChatGPT's backend carried the new token.
@@ -1821,23 +1857,12 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
             .contains("STANDIN-REPLY turns=1 last=Hi codex on ChatGPT?"),
         "{out:?}"
     );
-    let refreshes = token_lines(&c);
-    assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
-    assert_eq!(
-        (
-            &refreshes[0]["grant"],
-            &refreshes[0]["refresh_token"],
-            &refreshes[0]["client_id"],
-            &refreshes[0]["host"]
-        ),
-        (
-            &serde_json::json!("refresh_token"),
-            &serde_json::json!(CODEX_REFRESH),
-            &serde_json::json!("app_EMoamEEZ73f0CkXaXp7hrann"),
-            &serde_json::json!("auth.openai.com")
-        )
+    let issued = refreshed_once(
+        &c,
+        CODEX_REFRESH,
+        "app_EMoamEEZ73f0CkXaXp7hrann",
+        "auth.openai.com",
     );
-    let issued = refreshes[0]["issued"].as_str().unwrap().to_string();
     for summary in ["openai.responses", "accounts.check"] {
         let seen = answered(&c, summary);
         assert!(
@@ -1848,6 +1873,18 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
             "{summary}: {seen:#?}"
         );
     }
+    // Nor is the new login anywhere the box can read.
+    let new_refresh = c.a.read("/root/.codex/auth.json");
+    let new_refresh =
+        serde_json::from_str::<serde_json::Value>(&new_refresh).unwrap()["tokens"]["refresh_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    nowhere_in_the_box(
+        &c.a,
+        name,
+        &[issued.rsplit('.').next().unwrap(), &new_refresh],
+    );
     // The node's file holds the new login, the account and mode kept.
     let node: serde_json::Value =
         serde_json::from_str(&c.a.read("/root/.codex/auth.json")).unwrap();
@@ -1917,6 +1954,150 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
             && seen.contains(
                 "a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"
             ),
+        "{seen}"
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// Gemini CLI's Google login: the node's real tokens, which no box may read.
+const GEMINI_ACCESS: &str = "ya29.RigRealGeminiAccessRigRealGeminiAccessRigReal00";
+const GEMINI_REFRESH: &str = "1//RigRealGeminiRefreshRigRealGeminiRefreshRigRe00";
+const GEMINI_ID_SIG: &str = "RigRealGeminiIdSignatureRigRealGeminiIdSignature00";
+const GEMINI_CLIENT: &str =
+    "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com";
+
+/// Gemini CLI's Google login (`~/.gemini/oauth_creds.json`) never enters a box: placeholders of
+/// its tokens' shapes, an expiry a year ahead; the token goes into Code Assist requests only,
+/// made fresh once by the broker with the CLI's client (a form, as Google takes it); the box's
+/// own refresh gets its placeholders again, and a placeholder anywhere else is refused.
+#[test]
+fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage_models(&c);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let id = jwt(
+        &serde_json::json!({"email": "rig@example.com", "exp": now_s - 3600}),
+        GEMINI_ID_SIG,
+    );
+    let login = serde_json::json!({
+        "access_token": GEMINI_ACCESS,
+        "refresh_token": GEMINI_REFRESH,
+        "scope": "https://www.googleapis.com/auth/cloud-platform",
+        "token_type": "Bearer",
+        "id_token": id,
+        "expiry_date": (now_s - 3600) * 1000,
+    });
+    c.a.write("/root/.gemini/oauth_creds.json", &login.to_string());
+    c.a.sh("chmod 600 /root/.gemini/oauth_creds.json").ok();
+    let name = "gemini-google";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow=cloudcode-pa.googleapis.com:443,oauth2.googleapis.com:443,10.200.0.3:443,{PLAIN} creds=gemini
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+
+    // The box's copy: placeholders of the tokens' shapes, the id token's claims, a far expiry.
+    let shown: serde_json::Value = serde_json::from_str(
+        &inside(
+            &c.a,
+            name,
+            "test -w ~/.gemini/oauth_creds.json && cat ~/.gemini/oauth_creds.json",
+        )
+        .ok()
+        .stdout(),
+    )
+    .unwrap();
+    let field = |k: &str| shown[k].as_str().unwrap().to_string();
+    let (access_shown, refresh_shown) = (field("access_token"), field("refresh_token"));
+    assert!(
+        access_shown.starts_with("ya29.")
+            && access_shown.len() == GEMINI_ACCESS.len()
+            && access_shown != GEMINI_ACCESS
+            && refresh_shown.starts_with("1//")
+            && refresh_shown != GEMINI_REFRESH
+            && claims(&field("id_token"))["email"] == "rig@example.com"
+            && shown["expiry_date"].as_u64().unwrap() > (now_s + 300 * 86_400) * 1000
+            && shown["scope"] == login["scope"],
+        "{shown:#}"
+    );
+    nowhere_in_the_box(&c.a, name, &[GEMINI_ACCESS, GEMINI_REFRESH, GEMINI_ID_SIG]);
+
+    // A Code Assist request: the broker made the login fresh once, with the CLI's client.
+    let generate = |token: &str, path: &str| {
+        format!(
+            "curl -sS -m 30 https://cloudcode-pa.googleapis.com/v1internal:{path} -H 'Authorization: Bearer {token}' \
+               -H 'content-type: application/json' \
+               -d '{{\"model\":\"gemini-2.5-pro\",\"project\":\"p\",\"request\":{{\"contents\":[{{\"role\":\"user\",\"parts\":[{{\"text\":\"Hi gemini?\"}}]}}]}}}}'"
+        )
+    };
+    let out = inside(&c.a, name, &generate(&access_shown, "generateContent"));
+    assert!(
+        out.ok()
+            .stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi gemini?"),
+        "{out:?}"
+    );
+    let issued = refreshed_once(&c, GEMINI_REFRESH, GEMINI_CLIENT, "oauth2.googleapis.com");
+    let generated = answered(&c, "gemini.generate");
+    assert!(
+        generated.len() == 1
+            && generated[0]["auth"] == format!("Bearer {issued}")
+            && generated[0]["host"] == "cloudcode-pa.googleapis.com",
+        "{generated:#?}"
+    );
+    // The node's file: the new access token and expiry; Google's refresh token kept.
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.gemini/oauth_creds.json")).unwrap();
+    assert!(
+        node["access_token"] == issued.as_str()
+            && node["refresh_token"] == GEMINI_REFRESH
+            && node["expiry_date"].as_u64().unwrap() > now_s * 1000,
+        "{node:#}"
+    );
+
+    // The box's own refresh (a form, as the CLI's library sends it) gets its placeholders; the
+    // token goes into no other Code Assist request, and the refresh placeholder nowhere.
+    let answer: serde_json::Value = serde_json::from_str(
+        inside(
+            &c.a,
+            name,
+            &format!(
+                "curl -sS -m 30 https://oauth2.googleapis.com/token \
+                   --data-urlencode grant_type=refresh_token --data-urlencode 'refresh_token={refresh_shown}' \
+                   --data-urlencode client_id={GEMINI_CLIENT} --data-urlencode client_secret=s"
+            ),
+        )
+        .ok()
+        .stdout()
+        .trim(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&answer["access_token"], &answer["refresh_token"]),
+        (
+            &serde_json::json!(access_shown),
+            &serde_json::json!(refresh_shown)
+        )
+    );
+    let refused = inside(
+        &c.a,
+        name,
+        &format!(
+            "{}; echo; {}",
+            generate(&access_shown, "setCodeAssistGlobalUserSetting"),
+            generate(&refresh_shown, "generateContent")
+        ),
+    );
+    let seen = refused.stdout();
+    assert!(
+        seen.contains("the broker puts the gemini key only into model requests")
+            && seen.contains("the gemini login's refresh token goes to oauth2.googleapis.com only"),
         "{seen}"
     );
     assert_eq!(token_lines(&c).len(), 1);

@@ -127,6 +127,28 @@ pub(crate) const RULES: &[LoginRule] = &[
         }),
     },
     LoginRule {
+        login: "gemini",
+        name: "gemini-oauth",
+        copied: ".gemini/oauth_creds.json",
+        hosts: &["cloudcode-pa.googleapis.com"],
+        key_header: None,
+        paths: &[
+            "/v1internal:loadCodeAssist",
+            "/v1internal:onboardUser",
+            "/v1internal:generateContent",
+            "/v1internal:streamGenerateContent",
+            "/v1internal:countTokens",
+            "/v1internal:retrieveUserQuota",
+        ],
+        oauth: Some(OauthEndpoint {
+            host: "oauth2.googleapis.com",
+            path: "/token",
+            client_id: "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com",
+            shape: Shape::Gemini,
+            sign_in: None,
+        }),
+    },
+    LoginRule {
         login: "grok",
         name: "grok",
         copied: ".grok/user-settings.json",
@@ -362,6 +384,8 @@ const TOKEN_PREFIXES: &[&str] = &[
     "sk-ant-admin01-",
     "sk-ant-",
     "rt_",
+    "ya29.",
+    "1//",
     "xai-",
     "sk-proj-",
     "sk-svcacct-",
@@ -576,6 +600,10 @@ pub(crate) fn method_takes_token(method: &str) -> bool {
 pub(crate) fn holds_a_token(text: &str, placeholders: &[String]) -> bool {
     TOKEN_PREFIXES.iter().any(|prefix| {
         text.match_indices(prefix).any(|(at, _)| {
+            // Within a word (`insert_rt_...`) it starts no token.
+            if text[..at].ends_with(|c: char| c.is_ascii_alphanumeric()) {
+                return false;
+            }
             let token: String = text[at..]
                 .chars()
                 .take_while(|c| is_token_char(*c))
@@ -889,6 +917,8 @@ mod tests {
                 "api.openai.com",
                 "chatgpt.com",
                 "auth.openai.com",
+                "cloudcode-pa.googleapis.com",
+                "oauth2.googleapis.com",
                 "api.x.ai"
             ]
         );

@@ -60,6 +60,8 @@ pub(crate) enum Shape {
     #[default]
     Claude,
     Codex,
+    /// Gemini CLI's Google login, `~/.gemini/oauth_creds.json`.
+    Gemini,
 }
 
 /// The placeholders a box sees for an OAuth login's tokens (Codex's login has an OpenID-Connect token
@@ -77,6 +79,7 @@ impl Shape {
         match self {
             Shape::Claude => claude_tokens(text),
             Shape::Codex => codex_tokens(text),
+            Shape::Gemini => gemini_tokens(text),
         }
     }
 
@@ -86,6 +89,7 @@ impl Shape {
         match self {
             Shape::Claude => claude_shown(text, shown.access, shown.refresh, now_ms),
             Shape::Codex => codex_shown(text, shown, now_ms),
+            Shape::Gemini => gemini_shown(text, shown, now_ms),
         }
     }
 
@@ -93,11 +97,11 @@ impl Shape {
     pub(crate) fn login_only(self, text: &str) -> Option<String> {
         match self {
             Shape::Claude => claude_login_only(text),
-            Shape::Codex => {
+            Shape::Codex | Shape::Gemini => {
                 self.tokens(text)?;
                 let v: Value = serde_json::from_str(text).ok()?;
                 let mut out = Map::new();
-                for key in CODEX_LOGIN_KEYS {
+                for key in self.login_keys() {
                     if let Some(found) = v.get(key) {
                         out.insert(key.to_string(), found.clone());
                     }
@@ -112,14 +116,14 @@ impl Shape {
     pub(crate) fn with_login(self, local: Option<&str>, login: &str) -> Option<String> {
         match self {
             Shape::Claude => claude_with_login(local, login),
-            Shape::Codex => {
+            Shape::Codex | Shape::Gemini => {
                 let login: Value = serde_json::from_str(login).ok()?;
                 let mut v = local
                     .and_then(|t| serde_json::from_str::<Value>(t).ok())
                     .filter(Value::is_object)
                     .unwrap_or_else(|| json!({}));
                 let o = v.as_object_mut()?;
-                for key in CODEX_LOGIN_KEYS {
+                for key in self.login_keys() {
                     if let Some(found) = login.get(key) {
                         o.insert(key.to_string(), found.clone());
                     }
@@ -150,6 +154,31 @@ impl Shape {
                 );
                 serde_json::to_string_pretty(&v).ok()
             }
+            Shape::Gemini => {
+                let mut v: Value = serde_json::from_str(text).ok()?;
+                let o = v.as_object_mut()?;
+                o.insert("access_token".into(), json!(new.access));
+                if let Some(refresh) = &new.refresh {
+                    o.insert("refresh_token".into(), json!(refresh));
+                }
+                if let Some(id) = &new.id {
+                    o.insert("id_token".into(), json!(id));
+                }
+                o.insert(
+                    "expiry_date".into(),
+                    json!(now_ms + new.expires_in_s * 1000),
+                );
+                serde_json::to_string_pretty(&v).ok()
+            }
+        }
+    }
+
+    /// What of the file is the login (the store keeps it alone).
+    fn login_keys(self) -> &'static [&'static str] {
+        match self {
+            Shape::Claude => &[CLAUDE_KEY],
+            Shape::Codex => CODEX_LOGIN_KEYS,
+            Shape::Gemini => GEMINI_LOGIN_KEYS,
         }
     }
 
@@ -167,6 +196,20 @@ impl Shape {
                 "refresh_token": refresh,
                 "scope": "openid profile email",
             }),
+            // Google's token endpoint takes a form, with the installed app's (public) secret.
+            Shape::Gemini => {
+                return [
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh),
+                    ("client_id", client_id),
+                    ("client_secret", GEMINI_CLIENT_SECRET),
+                ]
+                .iter()
+                .map(|(k, v)| format!("{k}={}", form_encoded(v)))
+                .collect::<Vec<_>>()
+                .join("&")
+                .into_bytes();
+            }
         };
         body.to_string().into_bytes()
     }
@@ -175,13 +218,19 @@ impl Shape {
     pub(crate) fn id_token(self, text: &str) -> Option<String> {
         match self {
             Shape::Claude => None,
-            Shape::Codex => serde_json::from_str::<Value>(text)
-                .ok()?
-                .get("tokens")?
-                .get("id_token")?
-                .as_str()
-                .filter(|t| !t.is_empty())
-                .map(String::from),
+            Shape::Codex | Shape::Gemini => {
+                let v = serde_json::from_str::<Value>(text).ok()?;
+                let holder = if self == Shape::Codex {
+                    v.get("tokens")?
+                } else {
+                    &v
+                };
+                holder
+                    .get("id_token")?
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .map(String::from)
+            }
         }
     }
 
@@ -208,6 +257,59 @@ pub(crate) fn answer_to_box(shown: &Placeholders) -> Vec<u8> {
 
 /// What of Codex's `auth.json` is its `ChatGPT` login (an API key beside it is the node's own).
 const CODEX_LOGIN_KEYS: &[&str] = &["auth_mode", "tokens", "last_refresh"];
+
+/// What of Gemini CLI's `oauth_creds.json` is its login: all it holds.
+const GEMINI_LOGIN_KEYS: &[&str] = &[
+    "access_token",
+    "refresh_token",
+    "scope",
+    "token_type",
+    "id_token",
+    "expiry_date",
+];
+
+/// Gemini CLI's OAuth client secret: an installed app's, public in its source, which Google's
+/// token endpoint asks for with every refresh.
+const GEMINI_CLIENT_SECRET: &str = "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";
+
+/// Gemini CLI's Google login (`expiry_date`: milliseconds since the epoch).
+fn gemini_tokens(text: &str) -> Option<Tokens> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let token = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+    };
+    Some(Tokens {
+        access: token("access_token")?,
+        refresh: token("refresh_token")?,
+        expires_at_ms: v.get("expiry_date").and_then(Value::as_i64).unwrap_or(0),
+    })
+}
+
+/// The copy a box sees of Gemini CLI's `oauth_creds.json`: the placeholders, its scope and kind,
+/// an expiry a year ahead.
+fn gemini_shown(text: &str, shown: &Placeholders, now_ms: i64) -> Option<String> {
+    gemini_tokens(text)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    let mut out = Map::new();
+    out.insert("access_token".into(), json!(shown.access));
+    out.insert("refresh_token".into(), json!(shown.refresh));
+    for key in ["scope", "token_type"] {
+        if let Some(found) = v.get(key).filter(|f| f.is_string()) {
+            out.insert(key.into(), found.clone());
+        }
+    }
+    if let Some(id) = shown.id {
+        out.insert("id_token".into(), json!(id));
+    }
+    out.insert(
+        "expiry_date".into(),
+        json!(now_ms + SHOWN_LIFETIME_S * 1000),
+    );
+    serde_json::to_string_pretty(&Value::Object(out)).ok()
+}
 
 /// How long an access token that says nothing of its expiry is taken to last after its
 /// refresh.
@@ -857,7 +959,72 @@ mod tests {
                 .unwrap(),
             json!({"OPENAI_API_KEY": "sk-proj-mine", "tokens": after["tokens"], "auth_mode": "chatgpt", "last_refresh": "2026-12-04T16:00:00Z"})
         );
-        assert!(!Shape::Codex.captures());
+    }
+
+    #[test]
+    fn geminis_google_login_is_read_shown_as_placeholders_and_refreshed_by_a_form() {
+        let id = jwt(&json!({"email": "a@b", "exp": 1_000}));
+        let file = json!({
+            "access_token": "ya29.real",
+            "refresh_token": "1//real",
+            "scope": "https://www.googleapis.com/auth/cloud-platform",
+            "token_type": "Bearer",
+            "id_token": id,
+            "expiry_date": 1_700_000_000_000_i64,
+        })
+        .to_string();
+        assert_eq!(
+            Shape::Gemini.tokens(&file),
+            Some(Tokens {
+                access: "ya29.real".into(),
+                refresh: "1//real".into(),
+                expires_at_ms: 1_700_000_000_000,
+            })
+        );
+        assert_eq!(Shape::Gemini.id_token(&file), Some(id.clone()));
+        let shown = Placeholders {
+            access: "ya29.shown",
+            refresh: "1//shown",
+            id: Some("I.D.S"),
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&Shape::Gemini.shown(&file, &shown, 1_000).unwrap())
+                .unwrap(),
+            json!({
+                "access_token": "ya29.shown",
+                "refresh_token": "1//shown",
+                "scope": "https://www.googleapis.com/auth/cloud-platform",
+                "token_type": "Bearer",
+                "id_token": "I.D.S",
+                "expiry_date": 1_000 + SHOWN_LIFETIME_S * 1000,
+            })
+        );
+        assert_eq!(
+            String::from_utf8(Shape::Gemini.refresh_request("1//real", "cid")).unwrap(),
+            "grant_type=refresh_token&refresh_token=1%2F%2Freal&client_id=cid&client_secret=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"
+        );
+        // Google keeps the refresh token: only the access token, its expiry and the id change.
+        let new =
+            refreshed(br#"{"access_token":"ya29.new","expires_in":3599,"id_token":"i2"}"#).unwrap();
+        let after: Value =
+            serde_json::from_str(&Shape::Gemini.after_refresh(&file, &new, 5_000).unwrap())
+                .unwrap();
+        assert_eq!(
+            after,
+            json!({
+                "access_token": "ya29.new",
+                "refresh_token": "1//real",
+                "scope": "https://www.googleapis.com/auth/cloud-platform",
+                "token_type": "Bearer",
+                "id_token": "i2",
+                "expiry_date": 5_000 + 3_599_000,
+            })
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&Shape::Gemini.login_only(&after.to_string()).unwrap())
+                .unwrap(),
+            after
+        );
     }
 
     #[test]

@@ -167,8 +167,16 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
                 let shape = broker::shape_of(row.name);
                 match node_file(home, row) {
                     Ok(None) => shape.captures(),
-                    Ok(Some((text, _))) => shape.tokens(&text).is_some(),
-                    Err(_) => false,
+                    Ok(Some((text, _))) if shape.captures() => shape.tokens(&text).is_some(),
+                    // Codex's and Gemini's files are the login's whatever they hold (one the
+                    // broker cannot read is an empty copy in the box, never the node's file),
+                    // but for Codex's API key alone, which is its key's row.
+                    Ok(Some((text, _))) => !broker::RULES.iter().any(|key| {
+                        key.login == row.login
+                            && key.oauth.is_none()
+                            && brokered_keys(key, &text).is_some()
+                    }),
+                    Err(_) => !shape.captures(),
                 }
             }
             // Only a box given the login sees its file: as before unless the broker holds its key.
@@ -211,7 +219,11 @@ fn copy_file(
         0o600
     };
     let Some((structured, keys)) = placeheld(row, &text, shown) else {
-        if given && serde_json::from_str::<serde_json::Value>(&text).is_ok() {
+        if row.login == "codex" {
+            // No key of the broker's: a login (its own row's copy shows it, made from the
+            // fields it knows; its tokens are of no known prefix) or nothing to show.
+            atomic::write(&dest, b"{}", mode)?;
+        } else if given && serde_json::from_str::<serde_json::Value>(&text).is_ok() {
             atomic::write(&dest, text.as_bytes(), mode)?;
         } else {
             let (copy, _) = broker::placehold_tokens(&text, &[], shown);
@@ -262,6 +274,11 @@ fn copy_oauth(
             return Ok(None);
         }
     };
+    // No login of a shape no box signs in through the broker for: nothing to stand in for.
+    if on_node.is_none() && !shape.captures() {
+        give(b"{}")?;
+        return Ok(None);
+    }
     let own = box_login(spec, row.name);
     let (file, found) = if let Some(found) = on_node {
         (spec.agent_home.home.join(row.copied), Some(found))
@@ -285,15 +302,17 @@ fn copy_oauth(
         .as_ref()
         .and_then(|(text, _)| shape.shown(text, &placeholders, now_ms))
         .unwrap_or_else(|| "{}".into());
-    // Whatever else of a token's shape it held is not in the copy.
-    let kept: Vec<String> = [Some(&access), Some(&refresh), id.as_ref()]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
-    let (shown, _) = broker::placehold_tokens(&shown, &kept, |t| {
-        broker::placeholder(t, key, &spec.name, row.name)
-    });
+    // Whatever else of a token's shape Claude Code's held is not in the copy (Codex's and
+    // Gemini's are made of the fields they know alone: a JWT placeholder's claims are base64,
+    // where such a pass could take a run for a token).
+    let shown = if shape == oauth::Shape::Claude {
+        broker::placehold_tokens(&shown, &[access.clone(), refresh.clone()], |t| {
+            broker::placeholder(t, key, &spec.name, row.name)
+        })
+        .0
+    } else {
+        shown
+    };
     give(shown.as_bytes())?;
     // A login of the box's own is refreshed under a lock of its own, never shared.
     let own_login = file == own;
@@ -372,7 +391,7 @@ fn oauth_placeholders(
             broker::lasting_placeholder(real_refresh, key, &spec.name, "claude-refresh"),
             None,
         ),
-        oauth::Shape::Codex => (
+        oauth::Shape::Codex | oauth::Shape::Gemini => (
             lasting(real_access, "access"),
             lasting(real_refresh, "refresh"),
             found
@@ -587,4 +606,56 @@ fn no_follow() -> i32 {
     (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK)
         .bits()
         .cast_signed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// Which rows of Codex's and Gemini's logins the broker holds for a node's files: a file
+    /// with a key alone is the key's, any other the login's (an API key beside a login too);
+    /// none: no row (no box signs in through the broker for them).
+    #[test]
+    fn a_codex_file_is_its_logins_or_its_keys_and_never_both() {
+        let home = tempfile::tempdir().unwrap();
+        let held = || {
+            held_logins(home.path())
+                .into_iter()
+                .filter(|r| r.starts_with("codex") || r.starts_with("gemini"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(held(), Vec::<&str>::new());
+        fs::create_dir_all(home.path().join(".codex")).unwrap();
+        fs::create_dir_all(home.path().join(".gemini")).unwrap();
+        let auth = home.path().join(".codex/auth.json");
+        fs::write(
+            &auth,
+            r#"{"OPENAI_API_KEY":"sk-proj-aaaaaaaaaaaaaaaaaaaaaaaaaaaa"}"#,
+        )
+        .unwrap();
+        assert_eq!(held(), ["codex"]);
+        fs::write(
+            &auth,
+            r#"{"OPENAI_API_KEY":"sk-proj-aaaaaaaaaaaaaaaaaaaaaaaaaaaa","tokens":{"access_token":"a","refresh_token":"rt_r"}}"#,
+        )
+        .unwrap();
+        assert_eq!(held(), ["codex-oauth"]);
+        // A file the broker cannot read as either: the login's row, an empty copy in the box.
+        fs::write(
+            &auth,
+            r#"{"OPENAI_API_KEY":null,"tokens":{"access_token":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(held(), ["codex-oauth"]);
+        fs::write(&auth, "not json").unwrap();
+        assert_eq!(held(), ["codex-oauth"]);
+        fs::remove_file(&auth).unwrap();
+        fs::write(
+            home.path().join(".gemini/oauth_creds.json"),
+            r#"{"access_token":"ya29.a","refresh_token":"1//r","expiry_date":1}"#,
+        )
+        .unwrap();
+        assert_eq!(held(), ["gemini-oauth"]);
+    }
 }

@@ -590,16 +590,20 @@ pub(crate) fn install(
         );
     }
     let held = match shared {
-        Some(s) => Some((s, lease_account(row, s)?)),
-        None => None,
-    };
-    let give_back = |held: Option<(&Shared, (StoredLogin, Version))>| {
-        if let Some((s, (mut stored, version))) = held {
-            stored.lease = None;
-            if let Ok(bytes) = serde_json::to_vec(&stored) {
-                let _ = s.store.put_account(row, &bytes, Some(&version));
+        Some(s) => {
+            let asked = Instant::now();
+            let leased = lease_account(row, s)?;
+            let held = Some((s, leased));
+            // A lease whose taking took most of it is not signed in under: given back.
+            if asked.elapsed() + REDEEM_BUDGET
+                > Duration::from_millis(oauth::LEASE_MS.unsigned_abs())
+            {
+                give_back_lease(row, held);
+                bail!("the store is too slow to hold the {row} login for a sign-in: try again");
             }
+            held
         }
+        None => None,
     };
     let login = match sign_in().and_then(|login| {
         let tokens = shape
@@ -609,7 +613,7 @@ pub(crate) fn install(
     }) {
         Ok(found) => found,
         Err(e) => {
-            give_back(held);
+            give_back_lease(row, held);
             return Err(e);
         }
     };
@@ -643,8 +647,38 @@ pub(crate) fn install(
     };
     Ok(Installed {
         replaced,
-        stored: keep(row, s, &new, version),
+        stored: store_new_login(row, s, &new, version)?,
     })
+}
+
+/// The lease `held` took, given back (the login the store held as it was).
+fn give_back_lease(row: &str, held: Option<(&Shared, (StoredLogin, Version))>) {
+    if let Some((s, (mut stored, version))) = held {
+        stored.lease = None;
+        if let Ok(bytes) = serde_json::to_vec(&stored) {
+            let _ = s.store.put_account(row, &bytes, Some(&version));
+        }
+    }
+}
+
+/// A new login (`ag-box login`'s) into the store under this node's lease (`version`); where
+/// the lease was lost meanwhile (another node wrote: a refresh of the old account), leased
+/// again and written over it: a new login supersedes whatever the old account's refresh made.
+/// Whether it is there.
+fn store_new_login(
+    row: &str,
+    shared: &Shared,
+    new: &StoredLogin,
+    mut version: Version,
+) -> Result<bool> {
+    let bytes = serde_json::to_vec(new)?;
+    for _ in 0..5 {
+        match shared.store.put_account(row, &bytes, Some(&version))? {
+            Cas::Written(_) => return Ok(true),
+            Cas::Conflict => version = lease_account(row, shared)?.1,
+        }
+    }
+    Ok(false)
 }
 
 /// The account's lease in the store for this node, once no other node holds one (a lease is
@@ -870,9 +904,15 @@ pub(crate) async fn post(
             .await
             .map_err(|e| format!("handshake with {host}: {e}"))?;
         tokio::spawn(link);
+        // JSON, or a form (Google's token endpoint takes one).
+        let kind = if body.starts_with(b"{") {
+            "application/json"
+        } else {
+            "application/x-www-form-urlencoded"
+        };
         let req = Request::post(path)
             .header(header::HOST, host)
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, kind)
             .header(header::USER_AGENT, "ag-box-broker")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| format!("the request: {e}"))?;

@@ -18,6 +18,10 @@ Speaks just enough of two wire protocols for the real CLIs to run a prompt end t
     /backend-api/codex/models as above. Its token endpoint (POST /oauth/token, client
     app_EMoamEEZ73f0CkXaXp7hrann, refresh tokens `rt_...`) answers JWT-shaped id and access
     tokens whose claims say `STANDIN<n>` and the account, and a new `rt_STANDIN<n>...`.
+  * Gemini CLI's Code Assist API: POST /v1internal:generateContent answers the reply as a
+    candidate's text. Google's token endpoint (POST /token, a form, client 681255809395-...)
+    answers `ya29.STANDIN<n>...` and an id token; a Google refresh token (`1//...`) is good
+    again (Google does not rotate them).
   * A sign-in page (Claude's):  GET /cai/oauth/authorize?client_id=..&code_challenge=..&state=..
     answers the text `<code>#<state>` a person would paste back (as the real page shows it).
 Anything else is logged with its headers and the start of its body and answered 404 {} (POST
@@ -76,6 +80,8 @@ INJECTED_PREFIXES = (
 
 
 CODEX_CLIENT = "app_EMoamEEZ73f0CkXaXp7hrann"
+GEMINI_CLIENT = "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com"
+GEMINI_SECRET = "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"
 
 
 def jwt(claims):
@@ -260,7 +266,9 @@ class Handler(BaseHTTPRequestHandler):
                                   "workspace_backend_origin": "https://chatgpt.com",
                                   "account_routing_override": "us"}],
                     "account_ordering": ["acct-rig"], "default_account_id": "acct-rig"})
-            if self.command == "POST" and path in ("/v1/oauth/token", "/oauth/token"):
+            if self.command == "POST" and path == "/v1internal:generateContent":
+                return self.gemini_generate(body or {})
+            if self.command == "POST" and path in ("/v1/oauth/token", "/oauth/token", "/token"):
                 return self.oauth_token(raw)
             if self.command == "POST" and path.endswith("/messages/count_tokens"):
                 return self.count_tokens(body or {})
@@ -303,17 +311,29 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send_json(400, {"error": "invalid_grant",
                                                 "error_description": "code verifier, state or redirect_uri mismatch"})
                 entry["pkce"] = "ok"
-        elif grant != "refresh_token" or not refresh.startswith(("sk-ant-ort01-", "rt_")):
+        elif grant != "refresh_token" or not refresh.startswith(("sk-ant-ort01-", "rt_", "1//")):
             log(dict(entry, status=400))
             return self.send_json(400, {"error": "invalid_request"})
+        google = body.get("client_id") == GEMINI_CLIENT
         with TOKEN_LOCK:
             used = refresh in USED_REFRESH
-            USED_REFRESH.add(refresh)
+            if not google:
+                USED_REFRESH.add(refresh)
             n = next(REFRESHES)
         if used:
             log(dict(entry, status=400, error="already used"))
             return self.send_json(400, {"error": "invalid_grant",
                                         "error_description": "refresh token was already used"})
+        if google:
+            if body.get("client_secret") != GEMINI_SECRET:
+                log(dict(entry, status=401, error="client secret"))
+                return self.send_json(401, {"error": "invalid_client"})
+            access = "ya29.STANDIN%d" % n + "G" * 80
+            log(dict(entry, status=200, issued=access))
+            return self.send_json(200, {"access_token": access, "expires_in": TOKEN_LIFETIME,
+                                        "scope": "https://www.googleapis.com/auth/cloud-platform",
+                                        "token_type": "Bearer",
+                                        "id_token": jwt({"email": "rig@example.com", "jti": "STANDIN%d" % n})})
         if body.get("client_id") == CODEX_CLIENT:
             claims = {"https://api.openai.com/auth": {"chatgpt_account_id": "acct-rig",
                                                       "chatgpt_plan_type": "pro"},
@@ -329,6 +349,17 @@ class Handler(BaseHTTPRequestHandler):
                              "refresh_token": new_refresh, "expires_in": TOKEN_LIFETIME,
                              "scope": "user:inference user:profile",
                              "account": {"uuid": "rig-account", "email_address": "rig@example.com"}})
+
+    def gemini_generate(self, body):
+        contents = (body.get("request") or {}).get("contents") or []
+        texts = [p.get("text", "") for c in contents if c.get("role") == "user"
+                 for p in c.get("parts", []) if isinstance(p, dict)]
+        last = texts[-1] if texts else ""
+        text = reply_text(len(texts), last)
+        log(dict(self.base_entry(), summary="gemini.generate", turns=len(texts), last=last[:80],
+                 reply=text))
+        self.send_json(200, {"response": {"candidates": [
+            {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}]}})
 
     def sign_in(self):
         q = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
