@@ -1943,6 +1943,7 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
         &format!(
             "{}; echo
              curl -sS -m 10 https://chatgpt.com/backend-api/codex/models -H 'Authorization: Bearer {refresh_shown}'; echo
+             curl -sS -m 10 https://chatgpt.com/backend-api/codex/models -H 'Authorization: Bearer {access_shown}' -H 'chatgpt-account-id: acct-other-workspace'; echo
              curl -sS -m 10 http://{PLAIN}/ -H 'Authorization: Bearer {access_shown}'",
             refresh_body("rt_SomeOtherRefreshToken")
         ),
@@ -1951,6 +1952,8 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
     assert!(
         seen.contains("the broker answers only a refresh of the codex login's placeholder")
             && seen.contains("the codex login's refresh token goes to auth.openai.com only")
+            && seen
+                .contains("the codex login's token goes with the account of the node's login only")
             && seen.contains(
                 "a placeholder of the codex login went to 10.200.0.2:8085 over plain HTTP"
             ),
@@ -1970,7 +1973,8 @@ const GEMINI_CLIENT: &str =
 /// Gemini CLI's Google login (`~/.gemini/oauth_creds.json`) never enters a box: placeholders of
 /// its tokens' shapes, an expiry a year ahead; the token goes into Code Assist requests only,
 /// made fresh once by the broker with the CLI's client (a form, as Google takes it); the box's
-/// own refresh gets its placeholders again, and a placeholder anywhere else is refused.
+/// own refresh gets its placeholders again, and a placeholder anywhere else is refused; a
+/// rollback to before the refresh leaves the refreshed login in force.
 #[test]
 fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
     let Some(c) = Cluster::get() else { return };
@@ -1995,6 +1999,10 @@ fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
     c.a.sh("chmod 600 /root/.gemini/oauth_creds.json").ok();
     let name = "gemini-google";
     c.parked_box(name);
+    let before_refresh = common::box_row(&c.a, name).unwrap()["last_snapshot"]["id"]
+        .as_str()
+        .unwrap()[..8]
+        .to_string();
     c.a.sh(&format!(
         "echo '# no node entries in this test' > /etc/box/egress-allow.txt
          ag-box set {name} agent=none network=allow allow=cloudcode-pa.googleapis.com:443,oauth2.googleapis.com:443,10.200.0.3:443,{PLAIN} creds=gemini
@@ -2061,6 +2069,34 @@ fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
         "{node:#}"
     );
 
+    // The CLI's check of its login (token info of its access token) is answered from the
+    // node's login: the client, the scope, the email, no token; of another token, refused.
+    let info = |token: &str| {
+        format!(
+            "curl -sS -m 30 https://oauth2.googleapis.com/tokeninfo -H 'Authorization: Bearer {token}' \
+               --data-urlencode 'access_token={token}'"
+        )
+    };
+    let said: serde_json::Value = serde_json::from_str(
+        inside(&c.a, name, &info(&access_shown))
+            .ok()
+            .stdout()
+            .trim(),
+    )
+    .unwrap();
+    assert!(
+        said["aud"] == GEMINI_CLIENT
+            && said["email"] == "rig@example.com"
+            && said["scope"] == login["scope"]
+            && said["expires_in"].as_str().unwrap().parse::<u64>().unwrap() > 0
+            && !said.to_string().contains("ya29."),
+        "{said}"
+    );
+    assert!(
+        inside(&c.a, name, &info("ya29.SomeOtherTokenSomeOtherToken"))
+            .stdout()
+            .contains("the broker answers token info only of the gemini login's placeholder")
+    );
     // The box's own refresh (a form, as the CLI's library sends it) gets its placeholders; the
     // token goes into no other Code Assist request, and the refresh placeholder nowhere.
     let answer: serde_json::Value = serde_json::from_str(
@@ -2101,5 +2137,29 @@ fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
         "{seen}"
     );
     assert_eq!(token_lines(&c).len(), 1);
+
+    // A rollback to a snapshot from before the refresh leaves the current login in force: no
+    // snapshot holds it, the node's file is as the refresh left it, and the box's requests
+    // carry the new token with no other refresh.
+    c.a.sh(&format!("ag-box rollback {name} {before_refresh} --yes"))
+        .ok();
+    let shown: serde_json::Value = serde_json::from_str(
+        &inside(&c.a, name, "cat ~/.gemini/oauth_creds.json")
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    let access_now = shown["access_token"].as_str().unwrap().to_string();
+    assert!(access_now.starts_with("ya29.") && access_now != issued);
+    inside(&c.a, name, &generate(&access_now, "generateContent")).ok();
+    let generated = answered(&c, "gemini.generate");
+    assert!(
+        generated.len() == 2 && generated[1]["auth"] == format!("Bearer {issued}"),
+        "{generated:#?}"
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.gemini/oauth_creds.json")).unwrap();
+    assert_eq!(node["access_token"], issued.as_str());
     c.a.sh(&format!("ag-box park {name}")).ok();
 }

@@ -877,8 +877,13 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     c.c.sh("ag-box init").ok();
 }
 
+/// The Gemini login a box makes in its own home (the broker answers no sign-in for Gemini).
+const ACCESS: &str = "ya29.FromABoxFromABoxFromABoxFromABox00";
+const REFRESH: &str = "1//FromABoxRefreshFromABoxRefresh00";
+
 /// A login made inside a box on a node without that agent's credentials moves, once adopted,
-/// with `globals` to the next node, where the box comes up logged in.
+/// with `globals` to the next node, where the box comes up logged in (through the broker: it
+/// sees placeholders).
 #[test]
 fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
     let Some(c) = Cluster::get() else {
@@ -894,7 +899,7 @@ fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
     c.a.sh(&format!("ag-box set {name} creds=gemini")).ok();
     c.a.sh(&format!(
         "set -e; ag-box up {name} --node nodeA
-         ag-box exec {name} -- sh -c 'echo {{\\\"refresh_token\\\":\\\"from-a-box\\\"}} > ~/.gemini/oauth_creds.json'"
+         ag-box exec {name} -- sh -c 'echo {{\\\"access_token\\\":\\\"{ACCESS}\\\",\\\"refresh_token\\\":\\\"{REFRESH}\\\",\\\"expiry_date\\\":4102444800000}} > ~/.gemini/oauth_creds.json'"
     ))
     .ok();
     let out = c.a.sh(&format!("ag-box park {name}"));
@@ -911,10 +916,20 @@ fn a_login_made_inside_a_box_reaches_the_next_node_once_adopted() {
     );
     c.a.sh("ag-box globals push").ok();
     c.b.sh("ag-box globals pull").ok();
+    // Node B holds it; its box, given Gemini's login, sees the broker's placeholders of it.
+    assert!(c.b.read(cred).contains(REFRESH));
     let out = c.b.sh(&format!(
         "set -e; ag-box up {name} --node nodeB >/dev/null; ag-box exec {name} -- cat ~/.gemini/oauth_creds.json"
     ));
-    assert_eq!(out.ok().stdout(), "{\"refresh_token\":\"from-a-box\"}\n");
+    let seen: serde_json::Value = serde_json::from_str(&out.ok().stdout()).unwrap();
+    let token = |k: &str| seen[k].as_str().unwrap().to_string();
+    assert!(
+        token("access_token").starts_with("ya29.")
+            && token("access_token") != ACCESS
+            && token("refresh_token").starts_with("1//")
+            && token("refresh_token") != REFRESH,
+        "{seen}"
+    );
     c.b.sh(&format!("ag-box park {name}")).ok();
     for n in c.all() {
         n.sh(&format!("rm -f {cred}")).ok();

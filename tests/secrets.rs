@@ -85,9 +85,9 @@ fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
     );
 }
 
-/// A login made inside a box on a node without that agent's credentials: `park` says no
-/// snapshot carries it, `globals adopt` makes it the node's (refused while the box runs), and
-/// the box's next start shares the node's file.
+/// A login made inside a box on a node without that agent's credentials (`OpenCode`'s, which the
+/// broker does not hold): `park` says no snapshot carries it, `globals adopt` makes it the
+/// node's (refused while the box runs), and the box's next start shares the node's file.
 #[test]
 fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     let Some(host) = Host::new("adopt") else {
@@ -95,15 +95,15 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     };
     let name = format!("adopt-{}", std::process::id());
     let home = host.home().to_string();
-    let node_file = format!("{home}/.codex/auth.json");
-    let own_file = host
-        .base
-        .join(format!("state/homes/{name}/.codex/auth.json"));
+    let node_file = format!("{home}/.local/share/opencode/auth.json");
+    let own_file = host.base.join(format!(
+        "state/homes/{name}/.local/share/opencode/auth.json"
+    ));
     let b = BoxTest::on(&host, &name);
     b.write(&Project::new(&name).file("f", "x\n"));
     b.track().ok();
     b.up().ok();
-    b.exec_sh(r#"echo '{"tokens":"made-inside"}' > ~/.codex/auth.json"#)
+    b.exec_sh(r#"echo '{"tokens":"made-inside"}' > ~/.local/share/opencode/auth.json"#)
         .ok();
     assert!(
         own_file.is_file(),
@@ -118,7 +118,7 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     b.park()
         .ok()
         .stderr_has(&format!(
-            "box '{name}' holds a login made inside it (~/.codex/auth.json) that no snapshot carries"
+            "box '{name}' holds a login made inside it (~/.local/share/opencode/auth.json) that no snapshot carries"
         ))
         .stderr_has(&format!("'ag-box globals adopt {name}'"));
 
@@ -135,11 +135,11 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     // The next start binds the node's file: the box reads it, and a refresh reaches the node.
     let unsaid = "login made inside";
     b.up().ok().stderr_lacks(unsaid);
-    b.exec_sh("cat ~/.codex/auth.json 2>&1")
+    b.exec_sh("cat ~/.local/share/opencode/auth.json 2>&1")
         .ok()
         .stdout_is("{\"tokens\":\"made-inside\"}\n")
         .stderr_lacks(unsaid);
-    b.exec_sh(r#"echo '{"tokens":"refreshed"}' > ~/.codex/auth.json"#)
+    b.exec_sh(r#"echo '{"tokens":"refreshed"}' > ~/.local/share/opencode/auth.json"#)
         .ok()
         .stderr_lacks(unsaid);
     assert_eq!(host.read(&node_file), "{\"tokens\":\"refreshed\"}\n");
@@ -216,7 +216,10 @@ fn a_box_sees_only_the_logins_it_is_given() {
         .ok()
         .stderr_has("creds=claude,codex,gemini,grok,opencode,gh");
     b.up().ok();
-    assert_eq!(found(), ["CLAUDE-TOKEN", "CODEX-TOKEN", "OPENCODE-TOKEN"]);
+    // Codex's file, which the broker cannot read as a key or a login, is an empty copy in the
+    // box: never the node's file.
+    assert_eq!(found(), ["CLAUDE-TOKEN", "OPENCODE-TOKEN"]);
+    b.exec_sh("cat ~/.codex/auth.json").ok().stdout_is("{}");
     gh_shown();
     b.park().ok();
     b.set(["creds=codex"])
@@ -224,7 +227,8 @@ fn a_box_sees_only_the_logins_it_is_given() {
         .stderr_has("creds=codex")
         .stderr_has("creds takes effect at the next 'ag-box up'");
     b.up().ok();
-    assert_eq!(found(), ["CODEX-TOKEN"]);
+    assert_eq!(found(), Vec::<String>::new());
+    b.exec_sh("cat ~/.codex/auth.json").ok().stdout_is("{}");
     b.exec_sh("test ! -e ~/.config/gh").ok();
     b.park().ok();
     b.set(["creds=none"]).ok().stderr_has("creds=none");

@@ -104,6 +104,10 @@ pub(crate) fn run(agent: &str) -> Result<()> {
         say!(
             "the login is in the store for the other nodes' brokers (sealed); they take it at their next refresh, or at once with 'ag-box globals pull'"
         );
+    } else if shared.is_some() {
+        tracing::warn!(
+            "the login is in this node's file but not in the store: run 'ag-box globals push' here for the other nodes"
+        );
     }
     say!(
         "boxes given {agent} use it from their next request (a box started while the node had no {agent} login: from its next start)"

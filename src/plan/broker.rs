@@ -348,6 +348,9 @@ pub(crate) struct OauthAccount {
     /// The placeholder of its OpenID-Connect token, where the login has one (Codex's).
     #[serde(default)]
     pub id: Option<String>,
+    /// The account its requests may name beside the token (Codex's `chatgpt-account-id`).
+    #[serde(default)]
+    pub account_id: Option<String>,
     /// The box has no login yet (neither the node nor the box made one): the answer to a
     /// login's code exchange it makes is kept, in `file`, for it alone.
     pub captures: bool,
@@ -600,20 +603,24 @@ pub(crate) fn method_takes_token(method: &str) -> bool {
 pub(crate) fn holds_a_token(text: &str, placeholders: &[String]) -> bool {
     TOKEN_PREFIXES.iter().any(|prefix| {
         text.match_indices(prefix).any(|(at, _)| {
-            // Within a word (`insert_rt_...`) it starts no token.
+            // Within a word (`insert_pull_request`) it starts no token.
             if text[..at].ends_with(|c: char| c.is_ascii_alphanumeric()) {
                 return false;
             }
-            let token: String = text[at..]
-                .chars()
-                .take_while(|c| is_token_char(*c))
-                .collect();
-            token.len() >= prefix.len() + 20 && !placeholders.contains(&token)
+            let token = &text[at..at + token_len(&text[at..], prefix)];
+            token.len() >= prefix.len() + 20 && !placeholders.iter().any(|p| p == token)
         })
     })
 }
 
 /// What a token is made of (gh's, and the model APIs' keys with their dashes).
+/// The length of the token `text` starts with (its prefix `prefix`, which may hold a `.` or
+/// `/`, then token characters).
+fn token_len(text: &str, prefix: &str) -> usize {
+    let rest = &text[prefix.len()..];
+    prefix.len() + rest.find(|c: char| !is_token_char(c)).unwrap_or(rest.len())
+}
+
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
@@ -641,7 +648,7 @@ pub(crate) fn placehold_tokens(
             let Some(prefix) = TOKEN_PREFIXES.iter().find(|p| here.starts_with(*p)) else {
                 continue;
             };
-            let len = here.find(|c: char| !is_token_char(c)).unwrap_or(here.len());
+            let len = token_len(here, prefix);
             let token = &here[..len];
             if len < prefix.len() + 20 || keep.iter().any(|k| k == token) {
                 continue;
@@ -871,6 +878,32 @@ mod tests {
                 bearer_only: false,
             }],
         )
+    }
+
+    #[test]
+    fn googles_tokens_are_seen_whatever_their_prefix_holds() {
+        let access = format!("ya29.{}", "a0AfH6SMB".repeat(4));
+        let refresh = format!("1//{}", "0gXyZ-abc_".repeat(4));
+        let text = format!(
+            "{{\"a\":\"{access}\",\"r\":\"{refresh}\",\"w\":\"insert_pull_request_template{}\"}}",
+            "x".repeat(30)
+        );
+        assert!(holds_a_token(&text, &[]));
+        let (copy, found) = placehold_tokens(&text, &[], |t| format!("<{}>", t.len()));
+        assert_eq!(found, [access.clone(), refresh.clone()]);
+        assert_eq!(
+            copy,
+            format!(
+                "{{\"a\":\"<{}>\",\"r\":\"<{}>\",\"w\":\"insert_pull_request_template{}\"}}",
+                access.len(),
+                refresh.len(),
+                "x".repeat(30)
+            )
+        );
+        assert!(!holds_a_token(
+            &format!("insert_pull_request_template{}", "x".repeat(30)),
+            &[]
+        ));
     }
 
     #[test]

@@ -234,6 +234,20 @@ impl Shape {
         }
     }
 
+    /// The account a login's token is for, where requests name it beside the token (Codex's
+    /// `chatgpt-account-id`): no secret, but a box may not name another.
+    pub(crate) fn account_id(self, text: &str) -> Option<String> {
+        match self {
+            Shape::Codex => serde_json::from_str::<Value>(text)
+                .ok()?
+                .get("tokens")?
+                .get("account_id")?
+                .as_str()
+                .map(String::from),
+            Shape::Claude | Shape::Gemini => None,
+        }
+    }
+
     /// Whether a login made inside a box is kept by the broker for it (Claude Code's; Codex's
     /// sign-in is not answered by the broker yet).
     pub(crate) fn captures(self) -> bool {
@@ -284,8 +298,41 @@ fn gemini_tokens(text: &str) -> Option<Tokens> {
     Some(Tokens {
         access: token("access_token")?,
         refresh: token("refresh_token")?,
-        expires_at_ms: v.get("expiry_date").and_then(Value::as_i64).unwrap_or(0),
+        // Milliseconds, written as a float by some versions.
+        expires_at_ms: v
+            .get("expiry_date")
+            .and_then(|d| {
+                d.as_i64()
+                    .or_else(|| format!("{:.0}", d.as_f64()?).parse().ok())
+            })
+            .unwrap_or(0),
     })
+}
+
+/// Google's answer to a token-info query (`/tokeninfo`) on the login of Gemini CLI's file
+/// `text`, as the broker gives it to a box asking of its placeholder (the CLI checks its
+/// login so before using it): the client it is for, its scope and expiry, the id token's
+/// email; no token. None when the file holds no login.
+pub(crate) fn gemini_token_info(text: &str, client_id: &str, now_ms: i64) -> Option<Vec<u8>> {
+    let tokens = gemini_tokens(text)?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    let mut out = json!({
+        "azp": client_id,
+        "aud": client_id,
+        "scope": v.get("scope").and_then(Value::as_str).unwrap_or(""),
+        "exp": (tokens.expires_at_ms / 1000).to_string(),
+        "expires_in": ((tokens.expires_at_ms - now_ms) / 1000).max(0).to_string(),
+        "access_type": "offline",
+    });
+    let claims = Shape::Gemini.id_token(text).and_then(|id| jwt_claims(&id));
+    if let (Some(o), Some(c)) = (out.as_object_mut(), claims) {
+        for key in ["sub", "email", "email_verified"] {
+            if let Some(found) = c.get(key) {
+                o.insert(key.into(), found.clone());
+            }
+        }
+    }
+    serde_json::to_vec(&out).ok()
 }
 
 /// The copy a box sees of Gemini CLI's `oauth_creds.json`: the placeholders, its scope and kind,
@@ -890,6 +937,8 @@ mod tests {
             1_796_083_200_000 + 3_600_000
         );
         assert_eq!(Shape::Codex.tokens(r#"{"OPENAI_API_KEY":"sk-x"}"#), None);
+        assert_eq!(Shape::Codex.account_id(&file), Some("acct-1".into()));
+        assert_eq!(Shape::Claude.account_id(&file), None);
 
         // The box's copy: placeholders, the account id, no API key, refreshed now.
         let now_ms = 1_796_400_000_000;
@@ -1024,6 +1073,15 @@ mod tests {
             serde_json::from_str::<Value>(&Shape::Gemini.login_only(&after.to_string()).unwrap())
                 .unwrap(),
             after
+        );
+        // Token info, as Google answers it of the login: no token in it.
+        let id = jwt(&json!({"email": "a@b", "email_verified": true, "sub": "7"}));
+        let file = json!({"access_token": "ya29.real", "refresh_token": "1//real", "scope": "s1 s2", "id_token": id, "expiry_date": 9_000_000.0})
+            .to_string();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&gemini_token_info(&file, "cid", 1_000).unwrap())
+                .unwrap(),
+            json!({"azp": "cid", "aud": "cid", "scope": "s1 s2", "exp": "9000", "expires_in": "8999", "access_type": "offline", "sub": "7", "email": "a@b", "email_verified": true})
         );
     }
 

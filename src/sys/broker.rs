@@ -350,6 +350,7 @@ fn copy_oauth(
         access,
         refresh,
         id,
+        account_id: found.as_ref().and_then(|(text, _)| shape.account_id(text)),
         captures: found.is_none(),
         file,
         token_host: endpoint.host.into(),

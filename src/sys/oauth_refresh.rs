@@ -591,10 +591,9 @@ pub(crate) fn install(
     }
     let held = match shared {
         Some(s) => {
-            let asked = Instant::now();
-            let leased = lease_account(row, s)?;
+            let (asked, leased) = lease_account(row, s)?;
             let held = Some((s, leased));
-            // A lease whose taking took most of it is not signed in under: given back.
+            // A lease whose write took most of it is not signed in under: given back.
             if asked.elapsed() + REDEEM_BUDGET
                 > Duration::from_millis(oauth::LEASE_MS.unsigned_abs())
             {
@@ -645,10 +644,12 @@ pub(crate) fn install(
         refreshed_by: Some(s.node.to_string()),
         refreshed_at_ms: Some(now_ms()),
     };
-    Ok(Installed {
-        replaced,
-        stored: store_new_login(row, s, &new, version)?,
-    })
+    // The node's file holds it now: a store that fails here is said, not the sign-in undone.
+    let stored = store_new_login(row, s, &new, version).unwrap_or_else(|e| {
+        tracing::error!("putting the new {row} login in the store: {e:#}");
+        false
+    });
+    Ok(Installed { replaced, stored })
 }
 
 /// The lease `held` took, given back (the login the store held as it was).
@@ -675,7 +676,7 @@ fn store_new_login(
     for _ in 0..5 {
         match shared.store.put_account(row, &bytes, Some(&version))? {
             Cas::Written(_) => return Ok(true),
-            Cas::Conflict => version = lease_account(row, shared)?.1,
+            Cas::Conflict => version = lease_account(row, shared)?.1.1,
         }
     }
     Ok(false)
@@ -684,7 +685,7 @@ fn store_new_login(
 /// The account's lease in the store for this node, once no other node holds one (a lease is
 /// waited for until this node has seen it unchanged for its length); the login the store held
 /// with it, and the version written.
-fn lease_account(row: &str, shared: &Shared) -> Result<(StoredLogin, Version)> {
+fn lease_account(row: &str, shared: &Shared) -> Result<(Instant, (StoredLogin, Version))> {
     let deadline = Instant::now() + Duration::from_millis(oauth::LEASE_MS.unsigned_abs() * 2);
     let mut watch: Option<Watch> = None;
     loop {
@@ -710,11 +711,12 @@ fn lease_account(row: &str, shared: &Shared) -> Result<(StoredLogin, Version)> {
             node: shared.node.to_string(),
             until_ms: now_ms() + oauth::LEASE_MS,
         });
+        let asked = Instant::now();
         match shared
             .store
             .put_account(row, &serde_json::to_vec(&taking)?, seen.version.as_ref())?
         {
-            Cas::Written(Some(version)) => return Ok((taking, version)),
+            Cas::Written(Some(version)) => return Ok((asked, (taking, version))),
             Cas::Written(None) => bail!(
                 "the store named no version of the {row} login it wrote: it cannot guard a sign-in"
             ),

@@ -199,8 +199,34 @@ pub(super) fn terminate(
 
 /// One request of a terminated connection: placeholders put back (or the request refused),
 /// sent on to the real host, the answer streamed back and logged when it ends.
+/// A request the broker answers itself (an OAuth login's token endpoint, Google's token info);
+/// Err: the request, to go on to the real host.
+async fn answered_here(
+    req: Request<Incoming>,
+    conn: &Terminated,
+    attempt: &Attempt,
+) -> Result<Response<Body>, Request<Incoming>> {
+    let host = attempt.host.as_str();
+    if let Some((account, gate)) = conn
+        .broker
+        .oauth()
+        .find(|(a, _)| oauth::is_token_info(a, host, req.uri().path()))
+    {
+        return Ok(oauth::token_info(req, account, gate, attempt).await);
+    }
+    if let Some((account, gate)) = conn
+        .broker
+        .oauth()
+        .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
+        && req.method() == hyper::Method::POST
+    {
+        return Ok(oauth::token_request(req, account, gate, conn.broker.upstream(), attempt).await);
+    }
+    Err(req)
+}
+
 async fn brokered(
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     conn: Arc<Terminated>,
 ) -> Result<Response<Body>, Infallible> {
     let base = &conn.attempt;
@@ -212,16 +238,11 @@ async fn brokered(
         path: Some(req.uri().path().to_string()),
     };
     let host = attempt.host.as_str();
-    if let Some((account, gate)) = conn
-        .broker
-        .oauth()
-        .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
-        && req.method() == hyper::Method::POST
-    {
-        return Ok(
-            oauth::token_request(req, account, gate, conn.broker.upstream(), &attempt).await,
-        );
-    }
+    let req = match answered_here(req, &conn, &attempt).await {
+        Ok(answer) => return Ok(answer),
+        Err(req) => req,
+    };
+    let mut req = req;
     let put_in = match with_tokens(&mut req, host, &conn.broker).await {
         Ok(logins) => logins,
         Err(reason) => return Ok(attempt.refuse(&reason)),

@@ -998,6 +998,7 @@ mod tests {
                 access: ACCESS_SHOWN.into(),
                 refresh: REFRESH_SHOWN.into(),
                 id: None,
+                account_id: None,
                 captures: false,
                 file: file.clone(),
                 token_host: "localhost".into(),

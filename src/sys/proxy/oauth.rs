@@ -50,6 +50,19 @@ pub(super) async fn secrets<'a>(
             ));
         }
         let real = if carries(&account.access) {
+            // The token goes with its own account only (a box could otherwise aim it at
+            // another workspace the user belongs to).
+            if let Some(own) = &account.account_id
+                && headers
+                    .get_all("chatgpt-account-id")
+                    .iter()
+                    .any(|v| v.as_bytes() != own.as_bytes())
+            {
+                return Err(format!(
+                    "the {} login's token goes with the account of the node's login only (chatgpt-account-id)",
+                    account.login
+                ));
+            }
             current(account, gate).await?
         } else {
             String::new()
@@ -300,6 +313,57 @@ async fn capture(
 }
 
 /// Whether a request to `host` for `path` is one to `account`'s token endpoint.
+/// Whether a request is Google's token-info query on the login of `account` (Gemini CLI checks
+/// its login so before using it).
+pub(super) fn is_token_info(account: &OauthAccount, host: &str, path: &str) -> bool {
+    account.shape == oauth::Shape::Gemini
+        && account.token_host.eq_ignore_ascii_case(host)
+        && path == "/tokeninfo"
+}
+
+/// A token-info query of the box's access placeholder (in a header, the query or the form),
+/// answered here from the node's login, made fresh first when due (the client it is for, its
+/// scope, expiry and email; no token); of any other token, refused.
+pub(super) async fn token_info(
+    req: Request<Incoming>,
+    account: &OauthAccount,
+    gate: &Gate,
+    attempt: &Attempt,
+) -> Response<Body> {
+    let rule = "answered by the broker";
+    let in_header = req
+        .headers()
+        .values()
+        .any(|v| String::from_utf8_lossy(v.as_bytes()).contains(&account.access));
+    let in_query = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.contains(&account.access));
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return attempt.refuse(&format!("the token-info request's body: {e}")),
+    };
+    if !(in_header || in_query || String::from_utf8_lossy(&body).contains(&account.access)) {
+        return attempt.refuse(&format!(
+            "the broker answers token info only of the {} login's placeholder",
+            account.login
+        ));
+    }
+    if let Err(e) = current(account, gate).await {
+        return attempt.unreachable(rule, &e);
+    }
+    let info = oauth_refresh::read_text(&account.file)
+        .ok()
+        .and_then(|text| oauth::gemini_token_info(&text, &account.client_id, now_ms()));
+    match info {
+        Some(info) => {
+            attempt.log(Ok(rule), None, (0, 0));
+            json(200, info)
+        }
+        None => attempt.unreachable(rule, &not_fresh(&account.login)),
+    }
+}
+
 pub(super) fn is_token_request(account: &OauthAccount, host: &str, path: &str) -> bool {
     account.token_host.eq_ignore_ascii_case(host) && path == account.token_path
 }
