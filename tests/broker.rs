@@ -799,6 +799,29 @@ fn refreshed_once(c: &Cluster, refresh: &str, client: &str, host: &str) -> Strin
     r["issued"].as_str().unwrap().to_string()
 }
 
+/// Parked box `name` up on node A, guarded, given the login `creds` and allowed `hosts` (and
+/// the stand-in and the plain host); its copy of `file` (in HOME), which it may write.
+fn guarded_copy(
+    c: &Cluster,
+    name: &str,
+    hosts: &str,
+    creds: &str,
+    file: &str,
+) -> serde_json::Value {
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow={hosts},10.200.0.3:443,{PLAIN} creds={creds}
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+    serde_json::from_str(
+        &inside(&c.a, name, &format!("test -w ~/{file} && cat ~/{file}"))
+            .ok()
+            .stdout(),
+    )
+    .unwrap()
+}
+
 /// When a login that expired an hour ago expired (ms), and Claude Code's file of it.
 fn expired_login() -> (u64, String) {
     let expired = (std::time::SystemTime::now()
@@ -1788,25 +1811,15 @@ fn codexs_chatgpt_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
     c.a.sh("chmod 600 /root/.codex/auth.json").ok();
     let name = "codex-chatgpt";
     c.parked_box(name);
-    c.a.sh(&format!(
-        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
-         ag-box set {name} agent=none network=allow allow=chatgpt.com:443,auth.openai.com:443,10.200.0.3:443,{PLAIN} creds=codex
-         ag-box up {name} --node nodeA"
-    ))
-    .ok();
-
     // The box's copy: placeholders of the tokens' shapes, the claims its CLI reads, a far
     // expiry; the box's to write (its CLI saves what its refresh is answered).
-    let shown: serde_json::Value = serde_json::from_str(
-        &inside(
-            &c.a,
-            name,
-            "test -w ~/.codex/auth.json && cat ~/.codex/auth.json",
-        )
-        .ok()
-        .stdout(),
-    )
-    .unwrap();
+    let shown = guarded_copy(
+        &c,
+        name,
+        "chatgpt.com:443,auth.openai.com:443",
+        "codex",
+        ".codex/auth.json",
+    );
     let shown_token = |k: &str| shown["tokens"][k].as_str().unwrap().to_string();
     let (access_shown, refresh_shown, id_shown) = (
         shown_token("access_token"),
@@ -2003,24 +2016,14 @@ fn geminis_google_login_never_enters_a_box_and_is_refreshed_by_the_broker() {
         .as_str()
         .unwrap()[..8]
         .to_string();
-    c.a.sh(&format!(
-        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
-         ag-box set {name} agent=none network=allow allow=cloudcode-pa.googleapis.com:443,oauth2.googleapis.com:443,10.200.0.3:443,{PLAIN} creds=gemini
-         ag-box up {name} --node nodeA"
-    ))
-    .ok();
-
     // The box's copy: placeholders of the tokens' shapes, the id token's claims, a far expiry.
-    let shown: serde_json::Value = serde_json::from_str(
-        &inside(
-            &c.a,
-            name,
-            "test -w ~/.gemini/oauth_creds.json && cat ~/.gemini/oauth_creds.json",
-        )
-        .ok()
-        .stdout(),
-    )
-    .unwrap();
+    let shown = guarded_copy(
+        &c,
+        name,
+        "cloudcode-pa.googleapis.com:443,oauth2.googleapis.com:443",
+        "gemini",
+        ".gemini/oauth_creds.json",
+    );
     let field = |k: &str| shown[k].as_str().unwrap().to_string();
     let (access_shown, refresh_shown) = (field("access_token"), field("refresh_token"));
     assert!(

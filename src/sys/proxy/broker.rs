@@ -238,11 +238,10 @@ async fn brokered(
         path: Some(req.uri().path().to_string()),
     };
     let host = attempt.host.as_str();
-    let req = match answered_here(req, &conn, &attempt).await {
+    let mut req = match answered_here(req, &conn, &attempt).await {
         Ok(answer) => return Ok(answer),
         Err(req) => req,
     };
-    let mut req = req;
     let put_in = match with_tokens(&mut req, host, &conn.broker).await {
         Ok(logins) => logins,
         Err(reason) => return Ok(attempt.refuse(&reason)),
