@@ -370,10 +370,10 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
     /// Sign in to an agent's account for this node: the login is kept by the credential broker
     /// (boxes given it see placeholders) and, where nodes share a store, sealed there
     #[command(
-        after_help = "Example: ag-box login claude   (open the link it shows, paste the code back)"
+        after_help = "Example: ag-box login claude   (open the link it shows, paste the code back; gemini alike)\nExample: ag-box login codex    (open the link it shows, enter the code it shows there)"
     )]
     Login {
-        /// The agent whose account to sign in to (claude)
+        /// The agent whose account to sign in to (claude, codex, gemini)
         #[arg(add = ArgValueCandidates::new(agent_names))]
         agent: String,
     },

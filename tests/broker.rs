@@ -1759,6 +1759,246 @@ fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// `ag-box login codex` (Codex's device code: a code shown, entered on a page, polled for until
+/// it is) and `ag-box login gemini` (Google's page, its code pasted back): each login the
+/// node's and, sealed, the store's; a box given it sees placeholders and its requests carry the
+/// new token. A code of another sign-in is refused by the server, and changes nothing.
+#[test]
+fn ag_box_login_signs_codex_in_by_a_device_code_and_gemini_by_a_pasted_code() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage_models(&c);
+    let unchanged = |path: &str| {
+        c.a.sh(&format!("cat {path} 2>/dev/null || echo none"))
+            .ok()
+            .stdout()
+    };
+
+    // Codex: the code is shown; the sign-in is polled for, pending, until it is entered.
+    let term = Terminal::start(&c.a, "login-term", "ag-box login codex");
+    let screen = term.shows("waiting for the sign-in");
+    assert!(
+        screen.contains("\nhttps://auth.openai.com/codex/device\n"),
+        "{screen}"
+    );
+    let code = screen
+        .split("enter the code ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap()
+        .to_string();
+    let issued_code = answered(&c, "deviceauth.usercode");
+    assert_eq!(issued_code.len(), 1, "{issued_code:#?}");
+    assert_eq!(issued_code[0]["user_code"], code.as_str());
+    for _ in 0..100 {
+        if answered(&c, "deviceauth.token")
+            .iter()
+            .any(|p| p["pending"] == true)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(token_lines(&c).is_empty());
+    assert!(
+        answered(&c, "deviceauth.token")
+            .iter()
+            .any(|p| p["pending"] == true)
+    );
+    assert_eq!(
+        c.c.sh(&format!("curl -sfk -o /dev/null -w '%{{http_code}}' 'https://10.200.0.3/codex/device?user_code={code}'"))
+            .ok()
+            .stdout(),
+        "200"
+    );
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("signed in to codex: the node's login is made")
+            && screen.contains("exit=0"),
+        "{screen}"
+    );
+    drop(term);
+    let logins = token_lines(&c);
+    assert_eq!(logins.len(), 1, "{logins:#?}");
+    assert_eq!(
+        (
+            &logins[0]["grant"],
+            &logins[0]["pkce"],
+            &logins[0]["client_id"],
+            &logins[0]["status"]
+        ),
+        (
+            &"authorization_code".into(),
+            &"ok".into(),
+            &"app_EMoamEEZ73f0CkXaXp7hrann".into(),
+            &200.into()
+        )
+    );
+    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.codex/auth.json")).unwrap();
+    assert!(
+        node["tokens"]["access_token"] == issued.as_str()
+            && node["tokens"]["refresh_token"]
+                .as_str()
+                .unwrap()
+                .starts_with("rt_STANDIN")
+            && node["tokens"]["account_id"] == "acct-rig"
+            && node["auth_mode"] == "chatgpt",
+        "{node:#}"
+    );
+    assert_eq!(
+        c.a.sh("stat -c '%U %a' /root/.codex/auth.json")
+            .ok()
+            .stdout(),
+        "root 600\n"
+    );
+    let (stored, v) = store_account(&c, CODEX_ACCOUNT_URL);
+    assert!(
+        v["refreshed_by"] == "nodeA" && v["lease"].is_null() && !stored.contains("STANDIN"),
+        "{stored}"
+    );
+    // A box given codex: placeholders, and its backend request carries the new token.
+    let name = "login-codex";
+    c.parked_box(name);
+    let shown = guarded_copy(
+        &c,
+        name,
+        "chatgpt.com:443,auth.openai.com:443",
+        "codex",
+        ".codex/auth.json",
+    );
+    let access_shown = shown["tokens"]["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        access_shown != issued && shown["tokens"]["account_id"] == "acct-rig",
+        "{shown:#}"
+    );
+    nowhere_in_the_box(&c.a, name, &[&issued]);
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 -o /dev/null -w '%{{http_code}}' https://chatgpt.com/backend-api/wham/accounts/check -H 'Authorization: Bearer {access_shown}' -H 'chatgpt-account-id: acct-rig'"
+        ),
+    );
+    assert_eq!(out.ok().stdout(), "200");
+    let checked = answered(&c, "accounts.check");
+    assert!(
+        checked.len() == 1 && checked[0]["auth"] == format!("Bearer {issued}"),
+        "{checked:#?}"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+
+    // Gemini: Google's page, its code pasted back; a code of another sign-in refused.
+    let google_link = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.starts_with("https://accounts.google.com/o/oauth2/v2/auth?"))
+            .unwrap_or_else(|| panic!("no sign-in link:\n{screen}"))
+            .trim_end()
+            .to_string()
+    };
+    let browse = |link: &str| {
+        let query = link.split_once('?').unwrap().1;
+        c.c.sh(&format!(
+            "curl -sfk 'https://10.200.0.3/o/oauth2/v2/auth?{query}'"
+        ))
+        .ok()
+        .stdout()
+    };
+    let term = Terminal::start(&c.a, "login-term", "ag-box login gemini");
+    let link = google_link(&term.shows("Code: "));
+    assert!(
+        link.contains("access_type=offline")
+            && link.contains("redirect_uri=https%3A%2F%2Fcodeassist.google.com%2Fauthcode")
+            && link.contains("&client_id=681255809395-"),
+        "{link}"
+    );
+    let code = browse(&link);
+    assert!(code.starts_with("4/0STANDINCODE"), "{code}");
+    term.types(&code);
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("signed in to gemini: the node's login is made")
+            && screen.contains("exit=0"),
+        "{screen}"
+    );
+    drop(term);
+    let google = token_lines(&c);
+    assert_eq!(google.len(), 2, "{google:#?}");
+    assert_eq!(
+        (
+            &google[1]["grant"],
+            &google[1]["pkce"],
+            &google[1]["status"]
+        ),
+        (&"authorization_code".into(), &"ok".into(), &200.into())
+    );
+    let issued = google[1]["issued"].as_str().unwrap().to_string();
+    let creds = c.a.read("/root/.gemini/oauth_creds.json");
+    let node: serde_json::Value = serde_json::from_str(&creds).unwrap();
+    assert!(
+        node["access_token"] == issued.as_str()
+            && node["refresh_token"]
+                .as_str()
+                .unwrap()
+                .starts_with("1//STANDIN")
+            && node["expiry_date"].as_u64().unwrap() > 1_700_000_000_000,
+        "{node:#}"
+    );
+    let (stored, v) = store_account(&c, &format!("{ACCOUNTS}/gemini-oauth.json"));
+    assert!(
+        v["refreshed_by"] == "nodeA" && !stored.contains("STANDIN"),
+        "{stored}"
+    );
+    // The first sign-in's code pasted into a second: Google refuses it (its verifier is the
+    // first's); the node's login stays.
+    let term = Terminal::start(&c.a, "login-term", "ag-box login gemini");
+    term.shows("Code: ");
+    term.types(&code);
+    let screen = term.shows("exit=");
+    assert!(
+        screen.contains("gemini: oauth2.googleapis.com refused the code (400: invalid_grant")
+            && screen.contains("exit=1"),
+        "{screen}"
+    );
+    drop(term);
+    assert_eq!(unchanged("/root/.gemini/oauth_creds.json"), creds);
+    // A box given gemini: its Code Assist request carries the new token.
+    let name = "login-gemini";
+    c.parked_box(name);
+    let shown = guarded_copy(
+        &c,
+        name,
+        "cloudcode-pa.googleapis.com:443,oauth2.googleapis.com:443",
+        "gemini",
+        ".gemini/oauth_creds.json",
+    );
+    let access_shown = shown["access_token"].as_str().unwrap().to_string();
+    assert_ne!(access_shown, issued);
+    nowhere_in_the_box(&c.a, name, &[&issued]);
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 30 https://cloudcode-pa.googleapis.com/v1internal:generateContent -H 'Authorization: Bearer {access_shown}' \
+           -H 'content-type: application/json' -d '{{\"model\":\"m\",\"project\":\"p\",\"request\":{{\"contents\":[{{\"role\":\"user\",\"parts\":[{{\"text\":\"Hi?\"}}]}}]}}}}'"
+        ),
+    );
+    assert!(
+        out.ok().stdout().contains("STANDIN-REPLY turns=1"),
+        "{out:?}"
+    );
+    let generated = answered(&c, "gemini.generate");
+    assert!(
+        generated.len() == 1 && generated[0]["auth"] == format!("Bearer {issued}"),
+        "{generated:#?}"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
 /// Codex's `ChatGPT` login (`tokens` of `~/.codex/auth.json`): the node's real tokens' signatures
 /// and refresh token, which no box may read.
 const CODEX_ACCESS_SIG: &str = "RigRealCodexAccessSignatureRigRealCodexAccessSig00";

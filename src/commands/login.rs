@@ -3,56 +3,44 @@
 //! there for the other nodes' brokers.
 
 use std::io::{BufRead as _, IsTerminal as _, Read as _, Write as _};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
 use super::Ctx;
 use crate::error::UserError;
-use crate::plan::broker::{self, RULES};
-use crate::plan::oauth::{self, SignIn};
+use crate::plan::broker::{self, OauthEndpoint, RULES};
+use crate::plan::oauth;
+use crate::plan::sign_in::{self, DeviceCode, Polled, SignIn, SignInPage, Way};
 use crate::sys::{host, oauth_refresh};
 
 /// The longest line a pasted code is read from.
 const MAX_PASTE: u64 = 8 * 1024;
 
+/// How long a device code is waited on (as long as Codex's server keeps one).
+const DEVICE_WAIT: Duration = Duration::from_mins(15);
+
 pub(crate) fn run(agent: &str) -> Result<()> {
-    let Some((row, at, page)) = RULES.iter().find_map(|r| {
+    let Some((row, at, way)) = RULES.iter().find_map(|r| {
         let at = r.oauth?;
         Some((r, at, at.sign_in?)).filter(|(r, ..)| r.login == agent)
     }) else {
         return Err(not_signed_in_here(agent).into());
     };
     let ctx = Ctx::load()?;
-    let mut verifier = [0u8; 32];
-    let mut state = [0u8; 32];
-    host::random_bytes(&mut verifier)?;
-    host::random_bytes(&mut state)?;
-    let sign_in = SignIn::new(&verifier, &state);
-    // The link and the prompt are the sign-in itself, not log lines: shown even with -q.
-    let mut err = std::io::stderr();
-    write!(
-        err,
-        "Open this link in a browser, sign in with the account {agent} is to use, and paste the code the page shows:\n\n{}\n\n",
-        sign_in.url(at.client_id, &page)
-    )
-    .and_then(|()| {
-        if std::io::stdin().is_terminal() {
-            write!(err, "Code: ")?;
-        }
-        err.flush()
-    })
-    .context("showing the sign-in link")?;
-    let mut pasted = String::new();
-    std::io::stdin()
-        .lock()
-        .take(MAX_PASTE)
-        .read_line(&mut pasted)
-        .context("reading the code")?;
-    let again = format!("run 'ag-box login {agent}' again and paste the whole code the page shows");
-    let code = sign_in
-        .code(&pasted)
-        .map_err(|why| UserError::failed(format!("{agent}: {why}"), again.clone()))?;
     let post = oauth_refresh::blocking_post()?;
+    let again = match way {
+        Way::Paste(_) => {
+            format!("run 'ag-box login {agent}' again and paste the whole code the page shows")
+        }
+        Way::Device(_) => format!(
+            "run 'ag-box login {agent}' again and enter the code it shows within 15 minutes"
+        ),
+    };
+    let exchange = match way {
+        Way::Paste(page) => pasted_code(agent, &at, &page, &again)?,
+        Way::Device(device) => device_code(agent, &at, &device, &again, &post)?,
+    };
     let file = ctx.config.home.join(row.copied);
     let shared = super::refresh::shared(&ctx);
     let mut login = String::new();
@@ -62,12 +50,7 @@ pub(crate) fn run(agent: &str) -> Result<()> {
         &broker::lock_file(row.name),
         shared.as_ref(),
         || {
-            let (status, answer) = post(
-                at.host,
-                at.path,
-                sign_in.exchange(code, at.client_id, &page),
-            )
-            .map_err(|e| {
+            let (status, answer) = post(at.host, at.path, exchange).map_err(|e| {
                 UserError::failed(
                     format!("{agent}: {} did not answer: {e}", at.host),
                     again.clone(),
@@ -76,13 +59,15 @@ pub(crate) fn run(agent: &str) -> Result<()> {
             let now = oauth_refresh::now_ms();
             login = (200..300)
                 .contains(&status)
-                .then(|| oauth::captured_login(&answer, now))
+                .then(|| at.shape.captured(&answer, now))
                 .flatten()
                 .ok_or_else(|| {
-                    let said =
-                        oauth::refusal(&answer).map_or_else(String::new, |s| format!(": {s}"));
                     UserError::failed(
-                        format!("{agent}: {} refused the code ({status}{said})", at.host),
+                        format!(
+                            "{agent}: {} refused the code ({status}{})",
+                            at.host,
+                            said(&answer)
+                        ),
                         format!("a code is good once and for a few minutes: {again}"),
                     )
                 })?;
@@ -90,7 +75,7 @@ pub(crate) fn run(agent: &str) -> Result<()> {
         },
     )?;
     out!("{}", crate::plan::text::escaped(&file.to_string_lossy()));
-    let expires = oauth::claude_tokens(&login).map_or(0, |t| t.expires_at_ms);
+    let expires = at.shape.tokens(&login).map_or(0, |t| t.expires_at_ms);
     say!(
         "signed in to {agent}: the node's login {} (its token good until {}; the broker refreshes it)",
         if installed.replaced {
@@ -115,11 +100,134 @@ pub(crate) fn run(agent: &str) -> Result<()> {
     Ok(())
 }
 
-/// The error for an agent this version signs in to through its own CLI only.
+/// What a token or sign-in endpoint said when it refused, for the operator (`: why`, escaped).
+fn said(answer: &[u8]) -> String {
+    oauth::refusal(answer).map_or_else(String::new, |s| format!(": {s}"))
+}
+
+/// A sign-in through a page that shows a code to paste back (Claude Code's, Gemini CLI's): the
+/// link shown, the code read back and checked against this sign-in, and the body that redeems
+/// it. The link and the prompt are the sign-in itself, not log lines: shown even with -q.
+fn pasted_code(agent: &str, at: &OauthEndpoint, page: &SignInPage, again: &str) -> Result<Vec<u8>> {
+    let mut verifier = [0u8; 32];
+    let mut state = [0u8; 32];
+    host::random_bytes(&mut verifier)?;
+    host::random_bytes(&mut state)?;
+    let sign_in = SignIn::new(&verifier, &state);
+    let mut err = std::io::stderr();
+    write!(
+        err,
+        "Open this link in a browser, sign in with the account {agent} is to use, and paste the code the page shows:\n\n{}\n\n",
+        sign_in.url(at.client_id, page)
+    )
+    .and_then(|()| {
+        if std::io::stdin().is_terminal() {
+            write!(err, "Code: ")?;
+        }
+        err.flush()
+    })
+    .context("showing the sign-in link")?;
+    let mut pasted = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_PASTE)
+        .read_line(&mut pasted)
+        .context("reading the code")?;
+    let code = sign_in
+        .code(&pasted, page)
+        .map_err(|why| UserError::failed(format!("{agent}: {why}"), again.to_string()))?;
+    Ok(sign_in::exchange(
+        at.shape,
+        code,
+        &sign_in.verifier,
+        &sign_in.state,
+        at.client_id,
+        page.redirect_uri,
+    ))
+}
+
+/// A device-code sign-in (Codex's): a one-time code asked for and shown with the page to enter
+/// it on, the sign-in polled for until the person has (15 minutes at most), and the body that
+/// redeems the authorization code it gives.
+fn device_code(
+    agent: &str,
+    at: &OauthEndpoint,
+    device: &DeviceCode,
+    again: &str,
+    post: &oauth_refresh::Post<'static>,
+) -> Result<Vec<u8>> {
+    let unanswered = |e: String| {
+        UserError::failed(
+            format!("{agent}: {} did not answer: {e}", at.host),
+            again.to_string(),
+        )
+    };
+    let (status, answer) = post(
+        at.host,
+        device.user_code_path,
+        sign_in::user_code_request(at.client_id),
+    )
+    .map_err(unanswered)?;
+    let issued = (200..300)
+        .contains(&status)
+        .then(|| sign_in::issued(&answer))
+        .flatten()
+        .ok_or_else(|| {
+            UserError::failed(
+                format!("{agent}: {} gave no device code ({status}{})", at.host, said(&answer)),
+                format!("device code sign-in may be off for the account (ChatGPT's security settings turn it on); or sign in with '{agent} login' on this node"),
+            )
+        })?;
+    write!(
+        std::io::stderr(),
+        "Open this link in a browser, sign in with the account {agent} is to use, and enter the code {}:\n\n{}\n\n(the code is good for 15 minutes; waiting for the sign-in)\n",
+        issued.user_code,
+        device.verify_url
+    )
+    .context("showing the sign-in link")?;
+    let until = Instant::now() + DEVICE_WAIT;
+    loop {
+        let (status, answer) =
+            post(at.host, device.poll_path, sign_in::poll_request(&issued)).map_err(unanswered)?;
+        match sign_in::polled(status, &answer) {
+            Polled::Granted { code, verifier } => {
+                return Ok(sign_in::exchange(
+                    at.shape,
+                    &code,
+                    &verifier,
+                    "",
+                    at.client_id,
+                    device.redirect_uri,
+                ));
+            }
+            Polled::Pending if Instant::now() < until => {
+                std::thread::sleep(Duration::from_secs(issued.interval_s));
+            }
+            Polled::Pending => {
+                return Err(UserError::failed(
+                    format!("{agent}: the code was not entered within 15 minutes"),
+                    again.to_string(),
+                )
+                .into());
+            }
+            Polled::Failed => {
+                return Err(UserError::failed(
+                    format!(
+                        "{agent}: {} ended the sign-in ({status}{})",
+                        at.host,
+                        said(&answer)
+                    ),
+                    again.to_string(),
+                )
+                .into());
+            }
+        }
+    }
+}
+
+/// The error for an agent whose login ag-box does not sign in to: its own way of signing in.
 fn not_signed_in_here(agent: &str) -> UserError {
     let own = match agent {
-        "codex" => "codex login",
-        "gemini" => "gemini (its /auth)",
         "grok" => "its API key in ~/.grok/user-settings.json",
         "opencode" => "opencode auth login",
         "gh" => "gh auth login",
@@ -129,12 +237,12 @@ fn not_signed_in_here(agent: &str) -> UserError {
                     "'{}' is no agent ag-box signs in to",
                     crate::plan::text::escaped(agent)
                 ),
-                "ag-box login claude",
+                "ag-box login claude|codex|gemini",
             );
         }
     };
     UserError::usage(
-        format!("{agent}: no sign-in through ag-box yet"),
+        format!("{agent}: no sign-in through ag-box (its login is a key, or its own)"),
         format!("sign in on this node with {own}; boxes given {agent} use the node's login"),
     )
 }

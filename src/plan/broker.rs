@@ -7,7 +7,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::oauth::{Placeholders, Shape, SignInPage};
+use super::oauth::{Placeholders, Shape};
+use super::sign_in::{DeviceCode, SignInPage, Way};
 
 /// A login whose token the broker keeps out of boxes, and the hosts that token is for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,8 +44,8 @@ pub(crate) struct OauthEndpoint {
     pub client_id: &'static str,
     /// The shape of the login's file.
     pub shape: Shape,
-    /// Where `ag-box login` signs a person in; None: it does not (yet).
-    pub sign_in: Option<SignInPage>,
+    /// How `ag-box login` signs a person in; None: it does not.
+    pub sign_in: Option<Way>,
 }
 
 /// The brokered logins: data, one row per file. Claude Code's are its API key
@@ -84,11 +85,13 @@ pub(crate) const RULES: &[LoginRule] = &[
             path: "/v1/oauth/token",
             client_id: "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
             shape: Shape::Claude,
-            sign_in: Some(SignInPage {
+            sign_in: Some(Way::Paste(SignInPage {
                 authorize_url: "https://claude.com/cai/oauth/authorize",
                 redirect_uri: "https://platform.claude.com/oauth/code/callback",
                 scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
-            }),
+                extra: &[("code", "true")],
+                shows_state: true,
+            })),
         }),
     },
     LoginRule {
@@ -123,7 +126,12 @@ pub(crate) const RULES: &[LoginRule] = &[
             path: "/oauth/token",
             client_id: "app_EMoamEEZ73f0CkXaXp7hrann",
             shape: Shape::Codex,
-            sign_in: None,
+            sign_in: Some(Way::Device(DeviceCode {
+                user_code_path: "/api/accounts/deviceauth/usercode",
+                poll_path: "/api/accounts/deviceauth/token",
+                verify_url: "https://auth.openai.com/codex/device",
+                redirect_uri: "https://auth.openai.com/deviceauth/callback",
+            })),
         }),
     },
     LoginRule {
@@ -145,7 +153,13 @@ pub(crate) const RULES: &[LoginRule] = &[
             path: "/token",
             client_id: "681255809395-oo8ft2oprdrnp9e3aqf6av3hmdib135j.apps.googleusercontent.com",
             shape: Shape::Gemini,
-            sign_in: None,
+            sign_in: Some(Way::Paste(SignInPage {
+                authorize_url: "https://accounts.google.com/o/oauth2/v2/auth",
+                redirect_uri: "https://codeassist.google.com/authcode",
+                scopes: "https://www.googleapis.com/auth/cloud-platform https://www.googleapis.com/auth/userinfo.email https://www.googleapis.com/auth/userinfo.profile",
+                extra: &[("access_type", "offline")],
+                shows_state: false,
+            })),
         }),
     },
     LoginRule {

@@ -198,16 +198,12 @@ impl Shape {
             }),
             // Google's token endpoint takes a form, with the installed app's (public) secret.
             Shape::Gemini => {
-                return [
+                return form(&[
                     ("grant_type", "refresh_token"),
                     ("refresh_token", refresh),
                     ("client_id", client_id),
                     ("client_secret", GEMINI_CLIENT_SECRET),
-                ]
-                .iter()
-                .map(|(k, v)| format!("{k}={}", form_encoded(v)))
-                .collect::<Vec<_>>()
-                .join("&")
+                ])
                 .into_bytes();
             }
         };
@@ -248,6 +244,59 @@ impl Shape {
         }
     }
 
+    /// The login file of a sign-in's code exchange answered at `now_ms`, as the agent's CLI
+    /// writes it; None when the answer holds no access and refresh token (or, for Codex, no
+    /// id token, which its CLI reads the account from).
+    pub(crate) fn captured(self, answer: &[u8], now_ms: i64) -> Option<String> {
+        let new = refreshed(answer)?;
+        let refresh = new.refresh?;
+        let v: Value = serde_json::from_slice(answer).ok()?;
+        let scope = v.get("scope").and_then(Value::as_str);
+        let expires_at_ms = now_ms + new.expires_in_s * 1000;
+        let file = match self {
+            Shape::Claude => json!({CLAUDE_KEY: {
+                "accessToken": new.access,
+                "refreshToken": refresh,
+                "expiresAt": expires_at_ms,
+                "scopes": scope.map(|s| s.split_whitespace().collect::<Vec<_>>()).unwrap_or_default(),
+            }}),
+            Shape::Codex => {
+                let id = new.id?;
+                let account = jwt_claims(&id).and_then(|c| {
+                    c.get("https://api.openai.com/auth")?
+                        .get("chatgpt_account_id")?
+                        .as_str()
+                        .map(String::from)
+                });
+                json!({
+                    "auth_mode": "chatgpt",
+                    "OPENAI_API_KEY": null,
+                    "tokens": {
+                        "id_token": id,
+                        "access_token": new.access,
+                        "refresh_token": refresh,
+                        "account_id": account,
+                    },
+                    "last_refresh": super::text::rfc3339_ms(now_ms),
+                })
+            }
+            Shape::Gemini => {
+                let mut file = json!({
+                    "access_token": new.access,
+                    "refresh_token": refresh,
+                    "scope": scope.unwrap_or_default(),
+                    "token_type": v.get("token_type").and_then(Value::as_str).unwrap_or("Bearer"),
+                    "expiry_date": expires_at_ms,
+                });
+                if let (Some(id), Some(o)) = (new.id, file.as_object_mut()) {
+                    o.insert("id_token".into(), json!(id));
+                }
+                file
+            }
+        };
+        serde_json::to_string_pretty(&file).ok()
+    }
+
     /// Whether a login made inside a box is kept by the broker for it (Claude Code's; Codex's
     /// sign-in is not answered by the broker yet).
     pub(crate) fn captures(self) -> bool {
@@ -284,7 +333,7 @@ const GEMINI_LOGIN_KEYS: &[&str] = &[
 
 /// Gemini CLI's OAuth client secret: an installed app's, public in its source, which Google's
 /// token endpoint asks for with every refresh.
-const GEMINI_CLIENT_SECRET: &str = "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";
+pub(crate) const GEMINI_CLIENT_SECRET: &str = "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";
 
 /// Gemini CLI's Google login (`expiry_date`: milliseconds since the epoch).
 fn gemini_tokens(text: &str) -> Option<Tokens> {
@@ -535,89 +584,17 @@ pub(crate) fn claude_after_refresh(text: &str, new: &Refreshed, now_ms: i64) -> 
     serde_json::to_string_pretty(&v).ok()
 }
 
-/// Where a person signs in (`ag-box login`), the page that shows them the code to paste back,
-/// and the scopes asked for: as the agent's own CLI asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SignInPage {
-    pub authorize_url: &'static str,
-    pub redirect_uri: &'static str,
-    pub scopes: &'static str,
-}
-
-/// A sign-in of `ag-box login` (OAuth's authorization code with PKCE, RFC 7636): the secret
-/// the code is redeemed with, its digest the sign-in page is given, and the state that ties
-/// the code pasted back to this sign-in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SignIn {
-    pub verifier: String,
-    pub challenge: String,
-    pub state: String,
-}
-
-impl SignIn {
-    /// A sign-in from 32 random bytes each for its verifier and its state.
-    pub(crate) fn new(verifier: &[u8; 32], state: &[u8; 32]) -> SignIn {
-        use base64::Engine;
-        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        use sha2::{Digest, Sha256};
-        let verifier = URL_SAFE_NO_PAD.encode(verifier);
-        SignIn {
-            challenge: URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())),
-            verifier,
-            state: URL_SAFE_NO_PAD.encode(state),
-        }
-    }
-
-    /// The page where a person signs in, as the agent's own CLI builds it for a code to paste.
-    pub(crate) fn url(&self, client_id: &str, page: &SignInPage) -> String {
-        let query = [
-            ("code", "true"),
-            ("client_id", client_id),
-            ("response_type", "code"),
-            ("redirect_uri", page.redirect_uri),
-            ("scope", page.scopes),
-            ("code_challenge", &self.challenge),
-            ("code_challenge_method", "S256"),
-            ("state", &self.state),
-        ]
+/// A form (or a URL's query) of `pairs`, each value [`form_encoded`].
+pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", form_encoded(v)))
         .collect::<Vec<_>>()
-        .join("&");
-        format!("{}?{query}", page.authorize_url)
-    }
-
-    /// The code in what the person pasted back (`code#state`, as the sign-in page shows it);
-    /// an error that says what is wrong with it.
-    pub(crate) fn code<'a>(&self, pasted: &'a str) -> Result<&'a str, &'static str> {
-        let pasted = pasted.trim();
-        let (code, state) = pasted.split_once('#').unwrap_or((pasted, ""));
-        if code.is_empty() || !code.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("no code was pasted (the sign-in page shows it as code#state)");
-        }
-        if state != self.state {
-            return Err("the code pasted is of another sign-in (its state is not this one's)");
-        }
-        Ok(code)
-    }
-
-    /// The body of the code's exchange at the token endpoint, as the agent's CLI sends it.
-    pub(crate) fn exchange(&self, code: &str, client_id: &str, page: &SignInPage) -> Vec<u8> {
-        json!({
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": page.redirect_uri,
-            "client_id": client_id,
-            "code_verifier": self.verifier,
-            "state": self.state,
-        })
-        .to_string()
-        .into_bytes()
-    }
+        .join("&")
 }
 
 /// A URL query's value: unreserved bytes as they are, a space as `+`, all else `%XX`.
-fn form_encoded(s: &str) -> String {
+pub(crate) fn form_encoded(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
@@ -702,26 +679,6 @@ fn form_decoded(s: &str) -> Option<String> {
         i += 1;
     }
     String::from_utf8(out).ok()
-}
-
-/// The login file of a login's code exchange answered at `now_ms` (Claude Code's shape); None
-/// when the answer holds no access and refresh token.
-pub(crate) fn captured_login(answer: &[u8], now_ms: i64) -> Option<String> {
-    let new = refreshed(answer)?;
-    let refresh = new.refresh?;
-    let v: Value = serde_json::from_slice(answer).ok()?;
-    let scopes: Vec<&str> = v
-        .get("scope")
-        .and_then(Value::as_str)
-        .map(|s| s.split_whitespace().collect())
-        .unwrap_or_default();
-    serde_json::to_string_pretty(&json!({CLAUDE_KEY: {
-        "accessToken": new.access,
-        "refreshToken": refresh,
-        "expiresAt": now_ms + new.expires_in_s * 1000,
-        "scopes": scopes,
-    }}))
-    .ok()
 }
 
 /// A token endpoint's answer as the box sees it: its tokens the box's placeholders, good for a
@@ -819,70 +776,6 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     const FILE: &str = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-real","refreshToken":"sk-ant-ort01-real","expiresAt":1000,"scopes":["user:inference"],"subscriptionType":"max"},"mcpOAuth":{"srv":{"accessToken":"mcp-secret"}}}"#;
-
-    /// RFC 7636's example verifier and challenge.
-    const RFC_VERIFIER: [u8; 32] = [
-        116, 24, 223, 180, 151, 153, 224, 37, 79, 250, 96, 125, 216, 173, 187, 186, 22, 212, 37,
-        77, 105, 214, 191, 240, 91, 88, 5, 88, 83, 132, 141, 121,
-    ];
-
-    /// Claude Code's sign-in page and client, as `plan::broker::RULES` has them.
-    const CLAUDE_CLIENT: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
-    const CLAUDE_SIGN_IN: SignInPage = SignInPage {
-        authorize_url: "https://claude.com/cai/oauth/authorize",
-        redirect_uri: "https://platform.claude.com/oauth/code/callback",
-        scopes: "org:create_api_key user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload",
-    };
-
-    #[test]
-    fn a_sign_in_asks_as_claude_code_does_and_takes_back_only_its_own_code() {
-        let sign_in = SignIn::new(&RFC_VERIFIER, &[0xfb; 32]);
-        assert_eq!(
-            sign_in,
-            SignIn {
-                verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
-                challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
-                state: "-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s".into(),
-            }
-        );
-        assert_eq!(
-            sign_in.url(CLAUDE_CLIENT, &CLAUDE_SIGN_IN),
-            "https://claude.com/cai/oauth/authorize?code=true\
-             &client_id=9d1c250a-e61b-44d9-88ed-5944d1962f5e&response_type=code\
-             &redirect_uri=https%3A%2F%2Fplatform.claude.com%2Foauth%2Fcode%2Fcallback\
-             &scope=org%3Acreate_api_key+user%3Aprofile+user%3Ainference+user%3Asessions%3Aclaude_code+user%3Amcp_servers+user%3Afile_upload\
-             &code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256\
-             &state=-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s"
-        );
-        let state = &sign_in.state;
-        assert_eq!(
-            sign_in.code(&format!("  abc-123_x#{state}\n")),
-            Ok("abc-123_x")
-        );
-        let other = Err("the code pasted is of another sign-in (its state is not this one's)");
-        assert_eq!(sign_in.code("abc#other-state"), other);
-        assert_eq!(sign_in.code("abc"), other);
-        let none = Err("no code was pasted (the sign-in page shows it as code#state)");
-        assert_eq!(sign_in.code(&format!("#{state}")), none);
-        assert_eq!(sign_in.code(""), none);
-        assert_eq!(sign_in.code(&format!("a\u{1b}[2Jb#{state}")), none);
-        assert_eq!(
-            serde_json::from_slice::<Value>(&sign_in.exchange(
-                "abc",
-                CLAUDE_CLIENT,
-                &CLAUDE_SIGN_IN
-            ))
-            .unwrap(),
-            json!({
-                "grant_type": "authorization_code",
-                "code": "abc",
-                "redirect_uri": "https://platform.claude.com/oauth/code/callback",
-                "client_id": "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
-                "code_verifier": "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
-                "state": "-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_s",
-            })
-        );
-    }
 
     #[test]
     fn a_refusal_is_what_the_endpoint_said_escaped() {
@@ -1136,7 +1029,8 @@ mod tests {
     #[test]
     fn a_login_made_through_the_broker_is_kept_and_the_box_answered_with_placeholders() {
         let answer = br#"{"token_type":"Bearer","access_token":"sk-ant-oat01-new","refresh_token":"sk-ant-ort01-new","expires_in":28800,"scope":"user:inference user:profile","account":{"uuid":"u","email_address":"a@b"}}"#;
-        let kept: Value = serde_json::from_str(&captured_login(answer, 1000).unwrap()).unwrap();
+        let kept: Value =
+            serde_json::from_str(&Shape::Claude.captured(answer, 1000).unwrap()).unwrap();
         assert_eq!(
             kept,
             json!({"claudeAiOauth": {"accessToken": "sk-ant-oat01-new", "refreshToken": "sk-ant-ort01-new", "expiresAt": 1000 + 28_800_000, "scopes": ["user:inference", "user:profile"]}})
@@ -1148,7 +1042,35 @@ mod tests {
             json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S, "scope": "user:inference user:profile", "account": {"uuid": "u", "email_address": "a@b"}})
         );
         // No refresh token: nothing to keep.
-        assert_eq!(captured_login(br#"{"access_token":"a"}"#, 0), None);
+        assert_eq!(Shape::Claude.captured(br#"{"access_token":"a"}"#, 0), None);
+        // Codex's file as its CLI writes a sign-in (the account from the id token's claims);
+        // none without an id token.
+        let id = jwt(&json!({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-1"}}));
+        let answer = json!({"id_token": id, "access_token": "at", "refresh_token": "rt_1"});
+        let kept: Value = serde_json::from_str(
+            &Shape::Codex
+                .captured(answer.to_string().as_bytes(), 1_000)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            kept,
+            json!({"auth_mode": "chatgpt", "OPENAI_API_KEY": null, "last_refresh": "1970-01-01T00:00:01Z",
+                   "tokens": {"id_token": id, "access_token": "at", "refresh_token": "rt_1", "account_id": "acct-1"}})
+        );
+        assert_eq!(
+            Shape::Codex.captured(br#"{"access_token":"at","refresh_token":"rt_1"}"#, 0),
+            None
+        );
+        // Gemini CLI's, as google-auth-library keeps credentials.
+        let answer = br#"{"access_token":"ya29.a","expires_in":3599,"refresh_token":"1//r","scope":"s1 s2","token_type":"Bearer","id_token":"e.y.j"}"#;
+        let kept: Value =
+            serde_json::from_str(&Shape::Gemini.captured(answer, 1_000).unwrap()).unwrap();
+        assert_eq!(
+            kept,
+            json!({"access_token": "ya29.a", "refresh_token": "1//r", "scope": "s1 s2", "token_type": "Bearer",
+                   "id_token": "e.y.j", "expiry_date": 1_000 + 3_599_000})
+        );
         assert_eq!(answer_with_placeholders(b"[]", "A", "R"), None);
     }
 

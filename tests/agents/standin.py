@@ -23,7 +23,14 @@ Speaks just enough of two wire protocols for the real CLIs to run a prompt end t
     answers `ya29.STANDIN<n>...` and an id token; a Google refresh token (`1//...`) is good
     again (Google does not rotate them).
   * A sign-in page (Claude's):  GET /cai/oauth/authorize?client_id=..&code_challenge=..&state=..
-    answers the text `<code>#<state>` a person would paste back (as the real page shows it).
+    answers the text `<code>#<state>` a person would paste back (as the real page shows it);
+    Google's (GET /o/oauth2/v2/auth, access_type=offline) the code alone. Google's token
+    endpoint answers a code with a refresh token `1//STANDIN<n>...` too.
+  * Codex's device-code sign-in: POST /api/accounts/deviceauth/usercode {client_id} answers a
+    device_auth_id, a user code and interval "1"; POST /api/accounts/deviceauth/token answers
+    403 until the code is entered (GET /codex/device?user_code=.., the person's browser), then
+    once an authorization code with its PKCE verifier, redeemed at /oauth/token with the
+    redirect https://auth.openai.com/deviceauth/callback.
 Anything else is logged with its headers and the start of its body and answered 404 {} (POST
 telemetry-ish paths get 200 {}), so a CLI never hangs on us.
 
@@ -56,6 +63,7 @@ LOG_LOCK = threading.Lock()
 TOKEN_LOCK = threading.Lock()
 USED_REFRESH = set()
 SIGN_INS = {}  # code issued by the sign-in page -> (challenge, state, redirect_uri)
+DEVICES = {}  # device_auth_id -> [user_code, entered]
 REFRESHES = iter(range(1, 10 ** 9))
 TOKEN_LIFETIME = 3600
 LOG_FILE = None
@@ -257,8 +265,12 @@ class Handler(BaseHTTPRequestHandler):
             with open("%s/%s" % (DUMP_DIR, name), "wb") as f:
                 f.write(raw)
         try:
-            if self.command == "GET" and path == "/cai/oauth/authorize":
-                return self.sign_in()
+            if self.command == "GET" and path in ("/cai/oauth/authorize", "/o/oauth2/v2/auth"):
+                return self.sign_in(google=path.startswith("/o/"))
+            if self.command == "POST" and path.startswith("/api/accounts/deviceauth/"):
+                return self.device_auth(path.rsplit("/", 1)[1], body or {})
+            if self.command == "GET" and path == "/codex/device":
+                return self.device_entered()
             if self.command == "GET" and path == "/backend-api/wham/accounts/check":
                 log(dict(self.base_entry(), summary="accounts.check"))
                 return self.send_json(200, {
@@ -307,6 +319,7 @@ class Handler(BaseHTTPRequestHandler):
                 verifier = (body.get("code_verifier") or "").encode()
                 challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=").decode()
                 if (challenge, body.get("state"), body.get("redirect_uri")) != issued:
+                    # (Google's and Codex's device exchanges send no state: theirs is None.)
                     log(dict(entry, status=400, error="pkce mismatch"))
                     return self.send_json(400, {"error": "invalid_grant",
                                                 "error_description": "code verifier, state or redirect_uri mismatch"})
@@ -317,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
         google = body.get("client_id") == GEMINI_CLIENT
         with TOKEN_LOCK:
             used = refresh in USED_REFRESH
-            if not google:
+            if not google or grant == "authorization_code":
                 USED_REFRESH.add(refresh)
             n = next(REFRESHES)
         if used:
@@ -330,10 +343,13 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(401, {"error": "invalid_client"})
             access = "ya29.STANDIN%d" % n + "G" * 80
             log(dict(entry, status=200, issued=access))
-            return self.send_json(200, {"access_token": access, "expires_in": TOKEN_LIFETIME,
-                                        "scope": "https://www.googleapis.com/auth/cloud-platform",
-                                        "token_type": "Bearer",
-                                        "id_token": jwt({"email": "rig@example.com", "jti": "STANDIN%d" % n})})
+            answer = {"access_token": access, "expires_in": TOKEN_LIFETIME,
+                      "scope": "https://www.googleapis.com/auth/cloud-platform",
+                      "token_type": "Bearer",
+                      "id_token": jwt({"email": "rig@example.com", "jti": "STANDIN%d" % n})}
+            if grant == "authorization_code":
+                answer["refresh_token"] = "1//STANDIN%d" % n + "F" * 60
+            return self.send_json(200, answer)
         if body.get("client_id") == CODEX_CLIENT:
             claims = {"https://api.openai.com/auth": {"chatgpt_account_id": "acct-rig",
                                                       "chatgpt_plan_type": "pro"},
@@ -361,24 +377,64 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, {"response": {"candidates": [
             {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}]}})
 
-    def sign_in(self):
+    def sign_in(self, google):
         q = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
         entry = dict(self.base_entry(), summary="oauth.authorize", query=q)
         wanted = ("client_id", "redirect_uri", "code_challenge", "state", "scope")
         if (q.get("response_type") != "code" or q.get("code_challenge_method") != "S256"
-                or not all(q.get(k) for k in wanted)):
+                or not all(q.get(k) for k in wanted)
+                or (google and q.get("access_type") != "offline")):
             log(dict(entry, status=400))
             return self.send_json(400, {"error": "invalid_request"})
         with TOKEN_LOCK:
-            code = "STANDINCODE%d" % next(REFRESHES)
-            SIGN_INS[code] = (q["code_challenge"], q["state"], q["redirect_uri"])
+            code = "%sSTANDINCODE%d" % ("4/0" if google else "", next(REFRESHES))
+            SIGN_INS[code] = (q["code_challenge"], None if google else q["state"], q["redirect_uri"])
         log(dict(entry, status=200, code=code))
-        text = ("%s#%s" % (code, q["state"])).encode()
+        text = (code if google else "%s#%s" % (code, q["state"])).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(text)))
         self.end_headers()
         self.wfile.write(text)
+
+    def device_auth(self, step, body):
+        entry = dict(self.base_entry(), summary="deviceauth." + step)
+        with TOKEN_LOCK:
+            if step == "usercode":
+                if body.get("client_id") != CODEX_CLIENT:
+                    log(dict(entry, status=400))
+                    return self.send_json(400, {"error": "invalid_client"})
+                n = next(REFRESHES)
+                device, user_code = "dev-STANDIN%d" % n, "RIG%d-CODE" % n
+                DEVICES[device] = [user_code, False]
+                log(dict(entry, status=200, user_code=user_code))
+                return self.send_json(200, {"device_auth_id": device, "user_code": user_code,
+                                            "interval": "1"})
+            found = DEVICES.get(body.get("device_auth_id"))
+            if step != "token" or found is None or found[0] != body.get("user_code"):
+                log(dict(entry, status=400))
+                return self.send_json(400, {"error": "unknown device code"})
+            if not found[1]:
+                log(dict(entry, status=403, pending=True))
+                return self.send_json(403, {"error": "authorization_pending"})
+            del DEVICES[body["device_auth_id"]]
+            verifier = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+            challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+            code = "STANDINCODE%d" % next(REFRESHES)
+            SIGN_INS[code] = (challenge, None, "https://auth.openai.com/deviceauth/callback")
+        log(dict(entry, status=200, code=code))
+        self.send_json(200, {"authorization_code": code, "code_challenge": challenge,
+                             "code_verifier": verifier})
+
+    def device_entered(self):
+        user_code = (parse_qs(urlsplit(self.path).query).get("user_code") or [""])[0]
+        with TOKEN_LOCK:
+            found = [d for d in DEVICES.values() if d[0] == user_code]
+            for d in found:
+                d[1] = True
+        log(dict(self.base_entry(), summary="deviceauth.entered", user_code=user_code,
+                 status=200 if found else 404))
+        self.send_json(200 if found else 404, {})
 
     def unknown(self, raw):
         entry = self.base_entry()

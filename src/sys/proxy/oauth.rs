@@ -294,7 +294,7 @@ async fn capture(
         );
         return json(status, answer);
     }
-    let kept = oauth::captured_login(&answer, now_ms());
+    let kept = account.shape.captured(&answer, now_ms());
     let shown = oauth::answer_with_placeholders(&answer, &account.access, &account.refresh);
     let (Some(kept), Some(shown)) = (kept, shown) else {
         return attempt.unreachable(rule, "the login's answer holds no tokens");
