@@ -386,7 +386,7 @@ fn shared_credentials_are_the_box_users_and_never_snapshotted_and_uids_follow_th
         &n,
         "set -e; mkdir -p /root/.claude; umask 077; echo '{\"t\":1}' > /root/.claude/.credentials.json
          chown 0:0 /root/.claude/.credentials.json; umask 022; rm -f /root/.claude/settings.json; echo '{\"s\":1}' > /root/.claude/settings.json
-         mkdir -p /root/.grok; umask 077; echo '{\"apiKey\":\"xai-BoundaryKeyBoundaryKey00\",\"baseURL\":\"https://api.x.ai\"}' > /root/.grok/user-settings.json",
+         mkdir -p /root/.grok; rm -f /root/.grok/user-settings.json; umask 077; echo '{\"apiKey\":\"xai-BoundaryKeyBoundaryKey00\",\"baseURL\":\"https://api.x.ai\"}' > /root/.grok/user-settings.json",
     )
     .ok();
     fresh_box(&n, name);

@@ -1999,6 +1999,144 @@ fn ag_box_login_signs_codex_in_by_a_device_code_and_gemini_by_a_pasted_code() {
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// Codex's own device-code sign-in (`codex login --device-auth`), at a terminal inside a box on a
+/// node with no Codex login: the broker keeps the login for that box (the box's file holds
+/// JWT placeholders of its claims, the real CLI completes a turn with it), refuses a second
+/// sign-in, and `globals adopt` makes it the node's.
+#[test]
+fn a_codex_sign_in_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it() {
+    let Some(c) = Cluster::get() else { return };
+    the_agent_clis(&c.a, &["codex"]);
+    let _stage = stage_models(&c);
+    c.a.sh("rm /root/.codex/auth.json").ok();
+    let name = "codex-inside";
+    c.parked_box(name);
+    let shown = guarded_copy(
+        &c,
+        name,
+        "chatgpt.com:443,auth.openai.com:443",
+        "codex",
+        ".codex/auth.json",
+    );
+    assert_eq!(shown, serde_json::json!({}));
+
+    let term = Terminal::start(
+        &c.a,
+        "codex-login",
+        &format!("ag-box exec {name} -- {AGENTS}/codex login --device-auth"),
+    );
+    let mut issued_code = Vec::new();
+    for _ in 0..300 {
+        issued_code = answered(&c, "deviceauth.usercode");
+        if !issued_code.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !issued_code.is_empty(),
+        "no device code was asked for:\n{}\n{}",
+        term.screen(),
+        c.c.sh("tail -5 /root/models.log").stdout()
+    );
+    let code = issued_code[0]["user_code"].as_str().unwrap().to_string();
+    term.shows(&code);
+    assert_eq!(
+        c.c.sh(&format!("curl -sfk -o /dev/null -w '%{{http_code}}' 'https://10.200.0.3/codex/device?user_code={code}'"))
+            .ok()
+            .stdout(),
+        "200"
+    );
+    let screen = term.shows("exit=");
+    assert!(screen.contains("exit=0"), "{screen}");
+    drop(term);
+    let logins = token_lines(&c);
+    assert_eq!(logins.len(), 1, "{logins:#?}");
+    assert_eq!(
+        (
+            &logins[0]["grant"],
+            &logins[0]["pkce"],
+            &logins[0]["status"]
+        ),
+        (&"authorization_code".into(), &"ok".into(), &200.into())
+    );
+    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    let n = claims(&issued)["jti"].as_str().unwrap().to_string();
+    let refresh = format!("rt_{n}{}", "R".repeat(40));
+
+    // The box's file, as its CLI saved the answer: JWTs of the login's claims, not its tokens.
+    let saved: serde_json::Value =
+        serde_json::from_str(&inside(&c.a, name, "cat ~/.codex/auth.json").ok().stdout()).unwrap();
+    let tokens = &saved["tokens"];
+    let access = tokens["access_token"].as_str().unwrap().to_string();
+    assert!(
+        access != issued
+            && claims(&access)["https://api.openai.com/auth"]["chatgpt_account_id"] == "acct-rig"
+            && claims(tokens["id_token"].as_str().unwrap())["email"] == "rig@example.com"
+            && tokens["account_id"] == "acct-rig"
+            && tokens["refresh_token"] != refresh.as_str(),
+        "{saved:#}"
+    );
+    let kept = format!("/var/lib/ag-box/broker/boxes/{name}/codex-oauth.json");
+    assert_eq!(
+        c.a.sh(&format!(
+            "stat -c '%U %a' {kept}; test -e /root/.codex/auth.json || echo none"
+        ))
+        .ok()
+        .stdout(),
+        "root 600\nnone\n"
+    );
+    nowhere_in_the_box(&c.a, name, &[&issued, &refresh]);
+    // The real CLI's turn with it: ChatGPT's backend gets the real token.
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "timeout 120 {AGENTS}/codex exec --skip-git-repo-check --json 'Hi codex, signed in here?' </dev/null"
+        ),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi codex, signed in here?"),
+        "{out:?}"
+    );
+    let seen = answered(&c, "openai.responses");
+    assert!(
+        !seen.is_empty() && seen.iter().all(|m| m["auth"] == format!("Bearer {issued}")),
+        "{seen:#?}"
+    );
+    // A second sign-in from the box is refused before it reaches the sign-in server.
+    let again = inside(
+        &c.a,
+        name,
+        "curl -sS -m 10 https://auth.openai.com/oauth/token -d 'grant_type=authorization_code&code=x&client_id=app_EMoamEEZ73f0CkXaXp7hrann'",
+    );
+    assert!(
+        again
+            .stdout()
+            .contains("holds a codex login for this box already"),
+        "{again:?}"
+    );
+    assert_eq!(token_lines(&c).len(), 1);
+
+    // Adopted, the login is the node's.
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    assert_eq!(
+        c.a.sh(&format!("ag-box globals adopt {name}"))
+            .ok()
+            .stdout(),
+        "adopted /root/.codex/auth.json\n"
+    );
+    let node: serde_json::Value =
+        serde_json::from_str(&c.a.read("/root/.codex/auth.json")).unwrap();
+    assert!(
+        node["tokens"]["access_token"] == issued.as_str()
+            && node["tokens"]["refresh_token"] == refresh.as_str(),
+        "{node:#}"
+    );
+    c.a.sh(&format!("test ! -e {kept}")).ok();
+}
+
 /// Codex's `ChatGPT` login (`tokens` of `~/.codex/auth.json`): the node's real tokens' signatures
 /// and refresh token, which no box may read.
 const CODEX_ACCESS_SIG: &str = "RigRealCodexAccessSignatureRigRealCodexAccessSig00";

@@ -349,7 +349,7 @@ fn agent_sessions_of_the_project_move_and_others_stay() {
         .sh(&format!(
             "cd {h}; tail -1 {r_mine}; cat {r_grok_mine}/chat.json {r_gemini}/chats/s.json .gemini/tmp/{name}-slug/chats/s.jsonl; \
              for p in {theirs} {grok_theirs} /root/.codex/auth.json {r_theirs} {r_grok_theirs}; do test -e $p && echo LEAKED $p; done
-             test -s .codex/auth.json && echo LEAKED auth.json; true"
+             grep -qs secret .codex/auth.json && echo LEAKED auth.json; true"
         ))
         .ok()
         .stdout();

@@ -325,7 +325,7 @@ fn a_login_in_a_boxs_own_home_becomes_the_brokers_for_it() {
     b.set(["network=allow"]).ok();
     b.up()
         .ok()
-        .stderr_has("the Claude Code login it made is now kept by the credential broker");
+        .stderr_has("the claude login it made is now kept by the credential broker");
     let kept = format!("{base}/state/broker/boxes/{name}/claude-oauth.json");
     assert!(host.read(&kept).contains(access));
     let shown: serde_json::Value =

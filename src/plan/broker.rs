@@ -36,6 +36,15 @@ pub(crate) struct LoginRule {
     pub oauth: Option<OauthEndpoint>,
 }
 
+impl LoginRule {
+    /// Whether the box's copy is a file of its own agent home rather than a bind over it:
+    /// Codex saves its login by renaming a new file over `auth.json`, which a bind's mount
+    /// point refuses (the agent home's login files are never in a snapshot).
+    pub(crate) fn copy_in_home(&self) -> bool {
+        self.oauth.is_some_and(|o| o.shape == Shape::Codex)
+    }
+}
+
 /// An OAuth login's token endpoint (HTTPS, port [`TLS_PORT`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OauthEndpoint {

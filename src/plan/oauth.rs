@@ -297,10 +297,10 @@ impl Shape {
         serde_json::to_string_pretty(&file).ok()
     }
 
-    /// Whether a login made inside a box is kept by the broker for it (Claude Code's; Codex's
-    /// sign-in is not answered by the broker yet).
+    /// Whether a login made inside a box is kept by the broker for it (Claude Code's, Codex's;
+    /// Gemini CLI signs in through a callback on the box's own localhost).
     pub(crate) fn captures(self) -> bool {
-        self == Shape::Claude
+        matches!(self, Shape::Claude | Shape::Codex)
     }
 }
 
@@ -498,6 +498,31 @@ pub(crate) fn jwt_placeholder(real: &str, signature: &str, now_ms: i64) -> Optio
     Some(format!("{header}.{claims}.{signature}"))
 }
 
+/// What the signature of every JWT placeholder begins with: a file of a box's own whose token
+/// carries it holds the broker's placeholders, never a login of the box's own.
+const PLACEHOLDER_MARK: &str = "agboxPlaceholder";
+
+/// `signature` (a placeholder's) marked as one: [`PLACEHOLDER_MARK`] over its start, its
+/// length kept where it is longer.
+pub(crate) fn marked(signature: &str) -> String {
+    format!(
+        "{PLACEHOLDER_MARK}{}",
+        signature.get(PLACEHOLDER_MARK.len()..).unwrap_or("")
+    )
+}
+
+/// Whether the login of `text` (a file of the shape) is the broker's placeholders: its access
+/// token a JWT whose signature is [`marked`].
+pub(crate) fn holds_placeholders(shape: Shape, text: &str) -> bool {
+    shape.tokens(text).is_some_and(|t| {
+        t.access.split('.').count() == 3
+            && t.access
+                .rsplit('.')
+                .next()
+                .is_some_and(|sig| sig.starts_with(PLACEHOLDER_MARK))
+    })
+}
+
 /// The copy a box sees of Claude Code's credentials file: its login alone (other entries, such
 /// as MCP servers' tokens, are left out), the tokens `access` and `refresh` (placeholders), and
 /// an expiry [`SHOWN_LIFETIME_S`] past `now_ms`. None when it holds no login.
@@ -681,19 +706,39 @@ fn form_decoded(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A token endpoint's answer as the box sees it: its tokens the box's placeholders, good for a
-/// year; all else (the account it names) as it was.
-pub(crate) fn answer_with_placeholders(
-    answer: &[u8],
-    access: &str,
-    refresh: &str,
-) -> Option<Vec<u8>> {
+/// A token endpoint's answer as the box sees it: its tokens the box's placeholders `shown`, good
+/// for a year (an OpenID-Connect token the box has no placeholder of left out); all else (the
+/// account it names) as it was.
+pub(crate) fn answer_with_placeholders(answer: &[u8], shown: &Placeholders) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(answer).ok()?;
     let o = v.as_object_mut()?;
-    o.insert("access_token".into(), json!(access));
-    o.insert("refresh_token".into(), json!(refresh));
+    o.insert("access_token".into(), json!(shown.access));
+    o.insert("refresh_token".into(), json!(shown.refresh));
     o.insert("expires_in".into(), json!(SHOWN_LIFETIME_S));
+    match shown.id {
+        Some(id) => o.insert("id_token".into(), json!(id)),
+        None => o.remove("id_token"),
+    };
     serde_json::to_vec(&v).ok()
+}
+
+/// The placeholders a box is answered with for the login `kept` (a [`Shape::captured`]) it made
+/// through the broker at `now_ms`: those it was given before (`blank`), but for a JWT, which
+/// Codex's CLI reads the claims of: shown as one (its claims, a far expiry), signed with the
+/// blank one.
+pub(crate) fn signed_in_placeholders(
+    shape: Shape,
+    kept: &str,
+    blank: &Placeholders,
+    now_ms: i64,
+) -> (String, String, Option<String>) {
+    let as_jwt = |real: Option<String>, blank: &str| {
+        real.and_then(|r| jwt_placeholder(&r, blank, now_ms))
+            .unwrap_or_else(|| blank.to_string())
+    };
+    let access = as_jwt(shape.tokens(kept).map(|t| t.access), blank.access);
+    let id = blank.id.map(|b| as_jwt(shape.id_token(kept), b));
+    (access, blank.refresh.to_string(), id)
 }
 
 /// How long a node may hold an account's lease to redeem its refresh token: past it, another
@@ -1026,6 +1071,13 @@ mod tests {
         assert_eq!(claude_login_only(r#"{"mcpOAuth":{}}"#), None);
     }
 
+    /// Placeholders made before any token was known.
+    const BLANK: Placeholders = Placeholders {
+        access: "A",
+        refresh: "R",
+        id: None,
+    };
+
     #[test]
     fn a_login_made_through_the_broker_is_kept_and_the_box_answered_with_placeholders() {
         let answer = br#"{"token_type":"Bearer","access_token":"sk-ant-oat01-new","refresh_token":"sk-ant-ort01-new","expires_in":28800,"scope":"user:inference user:profile","account":{"uuid":"u","email_address":"a@b"}}"#;
@@ -1036,13 +1088,43 @@ mod tests {
             json!({"claudeAiOauth": {"accessToken": "sk-ant-oat01-new", "refreshToken": "sk-ant-ort01-new", "expiresAt": 1000 + 28_800_000, "scopes": ["user:inference", "user:profile"]}})
         );
         let shown: Value =
-            serde_json::from_slice(&answer_with_placeholders(answer, "A", "R").unwrap()).unwrap();
+            serde_json::from_slice(&answer_with_placeholders(answer, &BLANK).unwrap()).unwrap();
         assert_eq!(
             shown,
             json!({"token_type": "Bearer", "access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S, "scope": "user:inference user:profile", "account": {"uuid": "u", "email_address": "a@b"}})
         );
         // No refresh token: nothing to keep.
         assert_eq!(Shape::Claude.captured(br#"{"access_token":"a"}"#, 0), None);
+    }
+
+    #[test]
+    fn a_file_whose_jwt_is_signed_with_a_marked_placeholder_is_the_brokers_copy() {
+        let file_of = |access: &str| {
+            json!({"tokens": {"access_token": access, "refresh_token": "rt_R"}}).to_string()
+        };
+        let signed = marked("sigA-of-a-length-longer-than-the-mark");
+        assert_eq!(signed, "agboxPlaceholder-longer-than-the-mark");
+        assert_eq!(marked("short"), "agboxPlaceholder");
+        let real = jwt(&json!({"exp": 5}));
+        let id = jwt(&json!({"email": "e"}));
+        let answer = json!({"id_token": id, "access_token": real, "refresh_token": "rt_1"});
+        let kept = Shape::Codex
+            .captured(answer.to_string().as_bytes(), 1_000)
+            .unwrap();
+        let blank = Placeholders {
+            access: &signed,
+            refresh: "rt_R",
+            id: None,
+        };
+        let (shown, ..) = signed_in_placeholders(Shape::Codex, &kept, &blank, 2_000);
+        assert!(holds_placeholders(Shape::Codex, &file_of(&shown)));
+        assert!(!holds_placeholders(Shape::Codex, &file_of(&real)));
+        // The bare mark is no JWT: a token of that form is the box's own.
+        assert!(!holds_placeholders(Shape::Codex, &file_of(&signed)));
+    }
+
+    #[test]
+    fn a_codex_or_gemini_login_made_through_the_broker_is_kept_as_its_cli_keeps_it() {
         // Codex's file as its CLI writes a sign-in (the account from the id token's claims);
         // none without an id token.
         let id = jwt(&json!({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-1"}}));
@@ -1062,6 +1144,76 @@ mod tests {
             Shape::Codex.captured(br#"{"access_token":"at","refresh_token":"rt_1"}"#, 0),
             None
         );
+        // The box is answered with JWTs of the login's claims (a far expiry), signed with the
+        // blank placeholders it was given; its refresh placeholder as it was.
+        let access_jwt = jwt(&json!({"exp": 5, "sub": "u"}));
+        let answer = json!({"id_token": id, "access_token": access_jwt, "refresh_token": "rt_1"});
+        let kept = Shape::Codex
+            .captured(answer.to_string().as_bytes(), 1_000)
+            .unwrap();
+        let blank = Placeholders {
+            access: "sigA",
+            refresh: "rt_R",
+            id: Some("sigI"),
+        };
+        let (access, refresh, id) = signed_in_placeholders(Shape::Codex, &kept, &blank, 2_000);
+        let id = id.unwrap();
+        assert!(
+            access.ends_with(".sigA") && id.ends_with(".sigI") && refresh == "rt_R",
+            "{access} {id} {refresh}"
+        );
+        assert_eq!(
+            jwt_claims(&access).unwrap(),
+            json!({"exp": 2 + SHOWN_LIFETIME_S, "sub": "u"})
+                .as_object()
+                .unwrap()
+                .clone()
+        );
+        assert_eq!(
+            jwt_claims(&id).unwrap(),
+            json!({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-1"}, "exp": 2 + SHOWN_LIFETIME_S})
+                .as_object()
+                .unwrap()
+                .clone()
+        );
+        // An access token that is no JWT: the blank one.
+        let plain = json!({"id_token": id, "access_token": "at", "refresh_token": "rt_1"});
+        let kept = Shape::Codex
+            .captured(plain.to_string().as_bytes(), 1_000)
+            .unwrap();
+        assert_eq!(
+            signed_in_placeholders(Shape::Codex, &kept, &blank, 2_000).0,
+            "sigA"
+        );
+        let shown: Value = serde_json::from_slice(
+            &answer_with_placeholders(
+                answer.to_string().as_bytes(),
+                &Placeholders {
+                    access: &access,
+                    refresh: &refresh,
+                    id: Some(&id),
+                },
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            shown,
+            json!({"id_token": id, "access_token": access, "refresh_token": "rt_R", "expires_in": SHOWN_LIFETIME_S})
+        );
+        // Claude Code's: the blank ones; an id token the box has no placeholder of is left out.
+        assert_eq!(
+            signed_in_placeholders(Shape::Claude, FILE, &BLANK, 0),
+            ("A".into(), "R".into(), None)
+        );
+        let shown: Value = serde_json::from_slice(
+            &answer_with_placeholders(answer.to_string().as_bytes(), &BLANK).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            shown,
+            json!({"access_token": "A", "refresh_token": "R", "expires_in": SHOWN_LIFETIME_S})
+        );
         // Gemini CLI's, as google-auth-library keeps credentials.
         let answer = br#"{"access_token":"ya29.a","expires_in":3599,"refresh_token":"1//r","scope":"s1 s2","token_type":"Bearer","id_token":"e.y.j"}"#;
         let kept: Value =
@@ -1071,7 +1223,7 @@ mod tests {
             json!({"access_token": "ya29.a", "refresh_token": "1//r", "scope": "s1 s2", "token_type": "Bearer",
                    "id_token": "e.y.j", "expiry_date": 1_000 + 3_599_000})
         );
-        assert_eq!(answer_with_placeholders(b"[]", "A", "R"), None);
+        assert_eq!(answer_with_placeholders(b"[]", &BLANK), None);
     }
 
     #[test]

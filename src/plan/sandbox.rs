@@ -393,21 +393,33 @@ impl BoxSpec {
     /// is, its copy, and whether the box may write it (an OAuth login's: its CLI saves what a
     /// refresh or a login through the broker answered, placeholders, into its own copy).
     fn broker_copies(&self) -> Vec<(PathBuf, PathBuf, bool)> {
+        self.copied_rows()
+            .into_iter()
+            .map(|r| {
+                (
+                    self.agent_home.home.join(r.copied),
+                    self.broker_copy(r.name),
+                    r.oauth.is_some(),
+                )
+            })
+            .collect()
+    }
+    fn copied_rows(&self) -> Vec<&'static broker::LoginRule> {
         broker::copies_seen(
             &self.agent_home.logins,
             self.egress.mode.isolated(),
             &self.broker_held,
             super::agent_home::is_login_file,
         )
-        .into_iter()
-        .map(|r| {
-            (
-                self.agent_home.home.join(r.copied),
-                self.broker_copy(r.name),
-                r.oauth.is_some(),
-            )
-        })
-        .collect()
+    }
+    /// Where in HOME the box's copies are files of its own agent home, written by the start
+    /// (`LoginRule::copy_in_home`), never binds.
+    fn copies_in_home(&self) -> Vec<PathBuf> {
+        self.copied_rows()
+            .into_iter()
+            .filter(|r| r.copy_in_home())
+            .map(|r| self.agent_home.home.join(r.copied))
+            .collect()
     }
     /// Where in HOME the box sees the broker's copies of OAuth logins, whether or not the node
     /// has the file (mount points the start makes in the box's own agent home, relative to
@@ -532,9 +544,16 @@ impl BoxSpec {
     /// What the box sees of HOME's shared files over its own agent home: the node's, or the
     /// broker's copies of them (and of an OAuth login where the node has none).
     fn home_mounts(&self, exists: impl Fn(&Path) -> bool) -> Vec<Mount> {
-        let copied = self.broker_copies();
+        let in_home = self.copies_in_home();
+        let copied: Vec<_> = self
+            .broker_copies()
+            .into_iter()
+            .filter(|(dest, ..)| !in_home.contains(dest))
+            .collect();
         let mut m = Vec::new();
-        let binds = self.agent_home.binds(exists);
+        let mut binds = self.agent_home.binds(exists);
+        // A copy in the agent home is seen through its own dir's bind: the node's file is not.
+        binds.retain(|b| !in_home.contains(&b.dest));
         let copy_mount = |dest: &PathBuf, src: &PathBuf, writable: bool| {
             let (src, dest) = (src.clone(), dest.clone());
             if writable {

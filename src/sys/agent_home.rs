@@ -79,8 +79,8 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
         };
         tree.ensure(rel, entry, mode, spec.ids)?;
     }
-    // Where the box sees the broker's copies (some where the node has no file): a Claude
-    // login the box made in its own home becomes the broker's for it first.
+    // Where the box sees the broker's copies (some where the node has no file): a login the
+    // box made in its own home becomes the broker's for it first.
     for rel in spec.broker_copy_points() {
         take_own_login(spec, &tree, &rel)?;
         tree.ensure(&rel, Entry::File(b""), 0o644, spec.ids)?;
@@ -112,7 +112,7 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     Ok(())
 }
 
-/// A Claude Code login the box made in its own agent home (before the broker kept such logins,
+/// A Claude Code or Codex login the box made in its own agent home (before the broker kept such logins,
 /// or on the host's network) where the node has none and the broker keeps none for it yet:
 /// read with no link followed, moved into the broker's keeping for this box, and said. A link,
 /// a fifo or a file too big is kept as nothing (the start then makes an empty file there).
@@ -127,7 +127,10 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     };
     let shape = broker::shape_of(row.name);
     let own = broker::box_login_file(&spec.broker_state, &spec.name, row.name);
-    if read_login(&spec.home().join(row.copied), shape).is_ok() || read_login(&own, shape).is_ok() {
+    // The node's file, whatever it holds, is what the box sees (a copy of its login, or an
+    // empty one); only where it has none does a box's own login stand in.
+    if fs::symlink_metadata(spec.home().join(row.copied)).is_ok() || read_login(&own, shape).is_ok()
+    {
         return Ok(());
     }
     let bytes = match tree.read_file(rel, LOGIN_MAX) {
@@ -138,8 +141,10 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
             return Ok(());
         }
     };
+    // A copy of the broker's placeholders (Codex's is a file of the agent home) is no login.
     let Some(login) = std::str::from_utf8(&bytes)
         .ok()
+        .filter(|t| !crate::plan::oauth::holds_placeholders(shape, t))
         .and_then(|t| shape.login_only(t))
     else {
         return Ok(());
@@ -153,8 +158,9 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     atomic::write(&own, login.as_bytes(), 0o600)?;
     tree.remove(rel)?;
     say!(
-        "box '{}': the Claude Code login it made is now kept by the credential broker; the box sees placeholders",
-        spec.name
+        "box '{}': the {} login it made is now kept by the credential broker; the box sees placeholders",
+        spec.name,
+        row.login
     );
     Ok(())
 }
@@ -191,11 +197,39 @@ pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
             continue;
         }
         let st = tree.stat(Path::new(rel))?;
-        if st.is_some_and(|st| st.st_size > 0) {
+        if st.is_some_and(|st| st.st_size > 0) && !holds_brokers_copy(&tree, rel) {
             found.push(*rel);
         }
     }
     Ok(found)
+}
+
+/// Whether the agent home's `rel` is where the start writes the broker's copy of a login
+/// (`LoginRule::copy_in_home`) and holds nothing of the box's own: that copy (placeholders,
+/// or an empty one). A login or a key the box saved there itself is its own, and so is
+/// what cannot be read as either (adopt says why it takes none of it).
+fn holds_brokers_copy(tree: &Tree, rel: &str) -> bool {
+    use serde_json::Value;
+    let Some(row) = crate::plan::broker::RULES
+        .iter()
+        .find(|r| r.copy_in_home() && r.copied == rel)
+    else {
+        return false;
+    };
+    let shape = crate::plan::broker::shape_of(row.name);
+    let text = tree
+        .read_file(Path::new(rel), LOGIN_MAX)
+        .ok()
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    text.is_some_and(|t| {
+        crate::plan::oauth::holds_placeholders(shape, &t)
+            || serde_json::from_str::<Value>(&t).is_ok_and(|v| {
+                ["tokens", "OPENAI_API_KEY"]
+                    .iter()
+                    .all(|k| v.get(k).is_none_or(Value::is_null))
+            })
+    })
 }
 
 /// What `adopt_logins` did with each of the box's own logins.

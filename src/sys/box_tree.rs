@@ -34,10 +34,10 @@ pub(crate) enum Kind {
 
 /// What [`Tree::ensure`] makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Entry {
+pub(crate) enum Entry<'a> {
     Dir,
     /// A file, with what a new one holds.
-    File(&'static [u8]),
+    File(&'a [u8]),
 }
 
 const DIR_FLAGS: OFlags = OFlags::DIRECTORY
@@ -460,7 +460,7 @@ impl Tree {
     /// a link, or an entry of another kind (or a file with other names), found on the way or
     /// at the end is removed and made afresh, so nothing that follows the path (bwrap binding
     /// onto it) leaves the tree. An existing entry of the right kind is kept, its owner set.
-    pub(crate) fn ensure(&self, rel: &Path, entry: Entry, mode: u32, ids: Ids) -> Result<()> {
+    pub(crate) fn ensure(&self, rel: &Path, entry: Entry<'_>, mode: u32, ids: Ids) -> Result<()> {
         let names = names_of(rel)?;
         let Some((last, dirs)) = names.split_last() else {
             bail!("{}: the tree's root itself", self.shown(rel));

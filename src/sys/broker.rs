@@ -12,8 +12,9 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::plan::broker::{self, BrokerFile, Secret};
-use crate::plan::oauth;
+use crate::plan::oauth::{self, Shape};
 use crate::plan::sandbox::{BoxSpec, SYSTEM_CA_BUNDLE};
+use crate::sys::box_tree::{Entry, Tree};
 use crate::sys::node_ca;
 
 /// The most of a login file read (gh's files are a few hundred bytes).
@@ -45,6 +46,9 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
             let given = rules.iter().any(|r| r.login == row.login);
             if given && let Some(account) = copy_oauth(spec, row, &endpoint, ca.secret())? {
                 oauth.push(account);
+            }
+            if given && row.copy_in_home() {
+                put_in_home(spec, row)?;
             }
             continue;
         }
@@ -167,7 +171,7 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
                 let shape = broker::shape_of(row.name);
                 match node_file(home, row) {
                     Ok(None) => shape.captures(),
-                    Ok(Some((text, _))) if shape.captures() => shape.tokens(&text).is_some(),
+                    Ok(Some((text, _))) if shape == Shape::Claude => shape.tokens(&text).is_some(),
                     // Codex's and Gemini's files are the login's whatever they hold (one the
                     // broker cannot read is an empty copy in the box, never the node's file),
                     // but for Codex's API key alone, which is its key's row.
@@ -176,7 +180,7 @@ pub(crate) fn held_logins(home: &Path) -> Vec<&'static str> {
                             && key.oauth.is_none()
                             && brokered_keys(key, &text).is_some()
                     }),
-                    Err(_) => !shape.captures(),
+                    Err(_) => shape != Shape::Claude,
                 }
             }
             // Only a box given the login sees its file: as before unless the broker holds its key.
@@ -237,10 +241,28 @@ fn copy_file(
     Ok(keys.into_iter().map(|real| (shown(&real), real)).collect())
 }
 
+/// The box's copy of `row` (written into the broker dir) as the file of its own agent home it
+/// sees (`LoginRule::copy_in_home`): written afresh, fd-relative (a link or anything else the
+/// box left there is removed, never followed), the box's, 0600.
+fn put_in_home(spec: &BoxSpec, row: &broker::LoginRule) -> Result<()> {
+    let copy = spec.broker_copy(row.name);
+    let text = fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
+    let tree = Tree::open(&spec.agent_home.root)?;
+    let rel = Path::new(row.copied);
+    tree.remove(rel)?;
+    tree.ensure(rel, Entry::File(&text), 0o600, spec.ids)
+}
+
 /// The shapes of Claude Code's OAuth tokens, for placeholders made before any token is known (a
 /// box that may log in through the broker).
 const CLAUDE_ACCESS_SHAPE: &str = "sk-ant-oat01-000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
 const CLAUDE_REFRESH_SHAPE: &str = "sk-ant-ort01-000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+/// Codex's, likewise: a JWT's signature (its access and OpenID-Connect tokens are shown as JWTs
+/// of their claims, signed with it, once the box has signed in), and its refresh token's.
+const JWT_SIGNATURE_SHAPE: &str =
+    "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+const CODEX_REFRESH_SHAPE: &str =
+    "rt_00000000000000000000000000000000000000000000000000000000000000000000000000000000000";
 
 /// The broker's file of the OAuth login of row `name` that box `spec` made itself.
 pub(crate) fn box_login(spec: &BoxSpec, name: &str) -> std::path::PathBuf {
@@ -266,16 +288,20 @@ fn copy_oauth(
         std::os::unix::fs::chown(&dest, Some(spec.ids.uid), Some(spec.ids.gid))
             .with_context(|| format!("handing {} to the box", dest.display()))
     };
-    let on_node = match node_file(&spec.agent_home.home, row) {
-        Ok(found) => found.and_then(|(text, _)| shape.tokens(&text).map(|t| (text, t))),
+    let (file_on_node, on_node) = match node_file(&spec.agent_home.home, row) {
+        Ok(found) => (
+            found.is_some(),
+            found.and_then(|(text, _)| shape.tokens(&text).map(|t| (text, t))),
+        ),
         Err(why) => {
             tracing::warn!("box '{}': {why}; it sees an empty copy of it", spec.name);
             give(b"{}")?;
             return Ok(None);
         }
     };
-    // No login of a shape no box signs in through the broker for: nothing to stand in for.
-    if on_node.is_none() && !shape.captures() {
+    // No login on the node, and a box may not sign in through the broker: its shape is none
+    // that does, or the node's file holds something else (which an adopted login would meet).
+    if on_node.is_none() && (file_on_node || !shape.captures()) {
         give(b"{}")?;
         return Ok(None);
     }
@@ -305,7 +331,7 @@ fn copy_oauth(
     // Whatever else of a token's shape Claude Code's held is not in the copy (Codex's and
     // Gemini's are made of the fields they know alone: a JWT placeholder's claims are base64,
     // where such a pass could take a run for a token).
-    let shown = if shape == oauth::Shape::Claude {
+    let shown = if shape == Shape::Claude {
         broker::placehold_tokens(&shown, &[access.clone(), refresh.clone()], |t| {
             broker::placeholder(t, key, &spec.name, row.name)
         })
@@ -372,32 +398,43 @@ fn oauth_placeholders(
     now_ms: i64,
 ) -> (String, String, Option<String>) {
     let shape = broker::shape_of(row.name);
-    let (real_access, real_refresh) = found
-        .map_or((CLAUDE_ACCESS_SHAPE, CLAUDE_REFRESH_SHAPE), |(_, t)| {
-            (t.access.as_str(), t.refresh.as_str())
-        });
+    let (real_access, real_refresh, real_id) = match found {
+        Some((text, t)) => (t.access.clone(), t.refresh.clone(), shape.id_token(text)),
+        None if shape == Shape::Codex => (
+            JWT_SIGNATURE_SHAPE.into(),
+            CODEX_REFRESH_SHAPE.into(),
+            Some(JWT_SIGNATURE_SHAPE.into()),
+        ),
+        None => (
+            CLAUDE_ACCESS_SHAPE.into(),
+            CLAUDE_REFRESH_SHAPE.into(),
+            None,
+        ),
+    };
+    // A JWT's placeholder is signed with a placeholder marked as one; so is a JWT's yet to
+    // come (Codex's blank shape, the signature of what a sign-in through the broker shows).
     let lasting = |real: &str, what: &str| {
         let name = format!("{}-{what}", row.name);
         let signature = real.rsplit('.').next().unwrap_or(real);
-        oauth::jwt_placeholder(
-            real,
-            &broker::lasting_placeholder(signature, key, &spec.name, &name),
-            now_ms,
-        )
-        .unwrap_or_else(|| broker::lasting_placeholder(real, key, &spec.name, &name))
+        let signed = oauth::marked(&broker::lasting_placeholder(
+            signature, key, &spec.name, &name,
+        ));
+        match oauth::jwt_placeholder(real, &signed, now_ms) {
+            Some(jwt) => jwt,
+            None if real == JWT_SIGNATURE_SHAPE => signed,
+            None => broker::lasting_placeholder(real, key, &spec.name, &name),
+        }
     };
     match shape {
-        oauth::Shape::Claude => (
-            broker::lasting_placeholder(real_access, key, &spec.name, "claude-access"),
-            broker::lasting_placeholder(real_refresh, key, &spec.name, "claude-refresh"),
+        Shape::Claude => (
+            broker::lasting_placeholder(&real_access, key, &spec.name, "claude-access"),
+            broker::lasting_placeholder(&real_refresh, key, &spec.name, "claude-refresh"),
             None,
         ),
-        oauth::Shape::Codex | oauth::Shape::Gemini => (
-            lasting(real_access, "access"),
-            lasting(real_refresh, "refresh"),
-            found
-                .and_then(|(text, _)| shape.id_token(text))
-                .map(|real| lasting(&real, "id")),
+        Shape::Codex | Shape::Gemini => (
+            lasting(&real_access, "access"),
+            lasting(&real_refresh, "refresh"),
+            real_id.map(|real| lasting(&real, "id")),
         ),
     }
 }
@@ -439,20 +476,24 @@ pub(crate) fn adopt_box_logins(
             continue;
         };
         let dest = spec.agent_home.home.join(row.copied);
-        let on_node = node_file(&spec.agent_home.home, row)
-            .ok()
-            .flatten()
-            .is_some_and(|(t, _)| shape.tokens(&t).is_some());
-        if on_node {
+        let local = node_file(&spec.agent_home.home, row).ok().flatten();
+        if local
+            .as_ref()
+            .is_some_and(|(t, _)| shape.tokens(t).is_some())
+        {
             done.push((row.copied, Adopted::NodeHasOne(dest)));
             continue;
         }
         if let Some(dir) = dest.parent() {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        // A node file that holds no login (a leftover) gives way to the login.
+        // A node file that holds no login keeps what else it holds (an API key, MCP servers'
+        // tokens), the login put in beside it.
+        let merged = shape
+            .with_login(local.as_ref().map(|(t, _)| t.as_str()), &text)
+            .context("the box's login")?;
         let _ = fs::remove_file(&dest);
-        crate::sys::oauth_refresh::keep_new_login(&dest, &text)?;
+        crate::sys::oauth_refresh::keep_new_login(&dest, &merged)?;
         fs::remove_file(&own).with_context(|| format!("removing {}", own.display()))?;
         done.push((row.copied, Adopted::Moved(dest)));
     }
@@ -616,7 +657,7 @@ mod tests {
 
     /// Which rows of Codex's and Gemini's logins the broker holds for a node's files: a file
     /// with a key alone is the key's, any other the login's (an API key beside a login too);
-    /// none: no row (no box signs in through the broker for them).
+    /// none: Codex's login's (a box may sign in to Codex through the broker), no Gemini row.
     #[test]
     fn a_codex_file_is_its_logins_or_its_keys_and_never_both() {
         let home = tempfile::tempdir().unwrap();
@@ -626,7 +667,7 @@ mod tests {
                 .filter(|r| r.starts_with("codex") || r.starts_with("gemini"))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(held(), Vec::<&str>::new());
+        assert_eq!(held(), ["codex-oauth"]);
         fs::create_dir_all(home.path().join(".codex")).unwrap();
         fs::create_dir_all(home.path().join(".gemini")).unwrap();
         let auth = home.path().join(".codex/auth.json");
@@ -657,6 +698,6 @@ mod tests {
             r#"{"access_token":"ya29.a","refresh_token":"1//r","expiry_date":1}"#,
         )
         .unwrap();
-        assert_eq!(held(), ["gemini-oauth"]);
+        assert_eq!(held(), ["codex-oauth", "gemini-oauth"]);
     }
 }

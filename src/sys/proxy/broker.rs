@@ -71,7 +71,7 @@ impl Broker {
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Broker {
-            gates: file.oauth.iter().map(|_| oauth::Gate::default()).collect(),
+            gates: file.oauth.iter().cloned().map(oauth::Gate::new).collect(),
             file,
             acceptor: TlsAcceptor::from(Arc::new(server)),
             connector: TlsConnector::from(Arc::new(client)),
@@ -99,18 +99,19 @@ impl Broker {
         (&self.connector, self.file.port)
     }
 
-    /// The OAuth logins the broker stands in for, each with its gate.
-    pub(super) fn oauth(&self) -> impl Iterator<Item = (&broker::OauthAccount, &oauth::Gate)> {
-        self.file.oauth.iter().zip(&self.gates)
+    /// The OAuth logins the broker stands in for as they are now (a login the box made through
+    /// the broker changes its placeholders), each with its gate.
+    pub(super) fn oauth(&self) -> impl Iterator<Item = (broker::OauthAccount, &oauth::Gate)> {
+        self.gates.iter().map(|g| (g.account(), g))
     }
 
     /// Every placeholder the box may send: its logins' tokens', and its OAuth logins' (their
     /// tokens unknown here: looked up when a request carries one).
     fn placeholders(&self) -> Vec<broker::Secret> {
-        let oauth = self.file.oauth.iter().flat_map(|a| {
-            [&a.access, &a.refresh].map(|p| broker::Secret {
+        let oauth = self.oauth().flat_map(|(a, _)| {
+            [a.access, a.refresh].map(|p| broker::Secret {
                 login: a.login.clone(),
-                placeholder: p.clone(),
+                placeholder: p,
                 real: String::new(),
                 bearer_only: true,
             })
@@ -197,8 +198,6 @@ pub(super) fn terminate(
     Response::new(super::text_body(String::new()))
 }
 
-/// One request of a terminated connection: placeholders put back (or the request refused),
-/// sent on to the real host, the answer streamed back and logged when it ends.
 /// A request the broker answers itself (an OAuth login's token endpoint, Google's token info);
 /// Err: the request, to go on to the real host.
 async fn answered_here(
@@ -212,7 +211,7 @@ async fn answered_here(
         .oauth()
         .find(|(a, _)| oauth::is_token_info(a, host, req.uri().path()))
     {
-        return Ok(oauth::token_info(req, account, gate, attempt).await);
+        return Ok(oauth::token_info(req, &account, gate, attempt).await);
     }
     if let Some((account, gate)) = conn
         .broker
@@ -220,11 +219,15 @@ async fn answered_here(
         .find(|(a, _)| oauth::is_token_request(a, host, req.uri().path()))
         && req.method() == hyper::Method::POST
     {
-        return Ok(oauth::token_request(req, account, gate, conn.broker.upstream(), attempt).await);
+        return Ok(
+            oauth::token_request(req, &account, gate, conn.broker.upstream(), attempt).await,
+        );
     }
     Err(req)
 }
 
+/// One request of a terminated connection: placeholders put back (or the request refused),
+/// sent on to the real host, the answer streamed back and logged when it ends.
 async fn brokered(
     req: Request<Incoming>,
     conn: Arc<Terminated>,

@@ -34,7 +34,7 @@ fn now_ms() -> i64 {
 /// only to be recognised and refused). Err: why the request is refused.
 pub(super) async fn secrets<'a>(
     headers: &hyper::HeaderMap,
-    logins: impl Iterator<Item = (&'a OauthAccount, &'a Gate)>,
+    logins: impl Iterator<Item = (OauthAccount, &'a Gate)>,
 ) -> Result<Vec<Secret>, String> {
     let carries = |placeholder: &str| {
         headers
@@ -63,13 +63,13 @@ pub(super) async fn secrets<'a>(
                     account.login
                 ));
             }
-            current(account, gate).await?
+            current(&account, gate).await?
         } else {
             String::new()
         };
         out.push(Secret {
-            login: account.login.clone(),
-            placeholder: account.access.clone(),
+            login: account.login,
+            placeholder: account.access,
             real,
             bearer_only: true,
         });
@@ -77,12 +77,44 @@ pub(super) async fn secrets<'a>(
     Ok(out)
 }
 
-/// What a proxy keeps of one OAuth login: the refresh under way (one at a time, run by a task of
-/// its own whose end every request waiting on it reads: a box that hangs up changes nothing),
-/// and the last one that failed, answered for [`BACKOFF`] without another try.
-#[derive(Default)]
+/// What a proxy keeps of one OAuth login: the login as it is now (its placeholders change once
+/// when the box signs in through the broker), the refresh under way (one at a time, run by a
+/// task of its own whose end every request waiting on it reads: a box that hangs up changes
+/// nothing), and the last one that failed, answered for [`BACKOFF`] without another try.
 pub(super) struct Gate {
+    account: std::sync::RwLock<OauthAccount>,
     state: Arc<std::sync::Mutex<GateState>>,
+}
+
+impl Gate {
+    pub(super) fn new(account: OauthAccount) -> Gate {
+        Gate {
+            account: std::sync::RwLock::new(account),
+            state: Arc::default(),
+        }
+    }
+
+    /// The login as it is now.
+    pub(super) fn account(&self) -> OauthAccount {
+        self.account
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The login after the box signed in through the broker: the placeholders it was answered
+    /// with, its account, and no other sign-in.
+    fn signed_in(&self, shown: &oauth::Placeholders, account_id: Option<String>) {
+        let mut a = self
+            .account
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.access = shown.access.to_string();
+        a.refresh = shown.refresh.to_string();
+        a.id = shown.id.map(String::from);
+        a.account_id = account_id;
+        a.captures = false;
+    }
 }
 
 #[derive(Default)]
@@ -226,7 +258,7 @@ pub(super) async fn token_request(
                 && account.shape.captures()
                 && oauth_refresh::read_login(&account.file, account.shape).is_err() =>
         {
-            return capture(body, account, upstream, attempt).await;
+            return capture(body, account, gate, upstream, attempt).await;
         }
         Some(Asked::Other(grant)) => {
             return attempt.refuse(&format!(
@@ -269,6 +301,7 @@ fn json(status: u16, bytes: Vec<u8>) -> Response<Body> {
 async fn capture(
     body: Bytes,
     account: &OauthAccount,
+    gate: &Gate,
     (connector, port): (&TlsConnector, u16),
     attempt: &Attempt,
 ) -> Response<Body> {
@@ -294,11 +327,21 @@ async fn capture(
         );
         return json(status, answer);
     }
-    let kept = account.shape.captured(&answer, now_ms());
-    let shown = oauth::answer_with_placeholders(&answer, &account.access, &account.refresh);
-    let (Some(kept), Some(shown)) = (kept, shown) else {
+    let now = now_ms();
+    let Some(kept) = account.shape.captured(&answer, now) else {
         return attempt.unreachable(rule, "the login's answer holds no tokens");
     };
+    let (access, refresh, id) =
+        oauth::signed_in_placeholders(account.shape, &kept, &account.shown(), now);
+    let placeholders = oauth::Placeholders {
+        access: &access,
+        refresh: &refresh,
+        id: id.as_deref(),
+    };
+    let Some(shown) = oauth::answer_with_placeholders(&answer, &placeholders) else {
+        return attempt.unreachable(rule, "the login's answer holds no tokens");
+    };
+    let account_id = account.shape.account_id(&kept);
     let file = account.file.clone();
     let stored = tokio::task::spawn_blocking(move || oauth_refresh::keep_new_login(&file, &kept))
         .await
@@ -307,12 +350,12 @@ async fn capture(
         tracing::warn!("keeping the {} login a box made: {e:#}", account.login);
         return attempt.unreachable(rule, &not_fresh(&account.login));
     }
+    gate.signed_in(&placeholders, account_id);
     tracing::info!("kept the {} login this box made", account.login);
     attempt.log(Ok(rule), None, (0, 0));
     json(status, shown)
 }
 
-/// Whether a request to `host` for `path` is one to `account`'s token endpoint.
 /// Whether a request is Google's token-info query on the login of `account` (Gemini CLI checks
 /// its login so before using it).
 pub(super) fn is_token_info(account: &OauthAccount, host: &str, path: &str) -> bool {
@@ -364,6 +407,7 @@ pub(super) async fn token_info(
     }
 }
 
+/// Whether a request to `host` for `path` is one to `account`'s token endpoint.
 pub(super) fn is_token_request(account: &OauthAccount, host: &str, path: &str) -> bool {
     account.token_host.eq_ignore_ascii_case(host) && path == account.token_path
 }
