@@ -379,7 +379,7 @@ impl Drop for ModelStage<'_> {
             "cp /root/broker-saved.crt {BUNDLE} 2>/dev/null || true
              sed -i '/anthropic.com/d' /etc/hosts
              rm -f /usr/local/bin/claude /usr/local/bin/codex /root/.claude/.credentials.json.redeemed
-             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json; do
+             for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json /root/.local/share/opencode/auth.json; do
                rm -f $f; [ ! -e $f.broker-saved ] || mv $f.broker-saved $f
              done"
         ));
@@ -437,8 +437,8 @@ fn stage_models(c: &Cluster) -> ModelStage<'_> {
          cat /root/broker-saved.crt /root/test-ca.pem > {BUNDLE}
          sed -i '/anthropic.com/d' /etc/hosts
          echo '10.200.0.3 api.anthropic.com api.openai.com platform.claude.com api.x.ai chatgpt.com auth.openai.com cloudcode-pa.googleapis.com oauth2.googleapis.com' >> /etc/hosts
-         mkdir -p /root/.claude /root/.codex /root/.grok /root/.gemini
-         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json; do
+         mkdir -p /root/.claude /root/.codex /root/.grok /root/.gemini /root/.local/share/opencode
+         for f in /root/.claude/settings.json /root/.claude/.credentials.json /root/.codex/auth.json /root/.codex/config.toml /root/.claude.json /root/.grok/user-settings.json /root/.gemini/oauth_creds.json /root/.local/share/opencode/auth.json; do
            [ ! -e $f ] || [ -e $f.broker-saved ] || mv $f $f.broker-saved
          done
          ln -sf {AGENTS}/claude {AGENTS}/codex /usr/local/bin/
@@ -1999,6 +1999,118 @@ fn ag_box_login_signs_codex_in_by_a_device_code_and_gemini_by_a_pasted_code() {
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// `OpenCode`'s keys (one per provider in its `auth.json`): the box sees placeholders of every
+/// entry; each known provider's key goes to that provider's API alone; another provider's key
+/// and an OAuth login `OpenCode` refreshes itself go nowhere.
+#[test]
+fn opencodes_keys_never_enter_a_box_and_each_reaches_only_its_providers_api() {
+    let Some(c) = Cluster::get() else { return };
+    let _stage = stage_models(&c);
+    let (anthropic, openai, copilot, acme) = (
+        "sk-ant-api03-RigOpenCodeAnthropicKey000000",
+        "sk-proj-RigOpenCodeOpenAiKey0000000000000",
+        "gho_RigOpenCodeCopilotRefresh000000000000",
+        "acme-RigOpenCodeAcmeKey000000000000000000",
+    );
+    let auth = serde_json::json!({
+        "anthropic": {"type": "api", "key": anthropic},
+        "openai": {"type": "api", "key": openai},
+        "github-copilot": {"type": "oauth", "refresh": copilot, "access": copilot, "expires": 0},
+        "acme": {"type": "api", "key": acme},
+    });
+    c.a.write("/root/.local/share/opencode/auth.json", &auth.to_string());
+    c.a.sh("chmod 600 /root/.local/share/opencode/auth.json")
+        .ok();
+    let name = "opencode-keys";
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,api.openai.com:443,10.200.0.3:443 creds=opencode
+         ag-box up {name} --node nodeA"
+    ))
+    .ok();
+    let shown: serde_json::Value = serde_json::from_str(
+        &inside(&c.a, name, "cat ~/.local/share/opencode/auth.json")
+            .ok()
+            .stdout(),
+    )
+    .unwrap();
+    let key = |p: &str, f: &str| shown[p][f].as_str().unwrap().to_string();
+    let (anthropic_shown, openai_shown, acme_shown) = (
+        key("anthropic", "key"),
+        key("openai", "key"),
+        key("acme", "key"),
+    );
+    // Of the key's shape (a known prefix kept), never the key.
+    for (seen, real, prefix) in [
+        (&anthropic_shown, anthropic, "sk-ant-api03-"),
+        (&openai_shown, openai, "sk-proj-"),
+        (&acme_shown, acme, ""),
+        (&key("github-copilot", "refresh"), copilot, "gho_"),
+    ] {
+        assert!(
+            seen != real && seen.len() == real.len() && seen.starts_with(prefix),
+            "{shown:#}"
+        );
+    }
+    assert_eq!(shown["github-copilot"]["type"], "oauth");
+    nowhere_in_the_box(&c.a, name, &[anthropic, openai, copilot, acme]);
+
+    // Each key to its own provider's API: the stand-in gets the real one.
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 -o /dev/null https://api.anthropic.com/v1/models -H 'x-api-key: {anthropic_shown}'
+             curl -sS -m 10 -o /dev/null https://api.openai.com/v1/models -H 'Authorization: Bearer {openai_shown}'"
+        ),
+    );
+    out.ok();
+    // (The stage's own readiness probe carried no credential.)
+    let keyed = || -> Vec<serde_json::Value> {
+        answered(&c, "models")
+            .into_iter()
+            .filter(|m| !m["auth"].is_null())
+            .collect()
+    };
+    let models = keyed();
+    let auths: Vec<(&str, &str)> = models
+        .iter()
+        .map(|m| (m["host"].as_str().unwrap(), m["auth"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        auths,
+        [
+            ("api.anthropic.com", anthropic),
+            ("api.openai.com", &*format!("Bearer {openai}")),
+        ]
+    );
+    // Anthropic's key to OpenAI's API, or into a request that is no model request: refused.
+    // Another provider's key goes nowhere: the API gets its placeholder.
+    let refused = inside(
+        &c.a,
+        name,
+        &format!(
+            "curl -sS -m 10 https://api.openai.com/v1/models -H 'Authorization: Bearer {anthropic_shown}'; echo
+             curl -sS -m 10 https://api.anthropic.com/v1/organizations/invites -H 'x-api-key: {anthropic_shown}'; echo
+             curl -sS -m 10 -o /dev/null https://api.anthropic.com/v1/models -H 'x-api-key: {acme_shown}'"
+        ),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        refused.contains("its token is for api.anthropic.com only")
+            && refused.contains("puts the opencode key only into model requests"),
+        "{refused}"
+    );
+    let models = keyed();
+    assert!(
+        models.len() == 3 && models[2]["auth"] == acme_shown.as_str(),
+        "{models:#?}"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
 /// Codex's own device-code sign-in (`codex login --device-auth`), at a terminal inside a box on a
 /// node with no Codex login: the broker keeps the login for that box (the box's file holds
 /// JWT placeholders of its claims, the real CLI completes a turn with it), refuses a second
@@ -2100,9 +2212,32 @@ fn a_codex_sign_in_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it()
             .contains("STANDIN-REPLY turns=1 last=Hi codex, signed in here?"),
         "{out:?}"
     );
+    // A proxy restarted (killed) still knows the box's placeholders: the next turn works.
+    assert_eq!(
+        c.a.sh(&format!(
+            "systemctl kill -s KILL boxnet-{name}; sleep 1
+             for i in $(seq 50); do systemctl is-active -q boxnet-{name} && break; sleep 0.2; done
+             systemctl show -p NRestarts boxnet-{name}"
+        ))
+        .ok()
+        .stdout(),
+        "NRestarts=1\n"
+    );
+    let out = inside(
+        &c.a,
+        name,
+        &format!(
+            "timeout 120 {AGENTS}/codex exec --skip-git-repo-check --json 'Hi codex, after a restart?' </dev/null"
+        ),
+    );
+    assert!(
+        out.stdout()
+            .contains("STANDIN-REPLY turns=1 last=Hi codex, after a restart?"),
+        "{out:?}"
+    );
     let seen = answered(&c, "openai.responses");
     assert!(
-        !seen.is_empty() && seen.iter().all(|m| m["auth"] == format!("Bearer {issued}")),
+        seen.len() >= 2 && seen.iter().all(|m| m["auth"] == format!("Bearer {issued}")),
         "{seen:#?}"
     );
     // A second sign-in from the box is refused before it reaches the sign-in server.
@@ -2119,6 +2254,14 @@ fn a_codex_sign_in_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it()
     );
     assert_eq!(token_lines(&c).len(), 1);
 
+    // The box writes a login of its choosing where it sees its copy: adopt takes the one the
+    // broker kept, never that.
+    inside(
+        &c.a,
+        name,
+        "printf '{\"auth_mode\":\"chatgpt\",\"tokens\":{\"access_token\":\"attacker-access-token\",\"refresh_token\":\"rt_attacker\"}}' > ~/.codex/auth.json",
+    )
+    .ok();
     // Adopted, the login is the node's.
     c.a.sh(&format!("ag-box park {name}")).ok();
     assert_eq!(
@@ -2135,6 +2278,12 @@ fn a_codex_sign_in_inside_a_box_is_kept_by_the_broker_until_the_node_adopts_it()
         "{node:#}"
     );
     c.a.sh(&format!("test ! -e {kept}")).ok();
+    // Nor is what the box planted taken for a login of its own at its next start.
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    c.a.sh(&format!("test ! -e {kept}")).ok();
+    let copy = inside(&c.a, name, "cat ~/.codex/auth.json").ok().stdout();
+    assert!(!copy.contains("attacker"), "{copy}");
+    c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
 /// Codex's `ChatGPT` login (`tokens` of `~/.codex/auth.json`): the node's real tokens' signatures

@@ -85,9 +85,10 @@ fn the_restic_password_stays_out_of_argv_logs_and_the_box() {
     );
 }
 
-/// A login made inside a box on a node without that agent's credentials (`OpenCode`'s, which the
-/// broker does not hold): `park` says no snapshot carries it, `globals adopt` makes it the
-/// node's (refused while the box runs), and the box's next start shares the node's file.
+/// A login made inside a box on a node without that agent's credentials (`OpenCode`'s, which
+/// the broker holds only where the node has a file): `park` says no snapshot carries it,
+/// `globals adopt` makes it the node's (refused while the box runs), and the box's next start
+/// on the host's network shares the node's file.
 #[test]
 fn a_login_made_inside_a_box_is_adopted_by_the_node() {
     let Some(host) = Host::new("adopt") else {
@@ -132,8 +133,10 @@ fn a_login_made_inside_a_box_is_adopted_by_the_node() {
         .stderr_has("holds no login of its own on this node: nothing to adopt")
         .stdout_is("");
 
-    // The next start binds the node's file: the box reads it, and a refresh reaches the node.
+    // The next start on the host's network (no broker) binds the node's file: the box reads
+    // it, and a refresh reaches the node. (A guarded box sees the broker's copy of it.)
     let unsaid = "login made inside";
+    b.set(["network=host"]).ok();
     b.up().ok().stderr_lacks(unsaid);
     b.exec_sh("cat ~/.local/share/opencode/auth.json 2>&1")
         .ok()
@@ -217,8 +220,11 @@ fn a_box_sees_only_the_logins_it_is_given() {
         .stderr_has("creds=claude,codex,gemini,grok,opencode,gh");
     b.up().ok();
     // Codex's file, which the broker cannot read as a key or a login, is an empty copy in the
-    // box: never the node's file.
-    assert_eq!(found(), ["CLAUDE-TOKEN", "OPENCODE-TOKEN"]);
+    // box: never the node's file; OpenCode's, whose entry is no provider's, holds nothing.
+    assert_eq!(found(), ["CLAUDE-TOKEN"]);
+    b.exec_sh("cat ~/.local/share/opencode/auth.json")
+        .ok()
+        .stdout_is("{\n  \"t\": null\n}");
     b.exec_sh("cat ~/.codex/auth.json").ok().stdout_is("{}");
     gh_shown();
     b.park().ok();

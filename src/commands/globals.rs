@@ -171,6 +171,8 @@ fn adopt(ctx: &Ctx, name: &BoxName) -> Result<()> {
         )
         .into());
     }
+    // Nothing moves unless every login can.
+    crate::sys::broker::check_adoptable(&spec)?;
     let mut adopted = agent_home::adopt_logins(&spec)?;
     adopted.extend(crate::sys::broker::adopt_box_logins(&spec)?);
     if adopted.is_empty() {

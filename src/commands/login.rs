@@ -187,8 +187,17 @@ fn device_code(
     .context("showing the sign-in link")?;
     let until = Instant::now() + DEVICE_WAIT;
     loop {
-        let (status, answer) =
-            post(at.host, device.poll_path, sign_in::poll_request(&issued)).map_err(unanswered)?;
+        let (status, answer) = match post(at.host, device.poll_path, sign_in::poll_request(&issued))
+        {
+            Ok(answered) => answered,
+            // A network that fails for a moment ends no sign-in.
+            Err(e) if Instant::now() < until => {
+                tracing::warn!("{agent}: {} did not answer ({e}); asking again", at.host);
+                std::thread::sleep(Duration::from_secs(issued.interval_s));
+                continue;
+            }
+            Err(e) => return Err(unanswered(e).into()),
+        };
         match sign_in::polled(status, &answer) {
             Polled::Granted { code, verifier } => {
                 return Ok(sign_in::exchange(

@@ -26,9 +26,9 @@ pub(crate) struct LoginRule {
     pub name: &'static str,
     pub copied: &'static str,
     pub hosts: &'static [&'static str],
-    /// A header besides `Authorization` whose whole value is the login's key (Anthropic's
-    /// `x-api-key`).
-    pub key_header: Option<&'static str>,
+    /// Headers besides `Authorization` whose whole value is the login's key (Anthropic's
+    /// `x-api-key`, Google's `x-goog-api-key`).
+    pub key_headers: &'static [&'static str],
     /// The paths (prefixes) a request that gets the token may have; empty: any. A model API's
     /// key goes into model requests only, never into one that could mint another key.
     pub paths: &'static [&'static str],
@@ -69,7 +69,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "gh",
         copied: ".config/gh",
         hosts: &["github.com", "api.github.com"],
-        key_header: None,
+        key_headers: &[],
         paths: &[],
         oauth: None,
     },
@@ -78,7 +78,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "claude",
         copied: ".claude/settings.json",
         hosts: &["api.anthropic.com"],
-        key_header: Some("x-api-key"),
+        key_headers: &["x-api-key"],
         paths: CLAUDE_PATHS,
         oauth: None,
     },
@@ -87,7 +87,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "claude-oauth",
         copied: ".claude/.credentials.json",
         hosts: &["api.anthropic.com"],
-        key_header: None,
+        key_headers: &[],
         paths: CLAUDE_PATHS,
         oauth: Some(OauthEndpoint {
             host: "platform.claude.com",
@@ -108,7 +108,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "codex",
         copied: ".codex/auth.json",
         hosts: &["api.openai.com"],
-        key_header: None,
+        key_headers: &[],
         paths: &[
             "/v1/responses",
             "/v1/chat/completions",
@@ -123,7 +123,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "codex-oauth",
         copied: ".codex/auth.json",
         hosts: &["chatgpt.com"],
-        key_header: None,
+        key_headers: &[],
         paths: &[
             "/backend-api/codex/responses",
             "/backend-api/codex/models",
@@ -148,7 +148,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "gemini-oauth",
         copied: ".gemini/oauth_creds.json",
         hosts: &["cloudcode-pa.googleapis.com"],
-        key_header: None,
+        key_headers: &[],
         paths: &[
             "/v1internal:loadCodeAssist",
             "/v1internal:onboardUser",
@@ -176,7 +176,7 @@ pub(crate) const RULES: &[LoginRule] = &[
         name: "grok",
         copied: ".grok/user-settings.json",
         hosts: &["api.x.ai"],
-        key_header: None,
+        key_headers: &[],
         paths: &[
             "/v1/chat/completions",
             "/v1/responses",
@@ -186,7 +186,101 @@ pub(crate) const RULES: &[LoginRule] = &[
         ],
         oauth: None,
     },
+    LoginRule {
+        login: "opencode",
+        name: "opencode",
+        copied: ".local/share/opencode/auth.json",
+        hosts: &[
+            "api.anthropic.com",
+            "api.openai.com",
+            "generativelanguage.googleapis.com",
+            "api.x.ai",
+            "openrouter.ai",
+            "api.groq.com",
+            "api.deepseek.com",
+            "api.mistral.ai",
+        ],
+        key_headers: &[],
+        paths: &[
+            "/v1/messages",
+            "/v1/models",
+            "/v1/responses",
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+            "/v1beta/models",
+            "/api/v1/chat/completions",
+            "/api/v1/completions",
+            "/api/v1/models",
+            "/openai/v1/chat/completions",
+            "/openai/v1/models",
+            "/chat/completions",
+            "/models",
+        ],
+        oauth: None,
+    },
 ];
+
+/// `OpenCode`'s providers whose API keys (`{"type": "api", "key": ...}` in its `auth.json`) the
+/// broker stands in for, each key for its provider's API alone; any other entry (another
+/// provider's key, an OAuth login `OpenCode` refreshes itself) is a placeholder that goes
+/// nowhere.
+const OPENCODE_PROVIDERS: &[OpencodeProvider] = &[
+    OpencodeProvider {
+        id: "anthropic",
+        host: "api.anthropic.com",
+        key_header: Some("x-api-key"),
+    },
+    OpencodeProvider {
+        id: "openai",
+        host: "api.openai.com",
+        key_header: None,
+    },
+    OpencodeProvider {
+        id: "google",
+        host: "generativelanguage.googleapis.com",
+        key_header: Some("x-goog-api-key"),
+    },
+    OpencodeProvider {
+        id: "xai",
+        host: "api.x.ai",
+        key_header: None,
+    },
+    OpencodeProvider {
+        id: "openrouter",
+        host: "openrouter.ai",
+        key_header: None,
+    },
+    OpencodeProvider {
+        id: "groq",
+        host: "api.groq.com",
+        key_header: None,
+    },
+    OpencodeProvider {
+        id: "deepseek",
+        host: "api.deepseek.com",
+        key_header: None,
+    },
+    OpencodeProvider {
+        id: "mistral",
+        host: "api.mistral.ai",
+        key_header: None,
+    },
+];
+
+/// The ids of the `OpenCode` providers the broker holds API keys of.
+pub(crate) fn opencode_providers() -> Vec<&'static str> {
+    OPENCODE_PROVIDERS.iter().map(|p| p.id).collect()
+}
+
+/// An `OpenCode` provider the broker holds the API key of: its id in `auth.json`, its API's
+/// host, and the header besides `Authorization` its API reads the key from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpencodeProvider {
+    pub id: &'static str,
+    pub host: &'static str,
+    pub key_header: Option<&'static str>,
+}
 
 /// The requests Claude's credentials go into: model requests only (both rows of the login
 /// name the same, so a placeholder of either is held to them).
@@ -340,6 +434,14 @@ pub(crate) struct Secret {
     /// Goes only into `Authorization` (an OAuth token), never into a key header.
     #[serde(default)]
     pub bearer_only: bool,
+    /// The hosts of its login's this token is for, where they are not all (an `OpenCode`
+    /// provider's key is for that provider's API alone); empty: all of them.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// A header besides `Authorization` whose whole value is this token, where it is not its
+    /// login's (an `OpenCode` provider's: Anthropic's `x-api-key`, Google's `x-goog-api-key`).
+    #[serde(default)]
+    pub key_header: Option<String>,
 }
 
 /// What a box's proxy reads from the box's run dir (root's alone): the rules, the tokens, and
@@ -478,11 +580,16 @@ fn token_for<'s>(secret: &'s Secret, host: &str, rules: &[Rule]) -> Result<&'s s
             secret.login
         ));
     };
-    if !rule.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+    let hosts = if secret.hosts.is_empty() {
+        &rule.hosts
+    } else {
+        &secret.hosts
+    };
+    if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
         return Err(format!(
             "a placeholder of the {} login went to {host}; its token is for {} only",
             secret.login,
-            rule.hosts.join(", ")
+            hosts.join(", ")
         ));
     }
     Ok(&secret.real)
@@ -504,7 +611,11 @@ pub(crate) fn header_for(
     let text = String::from_utf8_lossy(value);
     if let Some(secret) = secrets.iter().find(|s| s.placeholder == text.trim())
         && !secret.bearer_only
-        && key_header(&secret.login).is_some_and(|h| h.eq_ignore_ascii_case(name))
+        && key_headers(&secret.login)
+            .iter()
+            .copied()
+            .chain(secret.key_header.as_deref())
+            .any(|h| h.eq_ignore_ascii_case(name))
     {
         return token_for(secret, host, rules).map(|real| Some(real.as_bytes().to_vec()));
     }
@@ -542,12 +653,12 @@ pub(crate) fn header_for(
     }
 }
 
-/// The key header of `login`, if it has one.
-fn key_header(login: &str) -> Option<&'static str> {
+/// The key headers of `login`.
+fn key_headers(login: &str) -> &'static [&'static str] {
     RULES
         .iter()
         .find(|r| r.login == login)
-        .and_then(|r| r.key_header)
+        .map_or(&[], |r| r.key_headers)
 }
 
 /// Why a request to `path` may not get the tokens of `logins` it carries placeholders of (a
@@ -830,6 +941,59 @@ fn url_host(url: &str) -> Option<&str> {
     Some(host.split(':').next().unwrap_or(host)).filter(|h| !h.is_empty())
 }
 
+/// `OpenCode`'s `auth.json` (one entry per provider) with every string of every entry but its
+/// `type` a placeholder (`placeholder(value)`), and the API keys of the providers the broker
+/// stands in for, each with its provider; None when it is no JSON object.
+pub(crate) fn opencode_auth_placeheld(
+    text: &str,
+    mut placeholder: impl FnMut(&str) -> String,
+) -> Option<(String, Vec<(String, OpencodeProvider)>)> {
+    let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut found = Vec::new();
+    for (provider, entry) in v.as_object_mut()? {
+        let host = OPENCODE_PROVIDERS
+            .iter()
+            .find(|p| p.id == provider)
+            .copied();
+        let Some(fields) = entry.as_object_mut() else {
+            *entry = serde_json::Value::Null;
+            continue;
+        };
+        let is_key = fields.get("type").and_then(serde_json::Value::as_str) == Some("api");
+        for (name, value) in fields.iter_mut() {
+            match value {
+                serde_json::Value::String(s) if name != "type" && !s.is_empty() => {
+                    if let (true, "key", Some(host)) = (is_key, name.as_str(), host) {
+                        found.push((s.clone(), host));
+                    }
+                    *s = placeholder(s);
+                }
+                serde_json::Value::Object(_) | serde_json::Value::Array(_) => {
+                    *value = serde_json::Value::Null;
+                }
+                _ => {}
+            }
+        }
+    }
+    let text = serde_json::to_string_pretty(&v).ok()?;
+    Some((text, found))
+}
+
+/// The entries of `OpenCode`'s `auth.json` whose credentials go nowhere from a guarded box (an
+/// OAuth login, a provider the broker holds no key of), by provider id.
+pub(crate) fn opencode_unbrokered(text: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Object(v)) = serde_json::from_str(text) else {
+        return Vec::new();
+    };
+    v.iter()
+        .filter(|(provider, entry)| {
+            entry.get("type").and_then(serde_json::Value::as_str) != Some("api")
+                || !OPENCODE_PROVIDERS.iter().any(|p| p.id == provider.as_str())
+        })
+        .map(|(provider, _)| provider.clone())
+        .collect()
+}
+
 /// Codex's `auth.json` with its `OPENAI_API_KEY` replaced by `placeholder(key)`, and the key;
 /// None when it is no JSON object, holds no key, or holds an OAuth login (`tokens`: not
 /// brokered yet, the box gets the node's file as before).
@@ -899,6 +1063,8 @@ mod tests {
                 placeholder: "gho_placeholder".into(),
                 real: REAL.into(),
                 bearer_only: false,
+                hosts: Vec::new(),
+                key_header: None,
             }],
         )
     }
@@ -964,6 +1130,13 @@ mod tests {
         assert_eq!(rules_for(&["claude", "gh"], false, &all), vec![]);
         assert_eq!(rules_for(&["opencode"], true, &all), vec![]);
         assert_eq!(
+            rules_for(&["opencode"], true, &["opencode"])
+                .iter()
+                .map(|r| (r.login.as_str(), r.hosts.len()))
+                .collect::<Vec<_>>(),
+            [("opencode", 8)]
+        );
+        assert_eq!(
             ruled_hosts(),
             [
                 "github.com",
@@ -975,7 +1148,12 @@ mod tests {
                 "auth.openai.com",
                 "cloudcode-pa.googleapis.com",
                 "oauth2.googleapis.com",
-                "api.x.ai"
+                "api.x.ai",
+                "generativelanguage.googleapis.com",
+                "openrouter.ai",
+                "api.groq.com",
+                "api.deepseek.com",
+                "api.mistral.ai",
             ]
         );
         // Claude Code's settings are every box's to read: a box not given the login sees
@@ -1057,6 +1235,8 @@ mod tests {
             placeholder: "sk-ant-oat01-shown".into(),
             real: "sk-ant-oat01-real".into(),
             bearer_only: true,
+            hosts: Vec::new(),
+            key_header: None,
         }];
         let on = |name: &str, v: &str| {
             header_for(name, v.as_bytes(), "api.anthropic.com", &rules, &secrets)
@@ -1312,12 +1492,16 @@ mod tests {
                 placeholder: "sk-ant-api03-shown".into(),
                 real: "sk-ant-api03-real".into(),
                 bearer_only: false,
+                hosts: Vec::new(),
+                key_header: None,
             },
             Secret {
                 login: "codex".into(),
                 placeholder: "sk-proj-shown".into(),
                 real: "sk-proj-real".into(),
                 bearer_only: false,
+                hosts: Vec::new(),
+                key_header: None,
             },
         ];
         let on = |name: &str, v: &str, host| {
@@ -1440,5 +1624,110 @@ mod tests {
             None
         );
         assert_eq!(path_refusal(&[], "api.github.com", "/anything"), None);
+    }
+
+    /// `OpenCode`'s `auth.json`: each known provider's API key brokered for its own API; every
+    /// other string (another provider's key, an OAuth login it refreshes itself) a placeholder
+    /// that goes nowhere; nested values dropped; the kind of each entry kept.
+    #[test]
+    fn opencodes_keys_are_each_for_their_providers_api_and_all_else_goes_nowhere() {
+        let text = r#"{
+            "anthropic": {"type": "api", "key": "sk-ant-api03-aaaa"},
+            "openai": {"type": "api", "key": "sk-proj-bbbb"},
+            "github-copilot": {"type": "oauth", "refresh": "gho_cccc", "access": "tid=dddd", "expires": 5},
+            "acme": {"type": "api", "key": "acme-eeee"},
+            "google": {"type": "wellknown", "key": "k", "token": "ffff", "extra": {"x": "gggg"}},
+            "odd": "hhhh"
+        }"#;
+        let (shown, keys) = opencode_auth_placeheld(text, |v| format!("P({v})")).unwrap();
+        let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({
+                "anthropic": {"type": "api", "key": "P(sk-ant-api03-aaaa)"},
+                "openai": {"type": "api", "key": "P(sk-proj-bbbb)"},
+                "github-copilot": {"type": "oauth", "refresh": "P(gho_cccc)", "access": "P(tid=dddd)", "expires": 5},
+                "acme": {"type": "api", "key": "P(acme-eeee)"},
+                "google": {"type": "wellknown", "key": "P(k)", "token": "P(ffff)", "extra": null},
+                "odd": null
+            })
+        );
+        assert_eq!(
+            keys.iter()
+                .map(|(k, p)| (k.as_str(), p.host, p.key_header))
+                .collect::<Vec<_>>(),
+            [
+                ("sk-ant-api03-aaaa", "api.anthropic.com", Some("x-api-key")),
+                ("sk-proj-bbbb", "api.openai.com", None),
+            ]
+        );
+        assert_eq!(
+            opencode_unbrokered(text),
+            ["github-copilot", "acme", "google", "odd"]
+        );
+        assert_eq!(opencode_auth_placeheld("[]", |v| v.into()), None);
+        assert_eq!(opencode_auth_placeheld("not json", |v| v.into()), None);
+    }
+
+    /// A token whose secret names hosts goes to those alone, though its login's rule names more.
+    #[test]
+    fn a_token_for_some_of_its_logins_hosts_goes_to_those_alone() {
+        let rules = [Rule {
+            login: "opencode".into(),
+            hosts: vec!["api.anthropic.com".into(), "api.openai.com".into()],
+        }];
+        let secrets = [Secret {
+            login: "opencode".into(),
+            placeholder: "sk-ant-api03-PPPP".into(),
+            real: "sk-ant-api03-REAL".into(),
+            bearer_only: false,
+            hosts: vec!["api.anthropic.com".into()],
+            key_header: Some("x-api-key".into()),
+        }];
+        assert_eq!(
+            header_for(
+                "x-api-key",
+                b"sk-ant-api03-PPPP",
+                "api.anthropic.com",
+                &rules,
+                &secrets
+            ),
+            Ok(Some(b"sk-ant-api03-REAL".to_vec()))
+        );
+        // Another provider's key header is none of this key's: refused, never put in.
+        assert!(
+            header_for(
+                "x-goog-api-key",
+                b"sk-ant-api03-PPPP",
+                "api.anthropic.com",
+                &rules,
+                &secrets
+            )
+            .is_err()
+        );
+        assert_eq!(
+            header_for(
+                "authorization",
+                b"Bearer sk-ant-api03-PPPP",
+                "api.openai.com",
+                &rules,
+                &secrets
+            ),
+            Err("a placeholder of the opencode login went to api.openai.com; its token is for api.anthropic.com only".into())
+        );
+        let opencode = ["opencode".to_string()];
+        assert_eq!(
+            path_refusal(&opencode, "api.anthropic.com", "/v1/messages"),
+            None
+        );
+        assert!(path_refusal(&opencode, "api.anthropic.com", "/v1/organizations/x").is_some());
+        assert_eq!(
+            path_refusal(
+                &opencode,
+                "generativelanguage.googleapis.com",
+                "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+            ),
+            None
+        );
     }
 }

@@ -439,6 +439,11 @@ impl BoxSpec {
     pub(crate) fn box_logins(&self) -> PathBuf {
         broker::box_logins_dir(&self.broker_state, &self.name)
     }
+    /// There while the box's agent home holds the broker's copy of row `name` as a file of its
+    /// own (`LoginRule::copy_in_home`): what the box writes there then is never its login.
+    pub(crate) fn in_home_mark(&self, name: &str) -> PathBuf {
+        self.box_logins().join(format!("{name}.in-home"))
+    }
     /// Whether the box sees the broker's copy where the node's file `node_file` would be.
     pub(crate) fn sees_broker_copy(&self, node_file: &Path) -> bool {
         self.broker_copies()

@@ -205,7 +205,8 @@ pub(crate) fn poll_request(issued: &Issued) -> Vec<u8> {
 /// What a poll of a device sign-in says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Polled {
-    /// The person has not signed in yet (403 or 404, as Codex's server says it).
+    /// The person has not signed in yet (403 or 404, as Codex's server says it), or the
+    /// server could not say now (429, 5xx): asked again.
     Pending,
     /// Signed in: the authorization code and the verifier it is redeemed with.
     Granted { code: String, verifier: String },
@@ -216,7 +217,7 @@ pub(crate) enum Polled {
 /// A poll's answer of `status`.
 pub(crate) fn polled(status: u16, answer: &[u8]) -> Polled {
     match status {
-        403 | 404 => Polled::Pending,
+        403 | 404 | 429 | 500..=599 => Polled::Pending,
         200..=299 => serde_json::from_slice::<Value>(answer)
             .ok()
             .and_then(|v| {
@@ -399,6 +400,7 @@ mod tests {
         );
         assert_eq!(polled(403, b"{}"), Polled::Pending);
         assert_eq!(polled(404, b""), Polled::Pending);
+        assert_eq!(polled(503, b"<html>"), Polled::Pending);
         assert_eq!(
             polled(
                 200,

@@ -81,10 +81,12 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     }
     // Where the box sees the broker's copies (some where the node has no file): a login the
     // box made in its own home becomes the broker's for it first.
-    for rel in spec.broker_copy_points() {
-        take_own_login(spec, &tree, &rel)?;
-        tree.ensure(&rel, Entry::File(b""), 0o644, spec.ids)?;
+    let points = spec.broker_copy_points();
+    for rel in &points {
+        take_own_login(spec, &tree, rel)?;
+        tree.ensure(rel, Entry::File(b""), 0o644, spec.ids)?;
     }
+    forget_stale_copies(spec, &tree, &points)?;
     // Shared credentials are rewritten by the agents (token refresh), and keyed config is
     // read: root's, in the group every box user is in, so every box on the node has them.
     // Not what this box sees as the broker's copy: the broker keeps that file.
@@ -112,10 +114,38 @@ pub(crate) fn ensure(spec: &BoxSpec) -> Result<()> {
     Ok(())
 }
 
-/// A Claude Code or Codex login the box made in its own agent home (before the broker kept such logins,
-/// or on the host's network) where the node has none and the broker keeps none for it yet:
-/// read with no link followed, moved into the broker's keeping for this box, and said. A link,
-/// a fifo or a file too big is kept as nothing (the start then makes an empty file there).
+/// A copy an earlier start wrote into the agent home, where this one writes none (the box on
+/// the host's network, or not given the login now): emptied, not left for the box's agent to
+/// take for a login (or to read the node account's claims in).
+fn forget_stale_copies(spec: &BoxSpec, tree: &Tree, points: &[std::path::PathBuf]) -> Result<()> {
+    for row in crate::plan::broker::RULES
+        .iter()
+        .filter(|r| r.copy_in_home())
+    {
+        let rel = Path::new(row.copied);
+        if points.iter().any(|p| p == rel) {
+            continue;
+        }
+        if holds_brokers_copy(tree, row.copied) {
+            tree.remove(rel)?;
+            tree.ensure(rel, Entry::File(b""), 0o644, spec.ids)?;
+        }
+        // What the box writes there now (on the host's network, say) is its own again.
+        match fs::remove_file(spec.in_home_mark(row.name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).context("forgetting the broker's copy in the agent home");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A Claude Code or Codex login the box made in its own agent home (before the broker kept
+/// such logins, or on the host's network) where the broker keeps none for it yet and the node
+/// has none (Codex's: whatever the node has, since the start writes the box's copy over that
+/// file): read with no link followed, moved into the broker's keeping for this box, and said.
+/// A link, a fifo, a file too big or the broker's own copy is kept as nothing.
 fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     use crate::plan::broker;
     use crate::sys::oauth_refresh::read_login;
@@ -128,9 +158,15 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     let shape = broker::shape_of(row.name);
     let own = broker::box_login_file(&spec.broker_state, &spec.name, row.name);
     // The node's file, whatever it holds, is what the box sees (a copy of its login, or an
-    // empty one); only where it has none does a box's own login stand in.
-    if fs::symlink_metadata(spec.home().join(row.copied)).is_ok() || read_login(&own, shape).is_ok()
-    {
+    // empty one); only where it has none does a box's own login stand in. A copy written into
+    // the agent home would be lost under the next one: kept whatever the node has.
+    let node_has = fs::symlink_metadata(spec.home().join(row.copied)).is_ok();
+    if (node_has && !row.copy_in_home()) || read_login(&own, shape).is_ok() {
+        return Ok(());
+    }
+    // Where the last start wrote the broker's copy, the box wrote whatever is there now: a
+    // login it planted, never one made through the broker (that one the broker kept).
+    if row.copy_in_home() && fs::symlink_metadata(spec.in_home_mark(row.name)).is_ok() {
         return Ok(());
     }
     let bytes = match tree.read_file(rel, LOGIN_MAX) {
@@ -191,9 +227,15 @@ pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
         return Ok(Vec::new());
     }
     let tree = Tree::open(root)?;
+    let points = spec.broker_copy_points();
     let mut found = Vec::new();
     for rel in crate::plan::agent_home::CREDENTIALS {
         if spec.home().join(rel).exists() {
+            continue;
+        }
+        // Where the box sees the broker's copy as a file of its own: whatever it wrote there
+        // is never adopted (a login it made through the broker is the broker's to adopt).
+        if in_home_copy(rel).is_some() && points.iter().any(|p| p == Path::new(rel)) {
             continue;
         }
         let st = tree.stat(Path::new(rel))?;
@@ -204,16 +246,20 @@ pub(crate) fn own_logins(spec: &BoxSpec) -> Result<Vec<&'static str>> {
     Ok(found)
 }
 
+/// The broker's row whose copy the start writes at the agent home's `rel`, if any.
+fn in_home_copy(rel: &str) -> Option<&'static crate::plan::broker::LoginRule> {
+    crate::plan::broker::RULES
+        .iter()
+        .find(|r| r.copy_in_home() && r.copied == rel)
+}
+
 /// Whether the agent home's `rel` is where the start writes the broker's copy of a login
 /// (`LoginRule::copy_in_home`) and holds nothing of the box's own: that copy (placeholders,
 /// or an empty one). A login or a key the box saved there itself is its own, and so is
 /// what cannot be read as either (adopt says why it takes none of it).
 fn holds_brokers_copy(tree: &Tree, rel: &str) -> bool {
     use serde_json::Value;
-    let Some(row) = crate::plan::broker::RULES
-        .iter()
-        .find(|r| r.copy_in_home() && r.copied == rel)
-    else {
+    let Some(row) = in_home_copy(rel) else {
         return false;
     };
     let shape = crate::plan::broker::shape_of(row.name);

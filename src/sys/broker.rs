@@ -11,6 +11,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::atomic;
+use crate::error::UserError;
 use crate::plan::broker::{self, BrokerFile, Secret};
 use crate::plan::oauth::{self, Shape};
 use crate::plan::sandbox::{BoxSpec, SYSTEM_CA_BUNDLE};
@@ -59,26 +60,27 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
                 row,
                 ca.secret(),
                 spec.agent_home.logins.contains(&login),
-            )?
-            .into_iter()
-            .map(|(placeholder, real)| Secret {
-                login: login.into(),
-                placeholder,
-                real,
-                bearer_only: false,
-            })
-            .collect(),
+            )?,
         };
         // A login the box is not given: its copy holds placeholders that go nowhere.
         if rules.iter().any(|r| r.login == row.login) {
             secrets.extend(found);
         }
     }
-    // Only logins with a token to stand in for: no other host is terminated.
+    // Only logins with a token to stand in for: no other host is terminated (of a login whose
+    // tokens are each for some of its hosts, OpenCode's, only those).
     let rules: Vec<_> = rules
         .into_iter()
         .filter(|r| {
             secrets.iter().any(|s| s.login == r.login) || oauth.iter().any(|a| a.login == r.login)
+        })
+        .map(|mut r| {
+            let own: Vec<&Secret> = secrets.iter().filter(|s| s.login == r.login).collect();
+            if own.iter().all(|s| !s.hosts.is_empty()) && !oauth.iter().any(|a| a.login == r.login)
+            {
+                r.hosts.retain(|h| own.iter().any(|s| s.hosts.contains(h)));
+            }
+            r
         })
         .collect();
     let mut bundle = fs::read(SYSTEM_CA_BUNDLE).unwrap_or_default();
@@ -138,19 +140,52 @@ fn node_file(home: &Path, row: &broker::LoginRule) -> Result<Option<(String, u32
 /// api.anthropic.com, Codex's `OPENAI_API_KEY`); None where it stands in for none (no such key,
 /// a gateway of the operator's, a file it does not parse).
 fn brokered_keys(row: &broker::LoginRule, text: &str) -> Option<Vec<String>> {
-    placeheld(row, text, str::to_string).map(|(_, keys)| keys)
+    placeheld(row, text, str::to_string).map(|(_, keys)| keys.into_iter().map(|k| k.key).collect())
 }
 
-/// A key login's file with the keys the broker stands in for replaced by `placeholder(key)`.
+/// A key the broker stands in for: the hosts it alone is for (none: all its login's), and its
+/// own key header (none: its login's).
+struct HeldKey {
+    key: String,
+    hosts: Vec<String>,
+    key_header: Option<String>,
+}
+
+/// A key login's file with the keys the broker stands in for replaced by `placeholder(key)`,
+/// and those keys.
 fn placeheld(
     row: &broker::LoginRule,
     text: &str,
     placeholder: impl FnMut(&str) -> String,
-) -> Option<(String, Vec<String>)> {
+) -> Option<(String, Vec<HeldKey>)> {
+    let for_all = |found: Option<(String, Vec<String>)>| {
+        found.map(|(text, keys)| {
+            let keys = keys
+                .into_iter()
+                .map(|key| HeldKey {
+                    key,
+                    hosts: Vec::new(),
+                    key_header: None,
+                })
+                .collect();
+            (text, keys)
+        })
+    };
     match row.login {
-        "claude" => broker::claude_settings_placeheld(text, placeholder),
-        "codex" => broker::codex_auth_placeheld(text, placeholder),
-        "grok" => broker::grok_settings_placeheld(text, placeholder),
+        "claude" => for_all(broker::claude_settings_placeheld(text, placeholder)),
+        "codex" => for_all(broker::codex_auth_placeheld(text, placeholder)),
+        "grok" => for_all(broker::grok_settings_placeheld(text, placeholder)),
+        "opencode" => broker::opencode_auth_placeheld(text, placeholder).map(|(text, keys)| {
+            let keys = keys
+                .into_iter()
+                .map(|(key, provider)| HeldKey {
+                    key,
+                    hosts: vec![provider.host.to_string()],
+                    key_header: provider.key_header.map(String::from),
+                })
+                .collect();
+            (text, keys)
+        }),
         _ => None,
     }
 }
@@ -204,7 +239,7 @@ fn copy_file(
     row: &broker::LoginRule,
     key: &[u8],
     given: bool,
-) -> Result<Vec<(String, String)>> {
+) -> Result<Vec<Secret>> {
     let shown = |real: &str| broker::placeholder(real, key, &spec.name, row.login);
     let dest = spec.broker_copy(row.login);
     let (text, mode) = match node_file(&spec.agent_home.home, row) {
@@ -223,7 +258,7 @@ fn copy_file(
         0o600
     };
     let Some((structured, keys)) = placeheld(row, &text, shown) else {
-        if row.login == "codex" {
+        if matches!(row.login, "codex" | "opencode") {
             // No key of the broker's: a login (its own row's copy shows it, made from the
             // fields it knows; its tokens are of no known prefix) or nothing to show.
             atomic::write(&dest, b"{}", mode)?;
@@ -235,10 +270,31 @@ fn copy_file(
         }
         return Ok(vec![]);
     };
-    let placeholders: Vec<String> = keys.iter().map(|k| shown(k)).collect();
+    let placeholders: Vec<String> = keys.iter().map(|k| shown(&k.key)).collect();
     let (copy, _) = broker::placehold_tokens(&structured, &placeholders, shown);
     atomic::write(&dest, copy.as_bytes(), mode)?;
-    Ok(keys.into_iter().map(|real| (shown(&real), real)).collect())
+    if row.login == "opencode" && given {
+        let unbrokered = broker::opencode_unbrokered(&text);
+        if !unbrokered.is_empty() {
+            tracing::warn!(
+                "box '{}': OpenCode's {} credentials are placeholders that go nowhere in it (the broker holds only API keys of {}); give it such a key, or put it on the host's network",
+                spec.name,
+                crate::plan::text::escaped(&unbrokered.join(", ")),
+                broker::opencode_providers().join(", ")
+            );
+        }
+    }
+    Ok(keys
+        .into_iter()
+        .map(|k| Secret {
+            login: row.login.into(),
+            placeholder: shown(&k.key),
+            real: k.key,
+            bearer_only: false,
+            hosts: k.hosts,
+            key_header: k.key_header,
+        })
+        .collect())
 }
 
 /// The box's copy of `row` (written into the broker dir) as the file of its own agent home it
@@ -247,6 +303,13 @@ fn copy_file(
 fn put_in_home(spec: &BoxSpec, row: &broker::LoginRule) -> Result<()> {
     let copy = spec.broker_copy(row.name);
     let text = fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
+    // Marked first: whatever the box writes there from now on is never taken for its login.
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(spec.box_logins())
+        .with_context(|| format!("creating {}", spec.box_logins().display()))?;
+    atomic::write(&spec.in_home_mark(row.name), b"", 0o600)?;
     let tree = Tree::open(&spec.agent_home.root)?;
     let rel = Path::new(row.copied);
     tree.remove(rel)?;
@@ -455,7 +518,8 @@ pub(crate) fn kept_box_logins(spec: &BoxSpec) -> bool {
 
 /// `globals adopt`: the OAuth logins the broker keeps for box `spec` (made inside it) become
 /// the node's where the node has none (root's alone, never over one), and are gone from the
-/// broker's keeping for the box.
+/// broker's keeping for the box. Each under the box's lock of it (no refresh of the box's own
+/// meanwhile), then the node's (no sign-in or refresh of the node's).
 pub(crate) fn adopt_box_logins(
     spec: &BoxSpec,
 ) -> Result<Vec<(&'static str, crate::sys::agent_home::Adopted)>> {
@@ -467,20 +531,16 @@ pub(crate) fn adopt_box_logins(
     {
         let shape = broker::shape_of(row.name);
         let own = box_login(spec, row.name);
-        crate::sys::oauth_refresh::finish_box_refresh(
-            row.name,
-            &own,
-            &broker::lock_file(&format!("{}.{}", row.name, spec.name)),
-        )?;
+        let box_lock = broker::lock_file(&format!("{}.{}", row.name, spec.name));
+        crate::sys::oauth_refresh::finish_box_refresh(row.name, &own, &box_lock)?;
+        let _box_lock = crate::sys::oauth_refresh::lock(&box_lock)?;
         let Ok((text, _)) = crate::sys::oauth_refresh::read_login(&own, shape) else {
             continue;
         };
         let dest = spec.agent_home.home.join(row.copied);
-        let local = node_file(&spec.agent_home.home, row).ok().flatten();
-        if local
-            .as_ref()
-            .is_some_and(|(t, _)| shape.tokens(t).is_some())
-        {
+        let _lock = crate::sys::oauth_refresh::lock(&broker::lock_file(row.name))?;
+        let local = adoptable_node_file(spec, row)?;
+        if local.as_deref().is_some_and(|t| shape.tokens(t).is_some()) {
             done.push((row.copied, Adopted::NodeHasOne(dest)));
             continue;
         }
@@ -490,14 +550,55 @@ pub(crate) fn adopt_box_logins(
         // A node file that holds no login keeps what else it holds (an API key, MCP servers'
         // tokens), the login put in beside it.
         let merged = shape
-            .with_login(local.as_ref().map(|(t, _)| t.as_str()), &text)
+            .with_login(local.as_deref(), &text)
             .context("the box's login")?;
-        let _ = fs::remove_file(&dest);
-        crate::sys::oauth_refresh::keep_new_login(&dest, &merged)?;
+        // Written whole or not at all (a failed write leaves the node's file as it was).
+        atomic::write(&dest, merged.as_bytes(), 0o600)?;
         fs::remove_file(&own).with_context(|| format!("removing {}", own.display()))?;
         done.push((row.copied, Adopted::Moved(dest)));
     }
     Ok(done)
+}
+
+/// Whether every login the broker keeps for box `spec` could be adopted: each node file it
+/// would go into is one this can read as a JSON object, or none. Asked before anything moves.
+pub(crate) fn check_adoptable(spec: &BoxSpec) -> Result<()> {
+    for row in broker::RULES
+        .iter()
+        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
+    {
+        let shape = broker::shape_of(row.name);
+        if crate::sys::oauth_refresh::read_login(&box_login(spec, row.name), shape).is_ok() {
+            adoptable_node_file(spec, row)?;
+        }
+    }
+    Ok(())
+}
+
+/// The node's file of `row` a login adopted for box `spec` would go into (None: none); an
+/// error where it is one this cannot read, or no JSON object: the operator's, never written
+/// over.
+fn adoptable_node_file(spec: &BoxSpec, row: &broker::LoginRule) -> Result<Option<String>> {
+    let hint = "move that file aside (it is left as it is), then adopt again";
+    let local = node_file(&spec.agent_home.home, row)
+        .map_err(|why| UserError::failed(format!("box '{}': {why}", spec.name), hint))?
+        .map(|(t, _)| t);
+    if local
+        .as_deref()
+        .is_some_and(|t| !serde_json::from_str::<serde_json::Value>(t).is_ok_and(|v| v.is_object()))
+    {
+        let dest = spec.agent_home.home.join(row.copied);
+        return Err(UserError::failed(
+            format!(
+                "box '{}': {} holds no JSON object",
+                spec.name,
+                dest.display()
+            ),
+            hint,
+        )
+        .into());
+    }
+    Ok(local)
 }
 
 /// What of gh's config dir a box sees: its settings and its logins (no backup or other file
@@ -539,6 +640,8 @@ fn copy_gh(spec: &BoxSpec, key: &[u8]) -> Result<Vec<Secret>> {
                     placeholder,
                     real,
                     bearer_only: false,
+                    hosts: Vec::new(),
+                    key_header: None,
                 });
             }
         }

@@ -248,7 +248,7 @@ pub(crate) fn finish_box_refresh(row: &str, file: &Path, lock_at: &Path) -> Resu
 }
 
 /// The login's lock, taken: every process of the node that refreshes the login takes it first.
-fn lock(path: &Path) -> Result<std::fs::File> {
+pub(crate) fn lock(path: &Path) -> Result<std::fs::File> {
     if !path.exists() {
         ensure_lock(path)?;
     }

@@ -51,7 +51,16 @@ impl Broker {
             tracing::warn!("reading the system's CA certificates: {e}");
         }
         roots.add_parsable_certificates(native.certs);
-        Broker::new(file, roots).map(Some)
+        let mut broker = Broker::new(file, roots)?;
+        // A sign-in through the broker outlives a restart of the proxy (its run dir).
+        if let Some(dir) = path.parent() {
+            broker.gates = broker
+                .gates
+                .into_iter()
+                .map(|g| g.keeping_in(dir))
+                .collect();
+        }
+        Ok(Some(broker))
     }
 
     /// `file`'s broker, trusting `roots` for the real hosts.
@@ -114,6 +123,8 @@ impl Broker {
                 placeholder: p,
                 real: String::new(),
                 bearer_only: true,
+                hosts: Vec::new(),
+                key_header: None,
             })
         });
         self.file.secrets.iter().cloned().chain(oauth).collect()

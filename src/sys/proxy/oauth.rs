@@ -72,6 +72,8 @@ pub(super) async fn secrets<'a>(
             placeholder: account.access,
             real,
             bearer_only: true,
+            hosts: Vec::new(),
+            key_header: None,
         });
     }
     Ok(out)
@@ -84,6 +86,19 @@ pub(super) async fn secrets<'a>(
 pub(super) struct Gate {
     account: std::sync::RwLock<OauthAccount>,
     state: Arc<std::sync::Mutex<GateState>>,
+    /// Where the placeholders of a sign-in through the broker are kept for a restarted proxy
+    /// (root's, in the run dir); None: not kept.
+    kept_at: Option<std::path::PathBuf>,
+}
+
+/// The placeholders a box was answered with when it signed in through the broker, and the
+/// account its login is for.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SignedIn {
+    access: String,
+    refresh: String,
+    id: Option<String>,
+    account_id: Option<String>,
 }
 
 impl Gate {
@@ -91,7 +106,34 @@ impl Gate {
         Gate {
             account: std::sync::RwLock::new(account),
             state: Arc::default(),
+            kept_at: None,
         }
+    }
+
+    /// The gate whose sign-in placeholders are kept in `dir` across the proxy's restarts (and
+    /// taken from there, where an earlier run of it kept some).
+    pub(super) fn keeping_in(mut self, dir: &std::path::Path) -> Gate {
+        let at = dir.join(format!("signed-in.{}.json", self.account().row));
+        if let Some(kept) = std::fs::read(&at)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<SignedIn>(&b).ok())
+        {
+            self.apply(&kept);
+        }
+        self.kept_at = Some(at);
+        self
+    }
+
+    fn apply(&self, kept: &SignedIn) {
+        let mut a = self
+            .account
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.access.clone_from(&kept.access);
+        a.refresh.clone_from(&kept.refresh);
+        a.id.clone_from(&kept.id);
+        a.account_id.clone_from(&kept.account_id);
+        a.captures = false;
     }
 
     /// The login as it is now.
@@ -105,15 +147,24 @@ impl Gate {
     /// The login after the box signed in through the broker: the placeholders it was answered
     /// with, its account, and no other sign-in.
     fn signed_in(&self, shown: &oauth::Placeholders, account_id: Option<String>) {
-        let mut a = self
-            .account
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.access = shown.access.to_string();
-        a.refresh = shown.refresh.to_string();
-        a.id = shown.id.map(String::from);
-        a.account_id = account_id;
-        a.captures = false;
+        let kept = SignedIn {
+            access: shown.access.to_string(),
+            refresh: shown.refresh.to_string(),
+            id: shown.id.map(String::from),
+            account_id,
+        };
+        self.apply(&kept);
+        if let Some(at) = &self.kept_at {
+            let written = serde_json::to_vec(&kept)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| crate::atomic::write(at, &b, 0o600));
+            if let Err(e) = written {
+                tracing::warn!(
+                    "keeping the box's sign-in placeholders in {}: {e:#}",
+                    at.display()
+                );
+            }
+        }
     }
 }
 
