@@ -205,6 +205,8 @@ fn missing_tools_exit_4_and_change_nothing() {
         "is not this node",
     );
     run(&n, "ag-box park tooltest").ok();
+    // The park's whole snapshot follows it: the record changes once more when it ends.
+    common::whole_snapshot_done(&n.node, "tooltest");
     let parked = world(&n);
     assert_code(
         &run(&n, "ag-box park tooltest"),

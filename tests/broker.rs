@@ -2023,12 +2023,16 @@ fn opencodes_keys_never_enter_a_box_and_each_reaches_only_its_providers_api() {
         .ok();
     let name = "opencode-keys";
     c.parked_box(name);
-    c.a.sh(&format!(
+    // The node's first start of a box the broker stands in for says, once, that the broker
+    // holds the node's logins now (as after an upgrade from a version without it).
+    let notice = "the credential broker now holds this node's logins (opencode)";
+    let up = c.a.sh(&format!(
         "echo '# no node entries in this test' > /etc/box/egress-allow.txt
+         rm -f /var/lib/ag-box/broker/announced
          ag-box set {name} agent=none network=allow allow=api.anthropic.com:443,api.openai.com:443,10.200.0.3:443 creds=opencode
          ag-box up {name} --node nodeA"
-    ))
-    .ok();
+    ));
+    assert!(up.ok().stderr().contains(notice), "{}", up.stderr());
     let shown: serde_json::Value = serde_json::from_str(
         &inside(&c.a, name, "cat ~/.local/share/opencode/auth.json")
             .ok()
@@ -2108,6 +2112,9 @@ fn opencodes_keys_never_enter_a_box_and_each_reaches_only_its_providers_api() {
         models.len() == 3 && models[2]["auth"] == acme_shown.as_str(),
         "{models:#?}"
     );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+    let again = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    assert!(!again.ok().stderr().contains(notice), "{}", again.stderr());
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
 

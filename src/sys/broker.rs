@@ -92,6 +92,7 @@ pub(crate) fn prepare(spec: &BoxSpec) -> Result<()> {
     if rules.is_empty() {
         return Ok(());
     }
+    announce_once(spec, &rules);
     let hosts: Vec<String> = rules
         .iter()
         .flat_map(|r| r.hosts.clone())
@@ -295,6 +296,33 @@ fn copy_file(
             key_header: k.key_header,
         })
         .collect())
+}
+
+/// The first start on this node of a box the broker stands in for (the first after an upgrade
+/// from a version without it) says once that the node's logins are the broker's now: no box
+/// holds their tokens any more. A mark in the broker's state dir remembers it was said.
+fn announce_once(spec: &BoxSpec, rules: &[broker::Rule]) {
+    let mark = spec.broker_state.join("announced");
+    if fs::symlink_metadata(&mark).is_ok() {
+        return;
+    }
+    let logins: Vec<&str> = rules.iter().map(|r| r.login.as_str()).collect();
+    say!(
+        "the credential broker now holds this node's logins ({}): boxes see placeholders of their tokens, which the box's proxy puts in for their own hosts only (docs/security.md); a box on the host's network still reads the node's files",
+        logins.join(", ")
+    );
+    let marked = fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&spec.broker_state)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| atomic::write(&mark, b"", 0o600));
+    if let Err(e) = marked {
+        tracing::debug!(
+            "remembering the broker's notice in {}: {e:#}",
+            mark.display()
+        );
+    }
 }
 
 /// The box's copy of `row` (written into the broker dir) as the file of its own agent home it
