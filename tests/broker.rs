@@ -1333,6 +1333,28 @@ fn a_refresh_killed_after_the_answer_is_finished_by_the_next_run() {
     );
     assert_eq!(access(&c.c), OAUTH_ACCESS);
     assert_eq!(stored()["lease"]["node"], "nodeC");
+    // `doctor` says so; and fails while it cannot be read (the login's refreshes stop).
+    let doctor = || c.c.sh("ag-box doctor --json || true").ok().stdout();
+    let said = doctor();
+    assert!(
+        said.contains(&format!(
+            "a refresh cut short earlier left the newest login in {NODE_LOGIN}.redeemed"
+        )),
+        "{said}"
+    );
+    c.c.sh(&format!(
+        "mv {NODE_LOGIN}.redeemed /root/journal.aside && mkdir {NODE_LOGIN}.redeemed"
+    ))
+    .ok();
+    let said = doctor();
+    c.c.sh(&format!(
+        "rmdir {NODE_LOGIN}.redeemed && mv /root/journal.aside {NODE_LOGIN}.redeemed"
+    ))
+    .ok();
+    assert!(
+        said.contains("the newest login a cut-short refresh left, cannot be read"),
+        "{said}"
+    );
 
     // Node C's next run finishes it, without redeeming the spent refresh token again.
     let finished = c.c.sh("ag-box __refresh --login claude-oauth");
@@ -1346,6 +1368,7 @@ fn a_refresh_killed_after_the_answer_is_finished_by_the_next_run() {
     assert_eq!(token_lines(&c).len(), 1);
     assert_eq!(access(&c.c), issued);
     assert!(!c.c.exists(&format!("{NODE_LOGIN}.redeemed")));
+    assert!(!doctor().contains("cut short"));
     let now = stored();
     assert!(
         now["refreshed_by"] == "nodeC"

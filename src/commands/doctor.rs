@@ -378,7 +378,7 @@ fn oauth_logins(ctx: &Ctx) -> Vec<Check> {
     let store: &dyn Accounts = ctx.store.as_ref();
     super::refresh::oauth_files(ctx)
         .into_iter()
-        .map(|(row, file)| {
+        .flat_map(|(row, file)| {
             // A file that holds no login of this row (Codex's with an API key alone) is none.
             let on_node = match crate::sys::oauth_refresh::read_text(&file) {
                 Ok(text) => Ok(crate::plan::broker::shape_of(row)
@@ -396,7 +396,15 @@ fn oauth_logins(ctx: &Ctx) -> Vec<Check> {
             } else {
                 StoredFound::NotShared
             };
-            doctor::oauth_login(row, &on_node, &stored)
+            let journal = crate::sys::oauth_refresh::journal_of(&file);
+            let found = journal.symlink_metadata().is_ok().then(|| {
+                crate::sys::oauth_refresh::read_text(&journal)
+                    .map(drop)
+                    .map_err(|e| format!("{e:#}"))
+            });
+            let shown = crate::plan::text::escaped(&journal.to_string_lossy());
+            std::iter::once(doctor::oauth_login(row, &on_node, &stored))
+                .chain(doctor::cut_short_refresh(row, &shown, found))
         })
         .collect()
 }

@@ -373,10 +373,56 @@ pub(crate) fn oauth_login(
     }
 }
 
+/// A refresh of the broker's OAuth login `login` cut short after its token endpoint answered
+/// left that answer in `journal` (Ok: it reads): the login's next refresh finishes it; one
+/// that cannot be read stops the login's refreshes until it can. None when there is none.
+pub(crate) fn cut_short_refresh(
+    login: &str,
+    journal: &str,
+    found: Option<Result<(), String>>,
+) -> Option<Check> {
+    let check = format!("{login} refresh");
+    Some(match found? {
+        Ok(()) => warn(
+            &check,
+            format!("a refresh cut short earlier left the newest login in {journal}"),
+            "nothing to do: the login's next refresh finishes it (a box given it, or 'ag-box globals push')",
+        ),
+        Err(why) => fail(
+            &check,
+            format!(
+                "{journal}, the newest login a cut-short refresh left, cannot be read ({why}): the login is not refreshed until it can"
+            ),
+            "make it readable by root again (it holds the newest tokens; moving it aside loses them)",
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_cut_short_refresh_is_said_and_an_unreadable_one_fails() {
+        assert_eq!(cut_short_refresh("claude-oauth", "/j", None), None);
+        let pending = cut_short_refresh("claude-oauth", "/j", Some(Ok(()))).unwrap();
+        assert_eq!(
+            (pending.status, pending.detail.as_str()),
+            (
+                Status::Warn,
+                "a refresh cut short earlier left the newest login in /j"
+            )
+        );
+        let stuck = cut_short_refresh("claude-oauth", "/j", Some(Err("denied".into()))).unwrap();
+        assert_eq!(
+            (stuck.status, stuck.detail.as_str()),
+            (
+                Status::Fail,
+                "/j, the newest login a cut-short refresh left, cannot be read (denied): the login is not refreshed until it can"
+            )
+        );
+    }
 
     #[test]
     fn an_oauth_login_that_does_not_open_in_the_store_fails() {

@@ -143,7 +143,7 @@ pub(crate) fn ensure_lock(path: &Path) -> Result<()> {
 
 /// Where a refresh keeps the token endpoint's answer (the login file as it is to be) until the
 /// store and the login file hold it: beside the login file, in a dir its refresher may write.
-fn journal_of(file: &Path) -> std::path::PathBuf {
+pub(crate) fn journal_of(file: &Path) -> std::path::PathBuf {
     let mut name = file.file_name().unwrap_or_default().to_os_string();
     name.push(".redeemed");
     file.with_file_name(name)
