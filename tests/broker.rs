@@ -1603,6 +1603,19 @@ impl Drop for Terminal<'_> {
     }
 }
 
+/// The stand-in's token lines number `count`, the last a code exchange it answered with the
+/// PKCE verifier of its own sign-in: the access token it issued.
+fn redeemed_with_pkce(c: &Cluster, count: usize) -> String {
+    let logins = token_lines(c);
+    assert_eq!(logins.len(), count, "{logins:#?}");
+    let last = &logins[count - 1];
+    assert_eq!(
+        (&last["grant"], &last["pkce"], &last["status"]),
+        (&"authorization_code".into(), &"ok".into(), &200.into())
+    );
+    last["issued"].as_str().unwrap().to_string()
+}
+
 /// The sign-in link `ag-box login claude` shows, from its screen.
 fn sign_in_link(screen: &str) -> String {
     screen
@@ -1702,17 +1715,7 @@ fn ag_box_login_signs_in_outside_every_box_and_the_store_carries_the_login() {
         "{screen}"
     );
     drop(term);
-    let logins = token_lines(&c);
-    assert_eq!(logins.len(), 1, "{logins:#?}");
-    assert_eq!(
-        (
-            &logins[0]["grant"],
-            &logins[0]["pkce"],
-            &logins[0]["status"]
-        ),
-        (&"authorization_code".into(), &"ok".into(), &200.into())
-    );
-    let issued = logins[0]["issued"].as_str().unwrap().to_string();
+    let issued = redeemed_with_pkce(&c, 1);
     let node: serde_json::Value =
         serde_json::from_str(&c.a.read("/root/.claude/.credentials.json")).unwrap();
     assert_eq!(node["claudeAiOauth"]["accessToken"], issued.as_str());
@@ -1949,17 +1952,7 @@ fn ag_box_login_signs_codex_in_by_a_device_code_and_gemini_by_a_pasted_code() {
         "{screen}"
     );
     drop(term);
-    let google = token_lines(&c);
-    assert_eq!(google.len(), 2, "{google:#?}");
-    assert_eq!(
-        (
-            &google[1]["grant"],
-            &google[1]["pkce"],
-            &google[1]["status"]
-        ),
-        (&"authorization_code".into(), &"ok".into(), &200.into())
-    );
-    let issued = google[1]["issued"].as_str().unwrap().to_string();
+    let issued = redeemed_with_pkce(&c, 2);
     let creds = c.a.read("/root/.gemini/oauth_creds.json");
     let node: serde_json::Value = serde_json::from_str(&creds).unwrap();
     assert!(
