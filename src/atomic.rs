@@ -3,37 +3,88 @@
 //! the directory. Every state file ag-box writes goes through here.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+
+/// A state file's next content, written in pieces into a temp file beside it (a big file as it
+/// is made); `commit` puts it in place as [`write`] does, and dropping it leaves the old file.
+pub(crate) struct Replacement {
+    path: PathBuf,
+    tmp: BufWriter<tempfile::NamedTempFile>,
+}
+
+impl Replacement {
+    pub(crate) fn new(path: &Path, mode: u32) -> Result<Replacement> {
+        let dir = path
+            .parent()
+            .with_context(|| format!("{} has no directory", path.display()))?;
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the mode of {}", tmp.path().display()))?;
+        Ok(Replacement {
+            path: path.to_path_buf(),
+            tmp: BufWriter::new(tmp),
+        })
+    }
+
+    /// What was written, put in place.
+    pub(crate) fn commit(self) -> Result<()> {
+        let (tmp, path) = self.synced()?;
+        tmp.persist(&path)
+            .map_err(|e| e.error)
+            .with_context(|| format!("replacing {}", path.display()))?;
+        sync_dir(parent(&path)?)
+    }
+
+    /// What was written, on disk.
+    fn synced(self) -> Result<(tempfile::NamedTempFile, PathBuf)> {
+        let Replacement { path, tmp } = self;
+        let tmp = tmp
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)
+            .and_then(|tmp| tmp.as_file().sync_all().map(|()| tmp))
+            .with_context(|| format!("writing the next {}", path.display()))?;
+        Ok((tmp, path))
+    }
+}
+
+impl Write for Replacement {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tmp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tmp.flush()
+    }
+}
+
+fn parent(path: &Path) -> Result<&Path> {
+    path.parent()
+        .with_context(|| format!("{} has no directory", path.display()))
+}
 
 fn temp_beside<'a>(
     path: &'a Path,
     bytes: &[u8],
     mode: u32,
 ) -> Result<(tempfile::NamedTempFile, &'a Path)> {
-    let dir = path
-        .parent()
-        .with_context(|| format!("{} has no directory", path.display()))?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
-    tmp.as_file()
-        .set_permissions(fs::Permissions::from_mode(mode))
-        .with_context(|| format!("setting the mode of {}", tmp.path().display()))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .with_context(|| format!("writing {}", tmp.path().display()))?;
-    Ok((tmp, dir))
+    let mut next = Replacement::new(path, mode)?;
+    next.write_all(bytes)
+        .with_context(|| format!("writing the next {}", path.display()))?;
+    Ok((next.synced()?.0, parent(path)?))
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

@@ -13,7 +13,7 @@ use crate::store::lease::timestamp;
 use crate::store::lease::{self, LeaseLost};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, events, update_from};
-use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, Relation};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, NextManifest, Relation};
 use crate::sys::{agent_home, crash, digest, working_copy};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
@@ -186,8 +186,26 @@ fn stop_reading_manifest(ctx: &Ctx, spec: &BoxSpec, running: bool) -> Result<Opt
 
 /// What changed since the manifest `kept`, saved and published for the next node (the list
 /// it holds names `QUICK_TO`, the bucket's pointer the changes snapshot itself); None (with a
-/// word) when that cannot be done, and the park goes the usual way.
+/// word) when that cannot be done, and the park goes the usual way. Beside it, the file that
+/// keeps `manifest`, written while restic saves.
 fn save_quick(
+    ctx: &Ctx,
+    spec: &BoxSpec,
+    kept: &CopyManifest,
+    manifest: &Manifest,
+) -> (Option<PublishedRef>, Result<NextManifest>) {
+    let (state_dir, name) = (&ctx.config.state_dir, &spec.name);
+    std::thread::scope(|s| {
+        let entries = s.spawn(|| CopyManifest::begin(state_dir, name, manifest));
+        let published = save_and_publish(ctx, spec, kept, manifest);
+        let entries = entries
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("making the manifest's file panicked")));
+        (published, entries)
+    })
+}
+
+fn save_and_publish(
     ctx: &Ctx,
     spec: &BoxSpec,
     kept: &CopyManifest,
@@ -285,7 +303,8 @@ fn park_quickly(
         return Ok(Some(latest.id.clone()));
     }
     let whole = latest.whole().clone();
-    let Some(published) = save_quick(ctx, &spec, &kept, &manifest) else {
+    let (published, entries) = save_quick(ctx, &spec, &kept, &manifest);
+    let Some(published) = published else {
         return Ok(None);
     };
     crash::point("park.after-changes");
@@ -310,47 +329,57 @@ fn park_quickly(
         copy.record(|c| *c = CopyState::default())?;
         return Err(taken_over(name, lost, &fork).into());
     }
-    // The whole snapshot that follows judges files by size and time alone (as the first one
-    // after a restore does) unless a change kept them: then it reads every file.
-    let restored =
-        equal.restored && !delta::changed_keeping_size_and_time(&kept.entries, &manifest);
-    copy.record(|c| {
-        let now = Equal {
-            snapshot: changes.id.clone(),
-            paths: changes.paths.clone(),
-            digest: Some(digest),
-            running_digest: None,
-            restored,
-        };
-        c.saved(now, had_files, began);
-    })?;
-    snapshot::keep_manifest(ctx, name, &changes.id, Some(manifest));
-    parked(
-        ctx,
-        &spec,
-        epoch,
-        &changes.id,
-        Some(format!(
-            "quick: what changed since snapshot {}; its whole snapshot follows",
+    tracing::debug!("box '{name}': released");
+    std::thread::scope(|s| {
+        // Put in place while the park ends.
+        s.spawn(|| snapshot::keep_next_manifest(name, &changes.id, entries));
+        // The whole snapshot that follows judges files by size and time alone (as the first one
+        // after a restore does) unless a change kept them: then it reads every file.
+        let restored =
+            equal.restored && !delta::changed_keeping_size_and_time(&kept.entries, &manifest);
+        copy.record(|c| {
+            let now = Equal {
+                snapshot: changes.id.clone(),
+                paths: changes.paths.clone(),
+                digest: Some(digest),
+                running_digest: None,
+                restored,
+            };
+            c.saved(now, had_files, began);
+        })?;
+        parked(
+            ctx,
+            &spec,
+            epoch,
+            &changes.id,
+            Some(format!(
+                "quick: what changed since snapshot {}; its whole snapshot follows",
+                whole.id.short()
+            )),
+        );
+        say!(
+            "parked box '{name}' (snapshot {}: what changed since snapshot {}); this node is free of it",
+            changes.id.short(),
             whole.id.short()
-        )),
-    );
-    say!(
-        "parked box '{name}' (snapshot {}: what changed since snapshot {}); this node is free of it",
-        changes.id.short(),
-        whole.id.short()
-    );
+        );
+        finish_later(ctx, &spec);
+        Ok(Some(changes.id.clone()))
+    })
+}
+
+/// The whole snapshot that follows a quick park, started beside the command.
+fn finish_later(ctx: &Ctx, spec: &BoxSpec) {
+    let name = &spec.name;
     let log = ctx
         .config
         .state_dir
         .join("local/finish")
         .join(format!("{name}.log"));
-    if let Err(e) = ctx.runtime.finish_later(&spec, &log) {
+    if let Err(e) = ctx.runtime.finish_later(spec, &log) {
         tracing::warn!(
             "box '{name}': its whole snapshot was not started ({e:#}); its next park takes one"
         );
     }
-    Ok(Some(changes.id))
 }
 
 /// Park a stopped copy that is not the box's latest (`snapshot::is_behind`): nothing of it is

@@ -17,7 +17,7 @@ use crate::store::events;
 use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
-use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, Relation};
+use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, NextManifest, Relation};
 use crate::sys::{crash, digest, working_copy};
 
 pub(crate) struct Taken {
@@ -72,6 +72,15 @@ pub(crate) fn keep_manifest(ctx: &Ctx, name: &str, id: &SnapshotId, manifest: Op
         .save(state, name),
         None => CopyManifest::remove(state, name),
     };
+    warn_unkept(name, kept);
+}
+
+/// A manifest's file whose entries were written beforehand, put in place as of `id`.
+pub(crate) fn keep_next_manifest(name: &str, id: &SnapshotId, next: Result<NextManifest>) {
+    warn_unkept(name, next.and_then(|m| m.finish(id)));
+}
+
+fn warn_unkept(name: &str, kept: Result<()>) {
     if let Err(e) = kept {
         tracing::warn!("box '{name}': could not keep its copy's manifest: {e:#}");
     }

@@ -354,9 +354,9 @@ fn prepare_and_start(
         // only what changed was written, that is walked (and the agent home, which `ensure`
         // may touch), over the manifest the copy had.
         let (digest, manifest) = match over {
-            Some((kept, before, mut written)) if !reowned => {
+            Some((kept, mut written)) if !reowned => {
                 written.push(spec.agent_home.root.clone());
-                digest::walk_changed(&roots, kept, &before, &written)?
+                digest::walk_changed(&roots, kept, &written)?
             }
             _ => digest::walk(&roots)?,
         };
@@ -382,7 +382,7 @@ fn prepare_and_start(
 
 /// Restore `s` over this node's copy for `up`, keeping what may be unsaved in it first (as of
 /// lease epoch `keep`, when it may hold any). Where only what changed was written over it:
-/// the manifest the copy had, its digest then, and the paths written.
+/// the manifest of the copy as walked before, and the paths written.
 fn restore_for_up(
     ctx: &Ctx,
     meta: &Meta,
@@ -390,23 +390,21 @@ fn restore_for_up(
     s: &SnapshotRef,
     roots: &[PathBuf],
     keep: Option<u64>,
-) -> Result<Option<(Manifest, String, Vec<PathBuf>)>> {
-    let state_dir = &ctx.config.state_dir;
+) -> Result<Option<(Manifest, Vec<PathBuf>)>> {
     let mut kept = None;
     let (equals, before, mut prestaged) = if let Some(epoch) = keep {
         // The copy is walked while what changed is fetched beside it, from the snapshot the
-        // copy was last known to equal (used only if the walk says it still does); then the
-        // manifest kept of the copy is read, for a walk of only what that restore changes.
+        // copy was last known to equal (used only if the walk says it still does); the walk's
+        // manifest is kept for a walk of only what that restore changes.
         let guess = published_guess(ctx, meta, copy.state(), s, roots);
         let walking = {
             let roots = roots.to_vec();
-            let read_kept = guess
-                .is_some()
-                .then(|| (state_dir.clone(), meta.name.clone()));
+            let keep_manifest = guess.is_some();
             std::thread::spawn(move || {
-                let digest = digest::of(&roots);
-                let kept = read_kept.and_then(|(dir, name)| CopyManifest::load(&dir, &name));
-                (digest, kept)
+                digest::walk(&roots).map(|(digest, manifest)| {
+                    tracing::debug!("walked the copy as it was");
+                    (digest, manifest.filter(|_| keep_manifest))
+                })
             })
         };
         let prestaged = guess.map(|(from, p)| Prestaged {
@@ -418,11 +416,11 @@ fn restore_for_up(
             from,
         });
         let walked = || {
-            let (digest, read) = walking
+            let (digest, manifest) = walking
                 .join()
-                .map_err(|_| anyhow::anyhow!("the walk of the copy panicked"))?;
-            kept = read;
-            digest
+                .map_err(|_| anyhow::anyhow!("the walk of the copy panicked"))??;
+            kept = manifest;
+            Ok(digest)
         };
         let found = keep_local_work(ctx, meta, copy.state(), epoch, walked);
         let (equals, before) = found
@@ -454,10 +452,10 @@ fn restore_for_up(
         .ok()
         .map(|mut e| e.next().is_some());
     copy.record(|c| c.restored(&s.id, brought.paths.clone(), had_files))?;
+    // The walk's manifest serves where the copy it walked was found equal (nothing was kept
+    // as a fork) and only what changed was written over it.
     Ok(match (brought.over, before, kept) {
-        (Some((from, written)), Some(before), Some(kept)) if kept.snapshot == from => {
-            Some((kept.entries, before, written))
-        }
+        (Some((_, written)), Some(_), Some(kept)) => Some((kept, written)),
         _ => None,
     })
 }
@@ -824,7 +822,10 @@ fn stage_published(
     let staged = ctx
         .repo
         .restore(&published.snapshot, &staging)
-        .and_then(|()| restore::read_published(&staging, &published.list))
+        .and_then(|()| {
+            tracing::debug!("restic restored the changes into staging");
+            restore::read_published(&staging, &published.list)
+        })
         .and_then(|list| {
             delta::usable(&list, from, &published.list_to(), roots)
                 .context("its list names another snapshot, or paths outside the box")

@@ -122,26 +122,18 @@ pub(crate) fn walk(roots: &[PathBuf]) -> Result<(String, Option<Manifest>)> {
     Ok(summed(seen))
 }
 
-/// The digest and manifest of `roots` as [`walk`] takes them, from `kept`, their manifest as
-/// it was when their digest was `before` (checked: another `kept` gets a whole walk), and a
-/// walk of only what changed since: every path of `changed` with all below it, and the dirs
-/// above each up to its root. What is neither below nor above a changed path is as `kept`
-/// has it. For a copy where a restore wrote only what changed: one walk of that, not of the
-/// whole tree, and no second copy of the manifest in memory.
+/// The digest and manifest of `roots` as [`walk`] takes them, from `kept`, the manifest a
+/// [`walk`] of them made before anything but `changed` was written there, and a walk of only
+/// what changed since: every path of `changed` with all below it, and the dirs above each up
+/// to its root. What is neither below nor above a changed path is as `kept` has it. For a
+/// copy where a restore wrote only what changed: one walk of that, not of the whole tree, and
+/// no second copy of the manifest in memory.
 pub(crate) fn walk_changed(
     roots: &[PathBuf],
     mut kept: Manifest,
-    before: &str,
     changed: &[PathBuf],
 ) -> Result<(String, Option<Manifest>)> {
-    let missing_roots: Vec<String> = roots
-        .iter()
-        .filter_map(|r| r.to_str())
-        .filter(|r| !kept.contains_key(*r))
-        .map(str::to_string)
-        .collect();
-    if roots.iter().any(|r| r.to_str().is_none()) || hashed(&kept, missing_roots) != before {
-        tracing::debug!("the manifest kept is not the copy's: walking all of it");
+    if roots.iter().any(|r| r.to_str().is_none()) {
         return walk(roots);
     }
     let changed = Changed::new(changed);
@@ -455,7 +447,7 @@ mod tests {
         }
         fs::create_dir_all(home.join("s")).unwrap();
         let roots = vec![root.clone(), home.clone(), dir.path().join("absent")];
-        let (before, kept) = walk(&roots).unwrap();
+        let (_, kept) = walk(&roots).unwrap();
         let kept = kept.unwrap();
         // What a restore of only what changed does: a file replaced, a tree removed, one
         // added, a dir's mode changed; and something in the agent home.
@@ -478,20 +470,10 @@ mod tests {
             home.clone(),
         ];
         let whole = walk(&roots).unwrap();
-        assert_eq!(
-            walk_changed(&roots, kept.clone(), &before, &changed).unwrap(),
-            whole
-        );
+        assert_eq!(walk_changed(&roots, kept.clone(), &changed).unwrap(), whole);
         // Left out, a change is not seen: the walk is of what it is told alone.
-        let partial = walk_changed(&roots, kept.clone(), &before, &changed[..4]).unwrap();
+        let partial = walk_changed(&roots, kept.clone(), &changed[..4]).unwrap();
         assert_ne!(partial.0, whole.0);
-        // A manifest that is not the one of `before`: the whole tree is walked.
-        let mut other = kept.clone();
-        other.insert(root.join("ghost").display().to_string(), "f".into());
-        assert_eq!(
-            walk_changed(&roots, other, &before, &changed[..4]).unwrap(),
-            whole
-        );
     }
 
     /// What a box planted at the paths a restore wrote is read as what it is: a link is a link
@@ -508,7 +490,7 @@ mod tests {
             fs::write(root.join(d).join("f"), d).unwrap();
         }
         let roots = vec![root.clone()];
-        let (before, kept) = walk(&roots).unwrap();
+        let (_, kept) = walk(&roots).unwrap();
         // A changed dir, and the dir above a changed file, now links out; a changed name
         // holds escape bytes and a newline.
         fs::remove_dir_all(root.join("a/x")).unwrap();
@@ -518,7 +500,7 @@ mod tests {
         let odd = root.join("c\x1b]52;c;\n");
         fs::write(&odd, "odd").unwrap();
         let changed = [root.join("a/x"), root.join("b/f"), odd];
-        let got = walk_changed(&roots, kept.unwrap(), &before, &changed).unwrap();
+        let got = walk_changed(&roots, kept.unwrap(), &changed).unwrap();
         assert_eq!(got, walk(&roots).unwrap());
         let manifest = got.1.unwrap();
         let outside_text = outside.display().to_string();

@@ -132,8 +132,21 @@ impl Runtime {
             }
             Runtime::Direct => spawn_supervisor(spec, &anchor, memory_max)?,
         }
-        self.wait_ready(spec, since)?;
-        if let Err(e) = self.start_watcher(spec) {
+        // The watcher starts while the box comes up (it waits for the box's state itself).
+        let (ready, watcher) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| self.start_watcher(spec));
+            let ready = self.wait_ready(spec, since);
+            let watcher = watcher
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("starting it panicked")));
+            (ready, watcher)
+        });
+        if ready.is_err() {
+            // A watcher that started after the failed box was stopped goes too.
+            let _ = self.stop(spec);
+            return ready;
+        }
+        if let Err(e) = watcher {
             tracing::warn!(
                 "box '{}': its agent's state will not be published: {e:#}",
                 spec.name
@@ -272,12 +285,17 @@ impl Runtime {
         freezer::resume_orphaned(spec);
         match self {
             Runtime::Systemd => {
-                if self.is_active(spec) {
-                    stop_unit(&unit::unit_name(&spec.name))?;
-                }
+                stop_unit(&unit::unit_name(&spec.name))?;
                 // Bound to the box's unit; stopped here too in case that bond was never made.
-                stop_unit(&unit::proxy_unit_name(&spec.name))?;
-                stop_unit(&unit::watch_unit_name(&spec.name))?;
+                let (proxy, watcher) = std::thread::scope(|s| {
+                    let proxy = s.spawn(|| stop_unit(&unit::proxy_unit_name(&spec.name)));
+                    let watcher = stop_unit(&unit::watch_unit_name(&spec.name));
+                    let proxy = proxy
+                        .join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("stopping the proxy panicked")));
+                    (proxy, watcher)
+                });
+                proxy.and(watcher)?;
             }
             Runtime::Direct => {
                 // The supervisor's death takes bwrap and its pid namespace with it.
