@@ -582,6 +582,9 @@ fn restore_whole(
         fits_roots: fits_roots(s, roots),
         restores_in_place: ctx.repo.restores_in_place(),
     });
+    // What a way that failed part-way wrote, the next one's list may not name: the copy is
+    // then walked whole.
+    let mut part_written = false;
     for way in shortcuts {
         let staged = match (way, equals, &published) {
             (Shortcut::Published, Some(from), Some(_)) => {
@@ -621,10 +624,15 @@ fn restore_whole(
                 None
             }
         };
-        if let (Some(staged), Some(from)) = (staged, equals)
-            && restore_changes(meta, copy, s, roots, from, &staged)?
-        {
-            return Ok(Brought::over(s, from, &staged.delta));
+        if let (Some(staged), Some(from)) = (staged, equals) {
+            if restore_changes(meta, copy, s, roots, from, &staged)? {
+                return Ok(if part_written {
+                    Brought::whole(s.paths.clone())
+                } else {
+                    Brought::over(s, from, &staged.delta)
+                });
+            }
+            part_written = true;
         }
     }
     say!(

@@ -210,6 +210,7 @@ impl CopyManifest {
     /// snapshot comes last, once known.
     pub(crate) fn begin(state_dir: &Path, name: &str, entries: &Manifest) -> Result<NextManifest> {
         let file = Self::file(state_dir, name);
+        sweep_unfinished(&file);
         let mut next = atomic::Replacement::new(&file, 0o600)?;
         next.write_all(b"{\"entries\":")
             .map_err(anyhow::Error::from)
@@ -224,6 +225,32 @@ impl CopyManifest {
 
     pub(crate) fn remove(state_dir: &Path, name: &str) -> Result<()> {
         atomic::remove(&Self::file(state_dir, name))
+    }
+}
+
+/// The temp files of `file` a process killed while writing one left (tens of megabytes for a
+/// big tree), as `atomic::Replacement` names them: `.<name>.<6 letters or digits>.tmp`. Called
+/// under the box's lock, so no other writer of this box's manifest runs.
+fn sweep_unfinished(file: &Path) {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let left = entry.file_name();
+        let unfinished = left
+            .to_str()
+            .and_then(|l| l.strip_prefix(&prefix))
+            .and_then(|l| l.strip_suffix(".tmp"))
+            .is_some_and(|random| {
+                random.len() == 6 && random.bytes().all(|b| b.is_ascii_alphanumeric())
+            });
+        if unfinished && let Err(e) = fs::remove_file(entry.path()) {
+            tracing::debug!("removing {}: {e}", entry.path().display());
+        }
     }
 }
 
@@ -454,6 +481,11 @@ mod tests {
         first.save(dir.path(), "demo").unwrap();
         let next = CopyManifest::begin(dir.path(), "demo", &Manifest::new()).unwrap();
         drop(next);
+        // What a killed park left is swept by the next; another box's is not touched.
+        let manifests = dir.path().join("local/manifest");
+        fs::write(manifests.join(".demo.json.Ab12Cd.tmp"), "torn").unwrap();
+        fs::write(manifests.join(".demo.json.json.Ab12Cd.tmp"), "other box").unwrap();
+        drop(CopyManifest::begin(dir.path(), "demo", &Manifest::new()).unwrap());
         let loaded = CopyManifest::load(dir.path(), "demo").unwrap();
         assert_eq!((loaded.snapshot, loaded.entries), (first.snapshot, entries));
         CopyManifest::begin(dir.path(), "demo", &Manifest::new())
@@ -465,11 +497,12 @@ mod tests {
             (loaded.snapshot, loaded.entries),
             (SnapshotId::from("ef56"), Manifest::new())
         );
-        let names: Vec<_> = fs::read_dir(dir.path().join("local/manifest"))
+        let mut names: Vec<_> = fs::read_dir(manifests)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, ["demo.json"]);
+        names.sort();
+        assert_eq!(names, [".demo.json.json.Ab12Cd.tmp", "demo.json"]);
     }
 
     fn state(relation: Relation) -> CopyState {
