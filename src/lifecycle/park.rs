@@ -14,7 +14,7 @@ use crate::store::lease::{self, LeaseLost};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, events, update_from};
 use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, NextManifest, Relation};
-use crate::sys::{agent_home, crash, digest, working_copy};
+use crate::sys::{agent_home, crash, digest, threads, working_copy};
 
 /// Snapshot, stop, a final snapshot of what changed meanwhile (none when nothing did), release
 /// the lease.
@@ -196,12 +196,12 @@ fn save_quick(
 ) -> (Option<PublishedRef>, Result<NextManifest>) {
     let (state_dir, name) = (&ctx.config.state_dir, &spec.name);
     std::thread::scope(|s| {
-        let entries = s.spawn(|| CopyManifest::begin(state_dir, name, manifest));
+        let next = s.spawn(|| CopyManifest::begin(state_dir, name, manifest));
         let published = save_and_publish(ctx, spec, kept, manifest);
-        let entries = entries
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("making the manifest's file panicked")));
-        (published, entries)
+        (
+            published,
+            threads::joined(next, "writing the manifest's file"),
+        )
     })
 }
 
@@ -303,7 +303,7 @@ fn park_quickly(
         return Ok(Some(latest.id.clone()));
     }
     let whole = latest.whole().clone();
-    let (published, entries) = save_quick(ctx, &spec, &kept, &manifest);
+    let (published, next_manifest) = save_quick(ctx, &spec, &kept, &manifest);
     let Some(published) = published else {
         return Ok(None);
     };
@@ -332,7 +332,7 @@ fn park_quickly(
     tracing::debug!("box '{name}': released");
     std::thread::scope(|s| {
         // Put in place while the park ends.
-        s.spawn(|| snapshot::keep_next_manifest(name, &changes.id, entries));
+        s.spawn(|| snapshot::keep_next_manifest(name, &changes.id, next_manifest));
         // The whole snapshot that follows judges files by size and time alone (as the first one
         // after a restore does) unless a change kept them: then it reads every file.
         let restored =

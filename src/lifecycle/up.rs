@@ -392,7 +392,7 @@ fn restore_for_up(
     keep: Option<u64>,
 ) -> Result<Option<(Manifest, Vec<PathBuf>)>> {
     let mut kept = None;
-    let (equals, before, mut prestaged) = if let Some(epoch) = keep {
+    let (equals, mut prestaged) = if let Some(epoch) = keep {
         // The copy is walked while what changed is fetched beside it, from the snapshot the
         // copy was last known to equal (used only if the walk says it still does); the walk's
         // manifest is kept for a walk of only what that restore changes.
@@ -423,9 +423,13 @@ fn restore_for_up(
             Ok(digest)
         };
         let found = keep_local_work(ctx, meta, copy.state(), epoch, walked);
-        let (equals, before) = found
+        let (equals, found_equal) = found
             .inspect_err(|_| discard_prestaged(prestaged.as_ref()))?
-            .map_or((None, None), |(e, d)| (Some(e), d));
+            .map_or((None, false), |(e, d)| (Some(e), d.is_some()));
+        if !found_equal {
+            // Kept as a fork (or no copy): its walk is no base for what the restore writes.
+            kept = None;
+        }
         // Not what the copy equals after all: gone before anything else is staged.
         let from = match (s.on.as_deref(), &equals) {
             (Some(whole), Some(e)) if whole.names(e) => Some(&whole.id),
@@ -439,9 +443,9 @@ fn restore_for_up(
             }
             serves
         });
-        (equals, before, prestaged)
+        (equals, prestaged)
     } else {
-        (None, None, None)
+        (None, None)
     };
     crash::point("up.after-fork");
     let brought = interrupt::check("the restore")
@@ -452,12 +456,11 @@ fn restore_for_up(
         .ok()
         .map(|mut e| e.next().is_some());
     copy.record(|c| c.restored(&s.id, brought.paths.clone(), had_files))?;
-    // The walk's manifest serves where the copy it walked was found equal (nothing was kept
-    // as a fork) and only what changed was written over it.
-    Ok(match (brought.over, before, kept) {
-        (Some((_, written)), Some(_), Some(kept)) => Some((kept, written)),
-        _ => None,
-    })
+    // The walk's manifest serves where only what changed was written over the copy it walked.
+    Ok(brought
+        .over
+        .zip(kept)
+        .map(|(written, kept)| (kept, written)))
 }
 
 /// What the plan reads of the copy's relation to the box's snapshots.
@@ -472,11 +475,11 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
 }
 
 /// What a restore left in place: the paths the snapshot holds, and, when only what changed
-/// was written over a copy equal to a snapshot, which one and the paths written (the rest of
-/// the copy is as it was).
+/// was written over a copy equal to a snapshot, the paths written (the rest of the copy is as
+/// it was).
 struct Brought {
     paths: Vec<PathBuf>,
-    over: Option<(SnapshotId, Vec<PathBuf>)>,
+    over: Option<Vec<PathBuf>>,
 }
 
 impl Brought {
@@ -484,8 +487,8 @@ impl Brought {
         Brought { paths, over: None }
     }
 
-    /// `delta` written over a copy equal to `from`.
-    fn over(s: &SnapshotRef, from: &SnapshotId, delta: &Delta) -> Brought {
+    /// `delta` written over a copy equal to the snapshot it leads from.
+    fn over(s: &SnapshotRef, delta: &Delta) -> Brought {
         let written = delta
             .fetch
             .iter()
@@ -495,7 +498,7 @@ impl Brought {
             .collect();
         Brought {
             paths: s.paths.clone(),
-            over: Some((from.clone(), written)),
+            over: Some(written),
         }
     }
 }
@@ -540,7 +543,7 @@ fn restore_copy(
         return Ok(if whole_restored {
             Brought::whole(s.paths.clone())
         } else {
-            Brought::over(s, &whole.id, &staged.delta)
+            Brought::over(s, &staged.delta)
         });
     }
     Err(UserError::failed(
@@ -629,7 +632,7 @@ fn restore_whole(
                 return Ok(if part_written {
                     Brought::whole(s.paths.clone())
                 } else {
-                    Brought::over(s, from, &staged.delta)
+                    Brought::over(s, &staged.delta)
                 });
             }
             part_written = true;

@@ -31,5 +31,6 @@ pub(crate) mod restore;
 pub(crate) mod runtime;
 pub(crate) mod runtime_kind;
 pub(crate) mod slices;
+pub(crate) mod threads;
 pub(crate) mod transcripts;
 pub(crate) mod working_copy;

@@ -21,7 +21,7 @@ use crate::plan::sandbox::{BoxSpec, INFO_FD};
 use crate::plan::{egress, tmux as tmux_plan, unit};
 use crate::sys::enter::Sandbox;
 use crate::sys::runtime_kind::{Runtime, supervisor_pid};
-use crate::sys::{cmd, freezer, host, netns};
+use crate::sys::{cmd, freezer, host, netns, threads};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// One readiness probe (nsenter, a drop of privileges, a tmux client) on a loaded node.
@@ -136,10 +136,7 @@ impl Runtime {
         let (ready, watcher) = std::thread::scope(|s| {
             let watcher = s.spawn(|| self.start_watcher(spec));
             let ready = self.wait_ready(spec, since);
-            let watcher = watcher
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("starting it panicked")));
-            (ready, watcher)
+            (ready, threads::joined(watcher, "starting the watcher"))
         });
         if ready.is_err() {
             // A watcher that started after the failed box was stopped goes too.
@@ -290,10 +287,7 @@ impl Runtime {
                 let (proxy, watcher) = std::thread::scope(|s| {
                     let proxy = s.spawn(|| stop_unit(&unit::proxy_unit_name(&spec.name)));
                     let watcher = stop_unit(&unit::watch_unit_name(&spec.name));
-                    let proxy = proxy
-                        .join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("stopping the proxy panicked")));
-                    (proxy, watcher)
+                    (threads::joined(proxy, "stopping the proxy"), watcher)
                 });
                 proxy.and(watcher)?;
             }
