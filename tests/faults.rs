@@ -226,6 +226,43 @@ fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
     }
 }
 
+/// A quick park killed after its release while the copy's manifest file is being put in
+/// place (beside the rest of the park): the box is parked with its change, the next `up` here
+/// and on the other node bring it, and the temp file the killed park left is swept.
+#[test]
+fn a_quick_park_killed_while_its_manifest_is_written_loses_nothing() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "cut-manifest";
+    c.parked_box(name);
+    whole_snapshot_done(&c.a, name);
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo late > late.txt'"
+    ))
+    .ok();
+    cut_at(&c.a, "park.before-manifest", &format!("ag-box park {name}"));
+    assert_eq!(c.holder(name), None);
+    let temps = format!(
+        "ls -a /var/lib/ag-box/local/manifest | grep -c '^\\.{name}\\.json\\..*\\.tmp$' || true"
+    );
+    assert_eq!(
+        c.a.sh(&temps).ok().stdout(),
+        "1\n",
+        "no temp file: the cut came elsewhere"
+    );
+    whole_snapshot_done(&c.a, name);
+    for (n, node) in [(&c.a, "nodeA"), (&c.b, "nodeB")] {
+        n.sh(&format!("ag-box up {name} --node {node}")).ok();
+        assert_eq!(
+            n.sh(&format!("cat /root/{name}/late.txt")).ok().stdout(),
+            "late\n",
+            "{node}"
+        );
+        n.sh(&format!("ag-box park {name}")).ok();
+        whole_snapshot_done(n, name);
+    }
+    assert_eq!(c.a.sh(&temps).ok().stdout(), "0\n");
+}
+
 /// A quick park's whole snapshot cut off after its backup: the record keeps naming the changes
 /// over the snapshot before them, and another node gets them; that node's `up` cut off between
 /// the snapshot before them and the changes is finished by the next `up`, without a fork.

@@ -332,7 +332,10 @@ fn park_quickly(
     tracing::debug!("box '{name}': released");
     std::thread::scope(|s| {
         // Put in place while the park ends.
-        s.spawn(|| snapshot::keep_next_manifest(name, &changes.id, next_manifest));
+        s.spawn(|| {
+            crash::point("park.before-manifest");
+            snapshot::keep_next_manifest(name, &changes.id, next_manifest);
+        });
         // The whole snapshot that follows judges files by size and time alone (as the first one
         // after a restore does) unless a change kept them: then it reads every file.
         let restored =
