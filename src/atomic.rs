@@ -18,9 +18,7 @@ pub(crate) struct Replacement {
 
 impl Replacement {
     pub(crate) fn new(path: &Path, mode: u32) -> Result<Replacement> {
-        let dir = path
-            .parent()
-            .with_context(|| format!("{} has no directory", path.display()))?;
+        let dir = parent(path)?;
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let name = path
             .file_name()
@@ -71,6 +69,32 @@ impl Write for Replacement {
     }
 }
 
+/// Remove the temp files a process killed while it replaced `path` left beside it (as
+/// [`Replacement`] names them: `.<name>.<6 letters or digits>.tmp`). Only while nothing else
+/// replaces `path`.
+pub(crate) fn sweep_unfinished(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let left = entry.file_name();
+        let unfinished = left
+            .to_str()
+            .and_then(|l| l.strip_prefix(&prefix))
+            .and_then(|l| l.strip_suffix(".tmp"))
+            .is_some_and(|random| {
+                random.len() == 6 && random.bytes().all(|b| b.is_ascii_alphanumeric())
+            });
+        if unfinished && let Err(e) = fs::remove_file(entry.path()) {
+            tracing::debug!("removing {}: {e}", entry.path().display());
+        }
+    }
+}
+
 fn parent(path: &Path) -> Result<&Path> {
     path.parent()
         .with_context(|| format!("{} has no directory", path.display()))
@@ -95,11 +119,10 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Replace `path` with `bytes` (mode `mode`).
 pub(crate) fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let (tmp, dir) = temp_beside(path, bytes, mode)?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .with_context(|| format!("replacing {}", path.display()))?;
-    sync_dir(dir)
+    let mut next = Replacement::new(path, mode)?;
+    next.write_all(bytes)
+        .with_context(|| format!("writing the next {}", path.display()))?;
+    next.commit()
 }
 
 /// Create `path` with `bytes` unless it exists; Ok(false) when it did.

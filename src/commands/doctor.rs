@@ -396,12 +396,8 @@ fn oauth_logins(ctx: &Ctx) -> Vec<Check> {
             } else {
                 StoredFound::NotShared
             };
-            let journal = crate::sys::oauth_refresh::journal_of(&file);
-            let found = journal.symlink_metadata().is_ok().then(|| {
-                crate::sys::oauth_refresh::read_text(&journal)
-                    .map(drop)
-                    .map_err(|e| format!("{e:#}"))
-            });
+            let (journal, found) = crate::sys::oauth_refresh::cut_short(&file);
+            let found = found.map(|text| text.map(drop).map_err(|e| format!("{e:#}")));
             let shown = crate::plan::text::escaped(&journal.to_string_lossy());
             std::iter::once(doctor::oauth_login(row, &on_node, &stored))
                 .chain(doctor::cut_short_refresh(row, &shown, found))

@@ -425,7 +425,7 @@ fn restore_for_up(
         let found = keep_local_work(ctx, meta, copy.state(), epoch, walked);
         let (equals, found_equal) = found
             .inspect_err(|_| discard_prestaged(prestaged.as_ref()))?
-            .map_or((None, false), |(e, d)| (Some(e), d.is_some()));
+            .map_or((None, false), |(e, equal)| (Some(e), equal));
         if !found_equal {
             // Kept as a fork (or no copy): its walk is no base for what the restore writes.
             kept = None;
@@ -936,15 +936,15 @@ fn fits_roots(s: &SnapshotRef, roots: &[PathBuf]) -> bool {
 
 /// Before a restore replaces this node's copy: unless it still is what this node last
 /// snapshotted or restored, it may hold work in no snapshot, so it is kept as a fork snapshot.
-/// Returns the snapshot the copy now equals (None: there is no copy), with the copy's digest
-/// when it was found equal to it as this node last saw it.
+/// Returns the snapshot the copy now equals (None: there is no copy), and whether it was found
+/// equal to it as this node last saw it (false: it was kept as that fork snapshot).
 fn keep_local_work(
     ctx: &Ctx,
     meta: &Meta,
     copy: &CopyState,
     epoch: u64,
     walked: impl FnOnce() -> Result<String>,
-) -> Result<Option<(SnapshotId, Option<String>)>> {
+) -> Result<Option<(SnapshotId, bool)>> {
     let roots = ctx.spec(meta).local_copy();
     if roots.iter().all(|p| std::fs::symlink_metadata(p).is_err()) {
         return Ok(None);
@@ -964,7 +964,7 @@ fn keep_local_work(
     let now = walked()?;
     tracing::debug!("box '{}': walked its copy", meta.name);
     if let Some(e) = copy.equal().filter(|e| e.still(&now)) {
-        return Ok(Some((e.snapshot.clone(), Some(now))));
+        return Ok(Some((e.snapshot.clone(), true)));
     }
     ctx.repo.ensure_repo()?;
     let id = snapshot::keep_as_fork(ctx, meta, epoch, copy).with_context(|| {
@@ -978,7 +978,7 @@ fn keep_local_work(
         meta.name,
         id.short()
     );
-    Ok(Some((id, None)))
+    Ok(Some((id, false)))
 }
 
 /// Whether the agent home at `root` is entry for entry as the manifest this node kept at the

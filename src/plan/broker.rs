@@ -43,6 +43,12 @@ impl LoginRule {
     pub(crate) fn copy_in_home(&self) -> bool {
         self.oauth.is_some_and(|o| o.shape == Shape::Codex)
     }
+
+    /// Whether a login a box makes of this row is kept by the broker for it
+    /// (`Shape::captures`).
+    pub(crate) fn captures(&self) -> bool {
+        self.oauth.is_some_and(|o| o.shape.captures())
+    }
 }
 
 /// An OAuth login's token endpoint (HTTPS, port [`TLS_PORT`]).

@@ -2,7 +2,7 @@
 //! sessions, and owned by the box user.
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -151,7 +151,7 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     use crate::sys::oauth_refresh::read_login;
     let Some(row) = broker::RULES
         .iter()
-        .find(|r| r.oauth.is_some_and(|o| o.shape.captures()) && Path::new(r.copied) == rel)
+        .find(|r| r.captures() && Path::new(r.copied) == rel)
     else {
         return Ok(());
     };
@@ -185,12 +185,7 @@ fn take_own_login(spec: &BoxSpec, tree: &Tree, rel: &Path) -> Result<()> {
     else {
         return Ok(());
     };
-    let dir = spec.box_logins();
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+    crate::sys::broker::make_box_logins(spec)?;
     atomic::write(&own, login.as_bytes(), 0o600)?;
     tree.remove(rel)?;
     say!(

@@ -325,6 +325,17 @@ fn announce_once(spec: &BoxSpec, rules: &[broker::Rule]) {
     }
 }
 
+/// The dir where the broker keeps box `spec`'s own logins and marks (root's alone), made.
+pub(crate) fn make_box_logins(spec: &BoxSpec) -> Result<std::path::PathBuf> {
+    let dir = spec.box_logins();
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
 /// The box's copy of `row` (written into the broker dir) as the file of its own agent home it
 /// sees (`LoginRule::copy_in_home`): written afresh, fd-relative (a link or anything else the
 /// box left there is removed, never followed), the box's, 0600.
@@ -332,11 +343,7 @@ fn put_in_home(spec: &BoxSpec, row: &broker::LoginRule) -> Result<()> {
     let copy = spec.broker_copy(row.name);
     let text = fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
     // Marked first: whatever the box writes there from now on is never taken for its login.
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(spec.box_logins())
-        .with_context(|| format!("creating {}", spec.box_logins().display()))?;
+    make_box_logins(spec)?;
     atomic::write(&spec.in_home_mark(row.name), b"", 0o600)?;
     let tree = Tree::open(&spec.agent_home.root)?;
     let rel = Path::new(row.copied);
@@ -400,11 +407,7 @@ fn copy_oauth(
     let (file, found) = if let Some(found) = on_node {
         (spec.agent_home.home.join(row.copied), Some(found))
     } else {
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(spec.box_logins())
-            .with_context(|| format!("creating {}", spec.box_logins().display()))?;
+        make_box_logins(spec)?;
         let found = crate::sys::oauth_refresh::read_login(&own, shape).ok();
         (own.clone(), found)
     };
@@ -532,16 +535,19 @@ fn oauth_placeholders(
 
 /// Whether the broker keeps a login box `spec` made itself.
 pub(crate) fn kept_box_logins(spec: &BoxSpec) -> bool {
-    broker::RULES
-        .iter()
-        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
-        .any(|r| {
-            crate::sys::oauth_refresh::read_login(
+    kept_rows(spec).next().is_some()
+}
+
+/// The rows whose login the broker keeps for box `spec` (one it made itself).
+fn kept_rows(spec: &BoxSpec) -> impl Iterator<Item = &'static broker::LoginRule> {
+    broker::RULES.iter().filter(|r| {
+        r.captures()
+            && crate::sys::oauth_refresh::read_login(
                 &box_login(spec, r.name),
                 broker::shape_of(r.name),
             )
             .is_ok()
-        })
+    })
 }
 
 /// `globals adopt`: the OAuth logins the broker keeps for box `spec` (made inside it) become
@@ -553,10 +559,7 @@ pub(crate) fn adopt_box_logins(
 ) -> Result<Vec<(&'static str, crate::sys::agent_home::Adopted)>> {
     use crate::sys::agent_home::Adopted;
     let mut done = Vec::new();
-    for row in broker::RULES
-        .iter()
-        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
-    {
+    for row in broker::RULES.iter().filter(|r| r.captures()) {
         let shape = broker::shape_of(row.name);
         let own = box_login(spec, row.name);
         let box_lock = broker::lock_file(&format!("{}.{}", row.name, spec.name));
@@ -591,14 +594,8 @@ pub(crate) fn adopt_box_logins(
 /// Whether every login the broker keeps for box `spec` could be adopted: each node file it
 /// would go into is one this can read as a JSON object, or none. Asked before anything moves.
 pub(crate) fn check_adoptable(spec: &BoxSpec) -> Result<()> {
-    for row in broker::RULES
-        .iter()
-        .filter(|r| r.oauth.is_some_and(|o| o.shape.captures()))
-    {
-        let shape = broker::shape_of(row.name);
-        if crate::sys::oauth_refresh::read_login(&box_login(spec, row.name), shape).is_ok() {
-            adoptable_node_file(spec, row)?;
-        }
+    for row in kept_rows(spec) {
+        adoptable_node_file(spec, row)?;
     }
     Ok(())
 }

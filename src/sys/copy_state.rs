@@ -210,7 +210,8 @@ impl CopyManifest {
     /// snapshot comes last, once known.
     pub(crate) fn begin(state_dir: &Path, name: &str, entries: &Manifest) -> Result<NextManifest> {
         let file = Self::file(state_dir, name);
-        sweep_unfinished(&file);
+        // Called under the box's lock: no other writer of this box's manifest runs.
+        atomic::sweep_unfinished(&file);
         let mut next = atomic::Replacement::new(&file, 0o600)?;
         next.write_all(b"{\"entries\":")
             .map_err(anyhow::Error::from)
@@ -225,32 +226,6 @@ impl CopyManifest {
 
     pub(crate) fn remove(state_dir: &Path, name: &str) -> Result<()> {
         atomic::remove(&Self::file(state_dir, name))
-    }
-}
-
-/// The temp files of `file` a process killed while writing one left (tens of megabytes for a
-/// big tree), as `atomic::Replacement` names them: `.<name>.<6 letters or digits>.tmp`. Called
-/// under the box's lock, so no other writer of this box's manifest runs.
-fn sweep_unfinished(file: &Path) {
-    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
-        return;
-    };
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    let prefix = format!(".{name}.");
-    for entry in entries.flatten() {
-        let left = entry.file_name();
-        let unfinished = left
-            .to_str()
-            .and_then(|l| l.strip_prefix(&prefix))
-            .and_then(|l| l.strip_suffix(".tmp"))
-            .is_some_and(|random| {
-                random.len() == 6 && random.bytes().all(|b| b.is_ascii_alphanumeric())
-            });
-        if unfinished && let Err(e) = fs::remove_file(entry.path()) {
-            tracing::debug!("removing {}: {e}", entry.path().display());
-        }
     }
 }
 

@@ -143,7 +143,7 @@ pub(crate) fn ensure_lock(path: &Path) -> Result<()> {
 
 /// Where a refresh keeps the token endpoint's answer (the login file as it is to be) until the
 /// store and the login file hold it: beside the login file, in a dir its refresher may write.
-pub(crate) fn journal_of(file: &Path) -> std::path::PathBuf {
+fn journal_of(file: &Path) -> std::path::PathBuf {
     let mut name = file.file_name().unwrap_or_default().to_os_string();
     name.push(".redeemed");
     file.with_file_name(name)
@@ -172,17 +172,28 @@ fn keep_answer(journal: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The journal of a refresh of `file` cut short after its answer, and what it holds (None:
+/// there is none).
+pub(crate) fn cut_short(file: &Path) -> (std::path::PathBuf, Option<Result<String>>) {
+    let journal = journal_of(file);
+    let found = journal
+        .symlink_metadata()
+        .is_ok()
+        .then(|| read_text(&journal));
+    (journal, found)
+}
+
 /// A redeem an earlier run was cut short after: its answer into the store (unless the store
 /// holds a newer login) and the login file (unless that is newer), then forgotten. A journal
 /// that holds no login was cut short itself: nothing of it is kept.
 fn finish_cut_short(login: &Login, shared: Option<&Shared>) -> Result<()> {
     let shape = shape_of(login.row);
-    let journal = journal_of(login.file);
-    if journal.symlink_metadata().is_err() {
+    let (journal, found) = cut_short(login.file);
+    let Some(text) = found else {
         return Ok(());
-    }
+    };
     // Unreadable now (not unparsable): kept for a later run, which may read it.
-    let text = read_text(&journal)?;
+    let text = text?;
     if let Some((answer, tokens)) = shape.login_only(&text).zip(shape.tokens(&text)) {
         if let Some(s) = shared {
             let there = s.store.account(login.row)?.and_then(|(bytes, v)| {
