@@ -38,6 +38,15 @@ impl Replacement {
         })
     }
 
+    /// What was written so far, on disk: a large file synced while its writer waits on
+    /// something else leaves its `commit` little to sync.
+    pub(crate) fn sync_so_far(&mut self) -> Result<()> {
+        self.tmp
+            .flush()
+            .and_then(|()| self.tmp.get_ref().as_file().sync_data())
+            .with_context(|| format!("writing the next {}", self.path.display()))
+    }
+
     /// What was written, put in place.
     pub(crate) fn commit(self) -> Result<()> {
         let (tmp, path) = self.synced()?;

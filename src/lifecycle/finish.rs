@@ -107,7 +107,7 @@ pub(crate) fn finish(ctx: &Ctx, name: &BoxName) -> Result<Finished> {
     let state_dir = &ctx.config.state_dir;
     CopyState::journal(state_dir, name)?.record(|c| c.replaced(&latest.id, &id, true))?;
     if let Some(kept) = CopyManifest::load(state_dir, name).filter(|k| k.snapshot == latest.id) {
-        super::snapshot::keep_manifest(ctx, name, &id, Some(kept.entries));
+        super::snapshot::keep_manifest(&ctx.config.state_dir, name, &id, Some(kept.entries));
     }
     ctx.record_event(
         name,

@@ -1,6 +1,6 @@
 //! Snapshot a box's local copy and renew its lease, or keep it as a fork.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Result;
@@ -62,8 +62,7 @@ fn backup_spec(
 
 /// Remember the manifest of the copy as it equals snapshot `id` (a walk that met a non-UTF-8
 /// name has none: then nothing is remembered, and the next park publishes nothing).
-pub(crate) fn keep_manifest(ctx: &Ctx, name: &str, id: &SnapshotId, manifest: Option<Manifest>) {
-    let state = &ctx.config.state_dir;
+pub(crate) fn keep_manifest(state: &Path, name: &str, id: &SnapshotId, manifest: Option<Manifest>) {
     let kept = match manifest {
         Some(entries) => CopyManifest {
             snapshot: id.clone(),
@@ -100,7 +99,7 @@ pub(crate) fn publish_changes(
     let name = &spec.name;
     if before.is_some_and(|b| b.snapshot == *to) {
         // Nothing changed since: what was published up to `to` still serves.
-        keep_manifest(ctx, name, to, after);
+        keep_manifest(&ctx.config.state_dir, name, to, after);
         return;
     }
     let published = save_changes(ctx, spec, to, before, after.as_ref()).and_then(|p| {
@@ -121,7 +120,7 @@ pub(crate) fn publish_changes(
             }
         }
     }
-    keep_manifest(ctx, name, to, after);
+    keep_manifest(&ctx.config.state_dir, name, to, after);
 }
 
 /// A snapshot of the paths that changed from `before` to `after` (snapshot `to`, or
@@ -614,7 +613,7 @@ fn take_keeping(
         }
     })?;
     if keep && forked.is_none() {
-        keep_manifest(ctx, &meta.name, &snapshot.id, manifest);
+        keep_manifest(&ctx.config.state_dir, &meta.name, &snapshot.id, manifest);
     }
     Ok(Taken {
         snapshot,

@@ -19,7 +19,7 @@ use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update, update_record};
 use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp, Relation};
-use crate::sys::{agent_home, crash, digest, host, interrupt, restore, working_copy};
+use crate::sys::{agent_home, crash, digest, host, interrupt, restore, threads, working_copy};
 
 pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -349,6 +349,7 @@ fn prepare_and_start(
     };
     agent_home::ensure(&spec)?;
     let reowned = agent_home::reown_project(&spec)?;
+    let mut to_keep = None;
     if let Some((s, over)) = restored {
         // As restored (and made ready): what the copy is when it equals that snapshot. Where
         // only what changed was written, that is walked (and the agent home, which `ensure`
@@ -367,17 +368,41 @@ fn prepare_and_start(
             c.walked(digest);
             c.snapshot_began = Some(began);
         })?;
-        snapshot::keep_manifest(ctx, &meta.name, &s.id, manifest);
+        to_keep = Some((s.id.clone(), manifest));
     }
     crash::point("up.before-start");
     interrupt::check("the start")?;
+    start(ctx, meta, &spec, to_keep)
+}
+
+/// Start the box; the manifest of its copy as restored (`to_keep`: tens of MB at 200,000
+/// files) is written to its file meanwhile.
+fn start(
+    ctx: &Ctx,
+    meta: &Meta,
+    spec: &crate::plan::sandbox::BoxSpec,
+    to_keep: Option<(SnapshotId, Option<Manifest>)>,
+) -> Result<()> {
     let mounts = spec.mounts(std::path::Path::exists);
     let bwrap_args = spec.bwrap_args(&mounts, crate::plan::sandbox::INFO_FD);
     let memory_max = meta
         .memory_max
         .as_deref()
         .or(ctx.config.memory_max.as_deref());
-    ctx.runtime.start(&spec, &bwrap_args, memory_max, meta.nix)
+    let state_dir = &ctx.config.state_dir;
+    std::thread::scope(|scope| {
+        let keeping = to_keep.map(|(id, manifest)| {
+            scope.spawn(move || {
+                snapshot::keep_manifest(state_dir, &meta.name, &id, manifest);
+                Ok(())
+            })
+        });
+        let started = ctx.runtime.start(spec, &bwrap_args, memory_max, meta.nix);
+        keeping.map_or(Ok(()), |k| {
+            threads::joined(k, "writing the manifest's file")
+        })?;
+        started
+    })
 }
 
 /// Restore `s` over this node's copy for `up`, keeping what may be unsaved in it first (as of
@@ -533,7 +558,7 @@ fn restore_copy(
             c.restored(&whole.id, paths, had_files);
             c.walked(digest);
         })?;
-        snapshot::keep_manifest(ctx, name, &whole.id, manifest);
+        snapshot::keep_manifest(&ctx.config.state_dir, name, &whole.id, manifest);
         crash::point("up.after-whole");
     }
     let staged = published_staged(ctx, meta, &whole.id, s, roots, prestaged);

@@ -3,7 +3,7 @@
 //! stopped box, after a restore), it tells later whether the copy still does, without reading
 //! file contents; a differing digest means the copy may hold work in no snapshot.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -148,14 +148,22 @@ pub(crate) fn walk_changed(
     }
     while let Some((item, below_changed)) = stack.pop() {
         let mut below = Vec::new();
-        visit(item, &mut seen, &mut below);
-        for b in below {
-            let under = below_changed || changed.paths.contains(&b.path);
-            if under || changed.above.contains(&b.path) {
+        if below_changed {
+            visit(item, &mut seen, &mut below);
+            stack.extend(below.into_iter().map(|b| (b, true)));
+        } else {
+            // A dir above a changed path: only the entries on the way to one are read, by
+            // name (its other thousands are as `kept` has them).
+            let names = changed.on_the_way.get(&item.path);
+            visit_with(item, &mut seen, &mut below, |dir| named(dir, names));
+            for b in below {
+                let under = changed.paths.contains(&b.path);
                 stack.push((b, under));
             }
         }
     }
+    // A name on the way that is not there is absent, as a whole walk has it (no root is).
+    seen.retain(|(path, line)| line.is_some() || roots.contains(path));
     // What was walked takes the place of what the manifest had there.
     let (at, above) = changed.as_text();
     kept.retain(|p, _| {
@@ -185,16 +193,32 @@ struct Changed {
     paths: HashSet<PathBuf>,
     /// Every dir above a changed path.
     above: HashSet<PathBuf>,
+    /// Each dir above a changed path, with the names in it on the way to one.
+    on_the_way: HashMap<PathBuf, HashSet<OsString>>,
 }
 
 impl Changed {
     fn new(changed: &[PathBuf]) -> Changed {
+        let mut on_the_way: HashMap<PathBuf, HashSet<OsString>> = HashMap::new();
+        let mut above = HashSet::new();
+        for c in changed {
+            let mut at = c.as_path();
+            while let (Some(dir), Some(name)) = (at.parent(), at.file_name()) {
+                on_the_way
+                    .entry(dir.to_path_buf())
+                    .or_default()
+                    .insert(name.to_os_string());
+                if !above.insert(dir.to_path_buf()) {
+                    // What lies above was gone through from another changed path.
+                    break;
+                }
+                at = dir;
+            }
+        }
         Changed {
             paths: changed.iter().cloned().collect(),
-            above: changed
-                .iter()
-                .flat_map(|c| c.ancestors().skip(1).map(Path::to_path_buf))
-                .collect(),
+            above,
+            on_the_way,
         }
     }
 
@@ -315,6 +339,16 @@ impl Item {
 
 /// Record `item`; a dir's entries go onto `below`.
 fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
+    visit_with(item, seen, below, list);
+}
+
+/// Record `item`; the entries `entries` gives of a dir go onto `below`.
+fn visit_with(
+    item: Item,
+    seen: &mut Vec<Seen>,
+    below: &mut Vec<Item>,
+    entries: impl FnOnce(&Item) -> Result<Vec<Item>, Errno>,
+) {
     let st = match rustix::fs::statat(&*item.dir, &item.name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::NOENT) => {
@@ -335,7 +369,7 @@ fn visit(item: Item, seen: &mut Vec<Seen>, below: &mut Vec<Item>) {
         return;
     }
     if kind == FileType::Directory {
-        match list(&item) {
+        match entries(&item) {
             Ok(entries) => below.extend(entries),
             // Gone, or swapped for something else, since the stat: changed.
             Err(Errno::NOENT) => {
@@ -372,14 +406,34 @@ fn unknown(what: &str, e: Errno) -> String {
     format!("{what}\0{e}\0{nonce:x}")
 }
 
-/// The entries of the dir `item` names, opened below its handle with no link followed.
-fn list(item: &Item) -> Result<Vec<Item>, Errno> {
-    let fd = Arc::new(rustix::fs::openat(
+/// The dir `item` names, opened below its handle with no link followed.
+fn open_dir(item: &Item) -> Result<Arc<OwnedFd>, Errno> {
+    Ok(Arc::new(rustix::fs::openat(
         &*item.dir,
         &item.name,
         DIR_FLAGS,
         Mode::empty(),
-    )?);
+    )?))
+}
+
+/// The entries `names` of the dir `item` names, whether there or not (one that is not is
+/// seen missing).
+fn named(item: &Item, names: Option<&HashSet<OsString>>) -> Result<Vec<Item>, Errno> {
+    let fd = open_dir(item)?;
+    Ok(names
+        .into_iter()
+        .flatten()
+        .map(|name| Item {
+            dir: Arc::clone(&fd),
+            path: item.path.join(name),
+            name: name.clone(),
+        })
+        .collect())
+}
+
+/// The entries of the dir `item` names.
+fn list(item: &Item) -> Result<Vec<Item>, Errno> {
+    let fd = open_dir(item)?;
     let mut out = Vec::new();
     for entry in rustix::fs::Dir::read_from(&*fd)? {
         let entry = entry?;
