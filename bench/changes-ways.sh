@@ -9,6 +9,9 @@
 #  - the same into a repository of its own that holds only such changes (a small index);
 #  - a copy of just those files from nodeA's copy over ssh (tar), what a peer copy would run;
 #  - rsync over ssh of the tree, which finds and sends the same change (the issue's reference).
+# `restic ls` of the changes shows what loading each repository's index costs, which every
+# backup and restore pays first (here the whole tree's repository holds one box and one
+# snapshot of it; a node's repository holds every box and its history).
 # ROUNDS (default 3) rounds, each a new 1% change. restic's rows leave out what opening the
 # repository alone costs (the same password, so the same key derivation, in both; a node's own
 # key makes it cheap under ag-box): what is left is the command's own work.
@@ -62,9 +65,11 @@ for round in $(seq "$ROUNDS"); do
       python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["id"])')
     on nodeB "rm -rf /root/staged; sync"
     restore=$(t nodeB "$env; restic restore -q --no-lock $id --target /root/staged")
+    listing=$(t nodeB "$env; restic ls -q --no-lock $id")
     way "$r-open" "$open"
     way "$r-backup" "$(echo "$backup - $open" | bc)"
     way "$r-restore" "$(echo "$restore - $open" | bc)"
+    way "$r-index" "$(echo "$listing - $open" | bc)"
   done
   on nodeB "rm -rf /root/staged && mkdir /root/staged && sync"
   way peer "$(t nodeB "ssh nodeA 'tar -C / -cf - --null --verbatim-files-from -T /root/changed' | tar -C /root/staged -xf -")"
@@ -79,6 +84,8 @@ row "restic backup of the changes, repository holding the whole tree" whole-back
 row "  their restore on nodeB (--no-lock)" whole-restore
 row "restic backup of the changes, repository of changes alone" changes-backup
 row "  their restore on nodeB (--no-lock)" changes-restore
+row "restic ls of the changes (mostly loading the index), whole tree's" whole-index
+row "  the same, repository of changes alone" changes-index
 row "opening a repository (key derivation, config), not counted above" whole-open
 row "the changed files from nodeA's copy over ssh (tar)" peer
 row "rsync over ssh of the tree (the reference)" rsync

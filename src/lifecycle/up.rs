@@ -19,6 +19,7 @@ use crate::store::lease::{self, UpPlan};
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update, update_record};
 use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp, Relation};
+use crate::sys::restore::Clearing;
 use crate::sys::{agent_home, crash, digest, host, interrupt, restore, threads, working_copy};
 
 pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
@@ -300,6 +301,7 @@ fn prepare_and_start(
         project_exists: meta.path.exists(),
         project_is_dir: meta.path.is_dir(),
     };
+    let mut clearing = Clearing::done();
     let restored = match plan::copy(facts, latest) {
         CopyPlan::Start { clear_stale } => {
             if clear_stale {
@@ -336,7 +338,7 @@ fn prepare_and_start(
                     s.id.short()
                 );
             }
-            let over = restore_for_up(
+            let (over, cleared) = restore_for_up(
                 ctx,
                 meta,
                 copy,
@@ -344,11 +346,13 @@ fn prepare_and_start(
                 &roots,
                 keep.then_some(copy_epoch.unwrap_or(epoch)),
             )?;
+            clearing = cleared;
             Some((s, over))
         }
     };
     agent_home::ensure(&spec)?;
     let reowned = agent_home::reown_project(&spec)?;
+    tracing::debug!("box '{}': its agent home is ready", meta.name);
     let mut to_keep = None;
     if let Some((s, over)) = restored {
         // As restored (and made ready): what the copy is when it equals that snapshot. Where
@@ -372,16 +376,17 @@ fn prepare_and_start(
     }
     crash::point("up.before-start");
     interrupt::check("the start")?;
-    start(ctx, meta, &spec, to_keep)
+    start(ctx, meta, &spec, to_keep, clearing)
 }
 
-/// Start the box; the manifest of its copy as restored (`to_keep`: tens of MB at 200,000
-/// files) is written to its file meanwhile.
+/// Start the box; meanwhile the manifest of its copy as restored (`to_keep`: tens of MB at
+/// 200,000 files) is written to its file, and the restore's staging dir removed (`clearing`).
 fn start(
     ctx: &Ctx,
     meta: &Meta,
     spec: &crate::plan::sandbox::BoxSpec,
     to_keep: Option<(SnapshotId, Option<Manifest>)>,
+    clearing: Clearing,
 ) -> Result<()> {
     let mounts = spec.mounts(std::path::Path::exists);
     let bwrap_args = spec.bwrap_args(&mounts, crate::plan::sandbox::INFO_FD);
@@ -398,6 +403,7 @@ fn start(
             })
         });
         let started = ctx.runtime.start(spec, &bwrap_args, memory_max, meta.nix);
+        clearing.wait();
         keeping.map_or(Ok(()), |k| {
             threads::joined(k, "writing the manifest's file")
         })?;
@@ -405,9 +411,14 @@ fn start(
     })
 }
 
+/// The manifest of a copy as walked before a restore wrote only what changed over it, and the
+/// paths it wrote.
+type WrittenOver = (Manifest, Vec<PathBuf>);
+
 /// Restore `s` over this node's copy for `up`, keeping what may be unsaved in it first (as of
 /// lease epoch `keep`, when it may hold any). Where only what changed was written over it:
-/// the manifest of the copy as walked before, and the paths written.
+/// the manifest of the copy as walked before, and the paths written; and the removal of the
+/// staging dir under way.
 fn restore_for_up(
     ctx: &Ctx,
     meta: &Meta,
@@ -415,7 +426,7 @@ fn restore_for_up(
     s: &SnapshotRef,
     roots: &[PathBuf],
     keep: Option<u64>,
-) -> Result<Option<(Manifest, Vec<PathBuf>)>> {
+) -> Result<(Option<WrittenOver>, Clearing)> {
     let mut kept = None;
     let (equals, mut prestaged) = if let Some(epoch) = keep {
         // The copy is walked while what changed is fetched beside it, from the snapshot the
@@ -482,10 +493,11 @@ fn restore_for_up(
         .map(|mut e| e.next().is_some());
     copy.record(|c| c.restored(&s.id, brought.paths.clone(), had_files))?;
     // The walk's manifest serves where only what changed was written over the copy it walked.
-    Ok(brought
+    let over = brought
         .over
         .zip(kept)
-        .map(|(written, kept)| (kept, written)))
+        .map(|(written, kept)| (kept, written));
+    Ok((over, brought.clearing))
 }
 
 /// What the plan reads of the copy's relation to the box's snapshots.
@@ -501,15 +513,24 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
 
 /// What a restore left in place: the paths the snapshot holds, and, when only what changed
 /// was written over a copy equal to a snapshot, the paths written (the rest of the copy is as
-/// it was).
+/// it was); and the removal of its staging dir, which the box's start need not wait for.
 struct Brought {
     paths: Vec<PathBuf>,
     over: Option<Vec<PathBuf>>,
+    clearing: Clearing,
 }
 
 impl Brought {
     fn whole(paths: Vec<PathBuf>) -> Brought {
-        Brought { paths, over: None }
+        Brought {
+            paths,
+            over: None,
+            clearing: Clearing::done(),
+        }
+    }
+
+    fn clearing(self, clearing: Clearing) -> Brought {
+        Brought { clearing, ..self }
     }
 
     /// `delta` written over a copy equal to the snapshot it leads from.
@@ -524,6 +545,7 @@ impl Brought {
         Brought {
             paths: s.paths.clone(),
             over: Some(written),
+            clearing: Clearing::done(),
         }
     }
 }
@@ -563,13 +585,14 @@ fn restore_copy(
     }
     let staged = published_staged(ctx, meta, &whole.id, s, roots, prestaged);
     if let Some(staged) = staged
-        && restore_changes(meta, copy, s, roots, &whole.id, &staged)?
+        && let Some(clearing) = restore_changes(meta, copy, s, roots, &whole.id, &staged)?
     {
-        return Ok(if whole_restored {
+        let brought = if whole_restored {
             Brought::whole(s.paths.clone())
         } else {
             Brought::over(s, &staged.delta)
-        });
+        };
+        return Ok(brought.clearing(clearing));
     }
     Err(UserError::failed(
         format!(
@@ -653,12 +676,13 @@ fn restore_whole(
             }
         };
         if let (Some(staged), Some(from)) = (staged, equals) {
-            if restore_changes(meta, copy, s, roots, from, &staged)? {
-                return Ok(if part_written {
+            if let Some(clearing) = restore_changes(meta, copy, s, roots, from, &staged)? {
+                let brought = if part_written {
                     Brought::whole(s.paths.clone())
                 } else {
                     Brought::over(s, &staged.delta)
-                });
+                };
+                return Ok(brought.clearing(clearing));
             }
             part_written = true;
         }
@@ -692,8 +716,8 @@ struct Staged {
     published: bool,
 }
 
-/// Write only what changed from snapshot `from` to `s`, as `staged`. False: writing it failed
-/// (the copy is then a mix, nothing unsaved).
+/// Write only what changed from snapshot `from` to `s`, as `staged`; the staging dir is then
+/// being removed. None: writing it failed (the copy is then a mix, nothing unsaved).
 fn restore_changes(
     meta: &Meta,
     copy: &mut CopyJournal,
@@ -701,7 +725,7 @@ fn restore_changes(
     roots: &[PathBuf],
     from: &SnapshotId,
     staged: &Staged,
-) -> Result<bool> {
+) -> Result<Option<Clearing>> {
     let name = &meta.name;
     let Staged {
         dir: staging,
@@ -729,12 +753,12 @@ fn restore_changes(
     );
     copy.record(|c| c.begin_restore(&s.id))?;
     match restore::apply_delta(staging, roots, delta) {
-        Ok(()) => Ok(true),
+        Ok(clearing) => Ok(Some(clearing)),
         Err(e) => {
             tracing::warn!(
                 "box '{name}': restoring only what changed failed ({e:#}); restoring all of it"
             );
-            Ok(false)
+            Ok(None)
         }
     }
 }
