@@ -403,10 +403,12 @@ fn start(
             })
         });
         let started = ctx.runtime.start(spec, &bwrap_args, memory_max, meta.nix);
-        clearing.wait();
-        keeping.map_or(Ok(()), |k| {
-            threads::joined(k, "writing the manifest's file")
-        })?;
+        // The staging dir's removal, done.
+        drop(clearing);
+        // A manifest file not kept (only said) costs the next park its shortcut, not the box.
+        if let Some(Err(e)) = keeping.map(|k| threads::joined(k, "writing the manifest's file")) {
+            tracing::warn!("box '{}': {e:#}", meta.name);
+        }
         started
     })
 }

@@ -138,19 +138,21 @@ pub(crate) fn walk_changed(
     }
     let changed = Changed::new(changed);
     let mut seen = Vec::new();
-    // Each item with whether it lies below a changed path (then all below it is read).
-    let mut stack: Vec<(Item, bool)> = Vec::new();
+    // Each item with whether it lies below a changed path (then all below it is read), and
+    // whether it was named on the way to one rather than listed.
+    let mut stack: Vec<(Item, bool, bool)> = Vec::new();
     for root in roots {
         match Item::root(root)? {
-            Some(item) => stack.push((item, changed.at_or_below(root))),
+            Some(item) => stack.push((item, changed.at_or_below(root), false)),
             None => seen.push((root.clone(), None)),
         }
     }
-    while let Some((item, below_changed)) = stack.pop() {
+    while let Some((item, below_changed, by_name)) = stack.pop() {
         let mut below = Vec::new();
+        let at = seen.len();
         if below_changed {
             visit(item, &mut seen, &mut below);
-            stack.extend(below.into_iter().map(|b| (b, true)));
+            stack.extend(below.into_iter().map(|b| (b, true, false)));
         } else {
             // A dir above a changed path: only the entries on the way to one are read, by
             // name (its other thousands are as `kept` has them).
@@ -158,12 +160,15 @@ pub(crate) fn walk_changed(
             visit_with(item, &mut seen, &mut below, |dir| named(dir, names));
             for b in below {
                 let under = changed.paths.contains(&b.path);
-                stack.push((b, under));
+                stack.push((b, under, true));
             }
         }
+        // A name on the way that is not there (a removed path) is absent, as a whole walk has
+        // it; what was listed and then vanished is missing, as there.
+        if by_name && seen.get(at).is_some_and(|(_, line)| line.is_none()) {
+            seen.truncate(at);
+        }
     }
-    // A name on the way that is not there is absent, as a whole walk has it (no root is).
-    seen.retain(|(path, line)| line.is_some() || roots.contains(path));
     // What was walked takes the place of what the manifest had there.
     let (at, above) = changed.as_text();
     kept.retain(|p, _| {

@@ -247,7 +247,8 @@ pub(crate) fn apply_delta(staging: &Path, roots: &[PathBuf], delta: &Delta) -> R
     applied.and(removed).map(|()| Clearing::done())
 }
 
-/// A staging dir being removed by a thread of its own, or nothing to remove.
+/// A staging dir being removed by a thread of its own, or nothing to remove. Dropped, it waits
+/// for the removal: nothing stages at that path again while it runs.
 #[must_use]
 #[derive(Debug)]
 pub(crate) struct Clearing(Option<std::thread::JoinHandle<std::io::Result<()>>>);
@@ -260,11 +261,13 @@ impl Clearing {
     fn start(dir: PathBuf) -> Clearing {
         Clearing(Some(std::thread::spawn(move || remove_any(&dir))))
     }
+}
 
-    /// Wait for the removal. One that failed is only said: the next restore removes what is
-    /// left before it stages (`fresh_staging`).
-    pub(crate) fn wait(self) {
-        let Some(handle) = self.0 else {
+/// Waits for the removal. One that failed is only said: what is left goes before the next
+/// restore stages (`fresh_staging`, `recover_leftovers`).
+impl Drop for Clearing {
+    fn drop(&mut self) {
+        let Some(handle) = self.0.take() else {
             return;
         };
         match handle.join() {
@@ -632,7 +635,7 @@ mod tests {
             if inside {
                 assert!(!staging.exists());
             }
-            clearing.wait();
+            drop(clearing);
             assert!(!staging.exists());
             assert_eq!(fs::read_to_string(proj.join("a/b/f")).unwrap(), "new");
         }
