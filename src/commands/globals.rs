@@ -5,12 +5,13 @@ use anyhow::Result;
 
 use super::{Ctx, require_tools};
 use crate::error::UserError;
+use crate::plan::agent_home::Adopted;
 use crate::plan::globals::{self, PUSH_FROM_PULL_NODE, Role};
 use crate::plan::names::BoxName;
 use crate::plan::oauth::StoredLogin;
 use crate::plan::restic::{GLOBALS_TAG, globals_backup_args};
 use crate::plan::text::escaped;
-use crate::sys::agent_home::{self, Adopted};
+use crate::sys::agent_home;
 use crate::sys::{oauth_refresh, restore};
 
 /// What `globals` is asked to do.

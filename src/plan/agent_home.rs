@@ -253,6 +253,16 @@ impl AgentHome {
     }
 }
 
+/// What `sys::agent_home::adopt_logins` (or the broker's adoption) did with each of a box's own
+/// logins.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Adopted {
+    /// Now the node's, at this path (root's, mode 0600), and gone from the agent home.
+    Moved(std::path::PathBuf),
+    /// The node has one of its own meanwhile: both left as they are.
+    NodeHasOne(std::path::PathBuf),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::atomic;
 use crate::plan::account::{self, Ids};
+use crate::plan::agent_home::Adopted;
 use crate::plan::sandbox::BoxSpec;
 use crate::sys::box_tree::{Entry, Tree};
 use crate::sys::{cmd, privs, restore, slices};
@@ -271,15 +272,6 @@ fn holds_brokers_copy(tree: &Tree, rel: &str) -> bool {
                     .all(|k| v.get(k).is_none_or(Value::is_null))
             })
     })
-}
-
-/// What `adopt_logins` did with each of the box's own logins.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Adopted {
-    /// Now the node's, at this path (root's, mode 0600), and gone from the agent home.
-    Moved(PathBuf),
-    /// The node has one of its own meanwhile: both left as they are.
-    NodeHasOne(PathBuf),
 }
 
 /// The box's own logins made the node's: each read from the agent home with no link followed

@@ -556,8 +556,8 @@ fn kept_rows(spec: &BoxSpec) -> impl Iterator<Item = &'static broker::LoginRule>
 /// meanwhile), then the node's (no sign-in or refresh of the node's).
 pub(crate) fn adopt_box_logins(
     spec: &BoxSpec,
-) -> Result<Vec<(&'static str, crate::sys::agent_home::Adopted)>> {
-    use crate::sys::agent_home::Adopted;
+) -> Result<Vec<(&'static str, crate::plan::agent_home::Adopted)>> {
+    use crate::plan::agent_home::Adopted;
     let mut done = Vec::new();
     for row in broker::RULES.iter().filter(|r| r.captures()) {
         let shape = broker::shape_of(row.name);
