@@ -39,6 +39,15 @@ fn fork_files(n: &Node, name: &str) -> String {
     .stdout()
 }
 
+/// Box `name` up on nodeA with a change that only the next park can carry: `late.txt`
+/// holding `text`.
+fn up_on_a_with_late_change(c: &Cluster, name: &str, text: &str) {
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo {text} > late.txt'"
+    ))
+    .ok();
+}
+
 #[test]
 fn an_up_cut_off_at_any_step_is_finished_by_the_next_up() {
     let Some(c) = Cluster::get() else { return };
@@ -204,10 +213,7 @@ fn a_park_cut_off_at_any_step_is_finished_by_the_next_park() {
         ("false", "park.before-release"),
     ] {
         c.parked_box(name);
-        c.a.sh(&format!(
-            "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo {point} > late.txt'"
-        ))
-        .ok();
+        up_on_a_with_late_change(&c, name, point);
         cut_at(
             &c.a,
             point,
@@ -235,10 +241,7 @@ fn a_quick_park_killed_while_its_manifest_is_written_loses_nothing() {
     let name = "cut-manifest";
     c.parked_box(name);
     whole_snapshot_done(&c.a, name);
-    c.a.sh(&format!(
-        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo late > late.txt'"
-    ))
-    .ok();
+    up_on_a_with_late_change(&c, name, "late");
     cut_at(&c.a, "park.before-manifest", &format!("ag-box park {name}"));
     assert_eq!(c.holder(name), None);
     let temps = format!(
@@ -272,10 +275,7 @@ fn a_quick_parks_whole_snapshot_or_an_up_of_its_changes_cut_off_loses_nothing() 
     let name = "cut-finish";
     c.parked_box(name);
     whole_snapshot_done(&c.a, name);
-    c.a.sh(&format!(
-        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo quick > late.txt'"
-    ))
-    .ok();
+    up_on_a_with_late_change(&c, name, "quick");
     let parked =
         c.a.sh_env(
             &[("AG_BOX_CRASH_AT", "finish.after-backup")],
@@ -869,10 +869,7 @@ fn a_node_that_loses_power_while_parking_parks_on_the_next_try() {
     };
     let name = "power-park";
     c.parked_box(name);
-    c.a.sh(&format!(
-        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo late > late.txt'"
-    ))
-    .ok();
+    up_on_a_with_late_change(&c, name, "late");
     // The power goes while park waits between the stop and its final snapshot.
     c.a.sh_env(
         &[("AG_BOX_PAUSE_AT", "park.after-stop")],
