@@ -52,6 +52,7 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
         "ok    node nodeB ",
         "ok    repository locks ",
         "ok    restic key ",
+        "ok    changes repository ",
         "ok    snapshot pause ",
     ] {
         assert!(

@@ -10,6 +10,9 @@ const HOMES: &str = "/var/lib/ag-box/homes";
 /// The rig's restic repository, for checks behind ag-box's back.
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
     RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
+/// The rig's repository of changes alone.
+const CHANGES_RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic-changes \
+    RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
 
 #[test]
 fn park_on_a_up_on_b_then_leases_remote_up_and_force() {
@@ -272,18 +275,17 @@ fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
         "a failed track left a record"
     );
 
+    let made = c.a.sh_env(&env, "ag-box init").ok().stdout();
     assert!(
-        c.a.sh_env(&env, "ag-box init")
-            .ok()
-            .stdout()
-            .contains("(created)")
+        made.contains(&format!(
+            "repository: s3:http://10.200.0.1:5001/{bucket}/restic (created)"
+        )) && made.contains(&format!(
+            "changes:    s3:http://10.200.0.1:5001/{bucket}/restic-changes (created)"
+        )),
+        "{made}"
     );
-    assert!(
-        c.a.sh_env(&env, "ag-box init")
-            .ok()
-            .stdout()
-            .contains("(already there)")
-    );
+    let again = c.a.sh_env(&env, "ag-box init").ok().stdout();
+    assert_eq!(again.matches("(already there)").count(), 2, "{again}");
     // a lease not renewed within BOX_LEASE_TTL shows as stale (track takes the first lease)
     let stale = [("BOX_BUCKET", bucket.as_str()), ("BOX_LEASE_TTL", "1s")];
     c.a.sh_env(
@@ -307,6 +309,143 @@ fn a_missing_repository_or_bucket_is_reported_with_the_fix() {
     let out =
         c.a.sh_env(&[("BOX_BUCKET", "no-such-bucket")], "ag-box init");
     assert_code(&out, 1, "bucket 'no-such-bucket' does not exist");
+}
+
+/// A bucket as `ag-box init` made it before the repository of changes: a park's changes go to
+/// the main repository and come back from there, until `ag-box init` makes the other; a box
+/// dropped then leaves nothing in either.
+#[test]
+fn a_bucket_without_a_changes_repository_serves_until_init_makes_one() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "legacyrepo";
+    c.forget(name);
+    let bucket = format!("legacy-{}", std::process::id());
+    c.a.sh(&format!("curl -sf -X PUT http://10.200.0.1:5001/{bucket}"))
+        .ok();
+    let env = [("BOX_BUCKET", bucket.as_str())];
+    let restic = |repo: &str, cmd: &str| restic_in(&bucket, repo, cmd);
+    let changes_in = |repo: &str| -> usize {
+        let tag = format!("changes:{name}");
+        let listed = c.a.sh(&restic(
+            repo,
+            &format!("restic snapshots --tag {tag} --json"),
+        ));
+        serde_json::from_str::<Vec<serde_json::Value>>(&listed.ok().stdout())
+            .unwrap()
+            .len()
+    };
+    let pointer = || bucket_object(&c.a, &bucket, &format!("deltas/{name}.changes.json"));
+    c.a.sh(&restic("restic", "restic init")).ok();
+    let line = changes_check(&c.a, &env);
+    assert!(
+        line.starts_with("warn") && line.contains("does not exist"),
+        "{line}"
+    );
+    // Parked on A, changed on B: what B's park saved comes to A from the main repository.
+    c.a.sh_env(
+        &env,
+        &format!(
+            "set -e; mkdir -p /root/{name}/src; echo v1 > /root/{name}/src/main.txt
+             ag-box track {name}; ag-box park {name}"
+        ),
+    )
+    .ok();
+    c.b.sh_env(
+        &env,
+        &format!(
+            "set -e; ag-box up {name} --node nodeB
+             ag-box exec {name} -- sh -c 'echo v2 > src/main.txt'; ag-box park {name}"
+        ),
+    )
+    .ok();
+    // (Each node's whole snapshot taken beside its park is done before the next step.)
+    common::whole_snapshot_done(&c.b, name);
+    let up_a = c.a.sh_env(&env, &format!("ag-box up {name} --node nodeA"));
+    assert!(
+        up_a.ok().stderr().contains("as nodeB published them"),
+        "{}",
+        up_a.stderr()
+    );
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v2\n"
+    );
+    assert!(!pointer().contains("repository"), "{}", pointer());
+    assert_eq!(changes_in("restic"), 1);
+    // Once init made it, changes go there, and come back from there.
+    c.a.sh_env(&env, "ag-box init").ok();
+    c.a.sh_env(
+        &env,
+        &format!(
+            "set -e; ag-box exec {name} -- sh -c 'echo v3 > src/main.txt'; ag-box park {name}"
+        ),
+    )
+    .ok();
+    common::whole_snapshot_done(&c.a, name);
+    let up_b = c.b.sh_env(&env, &format!("ag-box up {name} --node nodeB"));
+    assert!(
+        up_b.ok().stderr().contains("as nodeA published them"),
+        "{}",
+        up_b.stderr()
+    );
+    assert_eq!(
+        c.b.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v3\n"
+    );
+    assert!(
+        pointer().contains(r#""repository":"changes""#),
+        "{}",
+        pointer()
+    );
+    assert_eq!((changes_in("restic"), changes_in("restic-changes")), (1, 1));
+    let line = changes_check(&c.b, &env);
+    assert!(line.starts_with("ok"), "{line}");
+    // Dropped: none of its snapshots is left in either.
+    c.b.sh_env(&env, &format!("ag-box park {name}")).ok();
+    common::whole_snapshot_done(&c.b, name);
+    c.a.sh_env(&env, &format!("ag-box drop {name} --yes")).ok();
+    for repo in ["restic", "restic-changes"] {
+        assert_eq!(
+            c.a.sh(&restic(repo, "restic snapshots --json --no-lock"))
+                .ok()
+                .stdout()
+                .trim(),
+            "[]",
+            "{repo}"
+        );
+    }
+    c.forget(name);
+}
+
+/// `cmd` with restic's environment set for repository `repo` in the rig's `bucket`.
+fn restic_in(bucket: &str, repo: &str, cmd: &str) -> String {
+    format!(
+        "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/{bucket}/{repo} RESTIC_PASSWORD=rig-password \
+         AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test; {cmd}"
+    )
+}
+
+/// An object of the rig's S3 server, as it is.
+fn bucket_object(n: &common::Node, bucket: &str, key: &str) -> String {
+    n.sh(&format!(
+        "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user test:test http://10.200.0.1:5001/{bucket}/{key}"
+    ))
+    .ok()
+    .stdout()
+}
+
+/// `ag-box doctor`'s line on the changes repository.
+fn changes_check(n: &common::Node, env: &[(&str, &str)]) -> String {
+    let doctor = n.sh_env(env, "ag-box doctor").stdout();
+    doctor
+        .lines()
+        .find(|l| l.contains("changes repository"))
+        .unwrap_or_else(|| panic!("no changes repository check:\n{doctor}"))
+        .to_string()
 }
 
 #[test]
@@ -444,11 +583,15 @@ fn globals_push_on_a_and_pull_on_b_keep_modes_and_follow_roles() {
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// How many snapshots have `tag`; a box's changes are in the repository of changes alone.
 fn snapshot_count(n: &common::Node, tag: &str) -> usize {
+    let env = if tag.starts_with("changes:") {
+        CHANGES_RESTIC_ENV
+    } else {
+        RESTIC_ENV
+    };
     let out = n
-        .sh(&format!(
-            "{RESTIC_ENV}; restic snapshots --tag {tag} --json"
-        ))
+        .sh(&format!("{env}; restic snapshots --tag {tag} --json"))
         .ok()
         .stdout();
     serde_json::from_str::<serde_json::Value>(&out)
@@ -687,6 +830,40 @@ fn symlinks_a_box_planted_in_its_copy_do_not_lead_a_restore_in_place_out_of_it()
     .ok();
 }
 
+/// What each park published is a snapshot of its own (A's by restic 0.14), tagged as the
+/// box's changes, never as a state of the box, in the repository of changes alone: none is in
+/// the main one, and the pointer names where it is.
+fn changes_are_in_their_own_repository(n: &common::Node, name: &str) {
+    let listed = n
+        .sh(&format!(
+            "{CHANGES_RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
+        ))
+        .ok()
+        .stdout();
+    assert_eq!(
+        n.sh(&format!(
+            "{RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
+        ))
+        .ok()
+        .stdout()
+        .trim(),
+        "[]"
+    );
+    let pointer = bucket_object(n, "agent-boxes", &format!("deltas/{name}.changes.json"));
+    assert!(pointer.contains(r#""repository":"changes""#), "{pointer}");
+    let changes: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    let box_tag = format!("box:{name}");
+    assert!(
+        changes.len() >= 2
+            && changes.iter().all(|s| !s["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| *t == *box_tag)),
+        "{listed}"
+    );
+}
+
 #[test]
 fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
     let Some(c) = Cluster::get() else { return };
@@ -739,25 +916,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         "{}",
         up_b.stderr()
     );
-    // What each park published is a snapshot of its own (A's by restic 0.14), tagged as the
-    // box's changes, never as a state of the box.
-    let listed =
-        c.a.sh(&format!(
-            "{RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
-        ))
-        .ok()
-        .stdout();
-    let changes: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
-    let box_tag = format!("box:{name}");
-    assert!(
-        changes.len() >= 2
-            && changes.iter().all(|s| !s["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| *t == *box_tag)),
-        "{listed}"
-    );
+    changes_are_in_their_own_repository(&c.a, name);
     assert_eq!(
         c.b.sh(&format!(
             "cd /root/{name}; cat src/main.txt added.txt kept.txt .auth-secret __pycache__/c.pyc {sessions}/s1.jsonl
@@ -807,6 +966,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
 #[test]
 fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces_it() {
     const KEY_FILE: &str = "/var/lib/ag-box/restic-node-key.json";
+    const CHANGES_KEY_FILE: &str = "/var/lib/ag-box/restic-changes-node-key.json";
     const MASTER_KEY_FILE: &str = "/var/lib/ag-box/restic-master-key.json";
     const BY_PROXY: &str = "BOX_S3_ENDPOINT=http://10.200.0.1:5002";
     let Some(c) = Cluster::get() else { return };
@@ -830,6 +990,22 @@ fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces
     c.c.sh("ag-box init").ok();
     let first = own();
     assert_eq!(keys(), vec![first.clone()]);
+    // And a key of its own for the repository of changes, kept beside.
+    let changes_key = c.c.sh(&format!("cat {CHANGES_KEY_FILE}")).ok().stdout();
+    let changes_key: serde_json::Value = serde_json::from_str(&changes_key).unwrap();
+    let listed =
+        c.c.sh(&format!(
+            "{CHANGES_RESTIC_ENV}; restic key list --json --no-lock"
+        ))
+        .ok()
+        .stdout();
+    assert!(
+        listed.contains(&format!(
+            "\"id\":\"{}\"",
+            &changes_key["id"].as_str().unwrap()[..8]
+        )),
+        "{listed}"
+    );
     // Reinstalled (its state lost): a new key, and the old one is gone.
     c.c.sh(&format!("rm {KEY_FILE}; ag-box init")).ok();
     let second = own();

@@ -15,10 +15,11 @@ use crate::config;
 use crate::error::UserError;
 use crate::plan::agents;
 use crate::plan::doctor::{self, Check, Status, fail, ok, warn};
+use crate::plan::restic::Repository;
 use crate::plan::text;
 use crate::sys::cmd;
 use crate::sys::nodes::Nodes;
-use crate::sys::restic::short;
+use crate::sys::restic::{Restic, short};
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -285,6 +286,7 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
             "run 'ag-box init' on this node (it adds one)",
         ),
     });
+    out.push(changes_repository(ctx));
     if unlock && let Err(e) = restic.unlock() {
         out.push(fail(
             "repository locks",
@@ -316,6 +318,28 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
         Err(e) => fail("repository locks", detail_of(&e), fix_of(&e)),
     });
     out
+}
+
+/// Where a park's changes go: their own repository (`ag-box init` makes it), else the main one,
+/// whose whole index every restic command loads first.
+fn changes_repository(ctx: &Ctx) -> Check {
+    let label = "changes repository";
+    let changes = match Restic::open(&ctx.config, Repository::Changes) {
+        Ok(r) => r,
+        Err(e) => return fail(label, detail_of(&e), fix_of(&e)),
+    };
+    let repo = changes.describe().to_string();
+    match changes.exists() {
+        Ok(true) => ok(label, format!("{repo}: reachable")),
+        Ok(false) => warn(
+            label,
+            format!(
+                "{repo} does not exist: a park's changes go to the main repository, and restic loads its whole index to save or restore them"
+            ),
+            "run 'ag-box init' (it makes it; what is saved stays where it is)",
+        ),
+        Err(e) => fail(label, detail_of(&e), fix_of(&e)),
+    }
 }
 
 /// `<cli> --version` of each agent CLI here (None: not installed).

@@ -129,7 +129,7 @@ fn pull(ctx: &Ctx) -> Result<()> {
         .filter(|p| !brokered.iter().any(|(_, f)| f == p))
         .collect();
     let placed = restore::restore_into_live(
-        restic,
+        ctx.repo.as_ref(),
         &newest.id,
         &home.join(".ag-box-globals"),
         &candidates,

@@ -3,7 +3,6 @@
 //! first used) and the clock. `Ctx::load` makes the real one; `lifecycle/tests.rs` puts
 //! recording doubles behind the same ports.
 
-use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -14,11 +13,8 @@ use anyhow::Result;
 use super::{RUN_ROOT, spec_for};
 use crate::config::Config;
 use crate::error::UserError;
-use crate::plan::delta::{Change, Listed};
 use crate::plan::names::{self, BoxName};
-use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
-use crate::plan::snapshot_id::SnapshotId;
 use crate::store::events::{self, Step};
 use crate::store::local::LocalStore;
 use crate::store::meta::Meta;
@@ -26,7 +22,8 @@ use crate::store::s3::S3Store;
 use crate::store::{MetaStore, Stored, get_existing};
 use crate::sys::box_lock::{self, BoxLock};
 use crate::sys::copy_state::CopyState;
-use crate::sys::ports::{Backup, BoxRuntime, Repo};
+use crate::sys::ports::{BoxRuntime, Repo};
+use crate::sys::repositories::Repositories;
 use crate::sys::restic::Restic;
 use crate::sys::runtime;
 use crate::sys::runtime_kind::Runtime;
@@ -41,7 +38,7 @@ pub(crate) struct Ctx {
     pub repo: Rc<dyn Repo>,
     /// The real repository, for the verbs that read it beyond the port (history, diff,
     /// status...); the same one `repo` is outside tests, opened once.
-    restic: Rc<LazyRestic>,
+    restic: Rc<Repositories>,
     /// The time records and leases are stamped with (a fixed one in tests). What is compared
     /// with files' ctimes reads the system clock itself, as the filesystem does.
     pub clock: fn() -> SystemTime,
@@ -56,11 +53,7 @@ impl Ctx {
             (Some(s3), Some(cache)) => Rc::new(S3Store::new(s3, &cache)?),
             _ => Rc::new(LocalStore::new(&config.state_dir)),
         };
-        let restic = Rc::new(LazyRestic {
-            config: config.clone(),
-            store: Rc::clone(&store),
-            opened: OnceCell::new(),
-        });
+        let restic = Rc::new(Repositories::new(config.clone(), Rc::clone(&store)));
         Ok(Ctx {
             config,
             store,
@@ -80,11 +73,7 @@ impl Ctx {
         repo: Rc<dyn Repo>,
         clock: fn() -> SystemTime,
     ) -> Ctx {
-        let restic = Rc::new(LazyRestic {
-            config: config.clone(),
-            store: Rc::clone(&store),
-            opened: OnceCell::new(),
-        });
+        let restic = Rc::new(Repositories::new(config.clone(), Rc::clone(&store)));
         Ctx {
             config,
             store,
@@ -97,7 +86,7 @@ impl Ctx {
 
     /// The repository, opened (with this node's key, which it may add) at the first call.
     pub(crate) fn restic(&self) -> Result<&Restic> {
-        self.restic.get()
+        self.restic.main()
     }
 
     pub(crate) fn now(&self) -> SystemTime {
@@ -244,75 +233,4 @@ pub(crate) fn record_cache_dir(config: &Config) -> Option<PathBuf> {
         })
         .collect();
     Some(config.state_dir.join("record-cache").join(bucket))
-}
-
-/// The real repository behind the sequences' port, opened at its first use.
-struct LazyRestic {
-    config: Config,
-    store: Rc<dyn MetaStore>,
-    opened: OnceCell<Restic>,
-}
-
-impl LazyRestic {
-    fn get(&self) -> Result<&Restic> {
-        if let Some(r) = self.opened.get() {
-            return Ok(r);
-        }
-        let mut r = Restic::new(&self.config)?;
-        r.add_node_key(self.store.as_ref(), &self.config.node);
-        Ok(self.opened.get_or_init(|| r))
-    }
-}
-
-impl Repo for LazyRestic {
-    fn ensure_repo(&self) -> Result<()> {
-        Repo::ensure_repo(self.get()?)
-    }
-    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
-        Repo::backup(self.get()?, spec)
-    }
-    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
-        Repo::backup_changes(self.get()?, spec, paths)
-    }
-    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
-        Repo::restore(self.get()?, snapshot_id, target)
-    }
-    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        Repo::snapshots(self.get()?)
-    }
-    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
-        Repo::box_snapshots(self.get()?, name)
-    }
-    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
-        Repo::forget(self.get()?, ids)
-    }
-    fn prune(&self) -> Result<()> {
-        Repo::prune(self.get()?)
-    }
-    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
-        Repo::changes(self.get()?, from, to)
-    }
-    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
-        Repo::listing(self.get()?, snapshot_id)
-    }
-    fn restore_only(
-        &self,
-        snapshot_id: &SnapshotId,
-        target: &Path,
-        paths: &[PathBuf],
-    ) -> Result<()> {
-        Repo::restore_only(self.get()?, snapshot_id, target, paths)
-    }
-    fn restores_in_place(&self) -> bool {
-        self.get().is_ok_and(Repo::restores_in_place)
-    }
-    fn restore_path(
-        &self,
-        snapshot_id: &SnapshotId,
-        path: &Path,
-        excludes: &[PathBuf],
-        exclude_files: &[PathBuf],
-    ) -> Result<()> {
-        Repo::restore_path(self.get()?, snapshot_id, path, excludes, exclude_files)
-    }
 }

@@ -199,6 +199,7 @@ pub(crate) fn save_changes(
         to: published.to,
         snapshot: saved.id,
         list,
+        repository: saved.repository,
     }))
 }
 

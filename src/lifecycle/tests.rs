@@ -21,7 +21,9 @@ use crate::config::{Config, Sources};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{Change, DirAttrs, Listed, Published, PublishedRef};
 use crate::plan::names::BoxName;
-use crate::plan::restic::{BackupSpec, ChangesSpec, FORK_TAG, SnapshotInfo, box_tag, changes_tag};
+use crate::plan::restic::{
+    BackupSpec, ChangesSpec, FORK_TAG, Repository, SnapshotInfo, box_tag, changes_tag,
+};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::timestamp;
@@ -248,6 +250,7 @@ impl Repo for FakeRepo {
             .insert(id.clone(), timestamp(SystemTime::now()));
         Ok(Backup {
             id: id.into(),
+            repository: Repository::Main,
             unreadable: self.unreadable.take(),
             files_added: 1,
             bytes_added: 10,
@@ -268,6 +271,7 @@ impl Repo for FakeRepo {
             .insert(id.clone(), timestamp(SystemTime::now()));
         Ok(Backup {
             id: id.into(),
+            repository: Repository::Changes,
             unreadable: Vec::new(),
             files_added: 1,
             bytes_added: 10,
@@ -289,6 +293,21 @@ impl Repo for FakeRepo {
             .status()?;
         anyhow::ensure!(ok.success(), "restoring {id}");
         Ok(())
+    }
+    fn restore_changes(
+        &self,
+        repository: Repository,
+        id: &SnapshotId,
+        target: &Path,
+    ) -> Result<()> {
+        // Changes live in their own repository, as `backup_changes` said.
+        let held = if self.changes.borrow().iter().any(|c| c == id.as_str()) {
+            Repository::Changes
+        } else {
+            Repository::Main
+        };
+        anyhow::ensure!(held == repository, "no snapshot {id} in {repository:?}");
+        self.restore(id, target)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let of = [box_tag(name), changes_tag(name)];
@@ -680,6 +699,7 @@ impl Node {
             to: published.to.clone(),
             snapshot: id.into(),
             list,
+            repository: Repository::Changes,
         };
         self.store.put_delta("demo", Some(&r)).unwrap();
         r

@@ -883,7 +883,7 @@ fn stage_published(
     let staging = staging(meta)?;
     let staged = ctx
         .repo
-        .restore(&published.snapshot, &staging)
+        .restore_changes(published.repository, &published.snapshot, &staging)
         .and_then(|()| {
             tracing::debug!("restic restored the changes into staging");
             restore::read_published(&staging, &published.list)

@@ -18,6 +18,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::restic::Repository;
 use crate::plan::snapshot_id::SnapshotId;
 
 /// One change `restic diff --json` prints; dirs end with `/`.
@@ -358,6 +359,10 @@ pub(crate) struct PublishedRef {
     pub to: SnapshotId,
     pub snapshot: SnapshotId,
     pub list: PathBuf,
+    /// Which repository holds `snapshot`; absent (the main one) in what versions before the
+    /// changes repository published, and where none was made.
+    #[serde(default, skip_serializing_if = "Repository::is_main")]
+    pub repository: Repository,
 }
 
 impl PublishedRef {
@@ -798,12 +803,40 @@ mod tests {
     }
 
     #[test]
+    fn a_pointer_names_the_changes_repository_and_one_that_does_not_means_the_main_one() {
+        let older =
+            r#"{"from":"aa","to":"bb","snapshot":"cc","list":"/var/lib/ag-box/published/d.json"}"#;
+        let main: PublishedRef = serde_json::from_str(older).unwrap();
+        assert_eq!(
+            main,
+            PublishedRef {
+                from: "aa".into(),
+                to: "bb".into(),
+                snapshot: "cc".into(),
+                list: "/var/lib/ag-box/published/d.json".into(),
+                repository: Repository::Main,
+            }
+        );
+        // What the main one holds is written as before, for versions that know no other.
+        assert_eq!(serde_json::to_string(&main).unwrap(), older);
+        let changes = PublishedRef {
+            repository: Repository::Changes,
+            ..main
+        };
+        assert_eq!(
+            serde_json::to_string(&changes).unwrap(),
+            r#"{"from":"aa","to":"bb","snapshot":"cc","list":"/var/lib/ag-box/published/d.json","repository":"changes"}"#
+        );
+    }
+
+    #[test]
     fn a_published_snapshot_is_restored_only_for_the_copy_it_starts_from() {
         let r = PublishedRef {
             from: "aaaa1111bbbb".into(),
             to: "cccc2222dddd".into(),
             snapshot: "eeee".into(),
             list: "/var/lib/ag-box/published/demo.json".into(),
+            repository: Repository::Changes,
         };
         let roots = [
             PathBuf::from("/root/demo"),

@@ -25,6 +25,42 @@ const CHANGES_HOST: &str = "ag-box-changes";
 pub(crate) const GLOBALS_TAG: &str = "globals";
 const GLOBALS_HOST: &str = "ag-box-globals";
 
+/// The two repositories a node uses: the main one holds every whole snapshot (and the
+/// globals); the changes one only the changes snapshots parks save (made by `ag-box init`
+/// beside it), so restoring or saving a few thousand changed files does not first load the
+/// index of every box's whole history (restic reads the whole index before any command).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Repository {
+    #[default]
+    Main,
+    Changes,
+}
+
+impl Repository {
+    /// Its dir in the bucket, and in `$BOX_STATE_DIR` with the local store.
+    pub(crate) fn dir(self) -> &'static str {
+        match self {
+            Repository::Main => "restic",
+            Repository::Changes => "restic-changes",
+        }
+    }
+
+    /// Where a node keeps its own key of it, in `$BOX_STATE_DIR`.
+    pub(crate) fn node_key_file(self) -> &'static str {
+        match self {
+            Repository::Main => "restic-node-key.json",
+            Repository::Changes => "restic-changes-node-key.json",
+        }
+    }
+
+    // By reference: serde's `skip_serializing_if` passes one.
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    pub(crate) fn is_main(&self) -> bool {
+        *self == Repository::Main
+    }
+}
+
 pub(crate) fn box_tag(name: &str) -> String {
     format!("box:{name}")
 }

@@ -209,6 +209,7 @@ impl super::Accounts for LocalStore {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::restic::Repository;
     use crate::store::{Step, update};
 
     fn meta(name: &str) -> Meta {
@@ -230,6 +231,7 @@ mod tests {
             to: "b".into(),
             snapshot: "c".into(),
             list: "/var/lib/ag-box/published/b.json".into(),
+            repository: Repository::Changes,
         };
         fs::create_dir_all(&store.deltas).unwrap();
         plant();

@@ -10,6 +10,7 @@ use anyhow::{Result, bail};
 
 use crate::error::UserError;
 use crate::plan::delta::PublishedRef;
+use crate::plan::restic::Repository;
 use events::Event;
 use meta::Meta;
 
@@ -91,18 +92,20 @@ fn delta_names(name: &str) -> (String, [String; 2]) {
     )
 }
 
-/// The key files of the restic repository that lives beside the records (`restic/keys/`).
+/// The key files of the restic repositories that live beside the records (`restic/keys/`,
+/// `restic-changes/keys/`).
 pub(crate) trait RepositoryKeys: Records {
-    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
-        let _ = (id, bytes);
+    fn put_repository_key(&self, repository: Repository, id: &str, bytes: &[u8]) -> Result<()> {
+        let _ = (repository, id, bytes);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
     /// The key files, with their names and JSON (the metadata in them is plain text).
-    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
+    fn repository_keys(&self, repository: Repository) -> Result<Vec<(String, Vec<u8>)>> {
+        let _ = repository;
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
-    fn delete_repository_key(&self, id: &str) -> Result<()> {
-        let _ = id;
+    fn delete_repository_key(&self, repository: Repository, id: &str) -> Result<()> {
+        let _ = (repository, id);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
 }

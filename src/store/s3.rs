@@ -23,6 +23,7 @@ use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
 use crate::plan::delta::PublishedRef;
+use crate::plan::restic::Repository;
 
 /// Record reads a listing keeps in flight.
 const READS_IN_FLIGHT: usize = 32;
@@ -62,9 +63,6 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
         self.status().as_u16()
     }
 }
-
-/// Where restic keeps the repository's key files in the bucket.
-const REPOSITORY_KEYS: &str = "restic/keys/";
 
 impl S3Store {
     pub(crate) fn new(cfg: &S3Config, cache_dir: &Path) -> Result<S3Store> {
@@ -538,24 +536,24 @@ impl DeltaStore for S3Store {
 }
 
 impl RepositoryKeys for S3Store {
-    fn put_repository_key(&self, id: &str, bytes: &[u8]) -> Result<()> {
-        self.put_bytes(&format!("{REPOSITORY_KEYS}{id}"), bytes.to_vec())
+    fn put_repository_key(&self, repository: Repository, id: &str, bytes: &[u8]) -> Result<()> {
+        self.put_bytes(&format!("{}{id}", keys_dir(repository)), bytes.to_vec())
     }
 
-    fn repository_keys(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let keys: Vec<String> = self
-            .objects(REPOSITORY_KEYS)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
+    fn repository_keys(&self, repository: Repository) -> Result<Vec<(String, Vec<u8>)>> {
+        let dir = keys_dir(repository);
+        let keys: Vec<String> = self.objects(&dir)?.into_iter().map(|(k, _)| k).collect();
         let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
-            futures_util::stream::iter(keys.into_iter().map(|key| async move {
-                let bytes = self
-                    .get_bytes(&key)
-                    .await?
-                    .with_context(|| format!("{key} is gone"))?;
-                let id = key.trim_start_matches(REPOSITORY_KEYS).to_string();
-                Ok((id, bytes))
+            futures_util::stream::iter(keys.into_iter().map(|key| {
+                let dir = &dir;
+                async move {
+                    let bytes = self
+                        .get_bytes(&key)
+                        .await?
+                        .with_context(|| format!("{key} is gone"))?;
+                    let id = key.trim_start_matches(dir.as_str()).to_string();
+                    Ok((id, bytes))
+                }
             }))
             .buffer_unordered(READS_IN_FLIGHT)
             .collect(),
@@ -563,9 +561,14 @@ impl RepositoryKeys for S3Store {
         read.into_iter().collect()
     }
 
-    fn delete_repository_key(&self, id: &str) -> Result<()> {
-        self.delete_key(&format!("{REPOSITORY_KEYS}{id}"))
+    fn delete_repository_key(&self, repository: Repository, id: &str) -> Result<()> {
+        self.delete_key(&format!("{}{id}", keys_dir(repository)))
     }
+}
+
+/// Where a restic repository in the bucket keeps its key files.
+fn keys_dir(repository: Repository) -> String {
+    format!("{}/keys/", repository.dir())
 }
 
 /// Records as this node last read them, each with its `ETag` (the version S3 gives the content):

@@ -26,6 +26,7 @@ pub(crate) mod ports;
 pub(crate) mod privs;
 pub(crate) mod proxy;
 pub(crate) mod pty;
+pub(crate) mod repositories;
 pub(crate) mod restic;
 pub(crate) mod restore;
 pub(crate) mod runtime;

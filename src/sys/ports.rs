@@ -1,13 +1,13 @@
 //! The ports the sequences (`lifecycle`) act through: where a box's processes run, and the
-//! snapshot repository, each with the types it returns; `runtime::Runtime` and
-//! `restic::Restic` are the real ones, `lifecycle/tests.rs` holds recording doubles.
+//! snapshot repositories, each with the types it returns; `runtime::Runtime` and
+//! `repositories::Repositories` are the real ones, `lifecycle/tests.rs` holds recording doubles.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
 use crate::plan::delta::{Change, Listed};
-use crate::plan::restic::{BackupSpec, ChangesSpec, SnapshotInfo};
+use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::freezer::Paused;
@@ -16,6 +16,8 @@ use crate::sys::runtime_kind::Runtime;
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
 pub(crate) struct Backup {
     pub id: SnapshotId,
+    /// Where it is: changes go to their own repository where there is one.
+    pub repository: Repository,
     pub unreadable: Vec<String>,
     /// New and changed files, and the bytes they added to the repository.
     pub files_added: u64,
@@ -46,20 +48,30 @@ pub(crate) trait BoxRuntime {
     fn finish_later(&self, spec: &BoxSpec, log: &Path) -> Result<()>;
 }
 
-/// The snapshot repository (`sys::restic::Restic`).
+/// The snapshot repositories (`sys::repositories::Repositories`).
 pub(crate) trait Repo {
     fn ensure_repo(&self) -> Result<()>;
     /// Take a snapshot as `spec` says.
     fn backup(&self, spec: &BackupSpec) -> Result<Backup>;
-    /// Take a snapshot of just `paths` (what changed in a park), as `spec` says.
+    /// Take a snapshot of just `paths` (what changed in a park), as `spec` says: in the
+    /// changes repository where there is one ([`Backup::repository`] says).
     fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()>;
-    /// Every snapshot in the repository (of every box, and the globals).
+    /// Restore a whole changes snapshot, kept in `repository`, under `target` (an empty
+    /// staging dir).
+    fn restore_changes(
+        &self,
+        repository: Repository,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+    ) -> Result<()>;
+    /// Every snapshot in the repositories (of every box, and the globals).
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>>;
-    /// The full ids of every snapshot of box `name`.
+    /// The full ids of every snapshot of box `name`, changes included.
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>>;
-    /// Forget these snapshots (their data stays until [`Repo::prune`]).
+    /// Forget these snapshots, in whichever repository holds each (their data stays until
+    /// [`Repo::prune`]).
     fn forget(&self, ids: &[SnapshotId]) -> Result<()>;
     /// Free the space that only forgotten snapshots held.
     fn prune(&self) -> Result<()>;

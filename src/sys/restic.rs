@@ -17,12 +17,13 @@ use crate::plan::delta::{self, Change, Listed};
 use crate::plan::diff::{self, FileEntry};
 use crate::plan::history;
 use crate::plan::restic::{
-    self as plan, BackupSpec, ChangesSpec, ProgressMessage, SnapshotInfo, Version, box_tag,
+    self as plan, BackupSpec, ChangesSpec, ProgressMessage, Repository, SnapshotInfo, Version,
+    box_tag,
 };
 use crate::plan::restic_key;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::RepositoryKeys;
-use crate::sys::ports::{Backup, Repo};
+use crate::sys::ports::Backup;
 use crate::sys::{cmd, host, interrupt};
 
 enum Password {
@@ -32,6 +33,7 @@ enum Password {
 
 pub(crate) struct Restic {
     bin: PathBuf,
+    which: Repository,
     repository: String,
     password: Password,
     /// Keys and region for an `s3:` repository.
@@ -54,7 +56,6 @@ pub(crate) struct Restic {
 }
 
 const VERSION_CACHE: &str = "restic-version.json";
-const NODE_KEY: &str = "restic-node-key.json";
 /// Where versions that sealed published deltas kept the repository's master key.
 const KEPT_MASTER_KEY: &str = "restic-master-key.json";
 
@@ -75,48 +76,54 @@ fn missing_repository(stderr: &str) -> bool {
 }
 
 impl Restic {
-    /// `s3:<endpoint>/<bucket>/restic` with the S3 store, else `$BOX_STATE_DIR/restic`.
+    /// The main repository: `s3:<endpoint>/<bucket>/restic` with the S3 store, else
+    /// `$BOX_STATE_DIR/restic`.
     pub(crate) fn new(config: &Config) -> Result<Restic> {
+        Restic::open(config, Repository::Main)
+    }
+
+    /// Repository `which`: its dir (`Repository::dir`) in the bucket or in `$BOX_STATE_DIR`.
+    /// Both open with the operator's `RESTIC_PASSWORD` (or the local password file).
+    pub(crate) fn open(config: &Config, which: Repository) -> Result<Restic> {
         let bin = cmd::require("restic")?;
-        if let Some(s3) = &config.s3 {
+        let (repository, password, s3, local_dir) = if let Some(s3) = &config.s3 {
             let password = config
                 .restic_password
                 .clone()
                 .context("RESTIC_PASSWORD is required with S3")?;
-            return Ok(Restic {
-                bin,
-                repository: format!("s3:{}/{}/restic", s3.endpoint, s3.bucket),
-                password: Password::Value(password),
-                s3: Some((
+            (
+                format!("s3:{}/{}/{}", s3.endpoint, s3.bucket, which.dir()),
+                Password::Value(password),
+                Some((
                     s3.access_key_id.clone(),
                     s3.secret_access_key.clone(),
                     s3.region.clone(),
                 )),
-                local_dir: None,
-                version_cache: config.state_dir.join(VERSION_CACHE),
-                node_key: None,
-                node_key_file: config.state_dir.join(NODE_KEY),
-                state_dir: config.state_dir.clone(),
-                node_key_refused: AtomicBool::new(false),
-                operator_hint: None,
-                lock_wait: config.lock_wait,
-            }
-            .with_node_key());
-        }
-        let dir = config.state_dir.join("restic");
-        let password = match &config.restic_password {
-            Some(p) => Password::Value(p.clone()),
-            None => Password::File(config.state_dir.join("restic-password")),
+                None,
+            )
+        } else {
+            let dir = config.state_dir.join(which.dir());
+            let password = match &config.restic_password {
+                Some(p) => Password::Value(p.clone()),
+                None => Password::File(config.state_dir.join("restic-password")),
+            };
+            (
+                dir.to_string_lossy().into_owned(),
+                password,
+                None,
+                Some(dir),
+            )
         };
         Ok(Restic {
             bin,
-            repository: dir.to_string_lossy().into_owned(),
+            which,
+            repository,
             password,
-            s3: None,
-            local_dir: Some(dir),
+            s3,
+            local_dir,
             version_cache: config.state_dir.join(VERSION_CACHE),
             node_key: None,
-            node_key_file: config.state_dir.join(NODE_KEY),
+            node_key_file: config.state_dir.join(which.node_key_file()),
             state_dir: config.state_dir.clone(),
             node_key_refused: AtomicBool::new(false),
             operator_hint: None,
@@ -150,9 +157,13 @@ impl Restic {
             return;
         }
         let keys = match self.repository_keys(store) {
+            // No repository there (before `ag-box init`): the key comes with a later command.
+            Ok(keys) if keys.is_empty() => {
+                tracing::debug!("no node key yet: {} has no keys", self.repository);
+                return;
+            }
             Ok(keys) => keys,
             Err(e) => {
-                // No repository yet (before `ag-box init`): the key comes with a later command.
                 tracing::debug!("no node key yet: {e:#}");
                 return;
             }
@@ -175,14 +186,15 @@ impl Restic {
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(
-                "could not add this node's key to the restic repository (the operator's password serves): {e:#}"
+                "could not add this node's key to the restic repository {} (the operator's password serves): {e:#}",
+                self.repository
             ),
         }
     }
 
     fn repository_keys(&self, store: &dyn RepositoryKeys) -> Result<Vec<(String, Vec<u8>)>> {
         let Some(dir) = &self.local_dir else {
-            return store.repository_keys();
+            return store.repository_keys(self.which);
         };
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir.join("keys")).context("listing the repository's keys")? {
@@ -196,7 +208,7 @@ impl Restic {
     fn delete_repository_key(&self, store: &dyn RepositoryKeys, id: &str) -> Result<()> {
         match &self.local_dir {
             Some(dir) => atomic::remove(&dir.join("keys").join(id)),
-            None => store.delete_repository_key(id),
+            None => store.delete_repository_key(self.which, id),
         }
     }
 
@@ -229,7 +241,7 @@ impl Restic {
             restic_key::key_file(&out.stdout, password.as_bytes(), &random, &created, node)?;
         match &self.local_dir {
             Some(dir) => atomic::write(&dir.join("keys").join(&id), &bytes, 0o400)?,
-            None => store.put_repository_key(&id, &bytes)?,
+            None => store.put_repository_key(self.which, &id, &bytes)?,
         }
         let key = NodeKey {
             repository: self.repository.clone(),
@@ -251,8 +263,9 @@ impl Restic {
             }
         }
         tracing::info!(
-            "added this node's key {} to the restic repository",
-            short(&key.id)
+            "added this node's key {} to the restic repository {}",
+            short(&key.id),
+            self.repository
         );
         Ok(Some(key))
     }
@@ -398,7 +411,8 @@ impl Restic {
             return Ok(false);
         }
         tracing::warn!(
-            "the restic repository refused this node's key (removed?); using the operator's password"
+            "the restic repository {} refused this node's key (removed?); using the operator's password",
+            self.repository
         );
         self.node_key_refused.store(true, Ordering::Relaxed);
         atomic::remove(&self.node_key_file)?;
@@ -521,6 +535,7 @@ impl Restic {
                 }
                 Ok(Backup {
                     id: self.full_id(snapshot_id),
+                    repository: self.which,
                     unreadable,
                     files_added: files_new + files_changed,
                     bytes_added: data_added,
@@ -752,14 +767,13 @@ pub(crate) struct LockInfo {
     pub pid: i64,
 }
 
-impl Repo for Restic {
-    fn ensure_repo(&self) -> Result<()> {
-        Restic::ensure_repo(self)
+/// What the sequences' port (`sys::repositories`) asks of one repository.
+impl Restic {
+    pub(crate) fn backup_box(&self, spec: &BackupSpec) -> Result<Backup> {
+        self.backup(&spec.name, &plan::backup_args(spec, self.version()))
     }
-    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
-        Restic::backup(self, &spec.name, &plan::backup_args(spec, self.version()))
-    }
-    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+
+    pub(crate) fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
         let mut list = tempfile::Builder::new()
@@ -771,16 +785,13 @@ impl Repo for Restic {
             list.write_all(b"\0")?;
         }
         list.flush()?;
-        Restic::backup(
-            self,
+        self.backup(
             &format!("{} (what changed)", spec.name),
             &spec.args(list.path()),
         )
     }
-    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
-        Restic::restore(self, snapshot_id, target)
-    }
-    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
+
+    pub(crate) fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let tags = [plan::box_tag(name), plan::changes_tag(name)];
         Ok(self
             .listed_snapshots(&plan::snapshots_of_args(&tags))?
@@ -788,18 +799,18 @@ impl Repo for Restic {
             .map(|s| s.id)
             .collect())
     }
-    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        Restic::snapshots(self, None)
-    }
-    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
+
+    pub(crate) fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
         plan::forget_runs(ids)
             .iter()
             .try_for_each(|args| self.run(args, &mut |_| {}).map(|_| ()))
     }
-    fn prune(&self) -> Result<()> {
-        Restic::prune(self)
-    }
-    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
+
+    pub(crate) fn changes(
+        &self,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<(Vec<Change>, Vec<Listed>)> {
         // Both read the snapshots' trees; side by side, the second costs little more.
         std::thread::scope(|s| {
             let listing = s.spawn(|| self.listing(to));
@@ -813,36 +824,20 @@ impl Repo for Restic {
             Ok((changes, listed))
         })
     }
-    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
+
+    pub(crate) fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
         let mut listed = Vec::new();
         self.run(&delta::ls_args(snapshot_id), &mut |line| {
             listed.extend(delta::parse_ls_line(line));
         })?;
         Ok(listed)
     }
-    fn restore_only(
-        &self,
-        snapshot_id: &SnapshotId,
-        target: &Path,
-        paths: &[PathBuf],
-    ) -> Result<()> {
-        Restic::restore_only(self, snapshot_id, target, paths)
-    }
-    fn restores_in_place(&self) -> bool {
+
+    pub(crate) fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
-    }
-    fn restore_path(
-        &self,
-        snapshot_id: &SnapshotId,
-        path: &Path,
-        excludes: &[PathBuf],
-        exclude_files: &[PathBuf],
-    ) -> Result<()> {
-        Restic::restore_path(self, snapshot_id, path, excludes, exclude_files)
     }
 }
 
-/// A repository key's id as shown (a snapshot's: `SnapshotId::short`).
 pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }

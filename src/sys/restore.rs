@@ -526,6 +526,14 @@ mod tests {
             cmd::output(Command::new("cp").arg("-a").arg(from).arg(target))?;
             Ok(())
         }
+        fn restore_changes(
+            &self,
+            _: crate::plan::restic::Repository,
+            _: &SnapshotId,
+            _: &Path,
+        ) -> Result<()> {
+            anyhow::bail!("not used")
+        }
         fn box_snapshots(&self, _: &str) -> Result<Vec<SnapshotId>> {
             anyhow::bail!("not used")
         }

@@ -1,0 +1,178 @@
+//! The node's restic repositories behind the sequences' port (`ports::Repo`): the main one,
+//! and the changes one (`plan::restic::Repository`) where `ag-box init` made it, each opened
+//! (with this node's key, which it may add) at its first use, so a sequence that refuses
+//! before that changes nothing there.
+
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use anyhow::{Context, Result};
+
+use crate::config::Config;
+use crate::plan::delta::{Change, Listed};
+use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
+use crate::plan::snapshot_id::SnapshotId;
+use crate::store::MetaStore;
+use crate::sys::ports::{Backup, Repo};
+use crate::sys::restic::Restic;
+
+pub(crate) struct Repositories {
+    config: Config,
+    store: Rc<dyn MetaStore>,
+    main: OnceCell<Restic>,
+    changes: OnceCell<Restic>,
+}
+
+impl Repositories {
+    pub(crate) fn new(config: Config, store: Rc<dyn MetaStore>) -> Repositories {
+        Repositories {
+            config,
+            store,
+            main: OnceCell::new(),
+            changes: OnceCell::new(),
+        }
+    }
+
+    /// The main repository, opened at the first call.
+    pub(crate) fn main(&self) -> Result<&Restic> {
+        self.opened(&self.main, Repository::Main)
+    }
+
+    fn opened<'a>(&self, cell: &'a OnceCell<Restic>, which: Repository) -> Result<&'a Restic> {
+        if let Some(r) = cell.get() {
+            return Ok(r);
+        }
+        let mut r = Restic::open(&self.config, which)?;
+        // A local changes repository, like the main one, is made at its first use.
+        if which == Repository::Changes && self.config.s3.is_none() {
+            r.init()?;
+        }
+        r.add_node_key(self.store.as_ref(), &self.config.node);
+        Ok(cell.get_or_init(|| r))
+    }
+
+    fn changes(&self) -> Result<&Restic> {
+        self.opened(&self.changes, Repository::Changes)
+    }
+
+    fn of(&self, which: Repository) -> Result<&Restic> {
+        match which {
+            Repository::Main => self.main(),
+            Repository::Changes => self.changes(),
+        }
+    }
+
+    /// Where a park's changes go: the changes repository once this node holds a key of its
+    /// own there (so it exists: `ag-box init` made it), else the main one, as before it.
+    fn for_changes(&self) -> Result<&Restic> {
+        match self.changes() {
+            Ok(r) if r.node_key_id().is_some() => Ok(r),
+            Ok(_) => self.main(),
+            Err(e) => {
+                tracing::warn!("the changes repository cannot serve ({e:#}); using the main one");
+                self.main()
+            }
+        }
+    }
+
+    /// The changes repository, when it exists.
+    fn changes_there(&self) -> Result<Option<&Restic>> {
+        let r = self.changes()?;
+        if r.node_key_id().is_some() || r.exists()? {
+            return Ok(Some(r));
+        }
+        Ok(None)
+    }
+}
+
+impl Repo for Repositories {
+    fn ensure_repo(&self) -> Result<()> {
+        self.main()?.ensure_repo()
+    }
+    fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
+        self.main()?.backup_box(spec)
+    }
+    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+        self.for_changes()?.backup_changes(spec, paths)
+    }
+    fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
+        self.main()?.restore(snapshot_id, target)
+    }
+    fn restore_changes(
+        &self,
+        repository: Repository,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+    ) -> Result<()> {
+        self.of(repository)?.restore(snapshot_id, target)
+    }
+    fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let mut all = self.main()?.snapshots(None)?;
+        if let Some(changes) = self.changes_there()? {
+            all.extend(changes.snapshots(None)?);
+        }
+        Ok(all)
+    }
+    fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
+        let mut all = self.main()?.box_snapshots(name)?;
+        if let Some(changes) = self.changes_there()? {
+            all.extend(changes.box_snapshots(name)?);
+        }
+        Ok(all)
+    }
+    fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
+        let Some(changes) = self.changes_there()? else {
+            return self.main()?.forget(ids);
+        };
+        let there: Vec<SnapshotId> = changes
+            .snapshots(None)
+            .context("listing the changes repository")?
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        let (in_changes, in_main): (Vec<SnapshotId>, Vec<SnapshotId>) =
+            ids.iter().cloned().partition(|id| there.contains(id));
+        if !in_main.is_empty() {
+            self.main()?.forget(&in_main)?;
+        }
+        if !in_changes.is_empty() {
+            changes.forget(&in_changes)?;
+        }
+        Ok(())
+    }
+    fn prune(&self) -> Result<()> {
+        self.main()?.prune()?;
+        if let Some(changes) = self.changes_there()? {
+            changes.prune()?;
+        }
+        Ok(())
+    }
+    fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
+        self.main()?.changes(from, to)
+    }
+    fn listing(&self, snapshot_id: &SnapshotId) -> Result<Vec<Listed>> {
+        self.main()?.listing(snapshot_id)
+    }
+    fn restore_only(
+        &self,
+        snapshot_id: &SnapshotId,
+        target: &Path,
+        paths: &[PathBuf],
+    ) -> Result<()> {
+        self.main()?.restore_only(snapshot_id, target, paths)
+    }
+    fn restores_in_place(&self) -> bool {
+        self.main().is_ok_and(Restic::restores_in_place)
+    }
+    fn restore_path(
+        &self,
+        snapshot_id: &SnapshotId,
+        path: &Path,
+        excludes: &[PathBuf],
+        exclude_files: &[PathBuf],
+    ) -> Result<()> {
+        self.main()?
+            .restore_path(snapshot_id, path, excludes, exclude_files)
+    }
+}
