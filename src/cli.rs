@@ -389,7 +389,7 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         #[arg(long)]
         unlock: bool,
     },
-    /// Check the store and create the restic repository (idempotent)
+    /// Check the store and create the restic repositories: the main one and the changes one (idempotent)
     #[command(after_help = "Example: ag-box init")]
     Init,
     #[command(name = "__man", hide = true)]

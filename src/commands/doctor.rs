@@ -331,6 +331,8 @@ fn changes_repository(ctx: &Ctx) -> Check {
     let repo = changes.describe().to_string();
     match changes.exists() {
         Ok(true) => ok(label, format!("{repo}: reachable")),
+        // Local repositories are made at their first use.
+        Ok(false) if ctx.config.s3.is_none() => ok(label, format!("{repo}: made at its first use")),
         Ok(false) => warn(
             label,
             format!(
