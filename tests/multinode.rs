@@ -673,6 +673,49 @@ fn prune_follows_retention_and_boxes_still_move() {
     c.b.sh(&format!("ag-box park {name}")).ok();
 }
 
+/// A snapshot whose parent is gone from the repository (forgotten behind ag-box's back; or a
+/// quick park's changes, kept in the repository of changes) is taken with the parent restic
+/// picks itself, never refused.
+#[test]
+fn a_snapshot_whose_parent_is_gone_is_taken_all_the_same() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "noparent";
+    c.parked_box(name);
+    let taken = |n: &Node| -> String {
+        let out = n.sh(&format!("ag-box snapshot {name}"));
+        assert!(!out.ok().stderr().contains("is not in"), "{}", out.stderr());
+        out.stdout().split_whitespace().nth(1).unwrap().to_string()
+    };
+    c.a.sh(&format!(
+        "ag-box up {name} --node nodeA && ag-box exec {name} -- sh -c 'echo before > before.txt'"
+    ))
+    .ok();
+    let first = taken(&c.a);
+    c.a.sh(&format!("{RESTIC_ENV}; restic forget {first}")).ok();
+    c.a.sh(&format!(
+        "ag-box exec {name} -- sh -c 'echo after > after.txt'"
+    ))
+    .ok();
+    let next = c.a.sh(&format!("ag-box snapshot {name}"));
+    assert!(
+        next.ok()
+            .stderr()
+            .contains(&format!("its parent snapshot {} is not in", &first[..8])),
+        "{}",
+        next.stderr()
+    );
+    let id = next.stdout().split_whitespace().nth(1).unwrap().to_string();
+    let listed = c.a.sh(&format!(
+        "{RESTIC_ENV}; restic ls --no-lock {id} /root/{name}/after.txt"
+    ));
+    assert!(
+        listed.ok().stdout().contains("after.txt"),
+        "{}",
+        listed.stdout()
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
 #[test]
 fn drop_needs_confirmation_and_a_parked_box_and_keeps_local_files() {
     let Some(c) = Cluster::get() else { return };

@@ -330,7 +330,14 @@ fn changes_repository(ctx: &Ctx) -> Check {
     };
     let repo = changes.describe().to_string();
     match changes.exists() {
-        Ok(true) => ok(label, format!("{repo}: reachable")),
+        Ok(true) if changes.node_key_id().is_some() => ok(label, format!("{repo}: reachable")),
+        Ok(true) => warn(
+            label,
+            format!(
+                "{repo}: reachable, but this node has no key of its own there: its parks save their changes in the main repository"
+            ),
+            "run 'ag-box init' on this node (it adds one)",
+        ),
         // Local repositories are made at their first use.
         Ok(false) if ctx.config.s3.is_none() => ok(label, format!("{repo}: made at its first use")),
         Ok(false) => warn(

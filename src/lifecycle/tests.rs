@@ -225,6 +225,37 @@ impl FakeRepo {
     fn file(&self, id: impl std::fmt::Display, path: &Path) -> Option<String> {
         fs::read_to_string(self.tree(id).join(path.strip_prefix("/").unwrap())).ok()
     }
+
+    /// Changes live in their own repository, as `backup_changes` said: looked up in the other,
+    /// restic would not find them.
+    fn in_repository(&self, repository: Repository, id: &SnapshotId) -> Result<()> {
+        let held = if self.changes.borrow().iter().any(|c| c == id.as_str()) {
+            Repository::Changes
+        } else {
+            Repository::Main
+        };
+        anyhow::ensure!(held == repository, "no snapshot {id} in {repository:?}");
+        Ok(())
+    }
+
+    /// Snapshot `id`'s tree, copied under `target`.
+    fn copy_out(&self, id: &SnapshotId, target: &Path) -> Result<()> {
+        let id = id.as_str();
+        self.restored.borrow_mut().push(id.to_string());
+        if self.cut_in_place.get() {
+            anyhow::bail!("the connection to the repository was lost");
+        }
+        fs::create_dir_all(target)?;
+        let mut from = self.tree(id).into_os_string();
+        from.push("/.");
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(target)
+            .status()?;
+        anyhow::ensure!(ok.success(), "restoring {id}");
+        Ok(())
+    }
 }
 
 impl Repo for FakeRepo {
@@ -278,21 +309,8 @@ impl Repo for FakeRepo {
         })
     }
     fn restore(&self, id: &SnapshotId, target: &Path) -> Result<()> {
-        let id = id.as_str();
-        self.restored.borrow_mut().push(id.to_string());
-        if self.cut_in_place.get() {
-            anyhow::bail!("the connection to the repository was lost");
-        }
-        fs::create_dir_all(target)?;
-        let mut from = self.tree(id).into_os_string();
-        from.push("/.");
-        let ok = Command::new("cp")
-            .arg("-a")
-            .arg(from)
-            .arg(target)
-            .status()?;
-        anyhow::ensure!(ok.success(), "restoring {id}");
-        Ok(())
+        self.in_repository(Repository::Main, id)?;
+        self.copy_out(id, target)
     }
     fn restore_changes(
         &self,
@@ -300,14 +318,8 @@ impl Repo for FakeRepo {
         id: &SnapshotId,
         target: &Path,
     ) -> Result<()> {
-        // Changes live in their own repository, as `backup_changes` said.
-        let held = if self.changes.borrow().iter().any(|c| c == id.as_str()) {
-            Repository::Changes
-        } else {
-            Repository::Main
-        };
-        anyhow::ensure!(held == repository, "no snapshot {id} in {repository:?}");
-        self.restore(id, target)
+        self.in_repository(repository, id)?;
+        self.copy_out(id, target)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let of = [box_tag(name), changes_tag(name)];
@@ -348,6 +360,8 @@ impl Repo for FakeRepo {
         Ok(())
     }
     fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
+        self.in_repository(Repository::Main, from)?;
+        self.in_repository(Repository::Main, to)?;
         let (from, to) = (from.as_str(), to.as_str());
         self.listings.set(self.listings.get() + 1);
         anyhow::ensure!(
@@ -364,6 +378,7 @@ impl Repo for FakeRepo {
         Ok(self.foreign_in_next.take())
     }
     fn restore_only(&self, id: &SnapshotId, target: &Path, paths: &[PathBuf]) -> Result<()> {
+        self.in_repository(Repository::Main, id)?;
         let id = id.as_str();
         self.fetched
             .borrow_mut()
@@ -388,6 +403,7 @@ impl Repo for FakeRepo {
         _: &[PathBuf],
         _: &[PathBuf],
     ) -> Result<()> {
+        self.in_repository(Repository::Main, id)?;
         let id = id.as_str();
         self.in_place_calls
             .borrow_mut()

@@ -22,6 +22,8 @@ pub(crate) struct Repositories {
     store: Rc<dyn MetaStore>,
     main: OnceCell<Restic>,
     changes: OnceCell<Restic>,
+    /// Whether the changes repository exists, once asked.
+    changes_exist: OnceCell<bool>,
 }
 
 impl Repositories {
@@ -31,6 +33,7 @@ impl Repositories {
             store,
             main: OnceCell::new(),
             changes: OnceCell::new(),
+            changes_exist: OnceCell::new(),
         }
     }
 
@@ -76,13 +79,17 @@ impl Repositories {
         }
     }
 
-    /// The changes repository, when it exists.
+    /// The changes repository, when it exists (asked of restic once: a key file of this node's
+    /// may outlive the repository).
     fn changes_there(&self) -> Result<Option<&Restic>> {
         let r = self.changes()?;
-        if r.node_key_id().is_some() || r.exists()? {
-            return Ok(Some(r));
-        }
-        Ok(None)
+        let exists = if let Some(known) = self.changes_exist.get() {
+            *known
+        } else {
+            let known = r.exists()?;
+            *self.changes_exist.get_or_init(|| known)
+        };
+        Ok(exists.then_some(r))
     }
 }
 

@@ -769,8 +769,25 @@ pub(crate) struct LockInfo {
 
 /// What the sequences' port (`sys::repositories`) asks of one repository.
 impl Restic {
+    /// A snapshot as `spec` says; one whose parent the repository does not hold is taken with
+    /// the parent restic picks itself (the box's latest of the same paths), never refused.
     pub(crate) fn backup_box(&self, spec: &BackupSpec) -> Result<Backup> {
-        self.backup(&spec.name, &plan::backup_args(spec, self.version()))
+        match self.backup(&spec.name, &plan::backup_args(spec, self.version())) {
+            Err(e) if spec.parent.is_some() && plan::parent_missing(&format!("{e:#}")) => {
+                tracing::warn!(
+                    "box '{}': its parent snapshot {} is not in {}; restic picks the parent itself",
+                    spec.name,
+                    spec.parent.as_ref().map_or("", SnapshotId::short),
+                    self.repository
+                );
+                let alone = BackupSpec {
+                    parent: None,
+                    ..spec.clone()
+                };
+                self.backup(&spec.name, &plan::backup_args(&alone, self.version()))
+            }
+            taken => taken,
+        }
     }
 
     pub(crate) fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
