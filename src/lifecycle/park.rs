@@ -196,7 +196,11 @@ fn save_quick(
 ) -> (Option<PublishedRef>, Result<NextManifest>) {
     let (state_dir, name) = (&ctx.config.state_dir, &spec.name);
     std::thread::scope(|s| {
-        let next = s.spawn(|| CopyManifest::begin(state_dir, name, manifest));
+        let next = s.spawn(|| {
+            let next = CopyManifest::begin(state_dir, name, manifest);
+            tracing::debug!("box '{name}': its manifest's file is written");
+            next
+        });
         let published = save_and_publish(ctx, spec, kept, manifest);
         (
             published,

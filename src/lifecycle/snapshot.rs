@@ -177,6 +177,11 @@ pub(crate) fn save_changes(
         .cloned()
         .chain([list.clone()])
         .collect();
+    tracing::debug!(
+        "box '{}': saving {} changed paths",
+        spec.name,
+        published.fetch.len()
+    );
     let saved = ctx.repo.backup_changes(&changes, &paths);
     if let Err(e) = atomic::remove(&list) {
         tracing::debug!("removing {}: {e:#}", list.display());

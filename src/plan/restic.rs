@@ -156,8 +156,10 @@ pub(crate) struct ChangesSpec {
 impl ChangesSpec {
     /// `restic backup` of the paths listed in `list` (NUL-separated: any name is a name).
     /// `--force`: no parent is looked for (a changes snapshot with the very same paths hardly
-    /// ever exists, and the search reads every snapshot the repository lists).
-    pub(crate) fn args(&self, list: &Path) -> Vec<String> {
+    /// ever exists, and the search reads every snapshot the repository lists); `--no-scan`
+    /// where `version` has it (0.15+): the scanner reads every listed file's metadata a second
+    /// time only to show a percentage.
+    pub(crate) fn args(&self, list: &Path, version: Option<Version>) -> Vec<String> {
         let mut a: Vec<String> = vec![
             "backup".into(),
             "--json".into(),
@@ -173,6 +175,9 @@ impl ChangesSpec {
             "--tag".into(),
             format!("node:{}", self.node),
         ];
+        if version.is_some_and(Version::backs_up_without_scan) {
+            a.push("--no-scan".into());
+        }
         push_excludes(&mut a, &self.excludes, &self.exclude_files);
         a.extend([
             "--files-from-raw".into(),
@@ -547,8 +552,9 @@ mod tests {
             excludes: vec!["/var/lib/ag-box/homes/demo/.codex/auth.json".into()],
             exclude_files: vec!["/opt/box/exclude.txt".into()],
         };
+        let older = spec.args(Path::new("/var/lib/ag-box/changes.list"), Some(Version(0, 14, 0)));
         assert_eq!(
-            spec.args(Path::new("/var/lib/ag-box/changes.list")),
+            older,
             [
                 "backup", "--json", "--force", "--host", "ag-box-changes",
                 "--tag", "changes:demo", "--tag", "from:aaa", "--tag", "to:bbb", "--tag", "node:nodeB",
@@ -559,6 +565,13 @@ mod tests {
                 "--exclude-file", "/opt/box/exclude.txt",
                 "--files-from-raw", "/var/lib/ag-box/changes.list",
             ]
+        );
+        // restic 0.15+ reads the listed files' metadata once, not twice.
+        let mut without_scan = older.clone();
+        without_scan.insert(13, "--no-scan".to_string());
+        assert_eq!(
+            spec.args(Path::new("/var/lib/ag-box/changes.list"), Some(Version(0, 18, 0))),
+            without_scan
         );
     }
 

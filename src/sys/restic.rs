@@ -804,7 +804,7 @@ impl Restic {
         list.flush()?;
         self.backup(
             &format!("{} (what changed)", spec.name),
-            &spec.args(list.path()),
+            &spec.args(list.path(), self.version()),
         )
     }
 
