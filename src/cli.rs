@@ -385,7 +385,7 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)
         #[arg(long)]
         json: bool,
-        /// First remove the repository's stale locks (restic unlock)
+        /// First remove the repositories' stale locks (restic unlock)
         #[arg(long)]
         unlock: bool,
     },

@@ -360,18 +360,15 @@ fn a_bucket_without_a_changes_repository_serves_until_init_makes_one() {
     .ok();
     // (Each node's whole snapshot taken beside its park is done before the next step.)
     common::whole_snapshot_done(&c.b, name);
-    let up_a = c.a.sh_env(&env, &format!("ag-box up {name} --node nodeA"));
-    assert!(
-        up_a.ok().stderr().contains("as nodeB published them"),
-        "{}",
-        up_a.stderr()
-    );
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v2\n"
-    );
+    // `to` brings the box up with what `from` published as it parked, and holds `text` then.
+    let comes_to = |to: &Node, from: &Node, text: &str| {
+        let up = to.sh_env(&env, &format!("ag-box up {name} --node {}", to.name));
+        let published = format!("as {} published them", from.name);
+        assert!(up.ok().stderr().contains(&published), "{}", up.stderr());
+        let held = to.sh(&format!("cat /root/{name}/src/main.txt"));
+        assert_eq!(held.ok().stdout(), text);
+    };
+    comes_to(&c.a, &c.b, "v2\n");
     assert!(!pointer().contains("repository"), "{}", pointer());
     assert_eq!(changes_in("restic"), 1);
     // Once init made it, changes go there, and come back from there.
@@ -384,18 +381,7 @@ fn a_bucket_without_a_changes_repository_serves_until_init_makes_one() {
     )
     .ok();
     common::whole_snapshot_done(&c.a, name);
-    let up_b = c.b.sh_env(&env, &format!("ag-box up {name} --node nodeB"));
-    assert!(
-        up_b.ok().stderr().contains("as nodeA published them"),
-        "{}",
-        up_b.stderr()
-    );
-    assert_eq!(
-        c.b.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v3\n"
-    );
+    comes_to(&c.b, &c.a, "v3\n");
     assert!(
         pointer().contains(r#""repository":"changes""#),
         "{}",

@@ -286,7 +286,7 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
             "run 'ag-box init' on this node (it adds one)",
         ),
     });
-    out.push(changes_repository(ctx));
+    out.push(changes_repository(ctx, unlock));
     if unlock && let Err(e) = restic.unlock() {
         out.push(fail(
             "repository locks",
@@ -322,14 +322,21 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
 
 /// Where a park's changes go: their own repository (`ag-box init` makes it), else the main one,
 /// whose whole index every restic command loads first.
-fn changes_repository(ctx: &Ctx) -> Check {
+fn changes_repository(ctx: &Ctx, unlock: bool) -> Check {
     let label = "changes repository";
     let changes = match Restic::open(&ctx.config, Repository::Changes) {
         Ok(r) => r,
         Err(e) => return fail(label, detail_of(&e), fix_of(&e)),
     };
     let repo = changes.describe().to_string();
-    match changes.exists() {
+    let exists = changes.exists();
+    if unlock
+        && matches!(exists, Ok(true))
+        && let Err(e) = changes.unlock()
+    {
+        return fail(label, format!("restic unlock: {e:#}"), "see the message");
+    }
+    match exists {
         Ok(true) if changes.node_key_id().is_some() => ok(label, format!("{repo}: reachable")),
         Ok(true) => warn(
             label,
