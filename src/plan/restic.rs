@@ -228,14 +228,6 @@ pub(crate) fn lock_holder(stderr: &str) -> Option<String> {
     })
 }
 
-/// Whether restic refused a backup because its `--parent` is not in the repository (a prune
-/// forgot it, or it is a quick park's changes, kept in the repository of changes).
-/// (restic 0.14 ends with `Fatal: invalid id "<id>": no matching ID found for prefix "<id>"`,
-/// 0.18 with a line of that reason alone.)
-pub(crate) fn parent_missing(error: &str) -> bool {
-    error.contains("no matching ID found for prefix")
-}
-
 /// The global agent files of the push node; `paths` are those that exist.
 pub(crate) fn globals_backup_args(node: &str, paths: &[PathBuf]) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -720,20 +712,6 @@ mod tests {
                 "--exclude-file", "/opt/box/exclude.txt",
             ]
         );
-    }
-
-    #[test]
-    fn a_parent_the_repository_does_not_hold_is_told_from_other_failures() {
-        assert!(parent_missing(
-            "restic backup failed (exit 1): Fatal: invalid id \"5af9becf\": no matching ID found for prefix \"5af9becf\""
-        ));
-        assert!(!parent_missing(
-            "restic backup failed (exit 1): Fatal: unable to open config file"
-        ));
-        assert!(parent_missing(
-            "restic backup failed (exit 1): no matching ID found for prefix \"5af9becf\""
-        ));
-        assert!(!parent_missing("Fatal: invalid id \"x\": ambiguous prefix"));
     }
 
     #[test]

@@ -101,7 +101,18 @@ impl Repo for Repositories {
         self.main()?.backup_box(spec)
     }
     fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
-        self.for_changes()?.backup_changes(spec, paths)
+        let repo = self.for_changes()?;
+        let saved = repo.backup_changes(spec, paths);
+        // A key file of this node's may outlive the changes repository: gone, the main one
+        // serves, as before it was made.
+        if saved.is_err() && repo.is(Repository::Changes) && matches!(repo.exists(), Ok(false)) {
+            tracing::warn!(
+                "{} does not exist (run 'ag-box init'); saving the changes in the main repository",
+                repo.describe()
+            );
+            return self.main()?.backup_changes(spec, paths);
+        }
+        saved
     }
     fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
         self.main()?.restore(snapshot_id, target)

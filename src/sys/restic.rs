@@ -281,6 +281,11 @@ impl Restic {
             .filter(|_| !self.node_key_refused.load(Ordering::Relaxed))
     }
 
+    /// Whether this is repository `which`.
+    pub(crate) fn is(&self, which: Repository) -> bool {
+        self.which == which
+    }
+
     pub(crate) fn describe(&self) -> &str {
         &self.repository
     }
@@ -769,25 +774,34 @@ pub(crate) struct LockInfo {
 
 /// What the sequences' port (`sys::repositories`) asks of one repository.
 impl Restic {
-    /// A snapshot as `spec` says; one whose parent the repository does not hold is taken with
-    /// the parent restic picks itself (the box's latest of the same paths), never refused.
+    /// A snapshot as `spec` says; one whose parent the repository does not hold (a prune
+    /// forgot it, or it is a quick park's changes, kept in the repository of changes) is taken
+    /// with the parent restic picks itself (the box's latest of the same paths), never refused.
+    /// restic says so in words that differ by version and backend: the box's snapshots are
+    /// listed instead, and only once it failed.
     pub(crate) fn backup_box(&self, spec: &BackupSpec) -> Result<Backup> {
-        match self.backup(&spec.name, &plan::backup_args(spec, self.version())) {
-            Err(e) if spec.parent.is_some() && plan::parent_missing(&format!("{e:#}")) => {
-                tracing::warn!(
-                    "box '{}': its parent snapshot {} is not in {}; restic picks the parent itself",
-                    spec.name,
-                    spec.parent.as_ref().map_or("", SnapshotId::short),
-                    self.repository
-                );
-                let alone = BackupSpec {
-                    parent: None,
-                    ..spec.clone()
-                };
-                self.backup(&spec.name, &plan::backup_args(&alone, self.version()))
-            }
-            taken => taken,
+        let taken = self.backup(&spec.name, &plan::backup_args(spec, self.version()));
+        let (Err(_), Some(parent)) = (&taken, &spec.parent) else {
+            return taken;
+        };
+        let held = self.snapshots(Some(&box_tag(&spec.name))).map(|all| {
+            all.iter()
+                .any(|s| s.id.as_str().starts_with(parent.as_str()))
+        });
+        if interrupt::check("the snapshot").is_err() || !matches!(held, Ok(false)) {
+            return taken;
         }
+        tracing::warn!(
+            "box '{}': its parent snapshot {} is not in {}; restic picks the parent itself",
+            spec.name,
+            parent.short(),
+            self.repository
+        );
+        let alone = BackupSpec {
+            parent: None,
+            ..spec.clone()
+        };
+        self.backup(&spec.name, &plan::backup_args(&alone, self.version()))
     }
 
     pub(crate) fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
