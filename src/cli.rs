@@ -377,9 +377,9 @@ bounded); a model of no known price shows its tokens and no cost.\n\nExample: ag
         #[arg(add = ArgValueCandidates::new(agent_names))]
         agent: String,
     },
-    /// Is this node set up right? Tools, runtime, config files, store, clock, repository and
-    /// its locks, the other nodes, timers, TIOCSTI, free space, agent CLIs; each failure with
-    /// its fix
+    /// Is this node set up right? Tools, runtime, config files, store, clock, the repositories
+    /// and their locks, the other nodes, timers, TIOCSTI, free space, agent CLIs; each failure
+    /// with its fix
     #[command(after_help = "Example: ag-box doctor")]
     Doctor {
         /// Print the result as JSON (`schema_version` 1; see docs/reference.md)

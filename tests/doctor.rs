@@ -8,6 +8,9 @@ use common::{Checked, Cluster, Node, Target, assert_code};
 
 const RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic \
     RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
+/// The rig's repository of changes alone.
+const CHANGES_RESTIC_ENV: &str = "export RESTIC_REPOSITORY=s3:http://10.200.0.1:5001/agent-boxes/restic-changes \
+    RESTIC_PASSWORD=rig-password AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test";
 
 /// The line of check `name` in doctor's output, and the fix line after it.
 fn check(out: &str, name: &str) -> String {
@@ -146,6 +149,27 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
     );
     let unlocked = a.sh("ag-box doctor --unlock");
     assert!(check(&unlocked.ok().stdout(), "repository locks").starts_with("ok"));
+
+    // One in the repository of changes: a backup waiting on its input holds a lock there.
+    a.sh(&format!(
+        "{CHANGES_RESTIC_ENV}; mkfifo /root/doctor-fifo && exec 3<>/root/doctor-fifo
+         restic backup --stdin --host doctor <&3 >/dev/null 2>&1 & pid=$!
+         for i in $(seq 100); do restic list locks --no-lock | grep -q . && break; sleep 0.1; done
+         kill -9 $pid; wait $pid || true; exec 3>&-; rm /root/doctor-fifo
+         restic list locks --no-lock | grep -q ."
+    ))
+    .ok();
+    let locked = check(&failed(&a.sh("ag-box doctor")), "repository locks");
+    assert!(
+        locked.starts_with("FAIL") && locked.contains("stale: nodeA pid"),
+        "{locked}"
+    );
+    let unlocked = a.sh("ag-box doctor --unlock");
+    assert!(check(&unlocked.ok().stdout(), "repository locks").starts_with("ok"));
+    let left = a.sh(&format!(
+        "{CHANGES_RESTIC_ENV}; restic list locks --no-lock"
+    ));
+    assert_eq!(left.ok().stdout(), "");
     a.sh("rm -rf /root/doctor-bin /root/.config/box-doctor")
         .ok();
 }

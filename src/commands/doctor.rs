@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::{Ctx, JSON_SCHEMA_VERSION};
@@ -286,7 +286,8 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
             "run 'ag-box init' on this node (it adds one)",
         ),
     });
-    out.push(changes_repository(ctx, unlock));
+    let (changes, changes_there) = changes_repository(ctx, unlock);
+    out.push(changes);
     if unlock && let Err(e) = restic.unlock() {
         out.push(fail(
             "repository locks",
@@ -294,39 +295,49 @@ fn repository(ctx: &Ctx, unlock: bool) -> Vec<Check> {
             "see the message",
         ));
     }
-    let here = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default();
-    out.push(match restic.locks() {
-        Ok(locks) => {
-            let seen: Vec<doctor::Lock> = locks
-                .into_iter()
-                .map(|l| doctor::Lock {
-                    taken: humantime::parse_rfc3339_weak(&l.time).ok(),
-                    alive: l.hostname != here
-                        || l.pid <= 0
-                        || Path::new(&format!("/proc/{}", l.pid)).exists(),
-                    time: l.time,
-                    hostname: l.hostname,
-                    pid: l.pid,
-                })
-                .collect();
-            // The system clock, which restic stamped its locks with.
-            doctor::locks(&seen, SystemTime::now())
-        }
+    let locks = std::iter::once(restic)
+        .chain(&changes_there)
+        .map(locks_seen)
+        .collect::<Result<Vec<_>>>()
+        .map(|each| each.into_iter().flatten().collect::<Vec<_>>());
+    out.push(match locks {
+        // The system clock, which restic stamped its locks with.
+        Ok(seen) => doctor::locks(&seen, SystemTime::now()),
         Err(e) => fail("repository locks", detail_of(&e), fix_of(&e)),
     });
     out
 }
 
+/// The locks in a repository, each told alive or not where this node holds it.
+fn locks_seen(restic: &Restic) -> Result<Vec<doctor::Lock>> {
+    let here = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let locks = restic
+        .locks()
+        .with_context(|| format!("listing the locks of {}", restic.describe()))?;
+    Ok(locks
+        .into_iter()
+        .map(|l| doctor::Lock {
+            taken: humantime::parse_rfc3339_weak(&l.time).ok(),
+            alive: l.hostname != here
+                || l.pid <= 0
+                || Path::new(&format!("/proc/{}", l.pid)).exists(),
+            time: l.time,
+            hostname: l.hostname,
+            pid: l.pid,
+        })
+        .collect())
+}
+
 /// Where a park's changes go: their own repository (`ag-box init` makes it), else the main one,
-/// whose whole index every restic command loads first.
-fn changes_repository(ctx: &Ctx, unlock: bool) -> Check {
+/// whose whole index every restic command loads first. The repository too, when it exists.
+fn changes_repository(ctx: &Ctx, unlock: bool) -> (Check, Option<Restic>) {
     let label = "changes repository";
     let changes = match Restic::open(&ctx.config, Repository::Changes) {
         Ok(r) => r,
-        Err(e) => return fail(label, detail_of(&e), fix_of(&e)),
+        Err(e) => return (fail(label, detail_of(&e), fix_of(&e)), None),
     };
     let repo = changes.describe().to_string();
     let exists = changes.exists();
@@ -334,9 +345,13 @@ fn changes_repository(ctx: &Ctx, unlock: bool) -> Check {
         && matches!(exists, Ok(true))
         && let Err(e) = changes.unlock()
     {
-        return fail(label, format!("restic unlock: {e:#}"), "see the message");
+        return (
+            fail(label, format!("restic unlock: {e:#}"), "see the message"),
+            None,
+        );
     }
-    match exists {
+    let there = matches!(exists, Ok(true));
+    let check = match exists {
         Ok(true) if changes.node_key_id().is_some() => ok(label, format!("{repo}: reachable")),
         Ok(true) => warn(
             label,
@@ -355,7 +370,8 @@ fn changes_repository(ctx: &Ctx, unlock: bool) -> Check {
             "run 'ag-box init' (it makes it; what is saved stays where it is)",
         ),
         Err(e) => fail(label, detail_of(&e), fix_of(&e)),
-    }
+    };
+    (check, there.then_some(changes))
 }
 
 /// `<cli> --version` of each agent CLI here (None: not installed).

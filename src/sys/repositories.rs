@@ -3,7 +3,7 @@
 //! (with this node's key, which it may add) at its first use, so a sequence that refuses
 //! before that changes nothing there.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -24,6 +24,9 @@ pub(crate) struct Repositories {
     changes: OnceCell<Restic>,
     /// Whether the changes repository exists, once asked.
     changes_exist: OnceCell<bool>,
+    /// The snapshots listed so far, each with the repository that holds it: what `prune` and
+    /// `drop` forget comes from their listing, so it is forgotten without listing again.
+    listed: RefCell<Vec<(SnapshotId, Repository)>>,
 }
 
 impl Repositories {
@@ -34,6 +37,7 @@ impl Repositories {
             main: OnceCell::new(),
             changes: OnceCell::new(),
             changes_exist: OnceCell::new(),
+            listed: RefCell::new(Vec::new()),
         }
     }
 
@@ -91,6 +95,27 @@ impl Repositories {
         };
         Ok(exists.then_some(r))
     }
+
+    /// `ids`, listed in repository `which`: noted, and given back.
+    fn noting<T>(&self, which: Repository, ids: Vec<T>, id: fn(&T) -> &SnapshotId) -> Vec<T> {
+        self.listed
+            .borrow_mut()
+            .extend(ids.iter().map(|t| (id(t).clone(), which)));
+        ids
+    }
+
+    /// Where each of `ids` is, when every one of them was listed.
+    fn where_listed(&self, ids: &[SnapshotId]) -> Option<Vec<Repository>> {
+        let listed = self.listed.borrow();
+        ids.iter()
+            .map(|id| {
+                listed
+                    .iter()
+                    .find(|(l, _)| l == id)
+                    .map(|(_, which)| *which)
+            })
+            .collect()
+    }
 }
 
 impl Repo for Repositories {
@@ -126,16 +151,16 @@ impl Repo for Repositories {
         self.of(repository)?.restore(snapshot_id, target)
     }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        let mut all = self.main()?.snapshots(None)?;
+        let mut all = self.noting(Repository::Main, self.main()?.snapshots(None)?, |s| &s.id);
         if let Some(changes) = self.changes_there()? {
-            all.extend(changes.snapshots(None)?);
+            all.extend(self.noting(Repository::Changes, changes.snapshots(None)?, |s| &s.id));
         }
         Ok(all)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
-        let mut all = self.main()?.box_snapshots(name)?;
+        let mut all = self.noting(Repository::Main, self.main()?.box_snapshots(name)?, |s| s);
         if let Some(changes) = self.changes_there()? {
-            all.extend(changes.box_snapshots(name)?);
+            all.extend(self.noting(Repository::Changes, changes.box_snapshots(name)?, |s| s));
         }
         Ok(all)
     }
@@ -143,14 +168,31 @@ impl Repo for Repositories {
         let Some(changes) = self.changes_there()? else {
             return self.main()?.forget(ids);
         };
-        let there: Vec<SnapshotId> = changes
-            .snapshots(None)
-            .context("listing the changes repository")?
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
-        let (in_changes, in_main): (Vec<SnapshotId>, Vec<SnapshotId>) =
-            ids.iter().cloned().partition(|id| there.contains(id));
+        let wheres = if let Some(wheres) = self.where_listed(ids) {
+            wheres
+        } else {
+            let there: Vec<SnapshotId> = changes
+                .snapshots(None)
+                .context("listing the changes repository")?
+                .into_iter()
+                .map(|s| s.id)
+                .collect();
+            let which = |id: &SnapshotId| {
+                if there.contains(id) {
+                    Repository::Changes
+                } else {
+                    Repository::Main
+                }
+            };
+            ids.iter().map(which).collect()
+        };
+        let (mut in_main, mut in_changes) = (Vec::new(), Vec::new());
+        for (id, which) in ids.iter().zip(wheres) {
+            match which {
+                Repository::Main => in_main.push(id.clone()),
+                Repository::Changes => in_changes.push(id.clone()),
+            }
+        }
         if !in_main.is_empty() {
             self.main()?.forget(&in_main)?;
         }
