@@ -331,6 +331,16 @@ impl Repo for FakeRepo {
             .map(|(id, _)| id.as_str().into())
             .collect())
     }
+    fn whole_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
+        let tag = box_tag(name);
+        Ok(self
+            .tags
+            .borrow()
+            .iter()
+            .filter(|(_, tags)| tags.contains(&tag))
+            .map(|(id, _)| id.as_str().into())
+            .collect())
+    }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         Ok(self
             .tags
@@ -360,10 +370,11 @@ impl Repo for FakeRepo {
         Ok(())
     }
     fn changes(&self, from: &SnapshotId, to: &SnapshotId) -> Result<(Vec<Change>, Vec<Listed>)> {
+        // Counted asked, found or not.
+        self.listings.set(self.listings.get() + 1);
         self.in_repository(Repository::Main, from)?;
         self.in_repository(Repository::Main, to)?;
         let (from, to) = (from.as_str(), to.as_str());
-        self.listings.set(self.listings.get() + 1);
         anyhow::ensure!(
             !self.diff_fails.get(),
             "restic diff: the connection was lost"
@@ -2446,6 +2457,34 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
     assert_eq!((latest.on, latest.same_as), (None, None));
     n.latest_holds("g.txt", "new");
     n.latest_holds("f.txt", "v2");
+}
+
+#[test]
+fn a_copy_equal_to_a_quick_parks_changes_is_not_diffed_from_them() {
+    let n = Node::new();
+    n.parked();
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let changes = changes_over(&n, &whole);
+    assert_eq!(n.equals(), Some(changes.id.to_string()));
+    // Elsewhere the box moved on to a whole snapshot, publishing nothing for this copy.
+    let there = n.repo.tree("there");
+    cp(&n.repo.tree(&whole.id), &there);
+    fs::write(
+        there
+            .join(n.project().strip_prefix("/").unwrap())
+            .join("f.txt"),
+        "elsewhere",
+    )
+    .unwrap();
+    n.point_at("there");
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    // restic's diff from changes would list the rest of the box as removed.
+    assert_eq!(n.repo.listings.get(), 0);
+    assert_eq!(n.read("f.txt").as_deref(), Some("elsewhere"));
+    assert_eq!(n.equals().as_deref(), Some("there"));
 }
 
 #[test]

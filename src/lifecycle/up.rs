@@ -10,7 +10,6 @@ use super::{Ctx, snapshot};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Delta, Manifest, PublishedRef};
 use crate::plan::names::BoxName;
-use crate::plan::restic::CHANGES_KEY;
 use crate::plan::sandbox::MainWindow;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::plan::up::{self as plan, CopyFacts, CopyPlan, Known, RestoreFacts, Shortcut, Why};
@@ -914,7 +913,7 @@ fn stage_listed(
     s: &SnapshotRef,
     roots: &[PathBuf],
 ) -> Option<(PathBuf, Delta)> {
-    if is_changes(ctx, from) {
+    if is_changes(ctx, &meta.name, from) {
         // A quick park's changes hold only what changed: restic's diff from them lists the
         // rest of the box as removed.
         return None;
@@ -950,17 +949,13 @@ fn stage_listed(
     }
 }
 
-/// Whether snapshot `id` is a changes snapshot (or cannot be told apart from one).
-fn is_changes(ctx: &Ctx, id: &SnapshotId) -> bool {
-    match ctx.repo.snapshots() {
-        Ok(all) => all.iter().find(|i| i.id == *id).is_none_or(|i| {
-            i.tags.iter().any(|t| {
-                t.strip_prefix(CHANGES_KEY)
-                    .is_some_and(|r| r.starts_with(':'))
-            })
-        }),
+/// Whether snapshot `id` of box `name` is a changes snapshot (or cannot be told apart from
+/// one): whatever is none of the box's whole snapshots.
+fn is_changes(ctx: &Ctx, name: &str, id: &SnapshotId) -> bool {
+    match ctx.repo.whole_snapshots(name) {
+        Ok(whole) => !whole.contains(id),
         Err(e) => {
-            tracing::warn!("could not list the repository's snapshots: {e:#}");
+            tracing::warn!("could not list the snapshots of box '{name}': {e:#}");
             true
         }
     }

@@ -70,6 +70,8 @@ pub(crate) trait Repo {
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>>;
     /// The full ids of every snapshot of box `name`, changes included.
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>>;
+    /// The full ids of box `name`'s whole snapshots (the main repository's, no changes).
+    fn whole_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>>;
     /// Forget these snapshots, in whichever repository holds each (their data stays until
     /// [`Repo::prune`]).
     fn forget(&self, ids: &[SnapshotId]) -> Result<()>;

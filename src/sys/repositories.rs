@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 
 use crate::config::Config;
 use crate::plan::delta::{Change, Listed};
-use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
+use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo, box_tag};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::MetaStore;
 use crate::sys::ports::{Backup, Repo};
@@ -163,6 +163,10 @@ impl Repo for Repositories {
             all.extend(self.noting(Repository::Changes, changes.box_snapshots(name)?, |s| s));
         }
         Ok(all)
+    }
+    fn whole_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
+        let whole = self.main()?.snapshots(Some(&box_tag(name)))?;
+        Ok(whole.into_iter().map(|s| s.id).collect())
     }
     fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
         let Some(changes) = self.changes_there()? else {

@@ -537,6 +537,9 @@ mod tests {
         fn box_snapshots(&self, _: &str) -> Result<Vec<SnapshotId>> {
             anyhow::bail!("not used")
         }
+        fn whole_snapshots(&self, _: &str) -> Result<Vec<SnapshotId>> {
+            anyhow::bail!("not used")
+        }
         fn snapshots(&self) -> Result<Vec<crate::plan::restic::SnapshotInfo>> {
             anyhow::bail!("not used")
         }
