@@ -17,8 +17,8 @@
 #    `snapshot --active` of 10 boxes against the largest alone, on a loopback store and on one
 #    50 ms away (bench/snapshot-active.sh).
 # Each ag-box step runs with -v; its timed lines are kept in bench/last-run/ (where time goes).
-# Both nodes run Debian 13's restic here (as installed by tests/rig.sh install), so both
-# migrations use the same restic.
+# Both nodes run Debian 13's restic here (as installed by tests/rig.sh install), so every
+# migration uses the same restic. Peak memory is reported for the first round of the second.
 set -euo pipefail
 trap 'echo "bench/run.sh: failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
@@ -108,7 +108,8 @@ second() { # second ROUND FROM TO SEED: appends to parks2 finishes2 ups2 rsyncs2
   gen "$from" change /root/ref $HOME_SESS "$4"
   # The copies above written out before the clock starts: their dirty pages would stall the
   # fsyncs of the steps measured next (all nodes share this kernel).
-  on "$from" sync && on "$to" sync
+  on "$from" sync
+  on "$to" sync
   parks2+=("$(agbox "park2-$round" "$from" "park ref")")
   finishes2+=("$(finished "finish2-$round" "$from")")
   ups2+=("$(agbox "up2-$round" "$to" "up ref --node $to")")

@@ -152,7 +152,7 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
 
     // One in the repository of changes: a backup waiting on its input holds a lock there.
     a.sh(&format!(
-        "{CHANGES_RESTIC_ENV}; mkfifo /root/doctor-fifo && exec 3<>/root/doctor-fifo
+        "{CHANGES_RESTIC_ENV}; rm -f /root/doctor-fifo && mkfifo /root/doctor-fifo && exec 3<>/root/doctor-fifo
          restic backup --stdin --host doctor <&3 >/dev/null 2>&1 & pid=$!
          for i in $(seq 100); do restic list locks --no-lock | grep -q . && break; sleep 0.1; done
          kill -9 $pid; wait $pid || true; exec 3>&-; rm /root/doctor-fifo
@@ -161,7 +161,9 @@ fn doctor_passes_a_good_node_and_names_the_fix_of_each_broken_thing() {
     .ok();
     let locked = check(&failed(&a.sh("ag-box doctor")), "repository locks");
     assert!(
-        locked.starts_with("FAIL") && locked.contains("stale: nodeA pid"),
+        locked.starts_with("FAIL")
+            && locked.contains("stale: nodeA pid")
+            && locked.contains("in restic-changes"),
         "{locked}"
     );
     let unlocked = a.sh("ag-box doctor --unlock");

@@ -320,6 +320,7 @@ fn locks_seen(restic: &Restic) -> Result<Vec<doctor::Lock>> {
     Ok(locks
         .into_iter()
         .map(|l| doctor::Lock {
+            repository: restic.which().dir(),
             taken: humantime::parse_rfc3339_weak(&l.time).ok(),
             alive: l.hostname != here
                 || l.pid <= 0
@@ -345,9 +346,10 @@ fn changes_repository(ctx: &Ctx, unlock: bool) -> (Check, Option<Restic>) {
         && matches!(exists, Ok(true))
         && let Err(e) = changes.unlock()
     {
+        // Its locks are still listed: what is stale there shows.
         return (
             fail(label, format!("restic unlock: {e:#}"), "see the message"),
-            None,
+            Some(changes),
         );
     }
     let there = matches!(exists, Ok(true));

@@ -57,6 +57,8 @@ const STALE_LOCK: Duration = Duration::from_mins(30);
 /// A lock of the repository as `restic cat lock` shows it; `alive`: its process may still run
 /// (another host's, or this host's and still there).
 pub(crate) struct Lock {
+    /// The repository's dir (`restic`, `restic-changes`).
+    pub repository: &'static str,
     pub time: String,
     pub taken: Option<SystemTime>,
     pub hostname: String,
@@ -76,7 +78,12 @@ pub(crate) fn locks(locks: &[Lock], now: SystemTime) -> Check {
                 .is_some_and(|age| age > STALE_LOCK);
             old || !l.alive
         })
-        .map(|l| format!("{} pid {} since {}", l.hostname, l.pid, l.time))
+        .map(|l| {
+            format!(
+                "{} pid {} since {} in {}",
+                l.hostname, l.pid, l.time, l.repository
+            )
+        })
         .collect();
     if stale.is_empty() {
         ok(
@@ -507,6 +514,7 @@ mod tests {
     fn stale_locks_are_old_or_of_a_process_gone_from_here() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
         let lock = |age: u64, alive: bool| Lock {
+            repository: if alive { "restic" } else { "restic-changes" },
             time: format!("t-{age}"),
             taken: Some(now - Duration::from_secs(age)),
             hostname: "a".into(),
@@ -521,7 +529,7 @@ mod tests {
             locks(&[lock(60, true), lock(3600, true), lock(5, false)], now),
             fail(
                 "repository locks",
-                "stale: a pid 7 since t-3600; a pid 7 since t-5",
+                "stale: a pid 7 since t-3600 in restic; a pid 7 since t-5 in restic-changes",
                 "run 'ag-box doctor --unlock' (removes stale locks only)"
             )
         );

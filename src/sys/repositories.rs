@@ -4,6 +4,7 @@
 //! before that changes nothing there.
 
 use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -24,9 +25,10 @@ pub(crate) struct Repositories {
     changes: OnceCell<Restic>,
     /// Whether the changes repository exists, once asked.
     changes_exist: OnceCell<bool>,
-    /// The snapshots listed so far, each with the repository that holds it: what `prune` and
-    /// `drop` forget comes from their listing, so it is forgotten without listing again.
-    listed: RefCell<Vec<(SnapshotId, Repository)>>,
+    /// The snapshots listed so far (by full id), each with the repository that holds it: what
+    /// `prune` and `drop` forget comes from their listing, so it is forgotten without listing
+    /// again.
+    listed: RefCell<HashMap<String, Repository>>,
 }
 
 impl Repositories {
@@ -37,7 +39,7 @@ impl Repositories {
             main: OnceCell::new(),
             changes: OnceCell::new(),
             changes_exist: OnceCell::new(),
-            listed: RefCell::new(Vec::new()),
+            listed: RefCell::new(HashMap::new()),
         }
     }
 
@@ -100,20 +102,15 @@ impl Repositories {
     fn noting<T>(&self, which: Repository, ids: Vec<T>, id: fn(&T) -> &SnapshotId) -> Vec<T> {
         self.listed
             .borrow_mut()
-            .extend(ids.iter().map(|t| (id(t).clone(), which)));
+            .extend(ids.iter().map(|t| (id(t).as_str().to_string(), which)));
         ids
     }
 
-    /// Where each of `ids` is, when every one of them was listed.
+    /// Where each of `ids` is, when every one of them was listed (by its full id).
     fn where_listed(&self, ids: &[SnapshotId]) -> Option<Vec<Repository>> {
         let listed = self.listed.borrow();
         ids.iter()
-            .map(|id| {
-                listed
-                    .iter()
-                    .find(|(l, _)| l == id)
-                    .map(|(_, which)| *which)
-            })
+            .map(|id| listed.get(id.as_str()).copied())
             .collect()
     }
 }
@@ -130,7 +127,10 @@ impl Repo for Repositories {
         let saved = repo.backup_changes(spec, paths);
         // A key file of this node's may outlive the changes repository: gone, the main one
         // serves, as before it was made.
-        if saved.is_err() && repo.is(Repository::Changes) && matches!(repo.exists(), Ok(false)) {
+        if saved.is_err()
+            && repo.which() == Repository::Changes
+            && matches!(repo.exists(), Ok(false))
+        {
             tracing::warn!(
                 "{} does not exist (run 'ag-box init'); saving the changes in the main repository",
                 repo.describe()

@@ -281,9 +281,9 @@ impl Restic {
             .filter(|_| !self.node_key_refused.load(Ordering::Relaxed))
     }
 
-    /// Whether this is repository `which`.
-    pub(crate) fn is(&self, which: Repository) -> bool {
-        self.which == which
+    /// Which of the two repositories this is.
+    pub(crate) fn which(&self) -> Repository {
+        self.which
     }
 
     pub(crate) fn describe(&self) -> &str {

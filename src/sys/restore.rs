@@ -305,10 +305,12 @@ fn move_changes_in(staging: &Path, roots: &[PathBuf], delta: &Delta) -> Result<(
             && tree
                 .kind(rel)?
                 .is_some_and(|k| k != crate::sys::box_tree::Kind::Dir);
-        if !replace_in_one_step {
+        if replace_in_one_step {
+            tree.swap_in(&staged, &new, rel)?;
+        } else {
             tree.remove(rel)?;
+            tree.take_in(&staged, &new, rel)?;
         }
-        tree.take_in(&staged, &new, rel)?;
         crash::point("restore.mid-delta");
     }
     for d in &delta.dirs {
