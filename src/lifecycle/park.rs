@@ -172,13 +172,19 @@ fn parked(ctx: &Ctx, spec: &BoxSpec, epoch: u64, id: &SnapshotId, detail: Option
 /// equalled a snapshot here.
 fn stop_reading_manifest(ctx: &Ctx, spec: &BoxSpec, running: bool) -> Result<Option<CopyManifest>> {
     let state_dir = &ctx.config.state_dir;
+    let name = &spec.name;
     let (kept, stopped) = std::thread::scope(|s| {
-        let kept = s.spawn(|| CopyManifest::load(state_dir, &spec.name));
+        let kept = s.spawn(|| {
+            let kept = CopyManifest::load(state_dir, name);
+            tracing::debug!("box '{name}': read the manifest its copy had");
+            kept
+        });
         let stopped = if running {
             ctx.runtime.stop(spec)
         } else {
             Ok(())
         };
+        tracing::debug!("box '{name}': stopped");
         (kept.join().ok().flatten(), stopped)
     });
     stopped.map(|()| kept)
