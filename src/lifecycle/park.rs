@@ -176,7 +176,11 @@ fn stop_reading_manifest(ctx: &Ctx, spec: &BoxSpec, running: bool) -> Result<Opt
     let (kept, stopped) = std::thread::scope(|s| {
         let kept = s.spawn(|| {
             let kept = CopyManifest::load(state_dir, name);
-            tracing::debug!("box '{name}': read the manifest its copy had");
+            if kept.is_some() {
+                tracing::debug!("box '{name}': read the manifest its copy had");
+            } else {
+                tracing::debug!("box '{name}': no manifest of its copy is kept");
+            }
             kept
         });
         let stopped = if running {
@@ -184,7 +188,9 @@ fn stop_reading_manifest(ctx: &Ctx, spec: &BoxSpec, running: bool) -> Result<Opt
         } else {
             Ok(())
         };
-        tracing::debug!("box '{name}': stopped");
+        if running && stopped.is_ok() {
+            tracing::debug!("box '{name}': stopped");
+        }
         (kept.join().ok().flatten(), stopped)
     });
     stopped.map(|()| kept)

@@ -486,11 +486,17 @@ pub(crate) fn usable(
         && p.remove.iter().all(inside)
         && p.dirs.iter().all(|d| inside(&d.path))
         && p.path_count() <= MAX_PUBLISHED)
-        .then(|| Delta {
-            remove: p.remove.clone(),
-            fetch: p.fetch.clone(),
-            dirs: p.dirs.clone(),
+        // As a plan makes it (sorted, each path once, none below another): a list read from a
+        // snapshot that names a path twice would have the moves put its old entry back.
+        .then(|| {
+            bounded(
+                p.fetch.clone(),
+                p.remove.clone(),
+                p.dirs.clone(),
+                MAX_PUBLISHED,
+            )
         })
+        .flatten()
 }
 
 /// `restic restore <to> --target <staging> --include ...`: only the paths to fetch. No lock:
@@ -710,6 +716,43 @@ mod tests {
                     attrs("/p/keys", 0o2700, 1000),
                     attrs("/p/theirs", 0o755, 1001)
                 ],
+            })
+        );
+    }
+
+    /// A list that names a path twice, or one below another, is taken as a plan makes it.
+    #[test]
+    fn a_published_list_is_taken_sorted_with_each_path_once_and_none_below_another() {
+        let keys = DirAttrs {
+            path: "/p/keys".into(),
+            mode: 0o700,
+            uid: 0,
+            gid: 0,
+        };
+        let repeated = Published {
+            from: "aaaa1111bbbb".into(),
+            to: "cccc2222dddd".into(),
+            fetch: paths(&["/p/b/c", "/p/a", "/p/b", "/p/a"]),
+            remove: paths(&["/p/b/old", "/h/x"]),
+            dirs: vec![
+                DirAttrs {
+                    path: "/p/b/d".into(),
+                    ..keys.clone()
+                },
+                keys.clone(),
+            ],
+        };
+        assert_eq!(
+            usable(
+                &repeated,
+                &"aaaa1111".into(),
+                &"cccc2222dddd".into(),
+                &paths(&["/p", "/h"])
+            ),
+            Some(Delta {
+                remove: paths(&["/h/x"]),
+                fetch: paths(&["/p/a", "/p/b"]),
+                dirs: vec![keys],
             })
         );
     }

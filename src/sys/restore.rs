@@ -654,6 +654,48 @@ mod tests {
         }
     }
 
+    /// A changed file takes the place of the copy's, or of a link a box planted there, by
+    /// exchange: what stood there goes with the staging dir, beside the copy or inside it, and
+    /// no link is followed.
+    #[test]
+    fn a_changed_file_takes_the_place_of_the_old_one_or_of_a_planted_link() {
+        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
+        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let d = dir.path();
+        let host = d.join("host");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), "root only").unwrap();
+        let proj = d.join("proj");
+        for staging in [d.join("staging"), proj.join(INSIDE_RESTORE)] {
+            fs::create_dir_all(proj.join("a")).unwrap();
+            fs::write(proj.join("a/f"), "old").unwrap();
+            let _ = fs::remove_file(proj.join("a/l"));
+            std::os::unix::fs::symlink(host.join("secret"), proj.join("a/l")).unwrap();
+            let staged = staging.join(proj.strip_prefix("/").unwrap());
+            fs::create_dir_all(staged.join("a")).unwrap();
+            fs::write(staged.join("a/f"), "new").unwrap();
+            fs::write(staged.join("a/l"), "new in the link's place").unwrap();
+            let delta = Delta {
+                remove: vec![],
+                fetch: vec![proj.join("a/f"), proj.join("a/l")],
+                dirs: vec![],
+            };
+            drop(apply_delta(&staging, std::slice::from_ref(&proj), &delta).unwrap());
+            assert!(!staging.exists());
+            assert_eq!(fs::read_to_string(proj.join("a/f")).unwrap(), "new");
+            assert!(fs::symlink_metadata(proj.join("a/l")).unwrap().is_file());
+            assert_eq!(
+                fs::read_to_string(proj.join("a/l")).unwrap(),
+                "new in the link's place"
+            );
+            assert_eq!(
+                fs::read_to_string(host.join("secret")).unwrap(),
+                "root only"
+            );
+            assert_eq!(names(&host), ["secret"]);
+        }
+    }
+
     /// A changes snapshot is a box's work: one (forged, or read from a box's snapshot) whose
     /// staged tree holds a link where the copy has a dir moves nothing through that link.
     #[test]
