@@ -214,11 +214,16 @@ fn locate<'a>(trees: &'a [(&Path, Tree)], p: &'a Path) -> Result<(&'a Tree, &'a 
 }
 
 /// An empty staging dir beside `anchor` for what changed (what an earlier restore left there
-/// is removed first).
+/// is removed first), root's alone: it holds the box's changed files, then what they replaced.
 pub(crate) fn fresh_staging(anchor: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
     let staging = staging_for(anchor);
     remove_any(&staging).with_context(|| format!("clearing {}", staging.display()))?;
-    fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&staging)
+        .with_context(|| format!("creating {}", staging.display()))?;
     Ok(staging)
 }
 
@@ -652,6 +657,22 @@ mod tests {
             assert!(!staging.exists());
             assert_eq!(fs::read_to_string(proj.join("a/b/f")).unwrap(), "new");
         }
+    }
+
+    /// Whatever an earlier restore left goes, and the dir made is root's alone.
+    #[test]
+    fn a_fresh_staging_dir_is_empty_and_roots_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
+        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let proj = dir.path().join("proj");
+        fs::create_dir_all(&proj).unwrap();
+        let staging = fresh_staging(&proj).unwrap();
+        fs::write(staging.join("left"), "x").unwrap();
+        assert_eq!(fresh_staging(&proj).unwrap(), staging);
+        assert_eq!(names(&staging), Vec::<String>::new());
+        let mode = fs::metadata(&staging).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     /// A changed file takes the place of the copy's, or of a link a box planted there, by
