@@ -2282,6 +2282,18 @@ fn set_changes_the_agent_and_refuses_an_unknown_one_without_touching_the_record(
 }
 
 /// A quick park's record, as the park left it: its changes snapshot over `whole`.
+/// Parked, brought up, f.txt changed to "v2" and parked quickly: the whole snapshot and the
+/// changes over it.
+fn quick_parked(n: &Node) -> (SnapshotRef, SnapshotRef) {
+    n.parked();
+    let whole = n.meta().last_snapshot.unwrap();
+    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
+    n.write("f.txt", "v2");
+    park::park(n.ctx(), &named("demo"), false).unwrap();
+    let changes = changes_over(n, &whole);
+    (whole, changes)
+}
+
 fn changes_over(n: &Node, whole: &SnapshotRef) -> SnapshotRef {
     let latest = n.meta().last_snapshot.expect("a latest");
     assert_eq!(
@@ -2462,12 +2474,7 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
 #[test]
 fn a_copy_equal_to_a_quick_parks_changes_is_not_diffed_from_them() {
     let n = Node::new();
-    n.parked();
-    let whole = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
-    n.write("f.txt", "v2");
-    park::park(n.ctx(), &named("demo"), false).unwrap();
-    let changes = changes_over(&n, &whole);
+    let (whole, changes) = quick_parked(&n);
     assert_eq!(n.equals(), Some(changes.id.to_string()));
     // Elsewhere the box moved on to a whole snapshot, publishing nothing for this copy.
     let there = n.repo.tree("there");
@@ -2594,12 +2601,7 @@ fn prune_keeps_a_quick_parks_changes_and_the_snapshot_under_them() {
 #[test]
 fn a_parked_box_is_rolled_back_only_once_its_changes_are_saved_whole() {
     let n = Node::new();
-    n.parked();
-    let first = n.meta().last_snapshot.unwrap();
-    up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
-    n.write("f.txt", "v2");
-    park::park(n.ctx(), &named("demo"), false).unwrap();
-    let changes = changes_over(&n, &first);
+    let (first, changes) = quick_parked(&n);
     let e = rollback::rollback(n.ctx(), &named("demo"), &first).unwrap_err();
     assert!(
         format!("{e:#}").contains("its whole snapshot is not taken yet; it is not rolled back"),

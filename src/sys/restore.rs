@@ -659,6 +659,18 @@ mod tests {
         }
     }
 
+    /// A dir for a test, with a host dir holding a file of root's (`secret`: "root only"), and
+    /// the path of a project beside it.
+    fn host_file_and_project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
+        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let host = dir.path().join("host");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), "root only").unwrap();
+        let proj = dir.path().join("proj");
+        (dir, host, proj)
+    }
+
     /// Whatever an earlier restore left goes, and the dir made is root's alone.
     #[test]
     fn a_fresh_staging_dir_is_empty_and_roots_alone() {
@@ -680,13 +692,8 @@ mod tests {
     /// no link is followed.
     #[test]
     fn a_changed_file_takes_the_place_of_the_old_one_or_of_a_planted_link() {
-        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
-        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let (dir, host, proj) = host_file_and_project();
         let d = dir.path();
-        let host = d.join("host");
-        fs::create_dir_all(&host).unwrap();
-        fs::write(host.join("secret"), "root only").unwrap();
-        let proj = d.join("proj");
         for staging in [d.join("staging"), proj.join(INSIDE_RESTORE)] {
             fs::create_dir_all(proj.join("a")).unwrap();
             fs::write(proj.join("a/f"), "old").unwrap();
@@ -721,13 +728,8 @@ mod tests {
     /// staged tree holds a link where the copy has a dir moves nothing through that link.
     #[test]
     fn a_link_staged_above_a_listed_path_is_not_followed() {
-        fs::create_dir_all(crate::UNIT_TEST_DIR).unwrap();
-        let dir = tempfile::tempdir_in(crate::UNIT_TEST_DIR).unwrap();
+        let (dir, host, proj) = host_file_and_project();
         let d = dir.path();
-        let host = d.join("host");
-        fs::create_dir_all(&host).unwrap();
-        fs::write(host.join("secret"), "root only").unwrap();
-        let proj = d.join("proj");
         fs::create_dir_all(proj.join("lnk")).unwrap();
         let staging = d.join("staging");
         let staged_proj = staging.join(proj.strip_prefix("/").unwrap());
