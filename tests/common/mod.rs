@@ -319,12 +319,15 @@ impl Target for Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        // Stop any box this test left running, remove the cgroups it ran in (once its
-        // processes are gone) and release its network namespace, then remove its files.
+        // End what this test's ag-box left running detached (a quick park's whole snapshot,
+        // with its restic: they would write into the files removed below), stop any box it
+        // left running, remove the cgroups it ran in (once its processes are gone) and release
+        // its network namespace, then remove its files.
         let _ = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null
+                "for p in /proc/[0-9]*; do tr '\\0' '\\n' 2>/dev/null < $p/environ | grep -qx 'BOX_STATE_DIR={0}/state' && kill -9 ${{p#/proc/}} 2>/dev/null; done
+                 for d in /run/box/*; do [ -f \"$d/tmux.conf\" ] && grep -q '{0}' \"$d/tmux.conf\" && {{ kill $(cat \"$d/anchor.pid\") 2>/dev/null
                    [ -f \"$d/cgroups\" ] && while read -r c; do for i in $(seq 50); do rmdir \"$c\" 2>/dev/null && break; [ -d \"$c\" ] || break; sleep 0.1; done; done < \"$d/cgroups\"
                    rm -rf \"$d\"; }}; done
                  for m in {0}/state/meta/*.json; do [ -e \"$m\" ] || continue; p=/run/box/.netns/$(basename \"$m\" .json); umount -l \"$p\" 2>/dev/null; rm -f \"$p\"; done; true",
