@@ -7,6 +7,7 @@ use super::{Ctx, not_up_here, snapshot, up};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Manifest, PublishedRef, QUICK_TO};
 use crate::plan::names::BoxName;
+use crate::plan::restic::ChangesSpec;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::timestamp;
@@ -291,6 +292,12 @@ fn park_quickly(
     let Some((latest, equal, epoch)) = quick_parkable(ctx, meta, copy.state(), &spec)? else {
         return Ok(None);
     };
+    // restic opens and locks the changes repository while the box stops and is walked; ended
+    // with nothing saved wherever the park goes another way.
+    let _ahead = Ahead::start(
+        ctx,
+        &snapshot::changes_spec(ctx, &spec, &latest.id, &SnapshotId::from(QUICK_TO)),
+    );
     let kept = stop_reading_manifest(ctx, &spec, running)?;
     crash::point("park.after-stop");
     let Some(mut kept) = kept.filter(|k| latest.names(&k.snapshot)) else {
@@ -384,6 +391,23 @@ fn park_quickly(
         finish_later(ctx, &spec);
         Ok(Some(changes.id.clone()))
     })
+}
+
+/// restic started ahead for a changes snapshot (`Repo::prepare_changes`); what the park did
+/// not use of it is ended as the park returns.
+struct Ahead<'a>(&'a Ctx);
+
+impl<'a> Ahead<'a> {
+    fn start(ctx: &'a Ctx, spec: &ChangesSpec) -> Ahead<'a> {
+        ctx.repo.prepare_changes(spec);
+        Ahead(ctx)
+    }
+}
+
+impl Drop for Ahead<'_> {
+    fn drop(&mut self) {
+        self.0.repo.abandon_changes();
+    }
 }
 
 /// The whole snapshot that follows a quick park, started beside the command.

@@ -6,7 +6,6 @@ use std::time::SystemTime;
 use anyhow::Result;
 
 use super::{Ctx, not_up_here};
-use crate::atomic;
 use crate::error::UserError;
 use crate::plan::delta::{self, Manifest, Published, PublishedRef};
 use crate::plan::restic::{BackupSpec, ChangesSpec};
@@ -18,7 +17,7 @@ use crate::store::lease::{self, LeaseLost, timestamp};
 use crate::store::meta::{Meta, SnapshotRef};
 use crate::store::{Step, Stored, update_record};
 use crate::sys::copy_state::{CopyJournal, CopyManifest, CopyState, Equal, NextManifest, Relation};
-use crate::sys::{crash, digest, working_copy};
+use crate::sys::{changes_archive, crash, digest, working_copy};
 
 pub(crate) struct Taken {
     pub snapshot: SnapshotRef,
@@ -155,38 +154,31 @@ pub(crate) fn save_changes(
         return Ok(None);
     };
     let published = Published::new(b.snapshot.clone(), to.clone(), d);
-    // The list travels in the snapshot, from a path of the node's own (root's, outside
-    // every box), so the bucket learns no path the box's snapshots do not hide as well.
+    // The list travels in the snapshot, at a path of the node's own (root's, outside every
+    // box), so the bucket learns no path the box's snapshots do not hide as well.
     let list = ctx
         .config
         .state_dir
         .join("published")
         .join(format!("{name}.json", name = spec.name));
-    atomic::write(&list, &serde_json::to_vec(&published)?, 0o600)?;
-    let changes = ChangesSpec {
-        name: spec.name.clone(),
-        node: ctx.config.node.clone(),
-        from: published.from.clone(),
-        to: published.to.clone(),
-        excludes: spec.agent_home.snapshot_excludes(),
-        exclude_files: working_copy::exclude_files(),
+    let text = serde_json::to_vec(&published)?;
+    let roots = spec.local_copy();
+    let left_out = |p: &Path| excludes.matches(p);
+    let contents = changes_archive::Contents {
+        roots: &roots,
+        fetch: &published.fetch,
+        excluded: &left_out,
+        list: (&list, &text),
     };
-    let paths: Vec<PathBuf> = published
-        .fetch
-        .iter()
-        .cloned()
-        .chain([list.clone()])
-        .collect();
     tracing::debug!(
         "box '{}': saving {} changed paths",
         spec.name,
         published.fetch.len()
     );
-    let saved = ctx.repo.backup_changes(&changes, &paths);
-    if let Err(e) = atomic::remove(&list) {
-        tracing::debug!("removing {}: {e:#}", list.display());
-    }
-    let saved = saved?;
+    let saved = ctx.repo.backup_changes(
+        &changes_spec(ctx, spec, &published.from, &published.to),
+        &|out| changes_archive::write(out, &contents),
+    )?;
     anyhow::ensure!(
         saved.unreadable.is_empty(),
         "restic could not read {}",
@@ -205,7 +197,23 @@ pub(crate) fn save_changes(
         snapshot: saved.id,
         list,
         repository: saved.repository,
+        archive: Some(PathBuf::from(changes_archive::IN_SNAPSHOT)),
     }))
+}
+
+/// The changes snapshot of box `spec` from snapshot `from` to `to`, as this node saves it.
+pub(crate) fn changes_spec(
+    ctx: &Ctx,
+    spec: &BoxSpec,
+    from: &SnapshotId,
+    to: &SnapshotId,
+) -> ChangesSpec {
+    ChangesSpec {
+        name: spec.name.clone(),
+        node: ctx.config.node.clone(),
+        from: from.clone(),
+        to: to.clone(),
+    }
 }
 
 /// Keep this node's copy as a fork snapshot (before a restore replaces it): whatever restic can

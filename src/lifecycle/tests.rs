@@ -30,9 +30,11 @@ use crate::store::lease::timestamp;
 use crate::store::local::LocalStore;
 use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{DeltaStore, EventLog, Records, RepositoryKeys, Step, update};
+use crate::sys::changes_archive;
 use crate::sys::copy_state::{CopyState, PendingUp, Relation};
 use crate::sys::freezer::Paused;
 use crate::sys::ports::{Backup, BoxRuntime, Repo};
+use crate::sys::restic::Feed;
 use crate::sys::runtime_kind::Runtime;
 
 /// A box name the sequences take (checked, as the verbs check what they are given).
@@ -287,11 +289,12 @@ impl Repo for FakeRepo {
             bytes_added: 10,
         })
     }
-    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+    fn backup_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Backup> {
         let id = format!("changes{}", self.changes.borrow().len() + 1);
-        for p in paths {
-            cp(p, &self.tree(&id).join(p.strip_prefix("/").unwrap()));
-        }
+        let mut archive = Vec::new();
+        feed(&mut archive)?;
+        fs::create_dir_all(self.tree(&id)).unwrap();
+        changes_archive::unpack(&archive[..], &self.tree(&id))?;
         self.changes.borrow_mut().push(id.clone());
         self.tags.borrow_mut().insert(
             id.clone(),
@@ -316,6 +319,7 @@ impl Repo for FakeRepo {
         &self,
         repository: Repository,
         id: &SnapshotId,
+        _archive: Option<&Path>,
         target: &Path,
     ) -> Result<()> {
         self.in_repository(repository, id)?;
@@ -727,6 +731,8 @@ impl Node {
             snapshot: id.into(),
             list,
             repository: Repository::Changes,
+            // As versions before the archive saved it: the files themselves.
+            archive: None,
         };
         self.store.put_delta("demo", Some(&r)).unwrap();
         r

@@ -882,7 +882,12 @@ fn stage_published(
     let staging = staging(meta)?;
     let staged = ctx
         .repo
-        .restore_changes(published.repository, &published.snapshot, &staging)
+        .restore_changes(
+            published.repository,
+            &published.snapshot,
+            published.archive.as_deref(),
+            &staging,
+        )
         .and_then(|()| {
             tracing::debug!("restic restored the changes into staging");
             restore::read_published(&staging, &published.list)

@@ -363,6 +363,11 @@ pub(crate) struct PublishedRef {
     /// changes repository published, and where none was made.
     #[serde(default, skip_serializing_if = "Repository::is_main")]
     pub repository: Repository,
+    /// Where in `snapshot` the archive of the paths and the list is
+    /// (`sys::changes_archive`); absent in what versions before it published, whose
+    /// snapshot holds the paths and the list themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<PathBuf>,
 }
 
 impl PublishedRef {
@@ -858,6 +863,7 @@ mod tests {
                 snapshot: "cc".into(),
                 list: "/var/lib/ag-box/published/d.json".into(),
                 repository: Repository::Main,
+                archive: None,
             }
         );
         // What the main one holds is written as before, for versions that know no other.
@@ -870,6 +876,20 @@ mod tests {
             serde_json::to_string(&changes).unwrap(),
             r#"{"from":"aa","to":"bb","snapshot":"cc","list":"/var/lib/ag-box/published/d.json","repository":"changes"}"#
         );
+        // An archive of the paths and the list, where the snapshot holds one.
+        let archived = PublishedRef {
+            archive: Some("/changes.tar".into()),
+            ..changes
+        };
+        let text = serde_json::to_string(&archived).unwrap();
+        assert_eq!(
+            text,
+            r#"{"from":"aa","to":"bb","snapshot":"cc","list":"/var/lib/ag-box/published/d.json","repository":"changes","archive":"/changes.tar"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<PublishedRef>(&text).unwrap(),
+            archived
+        );
     }
 
     #[test]
@@ -880,6 +900,7 @@ mod tests {
             snapshot: "eeee".into(),
             list: "/var/lib/ag-box/published/demo.json".into(),
             repository: Repository::Changes,
+            archive: None,
         };
         let roots = [
             PathBuf::from("/root/demo"),

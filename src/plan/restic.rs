@@ -139,52 +139,55 @@ fn push_excludes(a: &mut Vec<String>, excludes: &[PathBuf], exclude_files: &[Pat
     }
 }
 
-/// A snapshot of only what changed in box `name` from snapshot `from` to `to` (the paths are
-/// given in a file), left out as the box's snapshots leave it out. Tagged `changes:<name>`,
-/// never `box:<name>`: it is no state of the box, and retention keeps it only while it leads
-/// to the box's latest.
+/// A snapshot of only what changed in box `name` from snapshot `from` to `to`: the archive
+/// of it (`sys::changes_archive`, which leaves out what the box's snapshots leave out) that
+/// restic reads on its stdin. Tagged `changes:<name>`, never `box:<name>`: it is no state of
+/// the box, and retention keeps it only while it leads to the box's latest.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ChangesSpec {
     pub name: String,
     pub node: String,
     pub from: SnapshotId,
     pub to: SnapshotId,
-    pub excludes: Vec<PathBuf>,
-    pub exclude_files: Vec<PathBuf>,
 }
 
 impl ChangesSpec {
-    /// `restic backup` of the paths listed in `list` (NUL-separated: any name is a name).
-    /// `--force`: no parent is looked for (a changes snapshot with the very same paths hardly
-    /// ever exists, and the search reads every snapshot the repository lists); `--no-scan`
-    /// where `version` has it (0.15+): the scanner reads every listed file's metadata a second
-    /// time only to show a percentage.
-    pub(crate) fn args(&self, list: &Path, version: Option<Version>) -> Vec<String> {
-        let mut a: Vec<String> = vec![
-            "backup".into(),
-            "--json".into(),
-            "--force".into(),
-            "--host".into(),
-            CHANGES_HOST.into(),
-            "--tag".into(),
-            changes_tag(&self.name),
-            "--tag".into(),
-            format!("from:{}", self.from),
-            "--tag".into(),
-            format!("to:{}", self.to),
-            "--tag".into(),
-            format!("node:{}", self.node),
-        ];
-        if version.is_some_and(Version::backs_up_without_scan) {
-            a.push("--no-scan".into());
-        }
-        push_excludes(&mut a, &self.excludes, &self.exclude_files);
-        a.extend([
-            "--files-from-raw".into(),
-            list.to_string_lossy().into_owned(),
-        ]);
-        a
+    /// `restic backup --stdin`, the archive named as `sys::changes_archive::IN_SNAPSHOT`.
+    /// `--force`: no parent is looked for (a changes snapshot with the very same archive
+    /// hardly ever exists, and the search reads every snapshot the repository lists).
+    pub(crate) fn args(&self) -> Vec<String> {
+        let name = crate::sys::changes_archive::IN_SNAPSHOT.trim_start_matches('/');
+        [
+            "backup",
+            "--json",
+            "--force",
+            "--host",
+            CHANGES_HOST,
+            "--tag",
+            &changes_tag(&self.name),
+            "--tag",
+            &format!("from:{}", self.from),
+            "--tag",
+            &format!("to:{}", self.to),
+            "--tag",
+            &format!("node:{}", self.node),
+            "--stdin",
+            "--stdin-filename",
+            name,
+        ]
+        .map(String::from)
+        .to_vec()
     }
+}
+
+/// `restic dump` of the file at `path` in a snapshot, to stdout (no lock: it only reads).
+pub(crate) fn dump_args(snapshot_id: &SnapshotId, path: &Path) -> Vec<String> {
+    vec![
+        "dump".into(),
+        "--no-lock".into(),
+        snapshot_id.to_string(),
+        path.to_string_lossy().into_owned(),
+    ]
 }
 
 /// What restic's stderr says it could not read during a backup (exit 3): its `error: ...`
@@ -535,35 +538,24 @@ mod tests {
 
     #[test]
     #[rustfmt::skip]
-    fn the_changes_of_a_park_are_saved_from_a_list_as_the_box_is_saved() {
+    fn the_changes_of_a_park_are_saved_from_an_archive_on_stdin() {
         let spec = ChangesSpec {
             name: "demo".into(),
             node: "nodeB".into(),
             from: "aaa".into(),
             to: "bbb".into(),
-            excludes: vec!["/var/lib/ag-box/homes/demo/.codex/auth.json".into()],
-            exclude_files: vec!["/opt/box/exclude.txt".into()],
         };
-        let older = spec.args(Path::new("/var/lib/ag-box/changes.list"), Some(Version(0, 14, 0)));
         assert_eq!(
-            older,
+            spec.args(),
             [
                 "backup", "--json", "--force", "--host", "ag-box-changes",
                 "--tag", "changes:demo", "--tag", "from:aaa", "--tag", "to:bbb", "--tag", "node:nodeB",
-                "--exclude", ".auth-secret",
-                "--exclude", ".ag-box-restore", "--exclude", ".ag-box-previous",
-                "--exclude", ".ag-box-incoming",
-                "--exclude", "/var/lib/ag-box/homes/demo/.codex/auth.json",
-                "--exclude-file", "/opt/box/exclude.txt",
-                "--files-from-raw", "/var/lib/ag-box/changes.list",
+                "--stdin", "--stdin-filename", "changes.tar",
             ]
         );
-        // restic 0.15+ reads the listed files' metadata once, not twice.
-        let mut without_scan = older.clone();
-        without_scan.insert(13, "--no-scan".to_string());
         assert_eq!(
-            spec.args(Path::new("/var/lib/ag-box/changes.list"), Some(Version(0, 18, 0))),
-            without_scan
+            dump_args(&"ccc".into(), Path::new("/changes.tar")),
+            ["dump", "--no-lock", "ccc", "/changes.tar"]
         );
     }
 

@@ -232,6 +232,7 @@ mod tests {
             snapshot: "c".into(),
             list: "/var/lib/ag-box/published/b.json".into(),
             repository: Repository::Changes,
+            archive: Some("/changes.tar".into()),
         };
         fs::create_dir_all(&store.deltas).unwrap();
         plant();

@@ -40,6 +40,25 @@ pub(crate) enum Entry<'a> {
     File(&'a [u8]),
 }
 
+/// What [`Tree::create`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum New<'a> {
+    Dir,
+    File,
+    Link(&'a OsStr),
+    Fifo,
+}
+
+/// What [`Tree::set_attrs`] sets: the owner, the mode (None for a link) and the modification
+/// time (seconds, nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attrs {
+    pub mode: Option<u32>,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: (i64, u32),
+}
+
 const DIR_FLAGS: OFlags = OFlags::DIRECTORY
     .union(OFlags::RDONLY)
     .union(OFlags::NOFOLLOW)
@@ -378,6 +397,93 @@ impl Tree {
                 Err(e).with_context(|| format!("moving {} to {}", from.shown(src), self.shown(rel)))
             }
         }
+    }
+
+    /// The target of the link at `rel`, the link itself read (never followed).
+    pub(crate) fn read_link(&self, rel: &Path) -> Result<OsString> {
+        let (dir, name) = self.parent_of(rel)?;
+        let target = rustix::fs::readlinkat(&dir, name, Vec::new())
+            .with_context(|| format!("reading the link {}", self.shown(rel)))?;
+        Ok(OsStr::from_bytes(target.as_bytes()).to_os_string())
+    }
+
+    /// A new entry at `rel` in a tree that is root's own (a staging dir), every dir on the way
+    /// made where missing (0700, root's) and none followed; a regular file comes back open for
+    /// writing.
+    pub(crate) fn create(&self, rel: &Path, new: New<'_>) -> Result<Option<std::fs::File>> {
+        let names = names_of(rel)?;
+        let Some((last, dirs)) = names.split_last() else {
+            bail!("{}: the tree's root itself", self.shown(rel));
+        };
+        let fail = |e: Errno| anyhow::Error::from(e).context(format!("making {}", self.shown(rel)));
+        let mut dir = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty()).map_err(fail)?;
+        for name in dirs {
+            match rustix::fs::mkdirat(&dir, *name, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(fail(e)),
+            }
+            dir = rustix::fs::openat(&dir, *name, DIR_FLAGS, Mode::empty()).map_err(fail)?;
+        }
+        let private = Mode::from_raw_mode(0o600);
+        match new {
+            New::Dir => match rustix::fs::mkdirat(&dir, *last, Mode::from_raw_mode(0o700)) {
+                Ok(()) => Ok(None),
+                Err(Errno::EXIST) => {
+                    match rustix::fs::statat(&dir, *last, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) if kind_of(&st) == Kind::Dir => Ok(None),
+                        Ok(_) => Err(fail(Errno::EXIST)),
+                        Err(e) => Err(fail(e)),
+                    }
+                }
+                Err(e) => Err(fail(e)),
+            },
+            New::File => {
+                let flags = OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::WRONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                let fd = rustix::fs::openat(&dir, *last, flags, private).map_err(fail)?;
+                Ok(Some(std::fs::File::from(fd)))
+            }
+            New::Link(target) => rustix::fs::symlinkat(target, &dir, *last)
+                .map(|()| None)
+                .map_err(fail),
+            New::Fifo => rustix::fs::mknodat(&dir, *last, FileType::Fifo, private, 0)
+                .map(|()| None)
+                .map_err(fail),
+        }
+    }
+
+    /// The owner, mode (none for a link: it has no mode of its own) and modification time of
+    /// the entry at `rel`, set on the entry itself.
+    pub(crate) fn set_attrs(&self, rel: &Path, attrs: &Attrs) -> Result<()> {
+        let (dir, name) = self.parent_of(rel)?;
+        let fail = || format!("setting the owner, mode and time of {}", self.shown(rel));
+        // The owner first: a chown clears the set-id bits the mode may carry.
+        rustix::fs::chownat(
+            &dir,
+            name,
+            Some(rustix::fs::Uid::from_raw(attrs.uid)),
+            Some(rustix::fs::Gid::from_raw(attrs.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .with_context(fail)?;
+        if let Some(mode) = attrs.mode {
+            // Through a handle: chmodat would follow a link there.
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(&dir, name, flags, Mode::empty()).with_context(fail)?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).with_context(fail)?;
+        }
+        let at = rustix::fs::Timespec {
+            tv_sec: attrs.mtime.0,
+            tv_nsec: attrs.mtime.1.into(),
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: at,
+            last_modification: at,
+        };
+        rustix::fs::utimensat(&dir, name, &times, AtFlags::SYMLINK_NOFOLLOW).with_context(fail)
     }
 
     /// The mode and owner of the dir at `rel` (a link or a missing entry there is left alone:

@@ -6,6 +6,7 @@ pub(crate) mod attention;
 pub(crate) mod box_lock;
 pub(crate) mod box_tree;
 pub(crate) mod broker;
+pub(crate) mod changes_archive;
 pub(crate) mod cmd;
 pub(crate) mod copy_state;
 pub(crate) mod crash;

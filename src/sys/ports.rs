@@ -11,6 +11,7 @@ use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::freezer::Paused;
+use crate::sys::restic::Feed;
 use crate::sys::runtime_kind::Runtime;
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
@@ -53,17 +54,25 @@ pub(crate) trait Repo {
     fn ensure_repo(&self) -> Result<()>;
     /// Take a snapshot as `spec` says.
     fn backup(&self, spec: &BackupSpec) -> Result<Backup>;
-    /// Take a snapshot of just `paths` (what changed in a park), as `spec` says: in the
-    /// changes repository where there is one ([`Backup::repository`] says).
-    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup>;
+    /// Start restic for the changes snapshot `spec` describes before its archive is ready,
+    /// so it opens and locks the repository meanwhile: [`Repo::backup_changes`] of the same
+    /// spec uses it (nothing is started where it cannot be).
+    fn prepare_changes(&self, _spec: &ChangesSpec) {}
+    /// What [`Repo::prepare_changes`] started and nothing used: ended, with nothing saved.
+    fn abandon_changes(&self) {}
+    /// Take a snapshot of the archive of what changed in a park that `feed` writes, as `spec`
+    /// says: in the changes repository where there is one ([`Backup::repository`] says).
+    fn backup_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()>;
     /// Restore a whole changes snapshot, kept in `repository`, under `target` (an empty
-    /// staging dir).
+    /// staging dir): the archive it holds at `archive` unpacked there, or (what versions
+    /// before the archive saved) the files it holds.
     fn restore_changes(
         &self,
         repository: Repository,
         snapshot_id: &SnapshotId,
+        archive: Option<&Path>,
         target: &Path,
     ) -> Result<()>;
     /// Every snapshot in the repositories (of every box, and the globals).

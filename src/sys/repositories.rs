@@ -16,7 +16,7 @@ use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo, box
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::MetaStore;
 use crate::sys::ports::{Backup, Repo};
-use crate::sys::restic::Restic;
+use crate::sys::restic::{Ahead, Feed, Restic};
 
 pub(crate) struct Repositories {
     config: Config,
@@ -29,6 +29,8 @@ pub(crate) struct Repositories {
     /// `prune` and `drop` forget comes from their listing, so it is forgotten without listing
     /// again.
     listed: RefCell<HashMap<String, Repository>>,
+    /// restic started ahead for a changes snapshot (`Repo::prepare_changes`), and its spec.
+    ahead: RefCell<Option<(ChangesSpec, Ahead)>>,
 }
 
 impl Repositories {
@@ -40,6 +42,7 @@ impl Repositories {
             changes: OnceCell::new(),
             changes_exist: OnceCell::new(),
             listed: RefCell::new(HashMap::new()),
+            ahead: RefCell::new(None),
         }
     }
 
@@ -122,9 +125,25 @@ impl Repo for Repositories {
     fn backup(&self, spec: &BackupSpec) -> Result<Backup> {
         self.main()?.backup_box(spec)
     }
-    fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
+    fn prepare_changes(&self, spec: &ChangesSpec) {
+        self.abandon_changes();
+        match self.for_changes().and_then(|repo| repo.start_changes(spec)) {
+            Ok(ahead) => *self.ahead.borrow_mut() = Some((spec.clone(), ahead)),
+            Err(e) => tracing::debug!("restic not started ahead: {e:#}"),
+        }
+    }
+    fn abandon_changes(&self) {
+        drop(self.ahead.borrow_mut().take());
+    }
+    fn backup_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Backup> {
         let repo = self.for_changes()?;
-        let saved = repo.backup_changes(spec, paths);
+        // Started ahead for another spec, it is no use: ended here.
+        let ahead = self
+            .ahead
+            .borrow_mut()
+            .take()
+            .and_then(|(s, ahead)| (s == *spec).then_some(ahead));
+        let saved = repo.backup_changes(spec, ahead, feed);
         // A key file of this node's may outlive the changes repository: gone, the main one
         // serves, as before it was made.
         if saved.is_err()
@@ -135,7 +154,7 @@ impl Repo for Repositories {
                 "{} does not exist (run 'ag-box init'); saving the changes in the main repository",
                 repo.describe()
             );
-            return self.main()?.backup_changes(spec, paths);
+            return self.main()?.backup_changes(spec, None, feed);
         }
         saved
     }
@@ -146,9 +165,14 @@ impl Repo for Repositories {
         &self,
         repository: Repository,
         snapshot_id: &SnapshotId,
+        archive: Option<&Path>,
         target: &Path,
     ) -> Result<()> {
-        self.of(repository)?.restore(snapshot_id, target)
+        let repo = self.of(repository)?;
+        match archive {
+            Some(archive) => repo.unpack_changes(snapshot_id, archive, target),
+            None => repo.restore(snapshot_id, target),
+        }
     }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         let mut all = self.noting(Repository::Main, self.main()?.snapshots(None)?, |s| &s.id);

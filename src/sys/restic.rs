@@ -1,9 +1,9 @@
 //! restic, shelled out: repository access, backup with progress, restore, listing.
 //! Secrets reach restic through its environment only.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use crate::plan::restic_key;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::RepositoryKeys;
 use crate::sys::ports::Backup;
-use crate::sys::{cmd, host, interrupt};
+use crate::sys::{changes_archive, cmd, host, interrupt};
 
 enum Password {
     Value(Secret),
@@ -429,18 +429,37 @@ impl Restic {
     /// node's daily prune holds the repository whole for a while).
     /// Returns what restic said on stderr when a backup could not read everything (exit 3).
     fn run(&self, args: &[String], on_line: &mut dyn FnMut(&str)) -> Result<Option<String>> {
+        self.run_fed(args, None, None, on_line)
+    }
+
+    /// [`Restic::run`], with what `feed` writes on restic's stdin (written again on a retry),
+    /// in the process started `ahead` first, when one was.
+    fn run_fed(
+        &self,
+        args: &[String],
+        mut ahead: Option<Ahead>,
+        feed: Option<&Feed<'_>>,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<Option<String>> {
         let mut unlocked = false;
         let mut waiting: Option<Instant> = None;
         let mut pause = Duration::from_secs(1);
         loop {
             let mut shield = interrupt::Shield::new();
-            let mut child = self
-                .command(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .with_context(|| format!("running restic {}", args[0]))?;
+            let mut child = match ahead.as_mut().and_then(|a| a.child.take()) {
+                Some(child) => child,
+                None => self
+                    .command(args)
+                    .stdin(if feed.is_some() {
+                        Stdio::piped()
+                    } else {
+                        Stdio::null()
+                    })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .with_context(|| format!("running restic {}", args[0]))?,
+            };
             shield.forward_to(child.id());
             let mut stderr = child.stderr.take().context("restic stderr")?;
             let err_reader = std::thread::spawn(move || {
@@ -448,16 +467,28 @@ impl Restic {
                 let _ = stderr.read_to_string(&mut s);
                 s
             });
-            if let Some(out) = child.stdout.take() {
-                for line in BufReader::new(out).lines() {
-                    on_line(&line.context("reading restic output")?);
+            let (stdin, pid) = (child.stdin.take(), child.id());
+            let stdout = child.stdout.take();
+            let written = std::thread::scope(|s| -> Result<Option<Result<()>>> {
+                let feeding = feed
+                    .zip(stdin)
+                    .map(|(feed, stdin)| s.spawn(move || feed_into(feed, stdin, pid)));
+                if let Some(out) = stdout {
+                    for line in BufReader::new(out).lines() {
+                        on_line(&line.context("reading restic output")?);
+                    }
                 }
-            }
+                Ok(feeding.map(|f| {
+                    f.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("writing into restic panicked")))
+                }))
+            });
             let status = child.wait().context("waiting for restic")?;
             let err_text = err_reader.join().unwrap_or_default();
             shield.end(&format!("restic {} ended", args[0]))?;
+            let unwritten = written?.and_then(Result::err);
             let code = cmd::exit_code(status);
-            if code == 0 {
+            if code == 0 && unwritten.is_none() {
                 return Ok(None);
             }
             if let Some(holder) = plan::lock_holder(&err_text) {
@@ -496,6 +527,12 @@ impl Restic {
             if missing_repository(&err_text) {
                 return Err(self.missing().into());
             }
+            if let Some(e) = unwritten {
+                if let Err(e) = self.unlock_beside().spawn() {
+                    tracing::debug!("restic unlock: {e}");
+                }
+                return Err(e.context(format!("restic {} was stopped", args[0])));
+            }
             // restic 3: some source files could not be read; the snapshot exists anyway.
             if code == 3 && args[0] == "backup" {
                 return Ok(Some(err_text));
@@ -510,13 +547,30 @@ impl Restic {
 
     /// Run a planned `restic backup --json`; `label` names what is saved.
     pub(crate) fn backup(&self, label: &str, args: &[String]) -> Result<Backup> {
+        self.backup_fed(label, args, None, None)
+    }
+
+    /// [`Restic::backup`] of what `feed` writes (`--stdin`), in the process started `ahead`
+    /// for it, when one was.
+    fn backup_fed(
+        &self,
+        label: &str,
+        args: &[String],
+        ahead: Option<Ahead>,
+        feed: Option<&Feed<'_>>,
+    ) -> Result<Backup> {
         let mut progress = Progress::new(format!("snapshot {label}"));
         let mut summary = None;
-        let result = self.run(args, &mut |line| match plan::parse_progress_line(line) {
-            Some(s @ ProgressMessage::Summary { .. }) => summary = Some(s),
-            Some(status) => progress.show(&status),
-            None => {}
-        });
+        let result = self.run_fed(
+            args,
+            ahead,
+            feed,
+            &mut |line| match plan::parse_progress_line(line) {
+                Some(s @ ProgressMessage::Summary { .. }) => summary = Some(s),
+                Some(status) => progress.show(&status),
+                None => {}
+            },
+        );
         progress.finish();
         let unreadable = plan::unreadable_items(result?.as_deref().unwrap_or(""));
         match summary {
@@ -804,22 +858,94 @@ impl Restic {
         self.backup(&spec.name, &plan::backup_args(&alone, self.version()))
     }
 
-    pub(crate) fn backup_changes(&self, spec: &ChangesSpec, paths: &[PathBuf]) -> Result<Backup> {
-        use std::io::Write;
-        use std::os::unix::ffi::OsStrExt;
-        let mut list = tempfile::Builder::new()
-            .prefix("changes.")
-            .tempfile_in(&self.state_dir)
-            .with_context(|| format!("creating a list in {}", self.state_dir.display()))?;
-        for p in paths {
-            list.write_all(p.as_os_str().as_bytes())?;
-            list.write_all(b"\0")?;
-        }
-        list.flush()?;
-        self.backup(
+    /// A changes snapshot of the archive `feed` writes, in the process started `ahead` for it
+    /// ([`Restic::start_changes`]), when one was.
+    pub(crate) fn backup_changes(
+        &self,
+        spec: &ChangesSpec,
+        ahead: Option<Ahead>,
+        feed: &Feed<'_>,
+    ) -> Result<Backup> {
+        self.backup_fed(
             &format!("{} (what changed)", spec.name),
-            &spec.args(list.path(), self.version()),
+            &spec.args(),
+            ahead,
+            Some(feed),
         )
+    }
+
+    /// restic started for a changes snapshot before its archive is ready: it opens and locks
+    /// the repository meanwhile.
+    pub(crate) fn start_changes(&self, spec: &ChangesSpec) -> Result<Ahead> {
+        let child = self
+            .command(&spec.args())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running restic backup")?;
+        Ok(Ahead {
+            child: Some(child),
+            unlock: self.unlock_beside(),
+        })
+    }
+
+    /// `restic unlock`, run beside what follows, for the lock a restic stopped by SIGINT may
+    /// leave: stopped while its lock file was being written, it never learns the write landed.
+    /// Only this node's locks of ended processes go; another node meeting that lock meanwhile
+    /// waits for it.
+    fn unlock_beside(&self) -> Command {
+        let mut unlock = self.command(&["unlock".into()]);
+        unlock
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        unlock
+    }
+
+    /// Unpack the archive a changes snapshot holds at `archive` into `target` (an empty
+    /// staging dir), as `restic dump` streams it.
+    pub(crate) fn unpack_changes(
+        &self,
+        snapshot_id: &SnapshotId,
+        archive: &Path,
+        target: &Path,
+    ) -> Result<()> {
+        let args = plan::dump_args(snapshot_id, archive);
+        let mut shield = interrupt::Shield::new();
+        let mut child = self
+            .command(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running restic dump")?;
+        shield.forward_to(child.id());
+        let mut stderr = child.stderr.take().context("restic stderr")?;
+        let err_reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let unpacked = child
+            .stdout
+            .take()
+            .context("restic stdout")
+            .and_then(|out| changes_archive::unpack(out, target));
+        if unpacked.is_err() {
+            let _ = child.kill();
+        }
+        let status = child.wait().context("waiting for restic")?;
+        let err_text = err_reader.join().unwrap_or_default();
+        shield.end("restic dump ended")?;
+        if !status.success() {
+            bail!(
+                "restic dump failed (exit {}): {}",
+                cmd::exit_code(status),
+                cmd::last_line(&err_text)
+            );
+        }
+        unpacked
     }
 
     pub(crate) fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
@@ -866,6 +992,59 @@ impl Restic {
 
     pub(crate) fn restores_in_place(&self) -> bool {
         self.version().is_some_and(Version::restores_in_place)
+    }
+}
+
+/// What writes a changes archive on restic's stdin (again, if restic is run again).
+pub(crate) type Feed<'a> = dyn Fn(&mut dyn Write) -> Result<()> + Sync + 'a;
+
+/// restic started ahead of what it saves ([`Restic::start_changes`]); dropped unused, it
+/// ends with nothing saved.
+pub(crate) struct Ahead {
+    child: Option<Child>,
+    /// [`Restic::unlock_beside`], run once it is stopped.
+    unlock: Command,
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        stop_saving(child.id());
+        drop(child.stdin.take());
+        if child.wait().is_ok_and(|s| s.success()) {
+            return;
+        }
+        if let Err(e) = self.unlock.spawn() {
+            tracing::debug!("restic unlock: {e}");
+        }
+    }
+}
+
+/// `feed` written into restic's `stdin`, then closed; when writing fails, restic is stopped
+/// first, so what it read is not saved.
+fn feed_into(feed: &Feed<'_>, mut stdin: ChildStdin, pid: u32) -> Result<()> {
+    let written = feed(&mut stdin);
+    if written.is_err() {
+        stop_saving(pid);
+    } else {
+        tracing::debug!("restic read what it saves but the last 64 KiB");
+    }
+    drop(stdin);
+    written
+}
+
+/// SIGINT, with restic's input still open: an end of input first would have it save what it
+/// read. restic 0.17+ reading its input then waits for that end, and saves nothing.
+fn stop_saving(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        // Its handler cancels the backup before the end of input arrives.
+        std::thread::sleep(Duration::from_millis(30));
     }
 }
 

@@ -522,7 +522,7 @@ mod tests {
         fn backup_changes(
             &self,
             _: &crate::plan::restic::ChangesSpec,
-            _: &[PathBuf],
+            _: &crate::sys::restic::Feed<'_>,
         ) -> Result<crate::sys::ports::Backup> {
             anyhow::bail!("not used")
         }
@@ -537,6 +537,7 @@ mod tests {
             &self,
             _: crate::plan::restic::Repository,
             _: &SnapshotId,
+            _: Option<&Path>,
             _: &Path,
         ) -> Result<()> {
             anyhow::bail!("not used")
