@@ -88,12 +88,13 @@ fn change(what: What, path: &Path, old_size: Option<u64>, new_size: Option<u64>)
 
 /// What a snapshot never holds, for listing a working copy: name patterns (a name, or a
 /// `*` wildcard, matched against every path component: restic's patterns without a `/`) and
-/// whole paths. Patterns with a `/` in an exclude file are not followed here.
+/// whole paths. Patterns with a `/`, or with more of restic's syntax than `*` (`?`, `[...]`,
+/// `\` escapes, `$VAR`), in an exclude file are not followed here.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Excludes {
     pub names: Vec<String>,
     pub paths: Vec<PathBuf>,
-    /// An exclude file had patterns with a `/`, which [`Excludes::matches`] does not follow.
+    /// An exclude file had patterns [`Excludes::matches`] does not follow (see above).
     pub unfollowed: bool,
 }
 
@@ -105,7 +106,7 @@ impl Excludes {
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'));
         for pattern in patterns {
-            if pattern.contains('/') {
+            if pattern.contains(['/', '?', '[', '\\', '$']) {
                 self.unfollowed = true;
             } else {
                 self.names.push(pattern.to_string());
@@ -204,6 +205,12 @@ mod tests {
         };
         ex.add_file_lines("# comment\n__pycache__\n*.pyc\n\n");
         assert!(!ex.unfollowed);
+        for unfollowed in ["sub/dir", "id_??a", "secret[0-9]*", "a\\*b", "$HOME"] {
+            let mut one = ex.clone();
+            one.add_file_lines(unfollowed);
+            assert!(one.unfollowed, "{unfollowed}");
+            assert_eq!(one.names, ex.names, "{unfollowed}");
+        }
         ex.add_file_lines("sub/dir\n");
         assert_eq!(ex.names, [".auth-secret", "__pycache__", "*.pyc"]);
         assert!(ex.unfollowed, "a pattern with a '/'");

@@ -64,7 +64,7 @@ const DIR_FLAGS: OFlags = OFlags::DIRECTORY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
-fn kind_of(st: &Stat) -> Kind {
+pub(crate) fn kind_of(st: &Stat) -> Kind {
     kind_of_mode(st.st_mode)
 }
 

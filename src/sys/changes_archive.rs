@@ -10,10 +10,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use rustix::fs::Stat;
 
 use crate::plan::text::escaped;
-use crate::sys::box_tree::{Attrs, Kind, New, Tree};
+use crate::sys::box_tree::{self, Attrs, Kind, New, Tree};
 
 /// The archive's path in a changes snapshot (`--stdin-filename`).
 pub(crate) const IN_SNAPSHOT: &str = "/changes.tar";
@@ -50,8 +49,13 @@ pub(crate) fn write(out: &mut dyn Write, contents: &Contents<'_>) -> Result<()> 
         add_below(&mut archive, tree, root, rel, contents.excluded)?;
     }
     let (list, text) = contents.list;
-    let mut header = header(tar::EntryType::Regular, 0o600, (0, 0), text.len() as u64);
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    header.set_uid(0);
+    header.set_gid(0);
     header.set_mtime(0);
+    header.set_size(text.len() as u64);
     archive.append_data(&mut header, in_archive(list), text)?;
     archive.finish()?;
     Ok(())
@@ -76,45 +80,59 @@ fn add_below(
             bail!("{} is gone", show(&path));
         };
         let name = in_archive(&path);
-        let mtime = format!("{}.{:09}", st.st_mtime, st.st_mtime_nsec);
-        let owner = (st.st_uid, st.st_gid);
-        let mode = st.st_mode & 0o7777;
-        let header = |kind, size| {
-            let mut h = header(kind, mode, owner, size);
-            h.set_mtime(u64::try_from(st.st_mtime).unwrap_or(0));
-            h
-        };
-        match kind(&st) {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(st.st_mode & 0o7777);
+        header.set_uid(st.st_uid.into());
+        header.set_gid(st.st_gid.into());
+        header.set_size(0);
+        header.set_mtime(u64::try_from(st.st_mtime).unwrap_or(0));
+        let mtime = pax_time(st.st_mtime, st.st_mtime_nsec);
+        let fail = || format!("archiving {}", show(&path));
+        match box_tree::kind_of(&st) {
             Kind::File => {
                 let Some((file, st)) = tree.open_file(&rel)? else {
                     bail!("{} is gone", show(&path));
                 };
                 let size = u64::try_from(st.st_size).unwrap_or(0);
-                let mut h = header(tar::EntryType::Regular, size);
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(size);
                 archive.append_pax_extensions([("mtime", mtime.as_bytes())])?;
+                let exact = Exact {
+                    file: file.take(size),
+                    left: size,
+                };
                 archive
-                    .append_data(&mut h, name, file.take(size))
-                    .with_context(|| format!("archiving {}", show(&path)))?;
+                    .append_data(&mut header, name, exact)
+                    .with_context(fail)?;
             }
             Kind::Dir => {
-                let mut h = header(tar::EntryType::Directory, 0);
+                header.set_entry_type(tar::EntryType::Directory);
                 archive.append_pax_extensions([("mtime", mtime.as_bytes())])?;
-                archive.append_data(&mut h, name, std::io::empty())?;
+                archive
+                    .append_data(&mut header, name, std::io::empty())
+                    .with_context(fail)?;
                 let (entries, _) = tree.entries(&rel, usize::MAX)?;
                 pending.extend(entries.into_iter().map(|(n, _)| rel.join(n)));
             }
             Kind::Link => {
                 let target = tree.read_link(&rel)?;
-                let mut h = header(tar::EntryType::Symlink, 0);
+                header.set_entry_type(tar::EntryType::Symlink);
                 archive.append_pax_extensions([("mtime", mtime.as_bytes())])?;
-                archive
-                    .append_link(&mut h, name, Path::new(&target))
-                    .with_context(|| format!("archiving the link {}", show(&path)))?;
+                if target.len() < 100 {
+                    // As it is: `append_link` would tidy a short one ("a//b" -> "a/b").
+                    header.set_link_name_literal(target.as_bytes())?;
+                    archive.append_data(&mut header, name, std::io::empty())
+                } else {
+                    archive.append_link(&mut header, name, Path::new(&target))
+                }
+                .with_context(fail)?;
             }
             Kind::Other if rustix::fs::FileType::from_raw_mode(st.st_mode).is_fifo() => {
-                let mut h = header(tar::EntryType::Fifo, 0);
+                header.set_entry_type(tar::EntryType::Fifo);
                 archive.append_pax_extensions([("mtime", mtime.as_bytes())])?;
-                archive.append_data(&mut h, name, std::io::empty())?;
+                archive
+                    .append_data(&mut header, name, std::io::empty())
+                    .with_context(fail)?;
             }
             // A socket or a device: no snapshot's business (restic restores neither usefully).
             Kind::Other => {
@@ -125,27 +143,38 @@ fn add_below(
     Ok(())
 }
 
-fn header(kind: tar::EntryType, mode: u32, (uid, gid): (u32, u32), size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_uid(uid.into());
-    h.set_gid(gid.into());
-    h.set_size(size);
-    h
-}
-
 /// A node path as the archive names it: relative to `/`.
 fn in_archive(path: &Path) -> &Path {
     path.strip_prefix("/").unwrap_or(path)
 }
 
-fn kind(st: &Stat) -> Kind {
-    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
-        rustix::fs::FileType::Directory => Kind::Dir,
-        rustix::fs::FileType::RegularFile => Kind::File,
-        rustix::fs::FileType::Symlink => Kind::Link,
-        _ => Kind::Other,
+/// A file's bytes, exactly as many as its header says: a file that came up short would leave
+/// the archive's next header inside what it held.
+struct Exact {
+    file: std::io::Take<std::fs::File>,
+    left: u64,
+}
+
+impl Read for Exact {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        if n == 0 && self.left > 0 && !buf.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file is shorter than it was",
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A time as pax writes it: decimal seconds, negative before 1970 (-0.5, not -1.5).
+fn pax_time(secs: i64, nanos: u64) -> String {
+    if secs < 0 && nanos > 0 {
+        format!("-{}.{:09}", -(secs + 1), 1_000_000_000 - nanos)
+    } else {
+        format!("{secs}.{nanos:09}")
     }
 }
 
@@ -225,11 +254,13 @@ fn pax_mtime<R: Read>(entry: &mut tar::Entry<'_, R>) -> Result<Option<(i64, u32)
         }
         let text = std::str::from_utf8(extension.value_bytes())?;
         let (secs, frac) = text.split_once('.').unwrap_or((text, "0"));
-        let nanos = format!("{frac:0<9}");
-        return Ok(Some((
-            secs.parse()?,
-            nanos.get(..9).unwrap_or("0").parse()?,
-        )));
+        let nanos: u32 = format!("{frac:0<9}").get(..9).unwrap_or("0").parse()?;
+        let secs: i64 = secs.parse()?;
+        return Ok(Some(if text.starts_with('-') && nanos > 0 {
+            (secs - 1, 1_000_000_000 - nanos)
+        } else {
+            (secs, nanos)
+        }));
     }
     Ok(None)
 }
@@ -273,9 +304,12 @@ mod tests {
         Ok(out)
     }
 
+    /// An entry as [`listing`] sees it.
+    type Seen = (Vec<u8>, String, u32, u32, u32, i64, i64);
+
     /// Every entry below `dir`: its path, kind and what it holds (a file's bytes, a link's
     /// target), owner, mode and modification time.
-    fn listing(dir: &Path) -> Vec<(String, String, u32, u32, u32, i64, i64)> {
+    fn listing(dir: &Path) -> Vec<Seen> {
         let mut out = Vec::new();
         let mut pending = vec![dir.to_path_buf()];
         while let Some(d) = pending.pop() {
@@ -283,7 +317,7 @@ mod tests {
                 let p = e.unwrap().path();
                 let m = fs::symlink_metadata(&p).unwrap();
                 let what = if m.file_type().is_symlink() {
-                    format!("link {}", fs::read_link(&p).unwrap().display())
+                    format!("link {:?}", fs::read_link(&p).unwrap().as_os_str())
                 } else if m.is_dir() {
                     pending.push(p.clone());
                     "dir".into()
@@ -297,7 +331,7 @@ mod tests {
                 } else {
                     m.mode() & 0o7777
                 };
-                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                let rel = p.strip_prefix(dir).unwrap().as_os_str().as_bytes().to_vec();
                 out.push((rel, what, m.uid(), m.gid(), mode, m.mtime(), m.mtime_nsec()));
             }
         }
@@ -317,6 +351,29 @@ mod tests {
         fs::set_permissions(project.join(odd), fs::Permissions::from_mode(0o4750)).unwrap();
         std::os::unix::fs::chown(project.join(odd), Some(1000), Some(1001)).unwrap();
         symlink("/etc/shadow", project.join("to-host")).unwrap();
+        // Names and targets of any bytes, kept as they are ("a//b" is no "a/b").
+        let raw = OsStr::from_bytes(b"\xff\xfe not utf-8 \\ back");
+        fs::write(project.join(raw), "raw").unwrap();
+        symlink("a//b/./c", project.join("untidy")).unwrap();
+        symlink(raw, project.join("to-raw")).unwrap();
+        // Before 1970, to the nanosecond.
+        let before_1970 = rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec {
+                tv_sec: -2,
+                tv_nsec: 250_000_000,
+            },
+            last_modification: rustix::fs::Timespec {
+                tv_sec: -2,
+                tv_nsec: 250_000_000,
+            },
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            project.join(raw),
+            &before_1970,
+            rustix::fs::AtFlags::empty(),
+        )
+        .unwrap();
         symlink(&long, project.join("x".repeat(150))).unwrap();
         nix::unistd::mkfifo(
             &project.join("pipe"),
@@ -349,6 +406,9 @@ mod tests {
             project.join(&long),
             project.join(odd),
             project.join("to-host"),
+            project.join(raw),
+            project.join("untidy"),
+            project.join("to-raw"),
             project.join("x".repeat(150)),
             project.join("pipe"),
             project.join("new"),
@@ -365,7 +425,8 @@ mod tests {
         let staged_project = staging.join(project.strip_prefix("/").unwrap());
         let staged_home = staging.join(home.strip_prefix("/").unwrap());
         let mut expected = listing(&project);
-        expected.retain(|e| !e.0.ends_with("secret.json"));
+        expected.retain(|e| !e.0.ends_with(b"secret.json"));
+        assert_eq!(expected.len(), 12, "{expected:?}");
         assert_eq!(listing(&staged_project), expected);
         assert_eq!(listing(&staged_home), listing(&home));
         assert_eq!(
@@ -373,6 +434,29 @@ mod tests {
                 .unwrap()
                 .mtime_nsec(),
             123_456_789
+        );
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_header_says_is_an_error_not_a_shifted_archive() {
+        let base = tempfile::tempdir().unwrap();
+        fs::write(base.path().join("f"), "abc").unwrap();
+        let file = fs::File::open(base.path().join("f")).unwrap();
+        let mut short = Exact {
+            file: file.take(5),
+            left: 5,
+        };
+        let mut out = Vec::new();
+        let err = std::io::copy(&mut short, &mut out).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert_eq!(out, b"abc");
+    }
+
+    #[test]
+    fn times_before_1970_are_written_as_pax_means_them() {
+        assert_eq!(
+            [pax_time(-2, 250_000_000), pax_time(-2, 0), pax_time(5, 7)],
+            ["-1.750000000", "-2.000000000", "5.000000007"]
         );
     }
 
@@ -387,7 +471,10 @@ mod tests {
         symlink(&outside, project.join("src")).unwrap();
         let roots = [project.clone(), home];
         let refused = archive(&roots, &[project.join("src/key")], &|_| false).unwrap_err();
-        assert!(format!("{refused:#}").contains("src"), "{refused:#}");
+        assert!(
+            format!("{refused:#}").contains("src (every component a dir, no link)"),
+            "{refused:#}"
+        );
         // Named itself, the link is saved as a link: what it names is not read.
         let bytes = archive(&roots, &[project.join("src")], &|_| false).unwrap();
         assert!(!bytes.windows(11).any(|w| w == b"host secret"));

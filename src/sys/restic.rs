@@ -445,20 +445,21 @@ impl Restic {
         let mut waiting: Option<Instant> = None;
         let mut pause = Duration::from_secs(1);
         loop {
-            let mut shield = interrupt::Shield::new();
-            let mut child = match ahead.as_mut().and_then(|a| a.child.take()) {
-                Some(child) => child,
-                None => self
-                    .command(args)
-                    .stdin(if feed.is_some() {
-                        Stdio::piped()
-                    } else {
-                        Stdio::null()
-                    })
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .with_context(|| format!("running restic {}", args[0]))?,
+            let (mut shield, mut child) = match ahead.as_mut().and_then(Ahead::take) {
+                Some(started) => started,
+                None => (
+                    interrupt::Shield::new(),
+                    self.command(args)
+                        .stdin(if feed.is_some() {
+                            Stdio::piped()
+                        } else {
+                            Stdio::null()
+                        })
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .with_context(|| format!("running restic {}", args[0]))?,
+                ),
             };
             shield.forward_to(child.id());
             let mut stderr = child.stderr.take().context("restic stderr")?;
@@ -467,22 +468,7 @@ impl Restic {
                 let _ = stderr.read_to_string(&mut s);
                 s
             });
-            let (stdin, pid) = (child.stdin.take(), child.id());
-            let stdout = child.stdout.take();
-            let written = std::thread::scope(|s| -> Result<Option<Result<()>>> {
-                let feeding = feed
-                    .zip(stdin)
-                    .map(|(feed, stdin)| s.spawn(move || feed_into(feed, stdin, pid)));
-                if let Some(out) = stdout {
-                    for line in BufReader::new(out).lines() {
-                        on_line(&line.context("reading restic output")?);
-                    }
-                }
-                Ok(feeding.map(|f| {
-                    f.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("writing into restic panicked")))
-                }))
-            });
+            let written = exchange(&mut child, feed, on_line);
             let status = child.wait().context("waiting for restic")?;
             let err_text = err_reader.join().unwrap_or_default();
             shield.end(&format!("restic {} ended", args[0]))?;
@@ -528,9 +514,7 @@ impl Restic {
                 return Err(self.missing().into());
             }
             if let Some(e) = unwritten {
-                if let Err(e) = self.unlock_beside().spawn() {
-                    tracing::debug!("restic unlock: {e}");
-                }
+                spawn_beside(&mut self.unlock_beside());
                 return Err(e.context(format!("restic {} was stopped", args[0])));
             }
             // restic 3: some source files could not be read; the snapshot exists anyway.
@@ -877,6 +861,7 @@ impl Restic {
     /// restic started for a changes snapshot before its archive is ready: it opens and locks
     /// the repository meanwhile.
     pub(crate) fn start_changes(&self, spec: &ChangesSpec) -> Result<Ahead> {
+        let mut shield = interrupt::Shield::new();
         let child = self
             .command(&spec.args())
             .stdin(Stdio::piped())
@@ -884,8 +869,9 @@ impl Restic {
             .stderr(Stdio::piped())
             .spawn()
             .context("running restic backup")?;
+        shield.forward_to(child.id());
         Ok(Ahead {
-            child: Some(child),
+            started: Some((shield, child)),
             unlock: self.unlock_beside(),
         })
     }
@@ -1001,25 +987,73 @@ pub(crate) type Feed<'a> = dyn Fn(&mut dyn Write) -> Result<()> + Sync + 'a;
 /// restic started ahead of what it saves ([`Restic::start_changes`]); dropped unused, it
 /// ends with nothing saved.
 pub(crate) struct Ahead {
-    child: Option<Child>,
+    /// The process, and what passes signals on to it from its start.
+    started: Option<(interrupt::Shield, Child)>,
     /// [`Restic::unlock_beside`], run once it is stopped.
     unlock: Command,
 }
 
+impl Ahead {
+    fn take(&mut self) -> Option<(interrupt::Shield, Child)> {
+        self.started.take()
+    }
+}
+
 impl Drop for Ahead {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
+        let Some((shield, mut child)) = self.started.take() else {
             return;
         };
         stop_saving(child.id());
-        drop(child.stdin.take());
-        if child.wait().is_ok_and(|s| s.success()) {
-            return;
-        }
-        if let Err(e) = self.unlock.spawn() {
-            tracing::debug!("restic unlock: {e}");
+        // Nothing reads what it writes: a full pipe would hold its end.
+        drop((child.stdout.take(), child.stderr.take(), child.stdin.take()));
+        let ended = child.wait().is_ok_and(|s| s.success());
+        drop(shield);
+        if !ended {
+            spawn_beside(&mut self.unlock);
         }
     }
+}
+
+/// Start `command` and leave it to end on its own (reaped by a thread of its own while this
+/// process lives).
+fn spawn_beside(command: &mut Command) {
+    match command.spawn() {
+        Ok(mut child) => drop(std::thread::spawn(move || child.wait())),
+        Err(e) => tracing::debug!("{command:?}: {e}"),
+    }
+}
+
+/// What `feed` writes, written into restic's stdin while its stdout's lines go to `on_line`;
+/// how the writing went (None: nothing to write).
+fn exchange(
+    child: &mut Child,
+    feed: Option<&Feed<'_>>,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<Option<Result<()>>> {
+    let (stdin, pid) = (child.stdin.take(), child.id());
+    let stdout = child.stdout.take();
+    std::thread::scope(|s| -> Result<Option<Result<()>>> {
+        let feeding = feed
+            .zip(stdin)
+            .map(|(feed, stdin)| s.spawn(move || feed_into(feed, stdin, pid)));
+        if let Some(out) = stdout {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(line) => on_line(&line),
+                    Err(e) => {
+                        // The feeder may be writing to it: it ends too.
+                        let _ = child.kill();
+                        return Err(anyhow::Error::from(e).context("reading restic output"));
+                    }
+                }
+            }
+        }
+        Ok(feeding.map(|f| {
+            f.join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("writing into restic panicked")))
+        }))
+    })
 }
 
 /// `feed` written into restic's `stdin`, then closed; when writing fails, restic is stopped
