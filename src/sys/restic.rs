@@ -386,19 +386,31 @@ impl Restic {
         )
     }
 
+    /// restic started with `args`, its stdin `input` (stdout `output`, stderr piped), and what
+    /// passes signals on to it, made before it starts.
+    fn spawn(
+        &self,
+        args: &[String],
+        input: Stdio,
+        output: Stdio,
+    ) -> Result<(interrupt::Shield, Child)> {
+        let mut shield = interrupt::Shield::new();
+        let child = self
+            .command(args)
+            .stdin(input)
+            .stdout(output)
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running restic {}", args[0]))?;
+        shield.forward_to(child.id());
+        Ok((shield, child))
+    }
+
     /// Run restic for its output (what it said, in full), falling back to the operator's
     /// password when this node's key is refused.
     fn output(&self, args: &[String]) -> Result<std::process::Output> {
         loop {
-            let mut shield = interrupt::Shield::new();
-            let child = self
-                .command(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .with_context(|| format!("running restic {}", args[0]))?;
-            shield.forward_to(child.id());
+            let (shield, child) = self.spawn(args, Stdio::null(), Stdio::piped())?;
             let out = child.wait_with_output().context("waiting for restic")?;
             shield.end(&format!("restic {} ended", args[0]))?;
             if out.status.success()
@@ -445,23 +457,15 @@ impl Restic {
         let mut waiting: Option<Instant> = None;
         let mut pause = Duration::from_secs(1);
         loop {
-            let (mut shield, mut child) = match ahead.as_mut().and_then(Ahead::take) {
-                Some(started) => started,
-                None => (
-                    interrupt::Shield::new(),
-                    self.command(args)
-                        .stdin(if feed.is_some() {
-                            Stdio::piped()
-                        } else {
-                            Stdio::null()
-                        })
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .with_context(|| format!("running restic {}", args[0]))?,
-                ),
+            let input = if feed.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
             };
-            shield.forward_to(child.id());
+            let (shield, mut child) = match ahead.as_mut().and_then(Ahead::take) {
+                Some(started) => started,
+                None => self.spawn(args, input, Stdio::piped())?,
+            };
             let mut stderr = child.stderr.take().context("restic stderr")?;
             let err_reader = std::thread::spawn(move || {
                 let mut s = String::new();
@@ -642,21 +646,8 @@ impl Restic {
         for wave in batches.chunks(width) {
             let mut children = Vec::new();
             for batch in wave {
-                let mut shield = interrupt::Shield::new();
-                let child = self
-                    .command(&delta::fetch_args(
-                        snapshot_id,
-                        target,
-                        batch,
-                        self.restores_sparse(),
-                    ))
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .context("running restic restore")?;
-                shield.forward_to(child.id());
-                children.push((shield, child));
+                let args = delta::fetch_args(snapshot_id, target, batch, self.restores_sparse());
+                children.push(self.spawn(&args, Stdio::null(), Stdio::null())?);
             }
             let mut failed = None;
             for (shield, child) in children {
@@ -861,17 +852,8 @@ impl Restic {
     /// restic started for a changes snapshot before its archive is ready: it opens and locks
     /// the repository meanwhile.
     pub(crate) fn start_changes(&self, spec: &ChangesSpec) -> Result<Ahead> {
-        let mut shield = interrupt::Shield::new();
-        let child = self
-            .command(&spec.args())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running restic backup")?;
-        shield.forward_to(child.id());
         Ok(Ahead {
-            started: Some((shield, child)),
+            started: Some(self.spawn(&spec.args(), Stdio::piped(), Stdio::piped())?),
             unlock: self.unlock_beside(),
         })
     }
@@ -898,15 +880,7 @@ impl Restic {
         target: &Path,
     ) -> Result<()> {
         let args = plan::dump_args(snapshot_id, archive);
-        let mut shield = interrupt::Shield::new();
-        let mut child = self
-            .command(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running restic dump")?;
-        shield.forward_to(child.id());
+        let (shield, mut child) = self.spawn(&args, Stdio::null(), Stdio::piped())?;
         let mut stderr = child.stderr.take().context("restic stderr")?;
         let err_reader = std::thread::spawn(move || {
             let mut s = String::new();
