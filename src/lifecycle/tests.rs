@@ -33,8 +33,7 @@ use crate::store::{DeltaStore, EventLog, Records, RepositoryKeys, Step, update};
 use crate::sys::changes_archive;
 use crate::sys::copy_state::{CopyState, PendingUp, Relation};
 use crate::sys::freezer::Paused;
-use crate::sys::ports::{Backup, BoxRuntime, Repo};
-use crate::sys::restic::Feed;
+use crate::sys::ports::{Backup, BoxRuntime, Feed, Repo};
 use crate::sys::runtime_kind::Runtime;
 
 /// A box name the sequences take (checked, as the verbs check what they are given).

@@ -285,6 +285,13 @@ mod tests {
         (project, home, staging)
     }
 
+    /// A dir of the host's beside the box's trees.
+    fn host_dir(base: &Path) -> PathBuf {
+        let outside = base.join("host");
+        fs::create_dir_all(&outside).unwrap();
+        outside
+    }
+
     fn archive(
         roots: &[PathBuf],
         fetch: &[PathBuf],
@@ -464,8 +471,7 @@ mod tests {
     fn a_link_planted_on_the_way_to_a_changed_path_is_refused_not_followed() {
         let base = tempfile::tempdir().unwrap();
         let (project, home, _) = trees(base.path());
-        let outside = base.path().join("host");
-        fs::create_dir_all(&outside).unwrap();
+        let outside = host_dir(base.path());
         fs::write(outside.join("key"), "host secret").unwrap();
         // The box made `src` a link to a host dir after its walk named src/key.
         symlink(&outside, project.join("src")).unwrap();
@@ -487,8 +493,7 @@ mod tests {
     fn an_archive_that_would_write_through_a_link_or_outside_the_staging_dir_is_refused() {
         let base = tempfile::tempdir().unwrap();
         let (_, _, staging) = trees(base.path());
-        let outside = base.path().join("host");
-        fs::create_dir_all(&outside).unwrap();
+        let outside = host_dir(base.path());
         let entry = |path: &str, kind: tar::EntryType, link: Option<&str>| {
             let mut b = tar::Builder::new(Vec::new());
             let mut h = tar::Header::new_gnu();

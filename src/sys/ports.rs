@@ -11,7 +11,6 @@ use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::sys::freezer::Paused;
-use crate::sys::restic::Feed;
 use crate::sys::runtime_kind::Runtime;
 
 /// A snapshot taken; `unreadable` names what restic could not read (a partial snapshot).
@@ -24,6 +23,9 @@ pub(crate) struct Backup {
     pub files_added: u64,
     pub bytes_added: u64,
 }
+
+/// What writes a changes archive on restic's stdin (again, if restic is run again).
+pub(crate) type Feed<'a> = dyn Fn(&mut dyn std::io::Write) -> Result<()> + Sync + 'a;
 
 /// Where a box's process tree runs (`sys::runtime_kind::Runtime`, implemented in
 /// `sys::runtime`).

@@ -15,8 +15,8 @@ use crate::plan::delta::{Change, Listed};
 use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo, box_tag};
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::MetaStore;
-use crate::sys::ports::{Backup, Repo};
-use crate::sys::restic::{Ahead, Feed, Restic};
+use crate::sys::ports::{Backup, Feed, Repo};
+use crate::sys::restic::{Ahead, Restic};
 
 pub(crate) struct Repositories {
     config: Config,

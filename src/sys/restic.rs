@@ -1,7 +1,7 @@
 //! restic, shelled out: repository access, backup with progress, restore, listing.
 //! Secrets reach restic through its environment only.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +23,7 @@ use crate::plan::restic::{
 use crate::plan::restic_key;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::RepositoryKeys;
-use crate::sys::ports::Backup;
+use crate::sys::ports::{Backup, Feed};
 use crate::sys::{changes_archive, cmd, host, interrupt};
 
 enum Password {
@@ -954,9 +954,6 @@ impl Restic {
         self.version().is_some_and(Version::restores_in_place)
     }
 }
-
-/// What writes a changes archive on restic's stdin (again, if restic is run again).
-pub(crate) type Feed<'a> = dyn Fn(&mut dyn Write) -> Result<()> + Sync + 'a;
 
 /// restic started ahead of what it saves ([`Restic::start_changes`]); dropped unused, it
 /// ends with nothing saved.

@@ -522,7 +522,7 @@ mod tests {
         fn backup_changes(
             &self,
             _: &crate::plan::restic::ChangesSpec,
-            _: &crate::sys::restic::Feed<'_>,
+            _: &crate::sys::ports::Feed<'_>,
         ) -> Result<crate::sys::ports::Backup> {
             anyhow::bail!("not used")
         }
