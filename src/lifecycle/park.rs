@@ -7,7 +7,6 @@ use super::{Ctx, not_up_here, snapshot, up};
 use crate::error::{Code, UserError};
 use crate::plan::delta::{self, Manifest, PublishedRef, QUICK_TO};
 use crate::plan::names::BoxName;
-use crate::plan::restic::ChangesSpec;
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
 use crate::store::lease::timestamp;
@@ -24,8 +23,14 @@ use crate::sys::{agent_home, crash, digest, threads, working_copy};
 #[allow(clippy::too_many_lines)]
 pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<SnapshotId> {
     let lock = ctx.lock(name, "park")?;
+    let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
     let stored = ctx.tracked(name)?;
     let meta = &stored.meta;
+    // Where a quick park may apply, restic opens and locks the repository of changes from
+    // here on, while the box is stopped and its copy walked.
+    let ahead = (!accept_partial && ctx.config.quick_park)
+        .then(|| Ahead::guess(ctx, meta, copy.state()))
+        .flatten();
     let here = ctx.config.node.clone();
     let spec = ctx.spec(meta);
     let running = ctx.runtime.is_active(&spec);
@@ -35,11 +40,10 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     }
     ctx.repo.ensure_repo()?;
     let roots = spec.local_copy();
-    let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
     if !running && snapshot::is_behind(copy.state(), meta) {
         return release_behind(ctx, &stored, &mut copy);
     }
-    if !accept_partial && let Some(id) = park_quickly(ctx, &stored, &mut copy, running)? {
+    if !accept_partial && let Some(id) = park_quickly(ctx, &stored, &mut copy, running, ahead)? {
         return Ok(id);
     }
     // A quick park that did not apply may have stopped the box.
@@ -284,6 +288,7 @@ fn park_quickly(
     stored: &Stored,
     copy: &mut CopyJournal,
     running: bool,
+    ahead: Option<Ahead<'_>>,
 ) -> Result<Option<SnapshotId>> {
     let meta = &stored.meta;
     let name = &meta.name;
@@ -292,12 +297,9 @@ fn park_quickly(
     let Some((latest, equal, epoch)) = quick_parkable(ctx, meta, copy.state(), &spec)? else {
         return Ok(None);
     };
-    // restic opens and locks the changes repository while the box stops and is walked; ended
-    // with nothing saved wherever the park goes another way.
-    let _ahead = Ahead::start(
-        ctx,
-        &snapshot::changes_spec(ctx, &spec, &latest.id, &SnapshotId::from(QUICK_TO)),
-    );
+    // Ended with nothing saved wherever the park goes another way (or it was started for
+    // another snapshot than the latest: the save starts its own).
+    let _ahead = ahead;
     let kept = stop_reading_manifest(ctx, &spec, running)?;
     crash::point("park.after-stop");
     let Some(mut kept) = kept.filter(|k| latest.names(&k.snapshot)) else {
@@ -398,9 +400,23 @@ fn park_quickly(
 struct Ahead<'a>(&'a Ctx);
 
 impl<'a> Ahead<'a> {
-    fn start(ctx: &'a Ctx, spec: &ChangesSpec) -> Ahead<'a> {
-        ctx.repo.prepare_changes(spec);
-        Ahead(ctx)
+    /// Started for the changes since the record's latest where this node's copy equals it,
+    /// ahead of the rest of what a quick park asks (`quick_parkable`); None where it does not.
+    fn guess(ctx: &'a Ctx, meta: &Meta, copy: &CopyState) -> Option<Ahead<'a>> {
+        let (Some(latest), Relation::Equals(equal)) = (&meta.last_snapshot, &copy.relation) else {
+            return None;
+        };
+        let holding = meta
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.node == ctx.config.node && Some(l.epoch) == copy.epoch);
+        if !holding || latest.on.is_some() || !latest.names(&equal.snapshot) {
+            return None;
+        }
+        let to = SnapshotId::from(QUICK_TO);
+        ctx.repo
+            .prepare_changes(&snapshot::changes_spec(ctx, &meta.name, &latest.id, &to));
+        Some(Ahead(ctx))
     }
 }
 

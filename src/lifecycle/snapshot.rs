@@ -176,7 +176,7 @@ pub(crate) fn save_changes(
         published.fetch.len()
     );
     let saved = ctx.repo.backup_changes(
-        &changes_spec(ctx, spec, &published.from, &published.to),
+        &changes_spec(ctx, &spec.name, &published.from, &published.to),
         &|out| changes_archive::write(out, &contents),
     )?;
     anyhow::ensure!(
@@ -204,12 +204,12 @@ pub(crate) fn save_changes(
 /// The changes snapshot of box `spec` from snapshot `from` to `to`, as this node saves it.
 pub(crate) fn changes_spec(
     ctx: &Ctx,
-    spec: &BoxSpec,
+    name: &str,
     from: &SnapshotId,
     to: &SnapshotId,
 ) -> ChangesSpec {
     ChangesSpec {
-        name: spec.name.clone(),
+        name: name.to_string(),
         node: ctx.config.node.clone(),
         from: from.clone(),
         to: to.clone(),

@@ -19,7 +19,9 @@ use crate::store::meta::{Lease, Meta, SnapshotRef};
 use crate::store::{Step, events, update, update_record};
 use crate::sys::copy_state::{self, CopyJournal, CopyManifest, CopyState, PendingUp, Relation};
 use crate::sys::restore::Clearing;
-use crate::sys::{agent_home, crash, digest, host, interrupt, restore, threads, working_copy};
+use crate::sys::{
+    agent_home, crash, digest, host, interrupt, node_ca, restore, threads, working_copy,
+};
 
 pub(crate) fn held_elsewhere(name: &str, l: &Lease) -> UserError {
     UserError::new(
@@ -168,6 +170,10 @@ pub(crate) fn up_here(ctx: &Ctx, name: &BoxName, how: How) -> Result<()> {
         }
     };
     crash::point("up.after-lease");
+    if spec.egress.mode.isolated() {
+        // For the credential broker's certificate, made as the box starts.
+        node_ca::make_key_ahead();
+    }
     let started = interrupt::check("the restore")
         .and_then(|()| own_ids(ctx, name, &meta))
         .and_then(|meta| prepare_and_start(ctx, &meta, &held, interrupted, fresh, &mut copy));

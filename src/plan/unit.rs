@@ -68,6 +68,9 @@ pub(crate) fn finish_unit_argv(spec: &BoxSpec, env: &[(&str, String)]) -> Vec<St
         &finish_unit_name(&spec.name),
         &format!("ag-box {} whole snapshot after a quick park", spec.name),
     );
+    // The park that starts it does not wait for it to begin (it runs beside, and ends
+    // itself where another command on the box came first).
+    a.push("--no-block".into());
     for (k, v) in env {
         a.push(format!("--setenv={k}={v}"));
     }
@@ -151,6 +154,8 @@ pub(crate) fn proxy_unit_argv(spec: &BoxSpec, proxy: &[String]) -> Vec<String> {
         &proxy_unit_name(&spec.name),
         &format!("ag-box {} egress proxy", spec.name),
     );
+    // Queued behind the box's start (After=), not waited for: `up` waits for it to answer.
+    a.push("--no-block".into());
     let props = [
         format!("BindsTo={bound}"),
         format!("After={bound}"),
@@ -210,6 +215,28 @@ pub(crate) fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> 
     paths
 }
 
+/// The units `systemctl show -p Id -p ActiveState` said are loaded (active, activating,
+/// deactivating or restarting): those a stop has something to do for. A unit systemd does
+/// not know is inactive.
+pub(crate) fn loaded_units(shown: &str) -> Vec<String> {
+    shown
+        .split("\n\n")
+        .filter_map(|unit| {
+            let field = |key: &str| {
+                unit.lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                    .map(str::trim)
+            };
+            let id = field("Id")?;
+            (!matches!(
+                field("ActiveState"),
+                None | Some("" | "inactive" | "failed")
+            ))
+            .then(|| id.to_string())
+        })
+        .collect()
+}
+
 /// `systemd-run` of a transient service that is collected when it ends, even failed.
 fn systemd_run_head(unit: &str, description: &str) -> Vec<String> {
     [
@@ -233,6 +260,9 @@ pub(crate) fn systemd_run_argv(
     anchor: &[String],
 ) -> Vec<String> {
     let mut a = systemd_run_head(&unit_name(&spec.name), &format!("ag-box {}", spec.name));
+    // Back once the start is queued: the proxy's is queued right behind it, and whether the
+    // box answers is what `up` waits for.
+    a.push("--no-block".into());
     if let Some(m) = memory_max {
         a.extend(["-p".into(), format!("MemoryMax={m}")]);
     }
@@ -314,6 +344,24 @@ mod tests {
     }
 
     #[test]
+    fn loaded_units_are_those_a_stop_has_something_to_do_for() {
+        let shown = "Id=boxnet-demo.service\nActiveState=active\n\n\
+                     Id=nosuch.service\nActiveState=inactive\n\n\
+                     Id=boxwatch-demo.service\nActiveState=failed\n\n\
+                     Id=boxfinish-demo.service\nActiveState=deactivating\n\n\
+                     Id=boxrun-demo.service\nActiveState=activating\n";
+        assert_eq!(
+            loaded_units(shown),
+            [
+                "boxnet-demo.service",
+                "boxfinish-demo.service",
+                "boxrun-demo.service"
+            ]
+        );
+        assert_eq!(loaded_units(""), Vec::<String>::new());
+    }
+
+    #[test]
     #[rustfmt::skip]
     fn systemd_run_wraps_the_anchor_in_a_hardened_unit() {
         let spec = spec();
@@ -324,7 +372,7 @@ mod tests {
             systemd_run_argv(&spec, Some("1500M"), &writable, &anchor),
             [
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
-                "--collect", "--quiet", "-p", "MemoryMax=1500M",
+                "--collect", "--quiet", "--no-block", "-p", "MemoryMax=1500M",
                 "-p", "NetworkNamespacePath=/run/box/.netns/demo", "-p", "OOMPolicy=continue",
                 "-p", "TasksMax=4096", "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",
@@ -354,7 +402,7 @@ mod tests {
             [
                 "systemd-run", "--unit", "boxfinish-demo",
                 "--description", "ag-box demo whole snapshot after a quick park",
-                "--collect", "--quiet",
+                "--collect", "--quiet", "--no-block",
                 "--setenv=HOME=/root", "--setenv=PATH=/opt/box/bin:/usr/bin",
                 "/opt/box/bin/ag-box", "__finish-park", "demo",
             ]
@@ -418,7 +466,7 @@ mod tests {
             proxy_unit_argv(&spec, &proxy),
             [
                 "systemd-run", "--unit", "boxnet-demo", "--description", "ag-box demo egress proxy",
-                "--collect", "--quiet",
+                "--collect", "--quiet", "--no-block",
                 "-p", "BindsTo=boxrun-demo.service", "-p", "After=boxrun-demo.service",
                 "-p", "Restart=always", "-p", "RestartSec=200ms", "-p", "StartLimitIntervalSec=0",
                 "-p", "MemoryMax=256M", "-p", "OOMPolicy=continue", "-p", "TimeoutStopSec=120s",

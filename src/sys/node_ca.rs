@@ -6,6 +6,8 @@
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 use rcgen::{
@@ -26,6 +28,29 @@ const HOSTS: &str = "hosts.json";
 pub(crate) struct NodeCa {
     pub cert_pem: String,
     key_pem: String,
+}
+
+/// A certificate's key made ahead ([`make_key_ahead`]), taken by the next [`NodeCa::issue`].
+static KEY_AHEAD: Mutex<Option<JoinHandle<Result<KeyPair, rcgen::Error>>>> = Mutex::new(None);
+
+/// Make the next certificate's key beside what the caller does meanwhile: the crypto library
+/// readies itself on the first key a process makes (30 ms here), which `up` then pays beside
+/// its restore, not on the way to the box's start.
+pub(crate) fn make_key_ahead() {
+    if let Ok(mut ahead) = KEY_AHEAD.lock()
+        && ahead.is_none()
+    {
+        *ahead = Some(std::thread::spawn(KeyPair::generate));
+    }
+}
+
+/// The key made ahead, else one made now.
+fn certificate_key() -> Result<KeyPair> {
+    let ahead = KEY_AHEAD.lock().ok().and_then(|mut a| a.take());
+    match ahead.map(JoinHandle::join) {
+        Some(Ok(Ok(key))) => Ok(key),
+        _ => KeyPair::generate().context("making a certificate's key"),
+    }
 }
 
 /// The CA's name, the same for every CA ag-box makes (a leaf's issuer is matched on it and on
@@ -176,7 +201,7 @@ impl NodeCa {
         let now = OffsetDateTime::now_utc();
         p.not_before = now - Duration::days(1);
         p.not_after = now + Duration::days(397);
-        let key = KeyPair::generate().context("making a certificate's key")?;
+        let key = certificate_key()?;
         let cert = p
             .signed_by(&key, &issuer)
             .context("signing a certificate")?;

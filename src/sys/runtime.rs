@@ -95,20 +95,14 @@ impl Runtime {
         let since = SystemTime::now();
         // A watcher an earlier run left (a box that died unstopped) goes before its pid does.
         end_watcher(spec);
-        prepare_run_dir(spec, nix)?;
-        match spec.netns() {
-            Some(pin) => netns::create(&pin).map_err(|e| {
-                e.context(UserError::failed(
-                    format!("box '{}': cannot make its own network namespace", spec.name),
-                    format!(
-                        "ag-box needs CAP_SYS_ADMIN and CAP_NET_ADMIN here (grant them to a container), \
-                         or run the box unguarded: 'ag-box set {} network=host'",
-                        spec.name
-                    ),
-                ))
-            })?,
-            None => netns::remove(&spec.netns_pin())?,
-        }
+        // The run dir and network namespace are made while the units an earlier run left go
+        // (a process or two each, off the way to the box's start).
+        std::thread::scope(|s| {
+            let leftovers = s.spawn(|| self.stop_leftover_units(spec));
+            let made = prepare_run_dir(spec, nix).and_then(|()| make_netns(spec));
+            let stopped = threads::joined(leftovers, "stopping what an earlier run left");
+            made.and(stopped)
+        })?;
         let supervise = self == Runtime::Direct;
         let anchor = unit::anchor_argv(spec, supervise, &bwrap, bwrap_args);
         match self {
@@ -119,7 +113,6 @@ impl Runtime {
                 if let Some(pin) = spec.netns() {
                     let proxy = unit::proxy_argv(&spec.exe, &spec.name, &spec.run_dir, &pin);
                     let name = unit::proxy_unit_name(&spec.name);
-                    stop_unit(&name)?;
                     // Bound to the box's unit: refused when that one already ended (then
                     // what it said is the answer).
                     if let Err(e) = run_unit(&unit::proxy_unit_argv(spec, &proxy), &name) {
@@ -152,15 +145,26 @@ impl Runtime {
         Ok(())
     }
 
+    /// The units an earlier run of the box left (its proxy, its watcher): stopped before
+    /// new ones start under their names.
+    fn stop_leftover_units(self, spec: &BoxSpec) -> Result<()> {
+        match self {
+            Runtime::Systemd => stop_units(&[
+                &unit::proxy_unit_name(&spec.name),
+                &unit::watch_unit_name(&spec.name),
+            ]),
+            Runtime::Direct => Ok(()),
+        }
+    }
+
     /// The box's state watcher (`commands::watch`): a unit bound to the box's, or a detached
     /// process that ends when the box does.
     fn start_watcher(self, spec: &BoxSpec) -> Result<()> {
         match self {
-            Runtime::Systemd => {
-                let name = unit::watch_unit_name(&spec.name);
-                stop_unit(&name)?;
-                run_unit(&unit::watch_unit_argv(spec, &host::config_env()), &name)
-            }
+            Runtime::Systemd => run_unit(
+                &unit::watch_unit_argv(spec, &host::config_env()),
+                &unit::watch_unit_name(&spec.name),
+            ),
             Runtime::Direct => {
                 let child = spawn_detached(
                     spec,
@@ -182,8 +186,14 @@ impl Runtime {
         match self {
             Runtime::Systemd => {
                 let name = unit::finish_unit_name(&spec.name);
-                stop_unit(&name)?;
-                run_unit(&unit::finish_unit_argv(spec, &finisher_env()), &name)
+                let argv = unit::finish_unit_argv(spec, &finisher_env());
+                // Refused while an earlier park's finisher runs under that name: that one
+                // is stopped (this one snapshots what it would have, and more) and this
+                // one started again.
+                run_unit(&argv, &name).or_else(|_| {
+                    stop_unit(&name)?;
+                    run_unit(&argv, &name)
+                })
             }
             Runtime::Direct => {
                 if let Some(dir) = log.parent() {
@@ -282,14 +292,13 @@ impl Runtime {
         freezer::resume_orphaned(spec);
         match self {
             Runtime::Systemd => {
-                stop_unit(&unit::unit_name(&spec.name))?;
-                // Bound to the box's unit; stopped here too in case that bond was never made.
-                let (proxy, watcher) = std::thread::scope(|s| {
-                    let proxy = s.spawn(|| stop_unit(&unit::proxy_unit_name(&spec.name)));
-                    let watcher = stop_unit(&unit::watch_unit_name(&spec.name));
-                    (threads::joined(proxy, "stopping the proxy"), watcher)
-                });
-                proxy.and(watcher)?;
+                // Its proxy and watcher are bound to the box's unit; stopped with it in case that
+                // bond was never made (one job: systemd stops them before the box).
+                stop_units(&[
+                    &unit::unit_name(&spec.name),
+                    &unit::proxy_unit_name(&spec.name),
+                    &unit::watch_unit_name(&spec.name),
+                ])?;
             }
             Runtime::Direct => {
                 // The supervisor's death takes bwrap and its pid namespace with it.
@@ -383,15 +392,51 @@ fn run_unit(argv: &[String], unit: &str) -> Result<()> {
 
 /// Stop `unit` if it is loaded (active, activating or restarting).
 fn stop_unit(unit: &str) -> Result<()> {
+    stop_units(&[unit])
+}
+
+/// Stop those of `units` that are loaded (active, activating or restarting): one `systemctl`
+/// asks for all, one stops those.
+fn stop_units(units: &[&str]) -> Result<()> {
     let sc = cmd::require("systemctl")?;
-    let state = cmd::output(Command::new(&sc).args(["show", "-p", "ActiveState", "--value", unit]))
+    let loaded = || {
+        let states = cmd::output(
+            Command::new(&sc)
+                .args(["show", "-p", "Id", "-p", "ActiveState"])
+                .args(units),
+        )
         .unwrap_or_default();
-    if matches!(state.trim(), "" | "inactive" | "failed") {
+        unit::loaded_units(&states)
+    };
+    let stopping = loaded();
+    if stopping.is_empty() {
         return Ok(());
     }
-    cmd::output(Command::new(sc).args(["stop", unit]))
-        .with_context(|| format!("stopping {unit}"))?;
-    Ok(())
+    match cmd::output(Command::new(&sc).arg("stop").args(&stopping)) {
+        // One that ended and was collected meanwhile is refused as not loaded: what counts
+        // is that none is left.
+        Err(e) if !loaded().is_empty() => {
+            Err(e).with_context(|| format!("stopping {}", stopping.join(", ")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The box's own network namespace when it has one; else none left of an earlier run.
+fn make_netns(spec: &BoxSpec) -> Result<()> {
+    match spec.netns() {
+        Some(pin) => netns::create(&pin).map_err(|e| {
+            e.context(UserError::failed(
+                format!("box '{}': cannot make its own network namespace", spec.name),
+                format!(
+                    "ag-box needs CAP_SYS_ADMIN and CAP_NET_ADMIN here (grant them to a container), \
+                     or run the box unguarded: 'ag-box set {} network=host'",
+                    spec.name
+                ),
+            ))
+        }),
+        None => netns::remove(&spec.netns_pin()),
+    }
 }
 
 /// A fresh run dir, root's alone, but for the socket dir the box user writes its socket in.
