@@ -55,8 +55,9 @@ finished() { # finished LABEL NODE -> seconds until the whole snapshot a quick p
   # follow is in (its unit's log in $logs/LABEL.log); the next step waits for it, as another
   # machine would not share these cores with it
   local s e; s=$(date +%s.%N)
-  on "$2" "for i in \$(seq 1200); do systemctl is-active -q boxfinish-ref ||
-    [ -n \"\$(systemctl show -p Job --value boxfinish-ref)\" ] || exit 0; sleep 0.05; done; exit 1" ||
+  # (a start still queued is no job done: inactive, with a job)
+  on "$2" "for i in \$(seq 1200); do [ -n \"\$(systemctl show -p Job --value boxfinish-ref)\" ] ||
+    systemctl is-active -q boxfinish-ref || exit 0; sleep 0.05; done; exit 1" ||
     { echo "bench/run.sh: the whole snapshot after the park on $2 never ended" >&2; exit 1; }
   e=$(date +%s.%N)
   on "$2" "journalctl -q -u boxfinish-ref --no-pager" >"$logs/$1.log" 2>&1 || true

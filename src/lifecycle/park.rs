@@ -26,13 +26,16 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     let mut copy = CopyState::journal(&ctx.config.state_dir, name)?;
     let stored = ctx.tracked(name)?;
     let meta = &stored.meta;
-    // Where a quick park may apply, restic opens and locks the repository of changes from
-    // here on, while the box is stopped and its copy walked.
-    let ahead = (!accept_partial && ctx.config.quick_park)
-        .then(|| Ahead::guess(ctx, meta, copy.state()))
-        .flatten();
     let here = ctx.config.node.clone();
     let spec = ctx.spec(meta);
+    // Where a quick park applies, restic opens and locks the repository of changes from here
+    // on, while the box is stopped and its copy walked.
+    let quick = if accept_partial {
+        None
+    } else {
+        quick_parkable(ctx, meta, copy.state(), &spec)?
+            .map(|from| (Ahead::start(ctx, meta, from.0), from))
+    };
     let running = ctx.runtime.is_active(&spec);
     let ours = meta.lease.as_ref().is_some_and(|l| l.node == here);
     if !running && !ours {
@@ -43,7 +46,9 @@ pub(crate) fn park(ctx: &Ctx, name: &BoxName, accept_partial: bool) -> Result<Sn
     if !running && snapshot::is_behind(copy.state(), meta) {
         return release_behind(ctx, &stored, &mut copy);
     }
-    if !accept_partial && let Some(id) = park_quickly(ctx, &stored, &mut copy, running, ahead)? {
+    if let Some((ahead, from)) = quick
+        && let Some(id) = park_quickly(ctx, &stored, &mut copy, running, from, ahead)?
+    {
         return Ok(id);
     }
     // A quick park that did not apply may have stopped the box.
@@ -247,6 +252,9 @@ fn save_and_publish(
     })
 }
 
+/// The latest a quick park leads from, the copy's relation to it, and the lease epoch held.
+type QuickFrom<'m> = (&'m SnapshotRef, Equal, u64);
+
 /// What a quick park of the copy starts from, when one applies: the box's latest (a whole
 /// snapshot the copy equals, as this node last saved or restored it), the copy's relation to
 /// it, and the lease epoch held.
@@ -255,7 +263,7 @@ fn quick_parkable<'m>(
     meta: &'m Meta,
     copy: &CopyState,
     spec: &BoxSpec,
-) -> Result<Option<(&'m SnapshotRef, Equal, u64)>> {
+) -> Result<Option<QuickFrom<'m>>> {
     let (Some(latest), Relation::Equals(equal), Some(epoch)) =
         (&meta.last_snapshot, &copy.relation, copy.epoch)
     else {
@@ -288,18 +296,14 @@ fn park_quickly(
     stored: &Stored,
     copy: &mut CopyJournal,
     running: bool,
-    ahead: Option<Ahead<'_>>,
+    (latest, equal, epoch): QuickFrom<'_>,
+    // Ended with nothing saved wherever the park goes another way.
+    _ahead: Ahead<'_>,
 ) -> Result<Option<SnapshotId>> {
     let meta = &stored.meta;
     let name = &meta.name;
     let here = &ctx.config.node;
     let spec = ctx.spec(meta);
-    let Some((latest, equal, epoch)) = quick_parkable(ctx, meta, copy.state(), &spec)? else {
-        return Ok(None);
-    };
-    // Ended with nothing saved wherever the park goes another way (or it was started for
-    // another snapshot than the latest: the save starts its own).
-    let _ahead = ahead;
     let kept = stop_reading_manifest(ctx, &spec, running)?;
     crash::point("park.after-stop");
     let Some(mut kept) = kept.filter(|k| latest.names(&k.snapshot)) else {
@@ -400,23 +404,13 @@ fn park_quickly(
 struct Ahead<'a>(&'a Ctx);
 
 impl<'a> Ahead<'a> {
-    /// Started for the changes since the record's latest where this node's copy equals it,
-    /// ahead of the rest of what a quick park asks (`quick_parkable`); None where it does not.
-    fn guess(ctx: &'a Ctx, meta: &Meta, copy: &CopyState) -> Option<Ahead<'a>> {
-        let (Some(latest), Relation::Equals(equal)) = (&meta.last_snapshot, &copy.relation) else {
-            return None;
-        };
-        let holding = meta
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.node == ctx.config.node && Some(l.epoch) == copy.epoch);
-        if !holding || latest.on.is_some() || !latest.names(&equal.snapshot) {
-            return None;
-        }
+    /// Started for the changes since `latest`, the whole snapshot a quick park of `meta`'s
+    /// box leads from (`quick_parkable`).
+    fn start(ctx: &'a Ctx, meta: &Meta, latest: &SnapshotRef) -> Ahead<'a> {
         let to = SnapshotId::from(QUICK_TO);
         ctx.repo
             .prepare_changes(&snapshot::changes_spec(ctx, &meta.name, &latest.id, &to));
-        Some(Ahead(ctx))
+        Ahead(ctx)
     }
 }
 

@@ -215,9 +215,18 @@ pub(crate) fn writable_paths(spec: &BoxSpec, exists: impl Fn(&Path) -> bool) -> 
     paths
 }
 
-/// The units `systemctl show -p Id -p ActiveState` said are loaded (active, activating,
-/// deactivating or restarting): those a stop has something to do for. A unit systemd does
-/// not know is inactive.
+/// `systemctl show` of what [`loaded_units`] reads, for these units.
+pub(crate) fn show_states_argv(units: &[&str]) -> Vec<String> {
+    ["show", "-p", "Id", "-p", "ActiveState", "-p", "Job"]
+        .iter()
+        .chain(units)
+        .map(|s| (*s).to_string())
+        .collect()
+}
+
+/// The units that `systemctl show` ([`show_states_argv`]) says a stop has something to do
+/// for: loaded (active, activating, deactivating or restarting), or with a job queued (a start
+/// queued and not yet run is inactive). A unit systemd does not know is inactive.
 pub(crate) fn loaded_units(shown: &str) -> Vec<String> {
     shown
         .split("\n\n")
@@ -226,13 +235,12 @@ pub(crate) fn loaded_units(shown: &str) -> Vec<String> {
                 unit.lines()
                     .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
                     .map(str::trim)
+                    .filter(|v| !v.is_empty())
             };
             let id = field("Id")?;
-            (!matches!(
-                field("ActiveState"),
-                None | Some("" | "inactive" | "failed")
-            ))
-            .then(|| id.to_string())
+            let idle = matches!(field("ActiveState"), None | Some("inactive" | "failed"))
+                && field("Job").is_none();
+            (!idle).then(|| id.to_string())
         })
         .collect()
 }
@@ -260,9 +268,6 @@ pub(crate) fn systemd_run_argv(
     anchor: &[String],
 ) -> Vec<String> {
     let mut a = systemd_run_head(&unit_name(&spec.name), &format!("ag-box {}", spec.name));
-    // Back once the start is queued: the proxy's is queued right behind it, and whether the
-    // box answers is what `up` waits for.
-    a.push("--no-block".into());
     if let Some(m) = memory_max {
         a.extend(["-p".into(), format!("MemoryMax={m}")]);
     }
@@ -345,17 +350,33 @@ mod tests {
 
     #[test]
     fn loaded_units_are_those_a_stop_has_something_to_do_for() {
-        let shown = "Id=boxnet-demo.service\nActiveState=active\n\n\
-                     Id=nosuch.service\nActiveState=inactive\n\n\
-                     Id=boxwatch-demo.service\nActiveState=failed\n\n\
-                     Id=boxfinish-demo.service\nActiveState=deactivating\n\n\
-                     Id=boxrun-demo.service\nActiveState=activating\n";
+        assert_eq!(
+            show_states_argv(&["boxnet-demo", "boxwatch-demo"]),
+            [
+                "show",
+                "-p",
+                "Id",
+                "-p",
+                "ActiveState",
+                "-p",
+                "Job",
+                "boxnet-demo",
+                "boxwatch-demo"
+            ]
+        );
+        let shown = "Id=boxnet-demo.service\nActiveState=active\nJob=\n\n\
+                     Id=nosuch.service\nActiveState=inactive\nJob=\n\n\
+                     Id=boxwatch-demo.service\nActiveState=failed\nJob=\n\n\
+                     Id=boxfinish-demo.service\nActiveState=deactivating\nJob=\n\n\
+                     Id=boxrun-demo.service\nActiveState=activating\nJob=\n\n\
+                     Id=boxfinish-other.service\nActiveState=inactive\nJob=4127\n";
         assert_eq!(
             loaded_units(shown),
             [
                 "boxnet-demo.service",
                 "boxfinish-demo.service",
-                "boxrun-demo.service"
+                "boxrun-demo.service",
+                "boxfinish-other.service"
             ]
         );
         assert_eq!(loaded_units(""), Vec::<String>::new());
@@ -372,7 +393,7 @@ mod tests {
             systemd_run_argv(&spec, Some("1500M"), &writable, &anchor),
             [
                 "systemd-run", "--unit", "boxrun-demo", "--description", "ag-box demo",
-                "--collect", "--quiet", "--no-block", "-p", "MemoryMax=1500M",
+                "--collect", "--quiet", "-p", "MemoryMax=1500M",
                 "-p", "NetworkNamespacePath=/run/box/.netns/demo", "-p", "OOMPolicy=continue",
                 "-p", "TasksMax=4096", "-p", "NoNewPrivileges=yes", "-p", "ProtectSystem=strict", "-p", "PrivateTmp=yes",
                 "-p", "ProtectKernelTunables=yes", "-p", "ProtectKernelModules=yes",

@@ -190,9 +190,10 @@ impl Runtime {
                 // Refused while an earlier park's finisher runs under that name: that one
                 // is stopped (this one snapshots what it would have, and more) and this
                 // one started again.
-                run_unit(&argv, &name).or_else(|_| {
-                    stop_unit(&name)?;
-                    run_unit(&argv, &name)
+                run_unit(&argv, &name).or_else(|refused| {
+                    stop_unit(&name)
+                        .and_then(|()| run_unit(&argv, &name))
+                        .map_err(|e| e.context(format!("{refused:#}")))
                 })
             }
             Runtime::Direct => {
@@ -400,22 +401,18 @@ fn stop_unit(unit: &str) -> Result<()> {
 fn stop_units(units: &[&str]) -> Result<()> {
     let sc = cmd::require("systemctl")?;
     let loaded = || {
-        let states = cmd::output(
-            Command::new(&sc)
-                .args(["show", "-p", "Id", "-p", "ActiveState"])
-                .args(units),
-        )
-        .unwrap_or_default();
-        unit::loaded_units(&states)
+        cmd::output(Command::new(&sc).args(unit::show_states_argv(units)))
+            .map(|shown| unit::loaded_units(&shown))
+            .with_context(|| format!("asking systemd about {}", units.join(", ")))
     };
-    let stopping = loaded();
+    let stopping = loaded()?;
     if stopping.is_empty() {
         return Ok(());
     }
     match cmd::output(Command::new(&sc).arg("stop").args(&stopping)) {
         // One that ended and was collected meanwhile is refused as not loaded: what counts
         // is that none is left.
-        Err(e) if !loaded().is_empty() => {
+        Err(e) if !loaded()?.is_empty() => {
             Err(e).with_context(|| format!("stopping {}", stopping.join(", ")))
         }
         _ => Ok(()),

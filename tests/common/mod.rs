@@ -370,8 +370,8 @@ pub(crate) fn lock_keys(listed: &str) -> std::collections::BTreeSet<String> {
 pub(crate) fn whole_snapshot_done(t: &dyn Target, name: &str) {
     t.sh(&format!(
         "for i in $(seq 600); do
-           systemctl is-active -q boxfinish-{name} 2>/dev/null ||
-             [ -n \"$(systemctl show -p Job --value boxfinish-{name} 2>/dev/null)\" ] ||
+           [ -n \"$(systemctl show -p Job --value boxfinish-{name} 2>/dev/null)\" ] ||
+             systemctl is-active -q boxfinish-{name} 2>/dev/null ||
              pgrep -f -- '__finish-park {name}$' >/dev/null || exit 0
            sleep 0.1
          done; exit 1"
