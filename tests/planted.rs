@@ -547,7 +547,9 @@ if os.fork() == 0:
         for i in (1, 2):
             libc.renameat2(-100, f'race/d{{i}}'.encode(), -100, f'race/l{{i}}'.encode(), 2)
         n += 1
-    open('race/swaps', 'w').write(str(n))
+    # Whole or not at all: a reader that sees the file reads the count.
+    open('race/swaps.tmp', 'w').write(str(n))
+    os.rename('race/swaps.tmp', 'race/swaps')
     os._exit(0)
 print('racing')
 ""#
@@ -827,7 +829,8 @@ if os.fork() == 0:
             s.send(b'GET http://x.invalid/ HTTP/1.1\r\nHost: x.invalid\r\nX-Pad: ' + b'a' * 2000); sent += 1
         except OSError:
             pass
-    open('flood.out', 'w').write(f'{len(socks)} {sent}')
+    open('flood.tmp', 'w').write(f'{len(socks)} {sent}')
+    os.rename('flood.tmp', 'flood.out')
     time.sleep(12)
     os._exit(0)
 print('flooding')
