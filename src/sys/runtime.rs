@@ -149,10 +149,10 @@ impl Runtime {
     /// new ones start under their names.
     fn stop_leftover_units(self, spec: &BoxSpec) -> Result<()> {
         match self {
-            Runtime::Systemd => stop_units(&[
-                &unit::proxy_unit_name(&spec.name),
-                &unit::watch_unit_name(&spec.name),
-            ]),
+            Runtime::Systemd => {
+                let [proxy, watch] = companion_units(spec);
+                stop_units(&[&proxy, &watch])
+            }
             Runtime::Direct => Ok(()),
         }
     }
@@ -295,11 +295,8 @@ impl Runtime {
             Runtime::Systemd => {
                 // Its proxy and watcher are bound to the box's unit; stopped with it in case that
                 // bond was never made (one job: systemd stops them before the box).
-                stop_units(&[
-                    &unit::unit_name(&spec.name),
-                    &unit::proxy_unit_name(&spec.name),
-                    &unit::watch_unit_name(&spec.name),
-                ])?;
+                let [proxy, watch] = companion_units(spec);
+                stop_units(&[&unit::unit_name(&spec.name), &proxy, &watch])?;
             }
             Runtime::Direct => {
                 // The supervisor's death takes bwrap and its pid namespace with it.
@@ -389,6 +386,14 @@ fn run_unit(argv: &[String], unit: &str) -> Result<()> {
     cmd::output(Command::new(&argv[0]).args(&argv[1..]))
         .with_context(|| format!("starting unit {unit}"))?;
     Ok(())
+}
+
+/// The units that run beside a box's own: its egress proxy and its state watcher.
+fn companion_units(spec: &BoxSpec) -> [String; 2] {
+    [
+        unit::proxy_unit_name(&spec.name),
+        unit::watch_unit_name(&spec.name),
+    ]
 }
 
 /// Stop `unit` if it is loaded (active, activating or restarting).
