@@ -387,7 +387,8 @@ fn a_snapshot_restic_could_not_read_whole_is_refused_unless_accepted() {
          ag-box track {name} && ag-box up {name} && echo more >> home/{name}/f"
     ))
     .ok();
-    let shimmed = format!("export PATH={base}/shim:$PATH; ");
+    // A whole snapshot: a quick park seals what changed without restic.
+    let shimmed = format!("export PATH={base}/shim:$PATH BOX_QUICK_PARK=false; ");
     let out = host.sh(&format!("{shimmed}ag-box park {name}"));
     assert_code(&out, 1, "restic could not read open ");
     assert!(

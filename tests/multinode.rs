@@ -383,11 +383,18 @@ fn a_bucket_without_a_changes_repository_serves_until_init_makes_one() {
     common::whole_snapshot_done(&c.a, name);
     comes_to(&c.b, &c.a, "v3\n");
     assert!(
-        pointer().contains(r#""repository":"changes""#),
+        pointer().contains(r#""repository":"sealed""#),
         "{}",
         pointer()
     );
-    assert_eq!((changes_in("restic"), changes_in("restic-changes")), (1, 1));
+    assert_eq!(
+        (
+            changes_in("restic"),
+            changes_in("restic-changes"),
+            sealed_count(&c.a, &bucket, name)
+        ),
+        (1, 0, 1)
+    );
     let line = changes_check(&c.b, &env);
     assert!(line.starts_with("ok"), "{line}");
     // Dropped: none of its snapshots is left in either.
@@ -404,7 +411,19 @@ fn a_bucket_without_a_changes_repository_serves_until_init_makes_one() {
             "{repo}"
         );
     }
+    assert_eq!(sealed_count(&c.a, &bucket, name), 0);
     c.forget(name);
+}
+
+/// How many sealed changes objects of box `name` the rig's `bucket` holds.
+fn sealed_count(n: &common::Node, bucket: &str, name: &str) -> usize {
+    n.sh(&format!(
+        "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user test:test 'http://10.200.0.1:5001/{bucket}?list-type=2&prefix=changes/{name}/'"
+    ))
+    .ok()
+    .stdout()
+    .matches("<Key>")
+    .count()
 }
 
 /// `cmd` with restic's environment set for repository `repo` in the rig's `bucket`.
@@ -571,13 +590,10 @@ fn globals_push_on_a_and_pull_on_b_keep_modes_and_follow_roles() {
 
 /// How many snapshots have `tag`; a box's changes are in the repository of changes alone.
 fn snapshot_count(n: &common::Node, tag: &str) -> usize {
-    let env = if tag.starts_with("changes:") {
-        CHANGES_RESTIC_ENV
-    } else {
-        RESTIC_ENV
-    };
     let out = n
-        .sh(&format!("{env}; restic snapshots --tag {tag} --json"))
+        .sh(&format!(
+            "{RESTIC_ENV}; restic snapshots --tag {tag} --json"
+        ))
         .ok()
         .stdout();
     serde_json::from_str::<serde_json::Value>(&out)
@@ -604,9 +620,8 @@ fn prune_follows_retention_and_boxes_still_move() {
     c.a.sh(&format!("ag-box park {name}")).ok();
     let before = snapshot_count(&c.a, &format!("box:{name}"));
     assert!(before >= 6, "{before}");
-    // The park saved what changed since the first park in a changes snapshot of its own.
-    let changes = snapshot_count(&c.a, &format!("changes:{name}"));
-    assert_eq!(changes, 1);
+    // The park sealed what changed since the first park in an object of its own.
+    assert_eq!(sealed_count(&c.a, "agent-boxes", name), 1);
     let keep = [
         ("BOX_KEEP_LAST", "2"),
         ("BOX_KEEP_DAILY", "0"),
@@ -645,7 +660,7 @@ fn prune_follows_retention_and_boxes_still_move() {
 
     c.a.sh_env(&keep, "ag-box prune").ok();
     assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), 2);
-    assert_eq!(snapshot_count(&c.a, &format!("changes:{name}")), 1);
+    assert_eq!(sealed_count(&c.a, "agent-boxes", name), 1);
 
     // the parked snapshot survived: the box still moves
     c.b.sh(&format!(
@@ -856,38 +871,18 @@ fn symlinks_a_box_planted_in_its_copy_do_not_lead_a_restore_in_place_out_of_it()
     .ok();
 }
 
-/// What each park published is a snapshot of its own (A's by restic 0.14), tagged as the
-/// box's changes, never as a state of the box, in the repository of changes alone: none is in
-/// the main one, and the pointer names where it is.
-fn changes_are_in_their_own_repository(n: &common::Node, name: &str) {
-    let listed = n
-        .sh(&format!(
-            "{CHANGES_RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
-        ))
-        .ok()
-        .stdout();
-    assert_eq!(
-        n.sh(&format!(
-            "{RESTIC_ENV}; restic snapshots --tag changes:{name} --json --no-lock"
-        ))
-        .ok()
-        .stdout()
-        .trim(),
-        "[]"
-    );
+/// What each park published is sealed in an object of its own (`changes/<box>/`), whichever
+/// restic the node runs: no restic repository holds it, and the pointer names it so.
+fn changes_are_sealed_apart(n: &common::Node, name: &str) {
+    for env in [CHANGES_RESTIC_ENV, RESTIC_ENV] {
+        let listed = n.sh(&format!(
+            "{env}; restic snapshots --tag changes:{name} --json --no-lock"
+        ));
+        assert_eq!(listed.ok().stdout().trim(), "[]", "{env}");
+    }
     let pointer = bucket_object(n, "agent-boxes", &format!("deltas/{name}.changes.json"));
-    assert!(pointer.contains(r#""repository":"changes""#), "{pointer}");
-    let changes: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
-    let box_tag = format!("box:{name}");
-    assert!(
-        changes.len() >= 2
-            && changes.iter().all(|s| !s["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| *t == *box_tag)),
-        "{listed}"
-    );
+    assert!(pointer.contains(r#""repository":"sealed""#), "{pointer}");
+    assert!(sealed_count(n, "agent-boxes", name) >= 2);
 }
 
 #[test]
@@ -942,7 +937,7 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         "{}",
         up_b.stderr()
     );
-    changes_are_in_their_own_repository(&c.a, name);
+    changes_are_sealed_apart(&c.a, name);
     assert_eq!(
         c.b.sh(&format!(
             "cd /root/{name}; cat src/main.txt added.txt kept.txt .auth-secret __pycache__/c.pyc {sessions}/s1.jsonl
@@ -987,6 +982,71 @@ fn a_box_coming_back_to_a_node_gets_only_what_changed_with_either_restic() {
         format!("v3\nv3\n2\n640\n750\n{root_mode}\n")
     );
     c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// What a park sealed is refused when the bucket changed it: a bit flipped, or another box's
+/// object put in its place. The next node says so, takes another way to the box's latest,
+/// and holds it.
+#[test]
+fn sealed_changes_altered_or_swapped_in_the_bucket_are_refused() {
+    let Some(c) = Cluster::get() else { return };
+    let (flipped, swapped) = ("sealflip", "sealswap");
+    let s3 = "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user test:test";
+    let bucket = "http://10.200.0.1:5001/agent-boxes";
+    let object = |name: &str| -> String {
+        let listed = c.a.sh(&format!(
+            "{s3} '{bucket}?list-type=2&prefix=changes/{name}/'"
+        ));
+        let listed = listed.ok().stdout();
+        let keys: Vec<&str> = listed
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|k| k.split("</Key>").next())
+            .collect();
+        assert_eq!(keys.len(), 1, "{listed}");
+        keys[0].to_string()
+    };
+    // Each box's copy on A is its first snapshot; B changes it and parks: sealed changes.
+    for name in [flipped, swapped] {
+        c.parked_box(name);
+        c.b.sh(&format!(
+            "set -e; ag-box up {name} --node nodeB
+             ag-box exec {name} -- sh -c 'echo v2 > src/main.txt'; ag-box park {name}"
+        ))
+        .ok();
+        common::whole_snapshot_done(&c.b, name);
+    }
+    let (flip_key, swap_key) = (object(flipped), object(swapped));
+    c.a.sh(&format!(
+        "set -e; {s3} -o /root/sealed.orig {bucket}/{flip_key}
+         python3 -c 'import sys; b = bytearray(open(sys.argv[1], \"rb\").read()); b[40] ^= 1; open(sys.argv[2], \"wb\").write(b)' /root/sealed.orig /root/sealed.bad
+         ! cmp -s /root/sealed.orig /root/sealed.bad
+         {s3} -T /root/sealed.bad {bucket}/{flip_key}
+         {s3} -T /root/sealed.orig {bucket}/{swap_key}
+         rm /root/sealed.orig /root/sealed.bad"
+    ))
+    .ok();
+    for (name, why) in [
+        (flipped, "opening the sealed changes"),
+        (
+            swapped,
+            &format!("it holds box '{flipped}''s changes, not box '{swapped}''s"),
+        ),
+    ] {
+        let up = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+        let err = up.ok().stderr();
+        assert!(
+            err.contains("is not used") && err.contains(why) && !err.contains("published them"),
+            "{err}"
+        );
+        assert_eq!(
+            c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+                .ok()
+                .stdout(),
+            "v2\n"
+        );
+        c.a.sh(&format!("ag-box park {name}")).ok();
+    }
 }
 
 #[test]

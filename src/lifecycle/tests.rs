@@ -314,15 +314,9 @@ impl Repo for FakeRepo {
         self.in_repository(Repository::Main, id)?;
         self.copy_out(id, target)
     }
-    fn restore_changes(
-        &self,
-        repository: Repository,
-        id: &SnapshotId,
-        _archive: Option<&Path>,
-        target: &Path,
-    ) -> Result<()> {
-        self.in_repository(repository, id)?;
-        self.copy_out(id, target)
+    fn restore_changes(&self, _: &str, published: &PublishedRef, target: &Path) -> Result<()> {
+        self.in_repository(published.repository, &published.snapshot)?;
+        self.copy_out(&published.snapshot, target)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
         let of = [box_tag(name), changes_tag(name)];

@@ -888,14 +888,9 @@ fn stage_published(
     let staging = staging(meta)?;
     let staged = ctx
         .repo
-        .restore_changes(
-            published.repository,
-            &published.snapshot,
-            published.archive.as_deref(),
-            &staging,
-        )
+        .restore_changes(name, published, &staging)
         .and_then(|()| {
-            tracing::debug!("restic restored the changes into staging");
+            tracing::debug!("the changes are restored into staging");
             restore::read_published(&staging, &published.list)
         })
         .and_then(|list| {

@@ -29,6 +29,7 @@ pub(crate) mod restic_key;
 pub(crate) mod retention;
 pub(crate) mod sandbox;
 pub(crate) mod schedule;
+pub(crate) mod sealed;
 pub(crate) mod sign_in;
 pub(crate) mod slices;
 pub(crate) mod snapshot_id;

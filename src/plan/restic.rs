@@ -29,28 +29,39 @@ const GLOBALS_HOST: &str = "ag-box-globals";
 /// globals); the changes one only the changes snapshots parks save (made by `ag-box init`
 /// beside it), so restoring or saving a few thousand changed files does not first load the
 /// index of every box's whole history (restic reads the whole index before any command).
+/// A park's changes may also lie in no restic repository at all: sealed, under the changes
+/// repository's master key, in one object of their own (`plan::sealed`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Repository {
     #[default]
     Main,
     Changes,
+    Sealed,
 }
 
 impl Repository {
-    /// Its dir in the bucket, and in `$BOX_STATE_DIR` with the local store.
-    pub(crate) fn dir(self) -> &'static str {
+    /// The restic repository it is, or (sealed changes) whose key seals it.
+    pub(crate) fn restic(self) -> Repository {
         match self {
-            Repository::Main => "restic",
-            Repository::Changes => "restic-changes",
+            Repository::Main => Repository::Main,
+            Repository::Changes | Repository::Sealed => Repository::Changes,
         }
     }
 
-    /// Where a node keeps its own key of it, in `$BOX_STATE_DIR`.
+    /// Its restic repository's dir in the bucket, and in `$BOX_STATE_DIR` with the local store.
+    pub(crate) fn dir(self) -> &'static str {
+        match self.restic() {
+            Repository::Main => "restic",
+            _ => "restic-changes",
+        }
+    }
+
+    /// Where a node keeps its own key of its restic repository, in `$BOX_STATE_DIR`.
     pub(crate) fn node_key_file(self) -> &'static str {
-        match self {
+        match self.restic() {
             Repository::Main => "restic-node-key.json",
-            Repository::Changes => "restic-changes-node-key.json",
+            _ => "restic-changes-node-key.json",
         }
     }
 

@@ -9,7 +9,9 @@
 //!
 //! This is the one file of restic's format ag-box writes: restic offers no way to choose a
 //! key's scrypt cost (`restic key add` calibrates it), and half a second per restic run is
-//! most of what a small delta costs. A restic that could would retire this module.
+//! most of what a small delta costs. The same sealing serves what ag-box keeps outside
+//! restic: a park's changes, under the repository's master key (`plan::sealed`), and the
+//! broker's logins, under the operator's password (`Sealer`).
 
 use super::text::hex;
 use aes::cipher::{BlockCipherEncrypt, KeyInit, KeyIvInit, StreamCipher};
@@ -87,7 +89,7 @@ pub(crate) fn key_file(
 
 /// The 64 bytes of a restic key: the AES-256 key, then the MAC's AES-128 key `k` and its `r`.
 /// Wiped from memory when dropped.
-type Keys = Zeroizing<[u8; 64]>;
+pub(crate) type Keys = Zeroizing<[u8; 64]>;
 
 /// scrypt's cost for what is sealed under the operator's password (`RESTIC_PASSWORD`, chosen
 /// by a person): N = 2^16 (64 MiB, a fifth of a second), of the order restic calibrates the
@@ -101,8 +103,13 @@ fn derive(password: &[u8], salt: &[u8]) -> Result<Keys> {
 
 /// [`derive`] at the cost 2^`log_n`.
 fn derive_at(password: &[u8], salt: &[u8], log_n: u8) -> Result<Keys> {
+    derive_with(password, salt, log_n, R, P)
+}
+
+/// scrypt's 64 bytes at the cost 2^`log_n`, `r`, `p`.
+fn derive_with(password: &[u8], salt: &[u8], log_n: u8, r: u32, p: u32) -> Result<Keys> {
     let params =
-        scrypt::Params::new(log_n, R, P).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
+        scrypt::Params::new(log_n, r, p).map_err(|e| anyhow::anyhow!("scrypt parameters: {e}"))?;
     let mut out = Zeroizing::new([0u8; 64]);
     scrypt::scrypt(password, salt, &params, out.as_mut())
         .map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;
@@ -150,19 +157,99 @@ pub(crate) fn open_with(password: &[u8], salt: &[u8], log_n: u8, sealed: &[u8]) 
         (10..=20).contains(&log_n),
         "scrypt cost 2^{log_n} is none ag-box seals with"
     );
-    let keys = derive_at(password, salt, log_n)?;
-    let (iv, rest) = sealed.split_at(16);
-    let (cipher, tag) = rest.split_at(rest.len() - 16);
-    let iv: [u8; 16] = iv.try_into().context("the IV")?;
-    let expected = mac(&keys[32..48], &keys[48..64], &iv, cipher)?;
+    open(&*derive_at(password, salt, log_n)?, sealed.to_vec())
+        .map_err(|_| anyhow::anyhow!("the sealed bytes do not open with this password"))
+}
+
+/// What [`seal`] made under `keys`, its MAC checked first; opened where it lies.
+fn open(keys: &[u8; 64], mut sealed: Vec<u8>) -> Result<Vec<u8>> {
+    anyhow::ensure!(sealed.len() >= 32, "sealed bytes too short");
+    let end = sealed.len() - 16;
+    let iv: [u8; 16] = sealed[..16].try_into().context("the IV")?;
+    let expected = mac(&keys[32..48], &keys[48..64], &iv, &sealed[16..end])?;
     // Compared in constant time: a forger learns nothing from how long the check took.
-    let same: bool = subtle::ConstantTimeEq::ct_eq(&expected[..], tag).into();
-    anyhow::ensure!(same, "the sealed bytes do not open with this password");
-    let mut plain = cipher.to_vec();
+    let same: bool = subtle::ConstantTimeEq::ct_eq(&expected[..], &sealed[end..]).into();
+    anyhow::ensure!(
+        same,
+        "its MAC does not match (altered, or sealed under another key)"
+    );
+    sealed.truncate(end);
+    sealed.drain(..16);
     ctr::Ctr128BE::<aes::Aes256>::new_from_slices(&keys[..32], &iv)
         .map_err(|e| anyhow::anyhow!("AES-CTR: {e}"))?
-        .apply_keystream(&mut plain);
-    Ok(plain)
+        .apply_keystream(&mut sealed);
+    Ok(sealed)
+}
+
+/// `plain` sealed under a repository's master key (`master_keys`), as restic seals its own
+/// files, with a random `iv`.
+pub(crate) fn seal_under(keys: &Keys, iv: &[u8; 16], plain: Vec<u8>) -> Result<Vec<u8>> {
+    seal(keys, iv, plain)
+}
+
+/// What [`seal_under`] sealed under `keys`; Err when it was altered or sealed under another
+/// key.
+pub(crate) fn open_under(keys: &Keys, sealed: Vec<u8>) -> Result<Vec<u8>> {
+    open(keys, sealed)
+}
+
+/// A repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
+/// [`seal_under`] takes: the AES-256 key, then the MAC's `k` and `r`.
+pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
+    #[derive(Deserialize)]
+    struct Mac {
+        k: String,
+        r: String,
+    }
+    #[derive(Deserialize)]
+    struct Master {
+        mac: Mac,
+        encrypt: String,
+    }
+    let m: Master = serde_json::from_slice(master).context("parsing restic's master key")?;
+    let mut out = Zeroizing::new([0u8; 64]);
+    for (range, field) in [(0..32, &m.encrypt), (32..48, &m.mac.k), (48..64, &m.mac.r)] {
+        let bytes = Zeroizing::new(
+            STANDARD
+                .decode(field)
+                .context("decoding restic's master key")?,
+        );
+        anyhow::ensure!(
+            bytes.len() == range.len(),
+            "restic's master key has a part of the wrong length"
+        );
+        out[range].copy_from_slice(&bytes);
+    }
+    Ok(out)
+}
+
+/// The master key (its JSON) a key file of restic's holds, opened with `password`. Only a
+/// cheap scrypt is paid (a node's own key, [`LOG_N`]): a costlier one is refused.
+pub(crate) fn open_key_file(file: &[u8], password: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
+    #[derive(Deserialize)]
+    #[allow(non_snake_case)]
+    struct Sealed {
+        kdf: String,
+        N: u64,
+        r: u32,
+        p: u32,
+        salt: String,
+        data: String,
+    }
+    let f: Sealed = serde_json::from_slice(file).context("parsing a restic key file")?;
+    anyhow::ensure!(f.kdf == "scrypt", "a restic key file of kdf '{}'", f.kdf);
+    let log_n = u8::try_from(f.N.trailing_zeros()).context("scrypt's N")?;
+    anyhow::ensure!(
+        f.N.is_power_of_two() && log_n <= LOG_N && f.r <= R && f.p <= P,
+        "a restic key file of scrypt N={}, r={}, p={}: none of this node's",
+        f.N,
+        f.r,
+        f.p
+    );
+    let decode = |s: &str| STANDARD.decode(s).context("decoding a restic key file");
+    let keys = derive_with(password, &decode(&f.salt)?, log_n, f.r, f.p)?;
+    let master = open(&keys, decode(&f.data)?).context("opening a restic key file")?;
+    Ok(Zeroizing::new(master))
 }
 
 /// Poly1305-AES: Poly1305 keyed with `r` and AES-128_k(nonce).
@@ -297,6 +384,53 @@ mod tests {
                 }),
                 hex(&Sha256::digest(&bytes)),
             )
+        );
+    }
+
+    #[test]
+    fn a_nodes_key_file_opens_to_the_master_key_with_its_password_alone() {
+        let (_, file) = key_file(MASTER.as_bytes(), b"secret", &random(), "t", "node-a").unwrap();
+        let master = open_key_file(&file, b"secret").unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&master).unwrap(),
+            serde_json::from_str::<serde_json::Value>(MASTER).unwrap()
+        );
+        assert_eq!(
+            open_key_file(&file, b"other").unwrap_err().to_string(),
+            "opening a restic key file"
+        );
+        // The operator's key, calibrated by restic, costs too much to open on every park.
+        let mut costly: serde_json::Value = serde_json::from_slice(&file).unwrap();
+        costly["N"] = 32768.into();
+        assert_eq!(
+            open_key_file(&serde_json::to_vec(&costly).unwrap(), b"secret")
+                .unwrap_err()
+                .to_string(),
+            "a restic key file of scrypt N=32768, r=8, p=1: none of this node's"
+        );
+    }
+
+    #[test]
+    fn sealed_under_the_master_key_opens_only_unaltered_and_under_it() {
+        let keys = master_keys(MASTER.as_bytes()).unwrap();
+        let sealed = seal_under(&keys, &[3; 16], b"the changes".to_vec()).unwrap();
+        assert_eq!(sealed.len(), 16 + 11 + 16);
+        assert_eq!(open_under(&keys, sealed.clone()).unwrap(), b"the changes");
+        for at in [0, 16, sealed.len() - 1] {
+            let mut altered = sealed.clone();
+            altered[at] ^= 1;
+            assert!(open_under(&keys, altered).is_err(), "byte {at} altered");
+        }
+        let mut other = keys.clone();
+        other[0] ^= 1;
+        other[40] ^= 1;
+        assert!(open_under(&other, sealed.clone()).is_err());
+        assert!(open_under(&keys, sealed[..31].to_vec()).is_err());
+        assert_eq!(
+            master_keys(br#"{"mac": {"k": "AA==", "r": "AA=="}, "encrypt": "AA=="}"#)
+                .unwrap_err()
+                .to_string(),
+            "restic's master key has a part of the wrong length"
         );
     }
 

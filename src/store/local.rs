@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
-use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
+use super::{Cas, DeltaStore, EventLog, Records, RepositoryKeys, SealedObject, Stored, Version};
 use crate::atomic;
 use crate::plan::delta::PublishedRef;
 
@@ -20,6 +20,8 @@ pub(crate) struct LocalStore {
     events: PathBuf,
     /// `<name>.json`: the published delta of each box.
     deltas: PathBuf,
+    /// `<name>/<file>`: sealed changes objects (`plan::sealed`).
+    sealed: PathBuf,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -35,6 +37,7 @@ impl LocalStore {
             dir: state_dir.join("meta"),
             events: state_dir.join("events"),
             deltas: state_dir.join("deltas"),
+            sealed: state_dir.join(super::SEALED_DIR),
         }
     }
 
@@ -176,6 +179,12 @@ impl EventLog for LocalStore {
     }
 }
 
+impl LocalStore {
+    fn sealed_path(&self, name: &str, file: &str) -> PathBuf {
+        self.sealed.join(name).join(file)
+    }
+}
+
 impl DeltaStore for LocalStore {
     fn put_delta(&self, name: &str, published: Option<&PublishedRef>) -> Result<()> {
         let (current, earlier) = super::delta_names(name);
@@ -198,6 +207,55 @@ impl DeltaStore for LocalStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
+    }
+
+    fn put_sealed(&self, name: &str, file: &str, bytes: Vec<u8>) -> Result<()> {
+        let path = self.sealed_path(name, file);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        atomic::write(&path, &bytes, 0o600)
+    }
+
+    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.sealed_path(name, file);
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    fn sealed_listing(&self) -> Result<Vec<SealedObject>> {
+        let entries = |dir: &Path| -> Result<Vec<fs::DirEntry>> {
+            match fs::read_dir(dir) {
+                Ok(d) => d
+                    .collect::<std::io::Result<_>>()
+                    .with_context(|| format!("listing {}", dir.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(e) => Err(e).with_context(|| format!("listing {}", dir.display())),
+            }
+        };
+        let mut out = Vec::new();
+        for b in entries(&self.sealed)? {
+            let name = b.file_name().to_string_lossy().into_owned();
+            for f in entries(&b.path())? {
+                let written = f
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .with_context(|| format!("reading {}", f.path().display()))?;
+                out.push(SealedObject {
+                    name: name.clone(),
+                    file: f.file_name().to_string_lossy().into_owned(),
+                    written: humantime::format_rfc3339_nanos(written).to_string(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn delete_sealed(&self, name: &str, file: &str) -> Result<()> {
+        atomic::remove(&self.sealed_path(name, file))
     }
 }
 

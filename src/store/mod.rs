@@ -81,6 +81,37 @@ pub(crate) trait DeltaStore {
         let _ = name;
         Ok(None)
     }
+    /// Keep box `name`'s sealed changes object `file` (`plan::sealed`).
+    fn put_sealed(&self, name: &str, file: &str, bytes: Vec<u8>) -> Result<()> {
+        let _ = (name, file, bytes);
+        anyhow::bail!("this store keeps no sealed changes")
+    }
+    /// Box `name`'s sealed changes object `file` (None: there is none).
+    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
+        let _ = (name, file);
+        Ok(None)
+    }
+    /// Every box's sealed changes objects.
+    fn sealed_listing(&self) -> Result<Vec<SealedObject>> {
+        Ok(Vec::new())
+    }
+    fn delete_sealed(&self, name: &str, file: &str) -> Result<()> {
+        let _ = (name, file);
+        Ok(())
+    }
+}
+
+/// Where sealed changes objects are, in the bucket (`changes/<box>/<file>`) and in
+/// `$BOX_STATE_DIR` with the local store.
+pub(crate) const SEALED_DIR: &str = "changes";
+
+/// A sealed changes object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SealedObject {
+    pub name: String,
+    pub file: String,
+    /// When it was written, RFC 3339.
+    pub written: String,
 }
 
 /// The names under `deltas/` of box `name`'s published changes, and of what earlier versions
@@ -97,6 +128,11 @@ fn delta_names(name: &str) -> (String, [String; 2]) {
 pub(crate) trait RepositoryKeys: Records {
     fn put_repository_key(&self, repository: Repository, id: &str, bytes: &[u8]) -> Result<()> {
         let _ = (repository, id, bytes);
+        anyhow::bail!("{} holds no restic repository", self.describe())
+    }
+    /// The key file `id` (None: there is none).
+    fn repository_key(&self, repository: Repository, id: &str) -> Result<Option<Vec<u8>>> {
+        let _ = (repository, id);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
     /// The key files, with their names and JSON (the metadata in them is plain text).

@@ -18,7 +18,10 @@ use tokio::runtime::Runtime;
 
 use super::events::Event;
 use super::meta::{self, BadRecord, Meta};
-use super::{Accounts, Cas, DeltaStore, EventLog, Records, RepositoryKeys, Stored, Version};
+use super::{
+    Accounts, Cas, DeltaStore, EventLog, Records, RepositoryKeys, SEALED_DIR, SealedObject, Stored,
+    Version,
+};
 use crate::atomic;
 use crate::config::S3Config;
 use crate::error::UserError;
@@ -153,8 +156,8 @@ impl S3Store {
 }
 
 impl S3Store {
-    /// Every object under `prefix`: its key and `ETag`.
-    fn objects(&self, prefix: &str) -> Result<Vec<(String, Option<String>)>> {
+    /// Every object under `prefix`.
+    fn objects(&self, prefix: &str) -> Result<Vec<aws_sdk_s3::types::Object>> {
         let mut objects = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -169,16 +172,21 @@ impl S3Store {
                         .send(),
                 )
                 .map_err(|e| self.unreachable("list", aws_sdk_s3::error::DisplayErrorContext(e)))?;
-            objects.extend(
-                resp.contents()
-                    .iter()
-                    .filter_map(|o| Some((o.key()?.to_string(), o.e_tag().map(str::to_string)))),
-            );
+            objects.extend(resp.contents().iter().cloned());
             token = resp.next_continuation_token().map(str::to_string);
             if token.is_none() {
                 return Ok(objects);
             }
         }
+    }
+
+    /// The keys of every object under `prefix`.
+    fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .objects(prefix)?
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect())
     }
 
     async fn fetch_event(&self, key: String) -> Result<(String, Event)> {
@@ -427,9 +435,12 @@ impl Records for S3Store {
         let listed: Vec<(String, Option<String>)> = self
             .objects("boxes/")?
             .into_iter()
-            .filter_map(|(key, etag)| {
-                let name = key.strip_prefix("boxes/")?.strip_suffix("/meta.json")?;
-                Some((name.to_string(), etag))
+            .filter_map(|o| {
+                let name = o
+                    .key()?
+                    .strip_prefix("boxes/")?
+                    .strip_suffix("/meta.json")?;
+                Some((name.to_string(), o.e_tag().map(str::to_string)))
             })
             .collect();
         self.cache.keep_only(listed.iter().map(|(n, _)| n.as_str()));
@@ -471,7 +482,7 @@ impl EventLog for S3Store {
 
     fn events(&self, name: &str) -> Result<Vec<(String, Event)>> {
         let prefix = events_prefix(name);
-        let keys: Vec<String> = self.objects(&prefix)?.into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<String> = self.keys(&prefix)?;
         let read: Vec<Result<(String, Event)>> = self.rt.block_on(
             futures_util::stream::iter(keys.into_iter().map(|k| self.fetch_event(k)))
                 .buffer_unordered(READS_IN_FLIGHT)
@@ -533,6 +544,37 @@ impl DeltaStore for S3Store {
             .map(|b| serde_json::from_slice(&b).with_context(|| format!("parsing {key}")))
             .transpose()
     }
+
+    fn put_sealed(&self, name: &str, file: &str, bytes: Vec<u8>) -> Result<()> {
+        self.put_bytes(&sealed_key(name, file), bytes)
+    }
+
+    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
+        self.rt.block_on(self.get_bytes(&sealed_key(name, file)))
+    }
+
+    fn sealed_listing(&self) -> Result<Vec<SealedObject>> {
+        let dir = format!("{SEALED_DIR}/");
+        Ok(self
+            .objects(&dir)?
+            .iter()
+            .filter_map(|o| {
+                let (name, file) = o.key()?.strip_prefix(&dir)?.split_once('/')?;
+                let at = o.last_modified()?;
+                let at = std::time::UNIX_EPOCH
+                    + Duration::new(u64::try_from(at.secs()).ok()?, at.subsec_nanos());
+                Some(SealedObject {
+                    name: name.to_string(),
+                    file: file.to_string(),
+                    written: humantime::format_rfc3339_nanos(at).to_string(),
+                })
+            })
+            .collect())
+    }
+
+    fn delete_sealed(&self, name: &str, file: &str) -> Result<()> {
+        self.delete_key(&sealed_key(name, file))
+    }
 }
 
 impl RepositoryKeys for S3Store {
@@ -542,7 +584,7 @@ impl RepositoryKeys for S3Store {
 
     fn repository_keys(&self, repository: Repository) -> Result<Vec<(String, Vec<u8>)>> {
         let dir = keys_dir(repository);
-        let keys: Vec<String> = self.objects(&dir)?.into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<String> = self.keys(&dir)?;
         let read: Vec<Result<(String, Vec<u8>)>> = self.rt.block_on(
             futures_util::stream::iter(keys.into_iter().map(|key| {
                 let dir = &dir;
@@ -561,9 +603,19 @@ impl RepositoryKeys for S3Store {
         read.into_iter().collect()
     }
 
+    fn repository_key(&self, repository: Repository, id: &str) -> Result<Option<Vec<u8>>> {
+        self.rt
+            .block_on(self.get_bytes(&format!("{}{id}", keys_dir(repository))))
+    }
+
     fn delete_repository_key(&self, repository: Repository, id: &str) -> Result<()> {
         self.delete_key(&format!("{}{id}", keys_dir(repository)))
     }
+}
+
+/// Box `name`'s sealed changes object `file` (`plan::sealed`).
+fn sealed_key(name: &str, file: &str) -> String {
+    format!("{SEALED_DIR}/{name}/{file}")
 }
 
 /// Where a restic repository in the bucket keeps its key files.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::plan::delta::{Change, Listed};
+use crate::plan::delta::{Change, Listed, PublishedRef};
 use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo};
 use crate::plan::sandbox::BoxSpec;
 use crate::plan::snapshot_id::SnapshotId;
@@ -62,21 +62,17 @@ pub(crate) trait Repo {
     fn prepare_changes(&self, _spec: &ChangesSpec) {}
     /// What [`Repo::prepare_changes`] started and nothing used: ended, with nothing saved.
     fn abandon_changes(&self) {}
-    /// Take a snapshot of the archive of what changed in a park that `feed` writes, as `spec`
-    /// says: in the changes repository where there is one ([`Backup::repository`] says).
+    /// Keep the archive of what changed in a park that `feed` writes, as `spec` says: sealed
+    /// in an object of its own where this node holds a key of the changes repository and it
+    /// is small enough, else as a snapshot in the changes repository where there is one, else
+    /// in the main one ([`Backup::repository`] says which).
     fn backup_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Backup>;
     /// Restore a whole snapshot under `target` (an empty staging dir).
     fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()>;
-    /// Restore a whole changes snapshot, kept in `repository`, under `target` (an empty
-    /// staging dir): the archive it holds at `archive` unpacked there, or (what versions
-    /// before the archive saved) the files it holds.
-    fn restore_changes(
-        &self,
-        repository: Repository,
-        snapshot_id: &SnapshotId,
-        archive: Option<&Path>,
-        target: &Path,
-    ) -> Result<()>;
+    /// Restore box `name`'s changes `published` names under `target` (an empty staging
+    /// dir): the archive they hold unpacked there, or (what versions before the archive
+    /// saved) the files their snapshot holds.
+    fn restore_changes(&self, name: &str, published: &PublishedRef, target: &Path) -> Result<()>;
     /// Every snapshot in the repositories (of every box, and the globals).
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>>;
     /// The full ids of every snapshot of box `name`, changes included.

@@ -11,12 +11,18 @@ use std::rc::Rc;
 use anyhow::{Context, Result};
 
 use crate::config::Config;
-use crate::plan::delta::{Change, Listed};
-use crate::plan::restic::{BackupSpec, ChangesSpec, Repository, SnapshotInfo, box_tag};
+use crate::plan::delta::{Change, Listed, PublishedRef};
+use crate::plan::restic::{
+    BackupSpec, ChangesSpec, Repository, SnapshotInfo, box_tag, changes_tag,
+};
+use crate::plan::restic_key::{self, Keys};
+use crate::plan::sealed;
 use crate::plan::snapshot_id::SnapshotId;
-use crate::store::MetaStore;
+use crate::plan::text::hex;
+use crate::store::{MetaStore, SealedObject};
 use crate::sys::ports::{Backup, Feed, Repo};
 use crate::sys::restic::{Ahead, Restic};
+use crate::sys::{changes_archive, host};
 
 pub(crate) struct Repositories {
     config: Config,
@@ -31,6 +37,30 @@ pub(crate) struct Repositories {
     listed: RefCell<HashMap<String, Repository>>,
     /// restic started ahead for a changes snapshot (`Repo::prepare_changes`), and its spec.
     ahead: RefCell<Option<(ChangesSpec, Ahead)>>,
+    /// The changes repository's master key, which seals changes (`plan::sealed`), once read.
+    sealing: OnceCell<Keys>,
+    /// The sealed changes listed so far (by full id): what `forget` deletes.
+    sealed_objects: RefCell<HashMap<String, SealedObject>>,
+}
+
+/// A writer into `buf` that takes no more than `max` bytes in all.
+struct Capped<'a> {
+    buf: &'a mut Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Capped<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + bytes.len() > self.max {
+            self.buf.resize(self.max, 0);
+            return Err(std::io::Error::other("over the bound"));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Repositories {
@@ -43,6 +73,8 @@ impl Repositories {
             changes_exist: OnceCell::new(),
             listed: RefCell::new(HashMap::new()),
             ahead: RefCell::new(None),
+            sealing: OnceCell::new(),
+            sealed_objects: RefCell::new(HashMap::new()),
         }
     }
 
@@ -69,10 +101,120 @@ impl Repositories {
     }
 
     fn of(&self, which: Repository) -> Result<&Restic> {
-        match which {
+        match which.restic() {
             Repository::Main => self.main(),
-            Repository::Changes => self.changes(),
+            _ => self.changes(),
         }
+    }
+
+    /// The key that seals changes: the changes repository's master key, read from this
+    /// node's own key of it; None where it holds none (with `or_restic`, restic is asked for
+    /// it then: opening what another node sealed needs it).
+    fn sealing_keys(&self, or_restic: bool) -> Result<Option<&Keys>> {
+        if let Some(keys) = self.sealing.get() {
+            return Ok(Some(keys));
+        }
+        let Some(keys) = self
+            .changes()?
+            .master_keys(self.store.as_ref(), or_restic)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.sealing.get_or_init(|| keys)))
+    }
+
+    /// The archive `feed` writes, sealed in an object of box `spec.name`'s own; None (nothing
+    /// kept) where this node holds no key to seal it with, or it is larger than
+    /// `sealed::MAX_ARCHIVE`.
+    fn seal_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Option<Backup>> {
+        let keys = match self.sealing_keys(false) {
+            Ok(Some(keys)) => keys,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::debug!("changes not sealed: {e:#}");
+                return Ok(None);
+            }
+        };
+        let mut id = [0u8; 32];
+        host::random_bytes(&mut id)?;
+        let id = SnapshotId::from(hex(&id));
+        let mut plain = sealed::header(&spec.name, &id)?;
+        let header = plain.len();
+        let mut out = Capped {
+            buf: &mut plain,
+            max: header + sealed::MAX_ARCHIVE,
+        };
+        if let Err(e) = feed(&mut out) {
+            if out.buf.len() >= out.max {
+                tracing::debug!(
+                    "changes not sealed: their archive is larger than {} MiB",
+                    sealed::MAX_ARCHIVE >> 20
+                );
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        let bytes = (plain.len() - header) as u64;
+        let mut iv = [0u8; 16];
+        host::random_bytes(&mut iv)?;
+        let object = restic_key::seal_under(keys, &iv, plain)?;
+        self.store
+            .put_sealed(&spec.name, &sealed::file_name(&id, &spec.to), object)
+            .context("keeping the sealed changes")?;
+        tracing::info!(
+            "changes {} of {} (what changed): {} sealed",
+            id.short(),
+            spec.name,
+            crate::plan::history::size(bytes)
+        );
+        Ok(Some(Backup {
+            id,
+            repository: Repository::Sealed,
+            unreadable: Vec::new(),
+            files_added: 1,
+            bytes_added: bytes,
+        }))
+    }
+
+    /// Box `name`'s sealed changes `published` names, unpacked under `target`.
+    fn unseal_changes(&self, name: &str, published: &PublishedRef, target: &Path) -> Result<()> {
+        let id = &published.snapshot;
+        let file = sealed::file_name(id, &published.list_to());
+        let object = self
+            .store
+            .sealed(name, &file)?
+            .with_context(|| format!("its sealed changes {} are gone", id.short()))?;
+        let keys = self
+            .sealing_keys(true)?
+            .context("no key of the changes repository opens them")?;
+        let opened = restic_key::open_under(keys, object)
+            .with_context(|| format!("opening the sealed changes {}", id.short()))?;
+        changes_archive::unpack(sealed::archive(&opened, name, id)?, target)
+    }
+
+    /// Every box's sealed changes, listed as restic lists a changes snapshot.
+    fn sealed_snapshots(&self) -> Result<Vec<(SnapshotInfo, SealedObject)>> {
+        Ok(self
+            .store
+            .sealed_listing()?
+            .into_iter()
+            .filter_map(|o| Some((sealed::info(&o.name, &o.file, o.written.clone())?, o)))
+            .collect())
+    }
+
+    /// `listed`, noted as sealed (with where each is), and given back.
+    fn noting_sealed(&self, listed: Vec<(SnapshotInfo, SealedObject)>) -> Vec<SnapshotInfo> {
+        let mut objects = self.sealed_objects.borrow_mut();
+        listed
+            .into_iter()
+            .map(|(info, o)| {
+                self.listed
+                    .borrow_mut()
+                    .insert(info.id.as_str().to_string(), Repository::Sealed);
+                objects.insert(info.id.as_str().to_string(), o);
+                info
+            })
+            .collect()
     }
 
     /// Where a park's changes go: the changes repository once this node holds a key of its
@@ -127,6 +269,10 @@ impl Repo for Repositories {
     }
     fn prepare_changes(&self, spec: &ChangesSpec) {
         self.abandon_changes();
+        // Sealed, the changes need no restic.
+        if matches!(self.sealing_keys(false), Ok(Some(_))) {
+            return;
+        }
         match self.for_changes().and_then(|repo| repo.start_changes(spec)) {
             Ok(ahead) => *self.ahead.borrow_mut() = Some((spec.clone(), ahead)),
             Err(e) => tracing::debug!("restic not started ahead: {e:#}"),
@@ -137,6 +283,11 @@ impl Repo for Repositories {
     }
     fn backup_changes(&self, spec: &ChangesSpec, feed: &Feed<'_>) -> Result<Backup> {
         let repo = self.for_changes()?;
+        if repo.which() == Repository::Changes
+            && let Some(saved) = self.seal_changes(spec, feed)?
+        {
+            return Ok(saved);
+        }
         // Started ahead for another spec, it is no use: ended here.
         let ahead = self
             .ahead
@@ -161,17 +312,14 @@ impl Repo for Repositories {
     fn restore(&self, snapshot_id: &SnapshotId, target: &Path) -> Result<()> {
         self.main()?.restore(snapshot_id, target)
     }
-    fn restore_changes(
-        &self,
-        repository: Repository,
-        snapshot_id: &SnapshotId,
-        archive: Option<&Path>,
-        target: &Path,
-    ) -> Result<()> {
-        let repo = self.of(repository)?;
-        match archive {
-            Some(archive) => repo.unpack_changes(snapshot_id, archive, target),
-            None => repo.restore(snapshot_id, target),
+    fn restore_changes(&self, name: &str, published: &PublishedRef, target: &Path) -> Result<()> {
+        if published.repository == Repository::Sealed {
+            return self.unseal_changes(name, published, target);
+        }
+        let repo = self.of(published.repository)?;
+        match &published.archive {
+            Some(archive) => repo.unpack_changes(&published.snapshot, archive, target),
+            None => repo.restore(&published.snapshot, target),
         }
     }
     fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
@@ -179,6 +327,7 @@ impl Repo for Repositories {
         if let Some(changes) = self.changes_there()? {
             all.extend(self.noting(Repository::Changes, changes.snapshots(None)?, |s| &s.id));
         }
+        all.extend(self.noting_sealed(self.sealed_snapshots()?));
         Ok(all)
     }
     fn box_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
@@ -186,6 +335,13 @@ impl Repo for Repositories {
         if let Some(changes) = self.changes_there()? {
             all.extend(self.noting(Repository::Changes, changes.box_snapshots(name)?, |s| s));
         }
+        let tag = changes_tag(name);
+        let own = self
+            .sealed_snapshots()?
+            .into_iter()
+            .filter(|(i, _)| i.tags.contains(&tag))
+            .collect();
+        all.extend(self.noting_sealed(own).into_iter().map(|i| i.id));
         Ok(all)
     }
     fn whole_snapshots(&self, name: &str) -> Result<Vec<SnapshotId>> {
@@ -193,39 +349,35 @@ impl Repo for Repositories {
         Ok(whole.into_iter().map(|s| s.id).collect())
     }
     fn forget(&self, ids: &[SnapshotId]) -> Result<()> {
-        let Some(changes) = self.changes_there()? else {
-            return self.main()?.forget(ids);
-        };
         let wheres = if let Some(wheres) = self.where_listed(ids) {
             wheres
         } else {
-            let there: Vec<SnapshotId> = changes
-                .snapshots(None)
-                .context("listing the changes repository")?
-                .into_iter()
-                .map(|s| s.id)
-                .collect();
-            let which = |id: &SnapshotId| {
-                if there.contains(id) {
-                    Repository::Changes
-                } else {
-                    Repository::Main
-                }
-            };
-            ids.iter().map(which).collect()
+            self.snapshots().context("listing the snapshots")?;
+            let listed = self.listed.borrow();
+            // One no listing names is left to the main repository, which names it in its error.
+            ids.iter()
+                .map(|id| listed.get(id.as_str()).copied().unwrap_or_default())
+                .collect()
         };
         let (mut in_main, mut in_changes) = (Vec::new(), Vec::new());
         for (id, which) in ids.iter().zip(wheres) {
             match which {
                 Repository::Main => in_main.push(id.clone()),
                 Repository::Changes => in_changes.push(id.clone()),
+                Repository::Sealed => {
+                    let objects = self.sealed_objects.borrow();
+                    let o = objects
+                        .get(id.as_str())
+                        .with_context(|| format!("sealed changes {} are not listed", id.short()))?;
+                    self.store.delete_sealed(&o.name, &o.file)?;
+                }
             }
         }
         if !in_main.is_empty() {
             self.main()?.forget(&in_main)?;
         }
         if !in_changes.is_empty() {
-            changes.forget(&in_changes)?;
+            self.changes()?.forget(&in_changes)?;
         }
         Ok(())
     }

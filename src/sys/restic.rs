@@ -270,6 +270,45 @@ impl Restic {
         Ok(Some(key))
     }
 
+    /// The repository's master key (`restic_key::master_keys`), from this node's own key
+    /// file (a cheap scrypt); None where this node has none. With `or_restic`, restic is asked
+    /// for it instead (`restic cat masterkey`, with the operator's password: half a second).
+    pub(crate) fn master_keys(
+        &self,
+        store: &dyn RepositoryKeys,
+        or_restic: bool,
+    ) -> Result<Option<restic_key::Keys>> {
+        if let Some(key) = self.node_key() {
+            let file = match &self.local_dir {
+                Some(dir) => {
+                    let path = dir.join("keys").join(&key.id);
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+                }
+                None => store
+                    .repository_key(self.which, &key.id)?
+                    .with_context(|| format!("this node's key {} is gone", short(&key.id)))?,
+            };
+            let master = restic_key::open_key_file(&file, key.password.as_bytes())?;
+            return restic_key::master_keys(&master).map(Some);
+        }
+        if !or_restic {
+            return Ok(None);
+        }
+        let out = self
+            .command(&["cat".into(), "masterkey".into(), "--no-lock".into()])
+            .stdin(Stdio::null())
+            .output()
+            .context("running restic cat masterkey")?;
+        let master = zeroize::Zeroizing::new(out.stdout);
+        if !out.status.success() {
+            bail!(
+                "restic cat masterkey failed: {}",
+                cmd::last_line(&String::from_utf8_lossy(&out.stderr))
+            );
+        }
+        restic_key::master_keys(&master).map(Some)
+    }
+
     /// The id of this node's own key, when it opens the repository.
     pub(crate) fn node_key_id(&self) -> Option<&str> {
         self.node_key().map(|k| k.id.as_str())

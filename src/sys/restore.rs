@@ -535,9 +535,8 @@ mod tests {
         }
         fn restore_changes(
             &self,
-            _: crate::plan::restic::Repository,
-            _: &SnapshotId,
-            _: Option<&Path>,
+            _: &str,
+            _: &crate::plan::delta::PublishedRef,
             _: &Path,
         ) -> Result<()> {
             anyhow::bail!("not used")
