@@ -196,19 +196,21 @@ pub(crate) fn open_under(keys: &Keys, sealed: Vec<u8>) -> Result<Vec<u8>> {
 /// A repository's master key (the JSON `restic cat masterkey` prints) as the 64 bytes
 /// [`seal_under`] takes: the AES-256 key, then the MAC's `k` and `r`.
 pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
+    // Borrowed from `master` (base64 needs no escapes): no copy of the key outlives it.
     #[derive(Deserialize)]
-    struct Mac {
-        k: String,
-        r: String,
+    struct Mac<'a> {
+        k: &'a str,
+        r: &'a str,
     }
     #[derive(Deserialize)]
-    struct Master {
-        mac: Mac,
-        encrypt: String,
+    struct Master<'a> {
+        #[serde(borrow)]
+        mac: Mac<'a>,
+        encrypt: &'a str,
     }
     let m: Master = serde_json::from_slice(master).context("parsing restic's master key")?;
     let mut out = Zeroizing::new([0u8; 64]);
-    for (range, field) in [(0..32, &m.encrypt), (32..48, &m.mac.k), (48..64, &m.mac.r)] {
+    for (range, field) in [(0..32, m.encrypt), (32..48, m.mac.k), (48..64, m.mac.r)] {
         let bytes = Zeroizing::new(
             STANDARD
                 .decode(field)
@@ -220,6 +222,16 @@ pub(crate) fn master_keys(master: &[u8]) -> Result<Keys> {
         );
         out[range].copy_from_slice(&bytes);
     }
+    Ok(out)
+}
+
+/// Keys of ag-box's own under a repository's master key: HKDF-SHA-256 of it, for `label`.
+/// What ag-box seals with them never opens as restic's, nor anything restic sealed as ag-box's.
+pub(crate) fn subkeys(master: &Keys, label: &str) -> Result<Keys> {
+    let mut out = Zeroizing::new([0u8; 64]);
+    hkdf::Hkdf::<Sha256>::new(None, master.as_ref())
+        .expand(label.as_bytes(), out.as_mut())
+        .map_err(|e| anyhow::anyhow!("HKDF: {e}"))?;
     Ok(out)
 }
 
@@ -425,6 +437,11 @@ mod tests {
         other[0] ^= 1;
         other[40] ^= 1;
         assert!(open_under(&other, sealed.clone()).is_err());
+        // What restic sealed under the master key itself never opens under ag-box's keys.
+        let own = subkeys(&keys, "ag-box test").unwrap();
+        assert!(open_under(&own, sealed.clone()).is_err());
+        assert_ne!(*own, *subkeys(&keys, "ag-box other").unwrap());
+        assert_eq!(*own, *subkeys(&keys, "ag-box test").unwrap());
         assert!(open_under(&keys, sealed[..31].to_vec()).is_err());
         assert_eq!(
             master_keys(br#"{"mac": {"k": "AA==", "r": "AA=="}, "encrypt": "AA=="}"#)

@@ -4,8 +4,9 @@
 //! locks the repository, and its lock alone waits 0.2 s), more than moving the change. The
 //! object is the changes archive (`sys::changes_archive`) behind a header that names its box
 //! and id, sealed under the changes repository's master key as restic seals its own files
-//! (`restic_key::seal_under`): the bucket learns no more than from a restic snapshot, and an
-//! object altered, forged, or moved to another name is refused.
+//! (`restic_key::seal_under`), under keys of ag-box's own derived from it: the bucket learns
+//! the archive's size and no name in it, and an object altered, forged, or moved to another
+//! name is refused.
 
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,12 @@ use super::snapshot_id::SnapshotId;
 /// sealed and opened, and past some tens of megabytes restic's fixed cost matters little. 1% of
 /// a 200,000-file tree of 10 KB files is 20 MB.
 pub(crate) const MAX_ARCHIVE: usize = 64 << 20;
+
+/// The most an object may be: the archive, its header, the IV and the MAC.
+pub(crate) const MAX_OBJECT: u64 = MAX_ARCHIVE as u64 + 4096;
+
+/// What the keys that seal changes are derived for (`restic_key::subkeys`).
+pub(crate) const KEY_LABEL: &str = "ag-box sealed changes 1";
 
 /// Its first line.
 const MAGIC: &[u8] = b"ag-box sealed changes 1\n";

@@ -217,13 +217,24 @@ impl DeltaStore for LocalStore {
         atomic::write(&path, &bytes, 0o600)
     }
 
-    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
+    fn sealed(&self, name: &str, file: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        use std::io::Read;
         let path = self.sealed_path(name, file);
-        match fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-        }
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let mut bytes = Vec::new();
+        f.take(max + 1)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("reading {}", path.display()))?;
+        anyhow::ensure!(
+            bytes.len() as u64 <= max,
+            "{} is more than the {max} bytes it may be",
+            path.display()
+        );
+        Ok(Some(bytes))
     }
 
     fn sealed_listing(&self) -> Result<Vec<SealedObject>> {
@@ -238,6 +249,9 @@ impl DeltaStore for LocalStore {
         };
         let mut out = Vec::new();
         for b in entries(&self.sealed)? {
+            if !b.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let name = b.file_name().to_string_lossy().into_owned();
             for f in entries(&b.path())? {
                 let written = f

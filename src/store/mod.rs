@@ -86,9 +86,10 @@ pub(crate) trait DeltaStore {
         let _ = (name, file, bytes);
         anyhow::bail!("this store keeps no sealed changes")
     }
-    /// Box `name`'s sealed changes object `file` (None: there is none).
-    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
-        let _ = (name, file);
+    /// Box `name`'s sealed changes object `file` (None: there is none), refused unread when it
+    /// is larger than `max` bytes.
+    fn sealed(&self, name: &str, file: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let _ = (name, file, max);
         Ok(None)
     }
     /// Every box's sealed changes objects.
@@ -100,6 +101,9 @@ pub(crate) trait DeltaStore {
         Ok(())
     }
 }
+
+/// restic's key files are a few hundred bytes: one read is never larger than this.
+pub(crate) const KEY_FILE_MAX: u64 = 64 << 10;
 
 /// Where sealed changes objects are, in the bucket (`changes/<box>/<file>`) and in
 /// `$BOX_STATE_DIR` with the local store.
@@ -130,7 +134,7 @@ pub(crate) trait RepositoryKeys: Records {
         let _ = (repository, id, bytes);
         anyhow::bail!("{} holds no restic repository", self.describe())
     }
-    /// The key file `id` (None: there is none).
+    /// The key file `id` (None: there is none; one over [`KEY_FILE_MAX`] bytes is refused).
     fn repository_key(&self, repository: Repository, id: &str) -> Result<Option<Vec<u8>>> {
         let _ = (repository, id);
         anyhow::bail!("{} holds no restic repository", self.describe())

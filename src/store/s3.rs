@@ -205,6 +205,15 @@ impl S3Store {
 
     /// An object's bytes and its `ETag` (None: there is none).
     async fn get_with_etag(&self, key: &str) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        self.get_at_most(key, None).await
+    }
+
+    /// An object's bytes and its `ETag`, refused unread when it is larger than `max` bytes.
+    async fn get_at_most(
+        &self,
+        key: &str,
+        max: Option<u64>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
         let resp = match self
             .client
             .get_object()
@@ -225,6 +234,14 @@ impl S3Store {
                 return Err(self.unreachable("read", aws_sdk_s3::error::DisplayErrorContext(e)));
             }
         };
+        if let Some(max) = max {
+            let size = resp.content_length().and_then(|n| u64::try_from(n).ok());
+            anyhow::ensure!(
+                size.is_some_and(|n| n <= max),
+                "{key} is {} bytes, more than the {max} it may be",
+                size.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string())
+            );
+        }
         let etag = resp.e_tag().map(str::to_string);
         let bytes = resp
             .body
@@ -549,8 +566,11 @@ impl DeltaStore for S3Store {
         self.put_bytes(&sealed_key(name, file), bytes)
     }
 
-    fn sealed(&self, name: &str, file: &str) -> Result<Option<Vec<u8>>> {
-        self.rt.block_on(self.get_bytes(&sealed_key(name, file)))
+    fn sealed(&self, name: &str, file: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let got = self
+            .rt
+            .block_on(self.get_at_most(&sealed_key(name, file), Some(max)))?;
+        Ok(got.map(|(bytes, _)| bytes))
     }
 
     fn sealed_listing(&self) -> Result<Vec<SealedObject>> {
@@ -604,8 +624,11 @@ impl RepositoryKeys for S3Store {
     }
 
     fn repository_key(&self, repository: Repository, id: &str) -> Result<Option<Vec<u8>>> {
-        self.rt
-            .block_on(self.get_bytes(&format!("{}{id}", keys_dir(repository))))
+        let key = format!("{}{id}", keys_dir(repository));
+        let got = self
+            .rt
+            .block_on(self.get_at_most(&key, Some(super::KEY_FILE_MAX)))?;
+        Ok(got.map(|(bytes, _)| bytes))
     }
 
     fn delete_repository_key(&self, repository: Repository, id: &str) -> Result<()> {

@@ -39,8 +39,9 @@ pub(crate) struct Repositories {
     ahead: RefCell<Option<(ChangesSpec, Ahead)>>,
     /// The changes repository's master key, which seals changes (`plan::sealed`), once read.
     sealing: OnceCell<Keys>,
-    /// The sealed changes listed so far (by full id): what `forget` deletes.
-    sealed_objects: RefCell<HashMap<String, SealedObject>>,
+    /// The sealed changes listed so far (by full id; more than one only if one was copied
+    /// under another name): what `forget` deletes.
+    sealed_objects: RefCell<HashMap<String, Vec<SealedObject>>>,
 }
 
 /// A writer into `buf` that takes no more than `max` bytes in all.
@@ -114,12 +115,13 @@ impl Repositories {
         if let Some(keys) = self.sealing.get() {
             return Ok(Some(keys));
         }
-        let Some(keys) = self
+        let Some(master) = self
             .changes()?
             .master_keys(self.store.as_ref(), or_restic)?
         else {
             return Ok(None);
         };
+        let keys = restic_key::subkeys(&master, sealed::KEY_LABEL)?;
         Ok(Some(self.sealing.get_or_init(|| keys)))
     }
 
@@ -140,6 +142,9 @@ impl Repositories {
         let id = SnapshotId::from(hex(&id));
         let mut plain = sealed::header(&spec.name, &id)?;
         let header = plain.len();
+        // Room for the IV and the MAC too: the bytes are sealed where they lie, never moved
+        // to a larger buffer (pages are only touched as the archive fills them).
+        plain.reserve_exact(header + sealed::MAX_ARCHIVE + 32);
         let mut out = Capped {
             buf: &mut plain,
             max: header + sealed::MAX_ARCHIVE,
@@ -182,7 +187,7 @@ impl Repositories {
         let file = sealed::file_name(id, &published.list_to());
         let object = self
             .store
-            .sealed(name, &file)?
+            .sealed(name, &file, sealed::MAX_OBJECT)?
             .with_context(|| format!("its sealed changes {} are gone", id.short()))?;
         let keys = self
             .sealing_keys(true)?
@@ -211,7 +216,10 @@ impl Repositories {
                 self.listed
                     .borrow_mut()
                     .insert(info.id.as_str().to_string(), Repository::Sealed);
-                objects.insert(info.id.as_str().to_string(), o);
+                let same = objects.entry(info.id.as_str().to_string()).or_default();
+                if !same.contains(&o) {
+                    same.push(o);
+                }
                 info
             })
             .collect()
@@ -366,10 +374,12 @@ impl Repo for Repositories {
                 Repository::Changes => in_changes.push(id.clone()),
                 Repository::Sealed => {
                     let objects = self.sealed_objects.borrow();
-                    let o = objects
+                    let listed = objects
                         .get(id.as_str())
                         .with_context(|| format!("sealed changes {} are not listed", id.short()))?;
-                    self.store.delete_sealed(&o.name, &o.file)?;
+                    for o in listed {
+                        self.store.delete_sealed(&o.name, &o.file)?;
+                    }
                 }
             }
         }

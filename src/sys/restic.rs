@@ -279,19 +279,15 @@ impl Restic {
         or_restic: bool,
     ) -> Result<Option<restic_key::Keys>> {
         if let Some(key) = self.node_key() {
-            let file = match &self.local_dir {
-                Some(dir) => {
-                    let path = dir.join("keys").join(&key.id);
-                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+            let opened = self.node_master_keys(store, key);
+            match opened {
+                Ok(keys) => return Ok(Some(keys)),
+                Err(e) if or_restic => {
+                    tracing::debug!("this node's key did not serve ({e:#}); asking restic");
                 }
-                None => store
-                    .repository_key(self.which, &key.id)?
-                    .with_context(|| format!("this node's key {} is gone", short(&key.id)))?,
-            };
-            let master = restic_key::open_key_file(&file, key.password.as_bytes())?;
-            return restic_key::master_keys(&master).map(Some);
-        }
-        if !or_restic {
+                Err(e) => return Err(e),
+            }
+        } else if !or_restic {
             return Ok(None);
         }
         let out = self
@@ -307,6 +303,25 @@ impl Restic {
             );
         }
         restic_key::master_keys(&master).map(Some)
+    }
+
+    /// The master key, from this node's own key file `key`.
+    fn node_master_keys(
+        &self,
+        store: &dyn RepositoryKeys,
+        key: &NodeKey,
+    ) -> Result<restic_key::Keys> {
+        let file = match &self.local_dir {
+            Some(dir) => {
+                let path = dir.join("keys").join(&key.id);
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+            }
+            None => store
+                .repository_key(self.which, &key.id)?
+                .with_context(|| format!("this node's key {} is gone", short(&key.id)))?,
+        };
+        let master = restic_key::open_key_file(&file, key.password.as_bytes())?;
+        restic_key::master_keys(&master)
     }
 
     /// The id of this node's own key, when it opens the repository.
