@@ -1049,6 +1049,111 @@ fn sealed_changes_altered_or_swapped_in_the_bucket_are_refused() {
     }
 }
 
+/// What another node sealed opens on a node whose own key of the repository of changes no
+/// longer does (the operator's password serves), and a change larger than a sealed object may
+/// be goes to that repository as a snapshot, and comes back from there.
+#[test]
+fn sealed_changes_open_without_this_nodes_key_and_a_large_change_goes_to_restic() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "sealbig";
+    let key_file = "/var/lib/ag-box/restic-changes-node-key.json";
+    let pointer = || bucket_object(&c.a, "agent-boxes", &format!("deltas/{name}.changes.json"));
+    c.parked_box(name);
+    c.a.sh(&format!(
+        "set -e; cp {key_file} /root/sealbig-key.keep
+         python3 -c 'import json, sys; k = json.load(open(sys.argv[1])); k[\"password\"] = \"0\" * 64; json.dump(k, open(sys.argv[1], \"w\"))' {key_file}"
+    ))
+    .ok();
+    c.b.sh(&format!(
+        "set -e; ag-box up {name} --node nodeB
+         ag-box exec {name} -- sh -c 'echo v2 > src/main.txt'; ag-box park {name}"
+    ))
+    .ok();
+    common::whole_snapshot_done(&c.b, name);
+    assert!(
+        pointer().contains(r#""repository":"sealed""#),
+        "{}",
+        pointer()
+    );
+    let up_a = c.a.sh(&format!("ag-box up {name} --node nodeA"));
+    let err = up_a.ok().stderr();
+    c.a.sh(&format!("mv /root/sealbig-key.keep {key_file}"))
+        .ok();
+    assert!(
+        err.contains("as nodeB published them") && err.contains("did not open"),
+        "{err}"
+    );
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v2\n"
+    );
+    c.a.sh(&format!(
+        "set -e; ag-box exec {name} -- sh -c 'head -c 70000000 /dev/urandom > big.bin; echo v3 > src/main.txt'
+         ag-box park {name}"
+    ))
+    .ok();
+    assert!(
+        pointer().contains(r#""repository":"changes""#),
+        "{}",
+        pointer()
+    );
+    assert_eq!(sealed_count(&c.a, "agent-boxes", name), 1);
+    common::whole_snapshot_done(&c.a, name);
+    let up_b = c.b.sh(&format!("ag-box up {name} --node nodeB"));
+    assert!(
+        up_b.ok().stderr().contains("as nodeA published them"),
+        "{}",
+        up_b.stderr()
+    );
+    let sums = |n: &Node| {
+        n.sh(&format!("cd /root/{name}; sha256sum big.bin src/main.txt"))
+            .ok()
+            .stdout()
+    };
+    assert_eq!(sums(&c.b), sums(&c.a));
+    c.b.sh(&format!("ag-box park {name}")).ok();
+}
+
+/// `prune` deletes the sealed changes that no longer lead to a box's latest, and keeps the
+/// ones that do.
+#[test]
+fn prune_deletes_sealed_changes_that_lead_nowhere() {
+    let Some(c) = Cluster::get() else { return };
+    let name = "sealprune";
+    c.parked_box(name);
+    for v in ["v2", "v3"] {
+        c.b.sh(&format!(
+            "set -e; ag-box up {name} --node nodeB
+             ag-box exec {name} -- sh -c 'echo {v} > src/main.txt'; ag-box park {name}"
+        ))
+        .ok();
+        common::whole_snapshot_done(&c.b, name);
+    }
+    assert_eq!(sealed_count(&c.a, "agent-boxes", name), 2);
+    let dry = c.a.sh("ag-box prune --dry-run");
+    assert!(
+        dry.ok()
+            .stdout()
+            .lines()
+            .any(|l| l.starts_with(&format!("keep   {name} "))
+                && l.ends_with("(what changed up to the box's latest)")),
+        "{}",
+        dry.stdout()
+    );
+    c.a.sh("ag-box prune").ok();
+    assert_eq!(sealed_count(&c.a, "agent-boxes", name), 1);
+    c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
+    assert_eq!(
+        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
+            .ok()
+            .stdout(),
+        "v3\n"
+    );
+    c.a.sh(&format!("ag-box park {name}")).ok();
+}
+
 #[test]
 fn each_node_opens_the_repository_with_a_key_of_its_own_and_a_reinstall_replaces_it() {
     const KEY_FILE: &str = "/var/lib/ag-box/restic-node-key.json";

@@ -283,7 +283,12 @@ impl Restic {
             match opened {
                 Ok(keys) => return Ok(Some(keys)),
                 Err(e) if or_restic => {
-                    tracing::debug!("this node's key did not serve ({e:#}); asking restic");
+                    // The operator's password serves from here on, as where restic refuses it.
+                    tracing::warn!(
+                        "this node's key of {} did not open ({e:#}); the operator's password serves",
+                        self.repository
+                    );
+                    self.node_key_refused.store(true, Ordering::Relaxed);
                 }
                 Err(e) => return Err(e),
             }
