@@ -426,3 +426,27 @@ impl Repo for Repositories {
             .restore_path(snapshot_id, path, excludes, exclude_files)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_capped_writer_takes_up_to_its_bound_and_refuses_the_write_past_it() {
+        let mut buf = b"head".to_vec();
+        let mut out = Capped {
+            buf: &mut buf,
+            max: 10,
+        };
+        out.write_all(b"abc").unwrap();
+        out.write_all(b"def").unwrap();
+        let past = out.write_all(b"g").unwrap_err();
+        // Filled to the bound: what sealing reads as "too large for an object".
+        assert_eq!(
+            (past.to_string(), out.buf.len()),
+            ("over the bound".into(), 10)
+        );
+        assert_eq!(buf, b"headabcdef");
+    }
+}
