@@ -2395,6 +2395,8 @@ fn a_quick_park_saves_only_what_changed_and_the_whole_snapshot_then_takes_its_pl
 #[test]
 fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_gets_both() {
     let n = Node::new();
+    // A file no change touches: only a walk over the right manifest names it.
+    n.write_first("same.txt", "as it was");
     n.parked();
     let whole = n.meta().last_snapshot.unwrap();
     up::up_here(n.ctx(), &named("demo"), How::default()).unwrap();
@@ -2441,11 +2443,16 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
     assert!(n.repo.forks.borrow().is_empty());
     // What was walked of it (only what changed, over the manifest it had) is what a walk of
     // all of it finds.
-    let (digest, manifest) =
-        crate::sys::digest::walk(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
-    assert_eq!(n.copy().equal().unwrap().digest, Some(digest));
-    let kept = crate::sys::copy_state::CopyManifest::load(&n.ctx.config.state_dir, "demo").unwrap();
-    assert_eq!(Some(kept.entries), manifest);
+    let walked_as_a_whole = || {
+        let (digest, manifest) =
+            crate::sys::digest::walk(&n.ctx().spec(&n.meta()).local_copy()).unwrap();
+        assert_eq!(n.copy().equal().unwrap().digest, Some(digest));
+        let kept =
+            crate::sys::copy_state::CopyManifest::load(&n.ctx.config.state_dir, "demo").unwrap();
+        assert_eq!(kept.snapshot, changes.id);
+        assert_eq!(Some(kept.entries), manifest);
+    };
+    walked_as_a_whole();
 
     // A node without a copy: the whole snapshot, then the changes over it.
     n.runtime.active.borrow_mut().clear();
@@ -2462,6 +2469,8 @@ fn a_copy_equal_to_the_whole_snapshot_gets_the_changes_and_a_copy_without_it_get
         [whole.id.to_string(), changes.id.to_string()]
     );
     assert_eq!(n.equals(), Some(changes.id.to_string()));
+    // Walked whole once, then what the changes wrote over that walk's manifest.
+    walked_as_a_whole();
     // Parked unchanged, it is saved whole: changes are never kept as a latest but by a park.
     park::park(n.ctx(), &named("demo"), false).unwrap();
     let latest = n.meta().last_snapshot.unwrap();

@@ -499,11 +499,17 @@ fn restore_for_up(
         .ok()
         .map(|mut e| e.next().is_some());
     copy.record(|c| c.restored(&s.id, brought.paths.clone(), had_files))?;
-    // The walk's manifest serves where only what changed was written over the copy it walked.
+    // The walk's manifest serves where only what changed was written over the copy it walked:
+    // this restore's own walk of the whole snapshot it wrote first, else the walk before it.
+    let base = if brought.walked.is_some() {
+        brought.walked
+    } else {
+        kept
+    };
     let over = brought
         .over
-        .zip(kept)
-        .map(|(written, kept)| (kept, written));
+        .zip(base)
+        .map(|(written, base)| (base, written));
     Ok((over, brought.clearing))
 }
 
@@ -524,6 +530,9 @@ fn known(copy: &CopyState, latest: Option<&SnapshotRef>) -> Known {
 struct Brought {
     paths: Vec<PathBuf>,
     over: Option<Vec<PathBuf>>,
+    /// The manifest of the copy as this restore walked it before writing `over` (a whole
+    /// snapshot restored first); None: as walked before the restore began, if at all.
+    walked: Option<Manifest>,
     clearing: Clearing,
 }
 
@@ -532,6 +541,7 @@ impl Brought {
         Brought {
             paths,
             over: None,
+            walked: None,
             clearing: Clearing::done(),
         }
     }
@@ -552,6 +562,7 @@ impl Brought {
         Brought {
             paths: s.paths.clone(),
             over: Some(written),
+            walked: None,
             clearing: Clearing::done(),
         }
     }
@@ -573,31 +584,37 @@ fn restore_copy(
         return restore_whole(ctx, meta, copy, s, roots, equals, prestaged);
     };
     let name = &meta.name;
-    let mut whole_restored = false;
+    // Restored here first: the manifest of the copy as that whole snapshot (None when a name
+    // is not UTF-8), the base of the walk of what the changes then write.
+    let mut whole_walked = None;
     if full_restore_asked() || !equals.is_some_and(|e| whole.names(e)) {
         let paths = restore_whole(ctx, meta, copy, whole, roots, equals, &mut None)?.paths;
-        whole_restored = true;
         let had_files = std::fs::read_dir(&meta.path)
             .ok()
             .map(|mut e| e.next().is_some());
         // Walked: an `up` cut off before the changes are written finds the copy equal to the
-        // snapshot they lie on, not work of its own to keep as a fork.
+        // snapshot they lie on, not work of its own to keep as a fork (that `up` walks it
+        // again, so its manifest need not be kept on disk).
         let (digest, manifest) = digest::walk(roots)?;
         copy.record(|c| {
             c.restored(&whole.id, paths, had_files);
             c.walked(digest);
         })?;
-        snapshot::keep_manifest(&ctx.config.state_dir, name, &whole.id, manifest);
+        whole_walked = Some(manifest);
         crash::point("up.after-whole");
     }
     let staged = published_staged(ctx, meta, &whole.id, s, roots, prestaged);
     if let Some(staged) = staged
         && let Some(clearing) = restore_changes(meta, copy, s, roots, &whole.id, &staged)?
     {
-        let brought = if whole_restored {
-            Brought::whole(s.paths.clone())
-        } else {
-            Brought::over(s, &staged.delta)
+        let brought = match whole_walked {
+            // Walked whole once: what the changes wrote is walked over that.
+            Some(Some(manifest)) => Brought {
+                walked: Some(manifest),
+                ..Brought::over(s, &staged.delta)
+            },
+            Some(None) => Brought::whole(s.paths.clone()),
+            None => Brought::over(s, &staged.delta),
         };
         return Ok(brought.clearing(clearing));
     }
