@@ -426,6 +426,13 @@ fn sealed_count(n: &common::Node, bucket: &str, name: &str) -> usize {
     .count()
 }
 
+/// What box `name`'s `src/main.txt` holds on node `n`.
+fn main_txt(n: &common::Node, name: &str) -> String {
+    n.sh(&format!("cat /root/{name}/src/main.txt"))
+        .ok()
+        .stdout()
+}
+
 /// `cmd` with restic's environment set for repository `repo` in the rig's `bucket`.
 fn restic_in(bucket: &str, repo: &str, cmd: &str) -> String {
     format!(
@@ -743,12 +750,7 @@ fn drop_needs_confirmation_and_a_parked_box_and_keeps_local_files() {
     let ls = c.a.sh("ag-box ls --json").ok().stdout();
     assert!(!ls.contains(&format!("\"name\": \"{name}\"")), "{ls}");
     assert_eq!(snapshot_count(&c.a, &format!("box:{name}")), 0);
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v1\n"
-    );
+    assert_eq!(main_txt(&c.a, name), "v1\n");
     assert_code(&c.a.sh(&format!("ag-box up {name}")), 1, "is not tracked");
 }
 
@@ -1039,12 +1041,7 @@ fn sealed_changes_altered_or_swapped_in_the_bucket_are_refused() {
             err.contains("is not used") && err.contains(why) && !err.contains("published them"),
             "{err}"
         );
-        assert_eq!(
-            c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-                .ok()
-                .stdout(),
-            "v2\n"
-        );
+        assert_eq!(main_txt(&c.a, name), "v2\n");
         c.a.sh(&format!("ag-box park {name}")).ok();
     }
 }
@@ -1083,12 +1080,7 @@ fn sealed_changes_open_without_this_nodes_key_and_a_large_change_goes_to_restic(
         err.contains("as nodeB published them") && err.contains("did not open"),
         "{err}"
     );
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v2\n"
-    );
+    assert_eq!(main_txt(&c.a, name), "v2\n");
     c.a.sh(&format!(
         "set -e; ag-box exec {name} -- sh -c 'head -c 70000000 /dev/urandom > big.bin; echo v3 > src/main.txt'
          ag-box park {name}"
@@ -1145,12 +1137,7 @@ fn prune_deletes_sealed_changes_that_lead_nowhere() {
     c.a.sh("ag-box prune").ok();
     assert_eq!(sealed_count(&c.a, "agent-boxes", name), 1);
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v3\n"
-    );
+    assert_eq!(main_txt(&c.a, name), "v3\n");
     c.a.sh(&format!("ag-box park {name}")).ok();
 }
 
@@ -1383,12 +1370,7 @@ fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
         "{}",
         up_a.stderr()
     );
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v3\n"
-    );
+    assert_eq!(main_txt(&c.a, name), "v3\n");
     let park_a = c.a.sh(&format!("ag-box park {name}"));
     assert!(
         park_a.ok().stderr().contains("unchanged since snapshot"),
@@ -1411,11 +1393,6 @@ fn a_quick_park_frees_the_node_at_once_and_its_whole_snapshot_follows() {
     let last = latest();
     assert_eq!(last["on"], serde_json::Value::Null, "{last}");
     c.a.sh(&format!("ag-box up {name} --node nodeA")).ok();
-    assert_eq!(
-        c.a.sh(&format!("cat /root/{name}/src/main.txt"))
-            .ok()
-            .stdout(),
-        "v4\n"
-    );
+    assert_eq!(main_txt(&c.a, name), "v4\n");
     c.a.sh(&format!("ag-box park {name}")).ok();
 }

@@ -144,7 +144,7 @@ impl Repositories {
         let header = plain.len();
         // Room for the IV and the MAC too: the bytes are sealed where they lie, never moved
         // to a larger buffer (pages are only touched as the archive fills them).
-        plain.reserve_exact(header + sealed::MAX_ARCHIVE + 32);
+        plain.reserve_exact(sealed::MAX_ARCHIVE + 32);
         let mut out = Capped {
             buf: &mut plain,
             max: header + sealed::MAX_ARCHIVE,
